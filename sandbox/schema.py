@@ -1,0 +1,196 @@
+"""The versioned result of one evaluation: the only shape in which a verdict leaves the sandbox.
+
+The CLI prints it, the agent stores it in trajectory events, the web app stores it in the
+database, streams it and exports it. Everything is a dataclass so that there is one place
+that says which fields exist; `to_dict()` / `from_dict()` are the only (de)serialisers.
+
+Bump SCHEMA_VERSION when a field changes meaning or is removed; adding a field with a
+default is backwards compatible and keeps the version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = "kernelwright.eval/1"
+
+
+class Status(str, enum.Enum):
+    OK = "ok"  # correct (timing may still show it slower than the baselines)
+    INCORRECT = "incorrect"  # ran, but some trial's outputs differ from the reference
+    REJECTED = "rejected"  # ran, but broke a rule (torch compute, an exploit, a banned flag)
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"  # raised, crashed, CUDA fault, bad task or candidate file
+    TIMEOUT = "timeout"
+
+
+class Verdict(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+
+
+@dataclass
+class CompileError:
+    file: str
+    line: int | None
+    column: int | None
+    message: str
+
+
+@dataclass
+class CompileResult:
+    ok: bool
+    cached: bool = False
+    seconds: float = 0.0
+    mode: str = ""  # "nvcc" (fast path, no torch headers), "cxx" (cpu fast path), "load_inline", "none"
+    artifact_key: str = ""  # content hash of the sources + toolchain + flags
+    errors: list[CompileError] = field(default_factory=list)
+    log: str = ""  # full log; trim for a model with agent.tools, never here
+
+
+@dataclass
+class TrialResult:
+    index: int
+    kind: str  # "random" | "reinit" | "wide" | "shape"
+    passed: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatched: int | None = None  # number of elements outside the tolerance
+    total: int | None = None
+    message: str = ""
+
+
+@dataclass
+class Stats:
+    """Times of one callable in milliseconds over `trials` timed calls."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    std_ms: float
+    spread: float  # (p90 - p10) / median: the noise a reader should expect between runs
+    trials: int
+
+
+@dataclass
+class Timing:
+    candidate: Stats | None = None
+    eager: Stats | None = None
+    compile: Stats | None = None  # torch.compile of the reference
+    baseline_cached: bool = False
+    clock: str = ""  # "cuda_events" or "perf_counter"
+    l2_flush: bool = False
+    input_sets: int = 0
+
+
+@dataclass
+class Audit:
+    aten_ops: list[str] = field(default_factory=list)  # ops the candidate's forward dispatched
+    torch_compute_ops: list[str] = field(default_factory=list)  # the subset that computes
+    kernels: list[str] = field(default_factory=list)  # device kernels / native calls that ran
+    custom_kernel_ran: bool = False
+    findings: list[str] = field(default_factory=list)  # each suspicious thing, in words
+
+
+@dataclass
+class ProfileRow:
+    name: str
+    calls: int
+    total_ms: float
+    share: float  # fraction of the candidate's device time
+
+
+@dataclass
+class Roofline:
+    device: str = ""
+    flops: float = 0.0
+    min_bytes: float = 0.0
+    peak_bandwidth_gbs: float = 0.0  # measured on this worker, not a datasheet value
+    peak_tflops: float = 0.0  # measured, for the task's dtype and math mode
+    floor_ms: float = 0.0  # max(flops / peak, bytes / bandwidth)
+    bound: str = ""  # "memory" or "compute"
+    candidate_ms: float | None = None
+    fraction_of_sol: float | None = None  # floor_ms / candidate_ms, in (0, 1]
+
+
+@dataclass
+class EvalResult:
+    status: Status
+    verdict: Verdict
+    reasons: list[str] = field(default_factory=list)
+    schema: str = SCHEMA_VERSION
+    backend: str = ""  # "cpu" | "cuda"
+    device: str = ""  # e.g. "NVIDIA H200" or the CPU model
+    torch_version: str = ""
+    task_hash: str = ""
+    candidate_hash: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    compile: CompileResult | None = None
+    trials: list[TrialResult] = field(default_factory=list)
+    timing: Timing = field(default_factory=Timing)
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    reward: int = -1
+    audit: Audit = field(default_factory=Audit)
+    profile: list[ProfileRow] = field(default_factory=list)
+    roofline: Roofline | None = None
+    duration_s: float = 0.0
+
+    @property
+    def correct(self) -> bool:
+        return self.status == Status.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalResult:
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"unsupported evaluation schema {data.get('schema')!r}, expected {SCHEMA_VERSION!r}")
+        d = dict(data)
+        d["status"] = Status(d["status"])
+        d["verdict"] = Verdict(d["verdict"])
+        if d.get("compile") is not None:
+            c = dict(d["compile"])
+            c["errors"] = [CompileError(**e) for e in c.get("errors", [])]
+            d["compile"] = CompileResult(**c)
+        d["trials"] = [TrialResult(**t) for t in d.get("trials", [])]
+        t = dict(d.get("timing") or {})
+        for key in ("candidate", "eager", "compile"):
+            if t.get(key) is not None:
+                t[key] = Stats(**t[key])
+        d["timing"] = Timing(**t)
+        d["audit"] = Audit(**(d.get("audit") or {}))
+        d["profile"] = [ProfileRow(**r) for r in d.get("profile", [])]
+        if d.get("roofline") is not None:
+            d["roofline"] = Roofline(**d["roofline"])
+        return cls(**d)
+
+
+def _plain(value: Any) -> Any:
+    """Enums to their values so that json.dumps needs no custom encoder."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def milestone_reward(correct: bool, speedup_vs_eager: float | None, speedup_vs_compile: float | None) -> int:
+    """The CUDA Agent paper's reward: -1 incorrect, 1 correct, 2 if >5% faster than eager,
+    3 if >5% faster than both eager and torch.compile."""
+    if not correct:
+        return -1
+    faster_eager = speedup_vs_eager is not None and speedup_vs_eager > 1.05
+    faster_compile = speedup_vs_compile is not None and speedup_vs_compile > 1.05
+    if faster_eager and faster_compile:
+        return 3
+    if faster_eager:
+        return 2
+    return 1
