@@ -1,3 +1,9 @@
-"""Websocket routes of jobs (owned by the web-app issue)."""
+"""Websocket routes of jobs; the foundation's ASGI app mounts them behind its auth middleware."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from webapp.jobs.consumers import JobConsumer
+
+websocket_urlpatterns = [
+    path("ws/jobs/<int:job_id>/", JobConsumer.as_asgi()),
+]

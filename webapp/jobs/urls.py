@@ -1,3 +1,46 @@
-"""Pages and the JSON API of jobs (owned by the web-app issue)."""
+"""Pages and the JSON API of jobs; the root URLconf includes these at "/"."""
 
-urlpatterns: list = []
+from django.urls import path
+
+from webapp.jobs.views import accounts, api, files, pages
+
+app_name = "jobs"
+
+urlpatterns = [
+    path("", pages.home, name="home"),
+    path("accounts/signup/", accounts.signup, name="signup"),
+    path("accounts/login/", accounts.Login.as_view(), name="login"),
+    path("accounts/logout/", accounts.Logout.as_view(), name="logout"),
+    path("account/tokens/", accounts.tokens, name="tokens"),
+    path("account/tokens/<int:token_id>/delete/", accounts.token_delete, name="token_delete"),
+    path("gallery/", pages.gallery, name="gallery"),
+    path("compare/", pages.compare, name="compare"),
+    path("jobs/new/", pages.new_job, name="new"),
+    path("jobs/check/", pages.check_source, name="check"),
+    path("jobs/import/", pages.import_view, name="import"),
+    path("jobs/<int:job_id>/", pages.job_detail, name="detail"),
+    path("jobs/<int:job_id>/updates/", pages.job_updates, name="updates"),
+    path("jobs/<int:job_id>/cancel/", pages.cancel, name="cancel"),
+    path("jobs/<int:job_id>/retry/", pages.retry, name="retry"),
+    path("jobs/<int:job_id>/visibility/", pages.visibility, name="visibility"),
+    path("jobs/<int:job_id>/share/", pages.share_create, name="share_create"),
+    path("jobs/<int:job_id>/share/revoke/", pages.share_revoke, name="share_revoke"),
+    path("jobs/<int:job_id>/download/best.zip", files.download_zip, name="download_zip"),
+    path("jobs/<int:job_id>/download/trajectory.json", files.download_trajectory, name="download_trajectory"),
+    path("jobs/<int:job_id>/download/files/<path:path>", files.download_file, name="download_file"),
+    path("s/<str:token>/", pages.share_open, name="share"),
+    path("vendor/plotly.min.js", pages.plotly_js, name="plotly_js"),
+    # JSON API
+    path("api/openapi.json", api.openapi, name="api_openapi"),
+    path("api/jobs", api.jobs, name="api_jobs"),
+    path("api/jobs/<int:job_id>", api.job_detail, name="api_job"),
+    path("api/jobs/<int:job_id>/turns", api.turns, name="api_turns"),
+    path("api/jobs/<int:job_id>/turns/<int:index>", api.turn_detail, name="api_turn"),
+    path("api/jobs/<int:job_id>/progress", api.progress, name="api_progress"),
+    path("api/jobs/<int:job_id>/cancel", api.cancel, name="api_cancel"),
+    path("api/jobs/<int:job_id>/artifacts", api.artifacts, name="api_artifacts"),
+    path("api/jobs/<int:job_id>/artifacts/best.zip", api.artifacts_zip, name="api_artifacts_zip"),
+    path("api/jobs/<int:job_id>/artifacts/files/<path:path>", api.artifact_file, name="api_artifact_file"),
+    path("api/jobs/<int:job_id>/trajectory", api.trajectory, name="api_trajectory"),
+    path("api/evaluate", api.evaluate, name="api_evaluate"),
+]

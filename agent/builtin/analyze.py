@@ -1,0 +1,578 @@
+"""Capture a task's forward as a small normalised graph, in a process of its own.
+
+Capturing the graph means importing the task module and running its constructor and forward,
+which is arbitrary user code: it runs here, in a child (`python -m agent.builtin.analyze
+TASK.py`), never in the agent process. The child prints one JSON object: the graph (ops
+normalised to the small vocabulary of `agent.builtin.graph`), shapes and dtypes from ShapeProp
+on the task's own inputs, the eager per-op breakdown from torch.profiler, and a clear message
+when something cannot be captured (data-dependent control flow, an op we do not know).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import operator
+import sys
+import time
+import traceback
+import types
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.passes.shape_prop import ShapeProp
+
+
+class Unsupported(Exception):
+    """Something in the forward that the built-in policy cannot express; the message says what."""
+
+
+# Elementwise ops by target, with the IR name and how to read extra scalar arguments.
+_UNARY = {
+    torch.exp: "exp", torch.log: "log", torch.tanh: "tanh", torch.sigmoid: "sigmoid", torch.relu: "relu",
+    F.relu: "relu", torch.rsqrt: "rsqrt", torch.sqrt: "sqrt", torch.abs: "abs", torch.erf: "erf",
+    torch.sin: "sin", torch.cos: "cos", torch.neg: "neg", operator.neg: "neg", F.silu: "silu",
+    torch.square: "square", torch.log1p: "log1p", torch.expm1: "expm1", F.mish: "mish",
+    F.hardswish: "hardswish", F.hardsigmoid: "hardsigmoid", F.tanh: "tanh", F.sigmoid: "sigmoid",
+    torch.nn.functional.relu6: "relu6",
+}
+_UNARY_METHODS = {
+    "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "rsqrt": "rsqrt",
+    "sqrt": "sqrt", "abs": "abs", "erf": "erf", "sin": "sin", "cos": "cos", "neg": "neg", "square": "square",
+    "log1p": "log1p", "expm1": "expm1",
+}
+_BINARY = {
+    operator.add: "add", torch.add: "add", operator.iadd: "add", operator.sub: "sub", torch.sub: "sub",
+    operator.isub: "sub", operator.mul: "mul", torch.mul: "mul", operator.imul: "mul", operator.truediv: "div",
+    torch.div: "div", operator.itruediv: "div", torch.maximum: "maximum", torch.minimum: "minimum",
+    torch.pow: "pow", operator.pow: "pow",
+}
+_BINARY_METHODS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "pow": "pow",
+                   "add_": "add", "mul_": "mul", "sub_": "sub", "div_": "div", "maximum": "maximum", "minimum": "minimum"}
+_REDUCE = {torch.sum: "sum", torch.mean: "mean", torch.amax: "amax", torch.amin: "amin"}
+_REDUCE_METHODS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
+_VIEW_METHODS = {"view", "reshape", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "contiguous",
+                 "expand"}
+_VIEW_FUNCS = {torch.reshape: "reshape", torch.flatten: "flatten", torch.transpose: "transpose",
+               torch.permute: "permute", torch.t: "t", torch.unsqueeze: "unsqueeze", torch.squeeze: "squeeze"}
+_IDENTITY_METHODS = {"clone", "detach", "float", "contiguous"}
+_MATMUL = {torch.matmul: "matmul", operator.matmul: "matmul", torch.mm: "matmul", torch.bmm: "matmul"}
+
+_MODULE_UNARY = {
+    nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu", nn.Mish: "mish",
+    nn.Hardswish: "hardswish", nn.Hardsigmoid: "hardsigmoid", nn.ReLU6: "relu6",
+}
+
+
+class _Builder:
+    """Turns fx nodes into IR node dicts (see agent.builtin.graph for the vocabulary)."""
+
+    def __init__(self, gm: fx.GraphModule, scalar_exprs: dict[str, str]):
+        self.gm = gm
+        self.modules = dict(gm.named_modules())
+        self.nodes: list[dict[str, Any]] = []
+        self.alias: dict[str, str] = {}  # fx node name -> IR node name
+        self.scalar_exprs = scalar_exprs  # "<node>:<pos>" -> python expression on self
+        self.params: dict[str, str] = {}  # state_dict name -> IR node name
+        self.counter = 0
+
+    # -- arguments -------------------------------------------------------------------------
+    def ref(self, a: Any, where: str = "") -> dict[str, Any]:
+        if isinstance(a, fx.Node):
+            if a.name not in self.alias:
+                raise Unsupported(f"value {a.name} is used before it is defined")
+            return {"ref": self.alias[a.name]}
+        if isinstance(a, bool) or a is None or isinstance(a, str):
+            return {"lit": a}
+        if isinstance(a, int | float):
+            return {"scalar": float(a), "expr": self.scalar_exprs.get(where)}
+        if isinstance(a, list | tuple):
+            return {"lit": [self.ref(x, where)["ref"] if isinstance(x, fx.Node) else x for x in a]}
+        if isinstance(a, torch.dtype):
+            return {"lit": str(a).replace("torch.", "")}
+        raise Unsupported(f"argument {a!r} of type {type(a).__name__} is not supported")
+
+    def meta(self, n: fx.Node) -> tuple[list[int] | None, str | None]:
+        tm = n.meta.get("tensor_meta")
+        if tm is None or not hasattr(tm, "shape"):
+            return None, None
+        return list(tm.shape), str(tm.dtype).replace("torch.", "")
+
+    def emit(self, fxnode: fx.Node | None, op: str, args: list[dict[str, Any]], attrs: dict[str, Any] | None = None,
+             shape: list[int] | None = None, dtype: str | None = None, name: str | None = None) -> str:
+        if name is None:
+            name = fxnode.name if fxnode is not None else f"t{self.counter}"
+            self.counter += 1
+        if fxnode is not None and shape is None:
+            shape, dtype = self.meta(fxnode)
+        self.nodes.append({"name": name, "op": op, "args": args, "attrs": attrs or {}, "shape": shape,
+                           "dtype": dtype})
+        if fxnode is not None:
+            self.alias[fxnode.name] = name
+        return name
+
+    def param(self, qualname: str) -> dict[str, Any]:
+        if qualname not in self.params:
+            t = self.gm.get_parameter(qualname) if _has_param(self.gm, qualname) else self.gm.get_buffer(qualname)
+            node = "p_" + qualname.replace(".", "_")
+            self.nodes.append({"name": node, "op": "param", "args": [], "attrs": {"path": qualname},
+                               "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")})
+            self.params[qualname] = node
+        return {"ref": self.params[qualname]}
+
+    # -- node translation --------------------------------------------------------------------
+    def add(self, n: fx.Node, input_index: int) -> int:
+        a = n.args
+        kw = dict(n.kwargs)
+        if n.op == "placeholder":
+            shape, dtype = self.meta(n)
+            self.emit(n, "input", [], {"index": input_index})
+            return input_index + 1
+        if n.op == "get_attr":
+            self.alias[n.name] = self.param(n.target)["ref"]
+            return input_index
+        if n.op == "output":
+            outs = a[0] if isinstance(a[0], tuple | list) else (a[0],)
+            for o in outs:
+                if not isinstance(o, fx.Node):
+                    raise Unsupported("the forward returns a non-tensor value")
+            self.nodes.append({"name": "output", "op": "output", "args": [self.ref(o) for o in outs], "attrs": {},
+                               "shape": None, "dtype": None})
+            return input_index
+        if n.op == "call_module":
+            self.add_module(n)
+            return input_index
+        target = n.target
+        if n.op == "call_method":
+            self.add_method(n, target, a, kw)
+            return input_index
+        self.add_function(n, target, a, kw)
+        return input_index
+
+    def pos(self, n: fx.Node, i: int | str) -> str:
+        return f"{n.name}:{i}"
+
+    def add_binary(self, n: fx.Node, op: str, x: Any, y: Any) -> None:
+        if op == "pow" and not isinstance(x, fx.Node):
+            raise Unsupported(f"{n.name}: a scalar raised to a tensor power is not supported")
+        self.emit(n, op, [self.ref(x, self.pos(n, 0)), self.ref(y, self.pos(n, 1))])
+
+    def add_function(self, n: fx.Node, t: Any, a: tuple, kw: dict) -> None:
+        if t in _UNARY:
+            self.emit(n, _UNARY[t], [self.ref(a[0])])
+        elif t in _BINARY:
+            if kw.get("alpha") is not None or kw.get("rounding_mode") is not None:
+                raise Unsupported(f"{n.name}: {t.__name__} with alpha/rounding_mode is not supported")
+            self.add_binary(n, _BINARY[t], a[0], a[1] if len(a) > 1 else kw.get("other", kw.get("exponent")))
+        elif t is torch.rsub:
+            self.add_binary(n, "sub", a[1], a[0])
+        elif t is F.gelu:
+            self.emit(n, "gelu", [self.ref(a[0])], {"approximate": kw.get("approximate", "none")})
+        elif t in (F.leaky_relu,):
+            slope = a[1] if len(a) > 1 else kw.get("negative_slope", 0.01)
+            self.emit(n, "leaky_relu", [self.ref(a[0]), self.ref(slope, self.pos(n, 1))])
+        elif t in (torch.clamp, torch.clip, F.hardtanh):
+            lo = a[1] if len(a) > 1 else kw.get("min", kw.get("min_val", -1.0 if t is F.hardtanh else None))
+            hi = a[2] if len(a) > 2 else kw.get("max", kw.get("max_val", 1.0 if t is F.hardtanh else None))
+            self.emit(n, "clamp", [self.ref(a[0]), self.ref(lo, self.pos(n, 1)), self.ref(hi, self.pos(n, 2))])
+        elif t is F.elu:
+            self.emit(n, "elu", [self.ref(a[0]), self.ref(kw.get("alpha", a[1] if len(a) > 1 else 1.0), self.pos(n, 1))])
+        elif t is F.softplus:
+            beta = kw.get("beta", a[1] if len(a) > 1 else 1.0)
+            thr = kw.get("threshold", a[2] if len(a) > 2 else 20.0)
+            self.emit(n, "softplus", [self.ref(a[0]), self.ref(beta, self.pos(n, 1)), self.ref(thr, self.pos(n, 2))])
+        elif t in (torch.softmax, F.softmax, torch.log_softmax, F.log_softmax):
+            dim = a[1] if len(a) > 1 else kw.get("dim")
+            op = "softmax" if t in (torch.softmax, F.softmax) else "log_softmax"
+            self.emit(n, op, [self.ref(a[0])], {"dim": dim})
+        elif t in _REDUCE:
+            self.add_reduce(n, _REDUCE[t], a, kw)
+        elif t is torch.max and (len(a) > 1 or "dim" in kw):
+            self.add_reduce(n, "amax", a, kw, tuple_result=True)
+        elif t is torch.min and (len(a) > 1 or "dim" in kw):
+            self.add_reduce(n, "amin", a, kw, tuple_result=True)
+        elif t in _MATMUL:
+            self.emit(n, "matmul", [self.ref(a[0]), self.ref(a[1])])
+        elif t is torch.diag:
+            if len(a) > 1 and a[1] != 0:
+                raise Unsupported(f"{n.name}: torch.diag with an offset is not supported")
+            self.emit(n, "diag", [self.ref(a[0])])
+        elif t is F.linear:
+            self.emit(n, "linear", [self.ref(a[0]), self.ref(a[1]), self.ref(a[2] if len(a) > 2 else kw.get("bias"))])
+        elif t is F.conv2d:
+            args = list(a) + [None] * (7 - len(a))
+            names = ["input", "weight", "bias", "stride", "padding", "dilation", "groups"]
+            for i, k in enumerate(names):
+                if k in kw:
+                    args[i] = kw[k]
+            self.add_conv(n, *args)
+        elif t is F.layer_norm:
+            shape = a[1] if len(a) > 1 else kw["normalized_shape"]
+            w = a[2] if len(a) > 2 else kw.get("weight")
+            b = a[3] if len(a) > 3 else kw.get("bias")
+            eps = a[4] if len(a) > 4 else kw.get("eps", 1e-5)
+            self.emit(n, "layernorm", [self.ref(a[0]), self.ref(w), self.ref(b), self.ref(eps, self.pos(n, "eps"))],
+                      {"ndim": len(shape) if isinstance(shape, list | tuple) else 1})
+        elif t in _VIEW_FUNCS:
+            self.add_view(n, _VIEW_FUNCS[t], a, kw)
+        elif t is operator.getitem:
+            self.add_getitem(n, a)
+        elif t is getattr:
+            if a[1] == "shape":
+                self.emit(n, "shape", [self.ref(a[0])])
+            elif a[1] in ("T", "mT"):
+                self.emit(n, "transpose", [self.ref(a[0]), {"lit": -2}, {"lit": -1}])
+            else:
+                raise Unsupported(f"{n.name}: attribute {a[1]!r} of a tensor is not supported")
+        elif t in (F.dropout, torch.dropout, torch.clone, torch.detach):
+            self.alias[n.name] = self.ref(a[0])["ref"]
+        else:
+            raise Unsupported(f"{n.name}: the call {_fn_name(t)} is not supported by the built-in policy")
+
+    def add_method(self, n: fx.Node, m: str, a: tuple, kw: dict) -> None:
+        if m in _UNARY_METHODS:
+            self.emit(n, _UNARY_METHODS[m], [self.ref(a[0])])
+        elif m in _BINARY_METHODS:
+            self.add_binary(n, _BINARY_METHODS[m], a[0], a[1] if len(a) > 1 else kw.get("other", kw.get("exponent")))
+        elif m in ("softmax", "log_softmax"):
+            self.emit(n, m, [self.ref(a[0])], {"dim": a[1] if len(a) > 1 else kw.get("dim")})
+        elif m in _REDUCE_METHODS:
+            self.add_reduce(n, _REDUCE_METHODS[m], a, kw)
+        elif m in ("max", "min") and (len(a) > 1 or "dim" in kw):
+            self.add_reduce(n, "amax" if m == "max" else "amin", a, kw, tuple_result=True)
+        elif m in ("clamp", "clip"):
+            lo = a[1] if len(a) > 1 else kw.get("min")
+            hi = a[2] if len(a) > 2 else kw.get("max")
+            self.emit(n, "clamp", [self.ref(a[0]), self.ref(lo, self.pos(n, 1)), self.ref(hi, self.pos(n, 2))])
+        elif m in ("matmul", "mm", "bmm"):
+            self.emit(n, "matmul", [self.ref(a[0]), self.ref(a[1])])
+        elif m in _IDENTITY_METHODS:
+            self.emit(n, "contiguous" if m == "contiguous" else "identity", [self.ref(a[0])])
+        elif m in _VIEW_METHODS:
+            self.add_view(n, m, a, kw)
+        elif m == "size":
+            if len(a) > 1:
+                self.emit(n, "size", [self.ref(a[0]), {"lit": a[1]}])
+            else:
+                self.emit(n, "shape", [self.ref(a[0])])
+        elif m == "dim":
+            self.emit(n, "ndim", [self.ref(a[0])])
+        else:
+            raise Unsupported(f"{n.name}: the method Tensor.{m} is not supported by the built-in policy")
+
+    def add_module(self, n: fx.Node) -> None:
+        mod = self.modules[n.target]
+        p = n.target
+        x = n.args[0] if n.args else None
+        t = type(mod)
+        if t in _MODULE_UNARY:
+            self.emit(n, _MODULE_UNARY[t], [self.ref(x)])
+        elif t is nn.GELU:
+            self.emit(n, "gelu", [self.ref(x)], {"approximate": mod.approximate})
+        elif t is nn.LeakyReLU:
+            self.emit(n, "leaky_relu", [self.ref(x), {"scalar": mod.negative_slope, "expr": f"self.{p}.negative_slope"}])
+        elif t is nn.Hardtanh:
+            self.emit(n, "clamp", [self.ref(x), {"scalar": mod.min_val, "expr": f"self.{p}.min_val"},
+                                   {"scalar": mod.max_val, "expr": f"self.{p}.max_val"}])
+        elif t is nn.ELU:
+            self.emit(n, "elu", [self.ref(x), {"scalar": mod.alpha, "expr": f"self.{p}.alpha"}])
+        elif t is nn.Softplus:
+            self.emit(n, "softplus", [self.ref(x), {"scalar": mod.beta, "expr": f"self.{p}.beta"},
+                                      {"scalar": mod.threshold, "expr": f"self.{p}.threshold"}])
+        elif t in (nn.Softmax, nn.LogSoftmax):
+            self.emit(n, "softmax" if t is nn.Softmax else "log_softmax", [self.ref(x)], {"dim": mod.dim})
+        elif t in (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d):
+            self.alias[n.name] = self.ref(x)["ref"]
+        elif t is nn.Flatten:
+            self.emit(n, "flatten", [self.ref(x), {"lit": mod.start_dim}, {"lit": mod.end_dim}])
+        elif t is nn.Linear:
+            b = self.param(f"{p}.bias") if mod.bias is not None else {"lit": None}
+            self.emit(n, "linear", [self.ref(x), self.param(f"{p}.weight"), b], {"module": p})
+        elif t is nn.Conv2d:
+            if mod.padding_mode != "zeros" or isinstance(mod.padding, str):
+                raise Unsupported(f"{n.name}: Conv2d with padding {mod.padding!r}/{mod.padding_mode} is not supported")
+            b = self.param(f"{p}.bias") if mod.bias is not None else None
+            self.add_conv(n, x, self.param(f"{p}.weight"), b, mod.stride, mod.padding, mod.dilation, mod.groups,
+                          module=p)
+        elif t in (nn.BatchNorm1d, nn.BatchNorm2d):
+            if mod.training or not mod.track_running_stats:
+                raise Unsupported(f"{n.name}: batch norm in training mode uses batch statistics; only eval-mode "
+                                  "batch norm (running statistics) is supported")
+            w = self.param(f"{p}.weight") if mod.affine else {"lit": None}
+            b = self.param(f"{p}.bias") if mod.affine else {"lit": None}
+            self.emit(n, "batchnorm", [self.ref(x), self.param(f"{p}.running_mean"), self.param(f"{p}.running_var"), w, b,
+                                       {"scalar": mod.eps, "expr": f"self.{p}.eps"}], {"module": p})
+        elif t is nn.LayerNorm:
+            w = self.param(f"{p}.weight") if mod.elementwise_affine else {"lit": None}
+            b = self.param(f"{p}.bias") if mod.elementwise_affine and mod.bias is not None else {"lit": None}
+            self.emit(n, "layernorm", [self.ref(x), w, b, {"scalar": mod.eps, "expr": f"self.{p}.eps"}],
+                      {"ndim": len(mod.normalized_shape), "module": p})
+        elif hasattr(nn, "RMSNorm") and t is nn.RMSNorm:
+            w = self.param(f"{p}.weight") if mod.elementwise_affine else {"lit": None}
+            eps = mod.eps if mod.eps is not None else torch.finfo(torch.float32).eps
+            self.emit(n, "rmsnorm", [self.ref(x), w, {"scalar": eps, "expr": None}],
+                      {"ndim": len(mod.normalized_shape), "module": p})
+        else:
+            raise Unsupported(f"{n.name}: the module {t.__name__} ({p}) is not supported by the built-in policy")
+
+    def add_conv(self, n, x, w, b, stride, padding, dilation, groups, module=None) -> None:
+        def pair(v, d):
+            v = d if v is None else v
+            return list(v) if isinstance(v, list | tuple) else [v, v]
+        if isinstance(padding, str):
+            raise Unsupported(f"{n.name}: string padding is not supported")
+        wref = w if isinstance(w, dict) else self.ref(w)
+        bref = b if isinstance(b, dict) else self.ref(b)
+        self.emit(n, "conv2d", [self.ref(x), wref, bref],
+                  {"stride": pair(stride, 1), "padding": pair(padding, 0), "dilation": pair(dilation, 1),
+                   "groups": int(groups or 1), "module": module})
+
+    def add_reduce(self, n, op, a, kw, tuple_result=False) -> None:
+        dim = a[1] if len(a) > 1 else kw.get("dim")
+        keep = a[2] if len(a) > 2 else kw.get("keepdim", False)
+        if kw.get("dtype") is not None:
+            raise Unsupported(f"{n.name}: a reduction with a dtype argument is not supported")
+        if isinstance(dim, int):
+            dim = [dim]
+        self.emit(n, op, [self.ref(a[0])], {"dim": list(dim) if dim is not None else None, "keepdim": bool(keep),
+                                            "tuple": tuple_result})
+
+    def add_view(self, n, m, a, kw) -> None:
+        rest = list(a[1:])
+        if m in ("view", "reshape", "expand", "permute") and len(rest) == 1 and isinstance(rest[0], list | tuple):
+            rest = list(rest[0])
+        for k in ("dim", "start_dim", "end_dim", "dim0", "dim1"):
+            if k in kw:
+                rest.append(kw[k])
+        if m in ("view", "reshape", "expand", "permute"):
+            args = [self.ref(a[0]), {"lit": [{"ref": self.alias[r.name]} if isinstance(r, fx.Node) else r
+                                             for r in rest]}]
+        else:
+            args = [self.ref(a[0])] + [{"lit": r} for r in rest]
+            if any(isinstance(r, fx.Node) for r in rest):
+                raise Unsupported(f"{n.name}: {m} with a traced dimension is not supported")
+        self.emit(n, "contiguous" if m == "contiguous" else m, args)
+
+    def add_getitem(self, n, a) -> None:
+        src, idx = a
+        if not isinstance(src, fx.Node):
+            raise Unsupported(f"{n.name}: indexing a non-tensor is not supported")
+        srcnode = next(x for x in self.nodes if x["name"] == self.alias[src.name])
+        if srcnode["op"] == "shape":
+            self.emit(n, "size", [{"ref": srcnode["args"][0]["ref"]}, {"lit": idx}])
+        elif srcnode["attrs"].get("tuple"):
+            if idx != 0:
+                raise Unsupported(f"{n.name}: the indices of max/min are not supported (only the values)")
+            self.alias[n.name] = srcnode["name"]
+            srcnode["shape"], srcnode["dtype"] = self.meta(n)
+        else:
+            raise Unsupported(f"{n.name}: tensor indexing/slicing is not supported by the built-in policy")
+
+
+def _has_param(m: nn.Module, name: str) -> bool:
+    try:
+        m.get_parameter(name)
+        return True
+    except AttributeError:
+        return False
+
+
+def _fn_name(t: Any) -> str:
+    mod = getattr(t, "__module__", "") or ""
+    return f"{mod}.{getattr(t, '__name__', repr(t))}".lstrip(".")
+
+
+def _load_task(path: str) -> types.ModuleType:
+    src = open(path).read()
+    mod = types.ModuleType("task_under_analysis")
+    mod.__file__ = path
+    sys.modules[mod.__name__] = mod
+    exec(compile(src, path, "exec"), mod.__dict__)
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, name):
+            raise Unsupported(f"the task does not define {name} (KernelBench format needs Model, get_inputs, "
+                              "get_init_inputs)")
+    return mod
+
+
+def _float_attrs(model: nn.Module) -> dict[str, float]:
+    out = {}
+    for k, v in vars(model).items():
+        if isinstance(v, float) and not isinstance(v, bool) and not k.startswith("_"):
+            out[k] = v
+    return out
+
+
+def _literals(gm: fx.GraphModule) -> dict[str, Any]:
+    out = {}
+    for n in gm.graph.nodes:
+        for i, a in enumerate(n.args):
+            if isinstance(a, float | int) and not isinstance(a, bool):
+                out[f"{n.name}:{i}"] = a
+        for k, a in n.kwargs.items():
+            if isinstance(a, float | int) and not isinstance(a, bool):
+                out[f"{n.name}:{k}"] = a
+    return out
+
+
+def _bind_scalars(mod: types.ModuleType, model: nn.Module, gm: fx.GraphModule, notes: list[str]) -> dict[str, str]:
+    """Which literal constants in the traced graph came from a float attribute of the model
+    (`self.scale`), found by tracing again with those attributes perturbed. Those constants are
+    read from the module at run time, so a candidate stays right when the init arguments change."""
+    attrs = _float_attrs(model)
+    if not attrs:
+        return {}
+    lit1 = _literals(gm)
+    for k, v in attrs.items():
+        setattr(model, k, v * 1.37 + 0.113)
+    try:
+        gm2 = fx.symbolic_trace(model)
+        lit2 = _literals(gm2)
+    finally:
+        for k, v in attrs.items():
+            setattr(model, k, v)
+    binds: dict[str, str] = {}
+    for pos, v1 in lit1.items():
+        v2 = lit2.get(pos)
+        if v2 is None or v2 == v1:
+            continue
+        for k, v in attrs.items():
+            if v1 == v and math.isclose(v2, v * 1.37 + 0.113, rel_tol=1e-12):
+                binds[pos] = f"self.{k}"
+                break
+        else:
+            notes.append(f"constant {v1} at {pos} depends on a model attribute in a way the policy cannot express; "
+                         "it is baked into the kernel")
+    # fx names the arguments by node name; a kwarg 'eps' is stored by its key
+    return binds
+
+
+def _eager_profile(model: nn.Module, inputs: list[Any], device: str) -> tuple[list[dict[str, Any]], float]:
+    """Per-op breakdown of the eager forward (self time per aten op), and the median forward time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.no_grad():
+        for _ in range(3):
+            model(*inputs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            model(*inputs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        with profile(activities=acts) as prof:
+            for _ in range(3):
+                model(*inputs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        self_us = (e.self_device_time_total if device == "cuda" else e.self_cpu_time_total)
+        if self_us <= 0 or not e.key.startswith("aten::"):
+            continue
+        rows.append({"name": e.key, "calls": e.count // 3, "ms": self_us / 3 / 1e3})
+    rows.sort(key=lambda r: -r["ms"])
+    total = sum(r["ms"] for r in rows) or 1.0
+    for r in rows:
+        r["share"] = r["ms"] / total
+    return rows[:12], sorted(times)[len(times) // 2]
+
+
+def _init_source(src: str) -> dict[str, Any]:
+    """The reference Model's constructor and module-level imports, verbatim: the candidate reuses
+    them so that parameter names, buffers and attributes match exactly."""
+    tree = ast.parse(src)
+    imports = [ast.get_source_segment(src, n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    init = None
+    for n in tree.body:
+        if isinstance(n, ast.ClassDef) and n.name == "Model":
+            for f in n.body:
+                if isinstance(f, ast.FunctionDef) and f.name == "__init__":
+                    init = ast.get_source_segment(src, f, padded=True)
+    helpers = [ast.get_source_segment(src, n) for n in tree.body
+               if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name not in ("Model", "get_inputs", "get_init_inputs")]
+    assigns = [ast.get_source_segment(src, n) for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)]
+    return {"imports": imports, "init": init, "helpers": helpers, "assigns": assigns}
+
+
+def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, Any]:
+    notes: list[str] = []
+    src = open(path).read()
+    mod = _load_task(path)
+    torch.manual_seed(0)
+    model = mod.Model(*mod.get_init_inputs())
+    training = model.training
+    model.eval()  # the evaluation compares forward outputs; dropout and batch norm use eval semantics
+    if training and any(isinstance(m, nn.modules.batchnorm._BatchNorm | nn.Dropout) for m in model.modules()):
+        notes.append("the model has batch norm/dropout; it is analysed in eval mode (running statistics, no dropout)")
+    inputs = mod.get_inputs()
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as e:  # noqa: BLE001 - any tracing failure becomes a message
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        hint = ""
+        if "symbolically traced variables cannot be used as inputs to control flow" in str(e) or "Proxy" in str(e):
+            hint = (" The forward has data-dependent control flow (an `if`/loop on tensor values), which cannot be "
+                    "captured as a static graph.")
+        raise Unsupported(f"torch.fx could not capture the forward: {msg}.{hint}") from None
+    binds = _bind_scalars(mod, model, gm, notes)
+    with torch.no_grad():
+        ShapeProp(gm).propagate(*inputs)
+    b = _Builder(gm, binds)
+    idx = 0
+    for n in gm.graph.nodes:
+        idx = b.add(n, idx)
+    for node in b.nodes:
+        if node["op"] not in ("output", "shape", "size", "ndim") and node["dtype"] not in (None, "float32"):
+            raise Unsupported(f"{node['name']}: dtype {node['dtype']} is not supported (the built-in policy "
+                              "generates float32 kernels)")
+    result: dict[str, Any] = {
+        "ok": True,
+        "nodes": b.nodes,
+        "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} if torch.is_tensor(t)
+                   else {"value": t} for t in inputs],
+        "init_args": [a if isinstance(a, int | float | bool | str) else repr(a) for a in mod.get_init_inputs()],
+        "source": _init_source(src),
+        "training_default": training,
+        "notes": notes,
+        "fx_code": gm.code.strip(),
+    }
+    if profile:
+        dev = device if device == "cuda" and torch.cuda.is_available() else "cpu"
+        m = model.to(dev)
+        ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
+        rows, ms = _eager_profile(m, ins, dev)
+        result["eager_profile"] = {"device": dev, "rows": rows, "forward_ms": ms,
+                                   "device_name": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                                   "threads": torch.get_num_threads()}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("task")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-profile", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        out = analyze(args.task, args.device, not args.no_profile)
+    except Unsupported as e:
+        out = {"ok": False, "error": str(e)}
+    except Exception as e:  # noqa: BLE001 - the task's own code failed
+        tb = traceback.format_exc(limit=4)
+        out = {"ok": False, "error": f"the task failed while being analysed: {type(e).__name__}: {e}", "traceback": tb}
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""C expressions for the elementwise vocabulary, shared by the C++ (OpenMP) and CUDA generators.
+
+Every op computes in float32, as the eager op does; transcendental functions are the C
+library's single-precision ones (CUDA's device versions on the GPU).
+"""
+
+from __future__ import annotations
+
+import math
+
+from agent.builtin.graph import Node, Scalar
+
+
+def c_float(v: float) -> str:
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    if math.isnan(v):
+        return "NAN"
+    r = repr(float(v))
+    if "e" not in r and "." not in r:
+        r += ".0"
+    return f"{r}f"
+
+
+def c_op(n: Node, a: list[str | None], cuda: bool) -> str:
+    op = n.op
+    x = a[0]
+    rsqrt = "rsqrtf" if cuda else "1.0f / sqrtf"
+    if op == "add":
+        return f"({a[0]} + {a[1]})"
+    if op == "sub":
+        return f"({a[0]} - {a[1]})"
+    if op == "mul":
+        return f"({a[0]} * {a[1]})"
+    if op == "div":
+        return f"({a[0]} / {a[1]})"
+    if op == "maximum":
+        return f"fmaxf({a[0]}, {a[1]})"
+    if op == "minimum":
+        return f"fminf({a[0]}, {a[1]})"
+    if op == "pow":
+        e = n.args[1]
+        if isinstance(e, Scalar) and not e.runtime:
+            if e.value == 2.0:
+                return f"({x} * {x})"
+            if e.value == 3.0:
+                return f"({x} * {x} * {x})"
+            if e.value == 0.5:
+                return f"sqrtf({x})"
+            if e.value == 1.0:
+                return x
+            if e.value == -1.0:
+                return f"(1.0f / {x})"
+        return f"powf({x}, {a[1]})"
+    if op == "neg":
+        return f"(-{x})"
+    if op == "exp":
+        return f"expf({x})"
+    if op == "log":
+        return f"logf({x})"
+    if op == "tanh":
+        return f"tanhf({x})"
+    if op == "sigmoid":
+        return f"(1.0f / (1.0f + expf(-{x})))"
+    if op == "silu":
+        return f"({x} / (1.0f + expf(-{x})))"
+    if op == "relu":
+        return f"({x} > 0.0f ? {x} : 0.0f)"
+    if op == "relu6":
+        return f"fminf(fmaxf({x}, 0.0f), 6.0f)"
+    if op == "rsqrt":
+        return f"({rsqrt}({x}))"
+    if op == "sqrt":
+        return f"sqrtf({x})"
+    if op == "abs":
+        return f"fabsf({x})"
+    if op == "erf":
+        return f"erff({x})"
+    if op == "sin":
+        return f"sinf({x})"
+    if op == "cos":
+        return f"cosf({x})"
+    if op == "square":
+        return f"({x} * {x})"
+    if op == "log1p":
+        return f"log1pf({x})"
+    if op == "expm1":
+        return f"expm1f({x})"
+    if op == "identity":
+        return x
+    if op == "gelu":
+        if n.attrs.get("approximate", "none") == "tanh":
+            return f"(0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))"
+        return f"(0.5f * {x} * (1.0f + erff({x} * 0.7071067811865476f)))"
+    if op == "mish":
+        return f"({x} * tanhf({x} > 20.0f ? {x} : log1pf(expf({x}))))"
+    if op == "hardswish":
+        return f"({x} * fminf(fmaxf({x} + 3.0f, 0.0f), 6.0f) / 6.0f)"
+    if op == "hardsigmoid":
+        return f"fminf(fmaxf({x} / 6.0f + 0.5f, 0.0f), 1.0f)"
+    if op == "leaky_relu":
+        return f"({x} > 0.0f ? {x} : {x} * {a[1]})"
+    if op == "clamp":
+        out = x
+        if a[1] is not None:
+            out = f"fmaxf({out}, {a[1]})"
+        if a[2] is not None:
+            out = f"fminf({out}, {a[2]})"
+        return out
+    if op == "elu":
+        return f"({x} > 0.0f ? {x} : {a[1]} * expm1f({x}))"
+    if op == "softplus":
+        return f"({x} * {a[1]} > {a[2]} ? {x} : log1pf(expf({x} * {a[1]})) / {a[1]})"
+    raise ValueError(f"no C expression for {op}")
+
+
+REDUCE_INIT = {"sum": "0.0f", "mean": "0.0f", "amax": "(-INFINITY)", "amin": "INFINITY"}
+
+
+def c_accumulate(op: str, acc: str, v: str) -> str:
+    if op in ("sum", "mean"):
+        return f"{acc} += {v};"
+    if op == "amax":
+        return f"{acc} = {acc} > {v} ? {acc} : {v};"
+    return f"{acc} = {acc} < {v} ? {acc} : {v};"
+
+
+def c_combine(op: str, a: str, b: str) -> str:
+    if op in ("sum", "mean"):
+        return f"({a} + {b})"
+    if op == "amax":
+        return f"fmaxf({a}, {b})"
+    return f"fminf({a}, {b})"

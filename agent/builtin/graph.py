@@ -1,0 +1,219 @@
+"""The built-in policy's view of a task: a small graph IR built from the fx capture.
+
+The capture itself runs in a child process (`agent.builtin.analyze`); this module only parses
+its JSON into `Graph`, which the rewrites and the code generators share. Vocabulary:
+input, param, linear, matmul, conv2d, batchnorm, layernorm, rmsnorm, softmax, log_softmax,
+diag, the elementwise ops in ELEMENTWISE, the reductions in REDUCTIONS, views (view, reshape,
+flatten, transpose, permute, t, unsqueeze, squeeze, expand, contiguous), identity, size/shape
+(Python ints), derived (a tensor computed from parameters by a custom kernel, e.g. folded
+batch-norm weights) and output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+UNARY = {"exp", "log", "tanh", "sigmoid", "relu", "rsqrt", "sqrt", "abs", "erf", "sin", "cos", "neg", "silu",
+         "square", "log1p", "expm1", "mish", "hardswish", "hardsigmoid", "relu6", "gelu", "identity"}
+BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"}
+PARAMETRIC = {"leaky_relu", "clamp", "elu", "softplus"}
+ELEMENTWISE = UNARY | BINARY | PARAMETRIC
+REDUCTIONS = {"sum", "mean", "amax", "amin"}
+VIEWS = {"view", "reshape", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "contiguous"}
+LIBRARY = {"matmul", "matmul_nt", "conv2d"}
+PYTHON_INTS = {"size", "shape", "ndim"}
+
+
+@dataclass(frozen=True)
+class Ref:
+    name: str
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A float constant; `expr` (e.g. "self.scale") when it comes from a model attribute and
+    must be read at run time, so the candidate stays right for other init arguments."""
+
+    value: float
+    expr: str | None = None
+
+    @property
+    def runtime(self) -> bool:
+        return self.expr is not None
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: Any
+
+
+@dataclass
+class Node:
+    name: str
+    op: str
+    args: list[Any]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    shape: list[int] | None = None
+    dtype: str | None = None
+
+    def refs(self) -> list[str]:
+        out = [a.name for a in self.args if isinstance(a, Ref)]
+        for a in self.args:
+            if isinstance(a, Lit) and isinstance(a.value, list):
+                out += [x.name for x in a.value if isinstance(x, Ref)]
+        return out
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape) if self.shape is not None else 0
+
+
+@dataclass
+class Graph:
+    nodes: list[Node]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def copy(self) -> Graph:
+        import copy
+
+        return copy.deepcopy(self)
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def users(self, name: str) -> list[Node]:
+        return [n for n in self.nodes if name in n.refs()]
+
+    @property
+    def output(self) -> Node:
+        return next(n for n in self.nodes if n.op == "output")
+
+    def inputs(self) -> list[Node]:
+        return sorted((n for n in self.nodes if n.op == "input"), key=lambda n: n.attrs["index"])
+
+    def fresh(self, prefix: str) -> str:
+        names = {n.name for n in self.nodes}
+        i = 0
+        while f"{prefix}_{i}" in names:
+            i += 1
+        return f"{prefix}_{i}"
+
+    def replace_uses(self, old: str, new: str) -> None:
+        for n in self.nodes:
+            n.args = [_swap(a, old, new) for a in n.args]
+
+    def insert_before(self, anchor: str, node: Node) -> None:
+        i = next(k for k, n in enumerate(self.nodes) if n.name == anchor)
+        self.nodes.insert(i, node)
+
+    def remove_dead(self) -> None:
+        while True:
+            used = {r for n in self.nodes for r in n.refs()}
+            dead = [n for n in self.nodes if n.op not in ("output", "input") and n.name not in used]
+            if not dead:
+                return
+            self.nodes = [n for n in self.nodes if n not in dead]
+
+    def summary(self) -> str:
+        """One line per node, as an expert would write the captured program down."""
+        lines = []
+        for n in self.nodes:
+            if n.op in ("input",):
+                lines.append(f"  {n.name:<14} = input[{n.attrs['index']}]            {fmt_shape(n.shape)}")
+            elif n.op == "param":
+                lines.append(f"  {n.name:<14} = self.{n.attrs['path']:<18} {fmt_shape(n.shape)}")
+            elif n.op == "output":
+                lines.append(f"  return {', '.join(fmt_arg(a) for a in n.args)}")
+            else:
+                args = ", ".join(fmt_arg(a) for a in n.args)
+                extra = {k: v for k, v in n.attrs.items() if k not in ("module", "tuple") and v is not None}
+                ex = " " + " ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""
+                lines.append(f"  {n.name:<14} = {n.op}({args}){ex}   {fmt_shape(n.shape)}")
+        return "\n".join(lines)
+
+
+def _swap(a: Any, old: str, new: str) -> Any:
+    if isinstance(a, Ref) and a.name == old:
+        return Ref(new)
+    if isinstance(a, Lit) and isinstance(a.value, list):
+        return Lit([Ref(new) if isinstance(x, Ref) and x.name == old else x for x in a.value])
+    return a
+
+
+def fmt_shape(shape: list[int] | None) -> str:
+    return "" if shape is None else "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def fmt_arg(a: Any) -> str:
+    if isinstance(a, Ref):
+        return a.name
+    if isinstance(a, Scalar):
+        return a.expr if a.expr else repr(a.value)
+    if isinstance(a, Lit):
+        if isinstance(a.value, list):
+            return "[" + ", ".join(x.name if isinstance(x, Ref) else repr(x) for x in a.value) + "]"
+        return repr(a.value)
+    return repr(a)
+
+
+def _parse_arg(a: dict[str, Any]) -> Any:
+    if "ref" in a:
+        return Ref(a["ref"])
+    if "scalar" in a:
+        return Scalar(float(a["scalar"]), a.get("expr"))
+    v = a["lit"]
+    if isinstance(v, list):
+        v = [Ref(x["ref"]) if isinstance(x, dict) and "ref" in x else x for x in v]
+    return Lit(v)
+
+
+def graph_from_analysis(data: dict[str, Any]) -> Graph:
+    nodes = [Node(n["name"], n["op"], [_parse_arg(a) for a in n["args"]], dict(n["attrs"]), n["shape"], n["dtype"])
+             for n in data["nodes"]]
+    meta = {k: v for k, v in data.items() if k != "nodes"}
+    return Graph(nodes, meta)
+
+
+@dataclass
+class Analysis:
+    ok: bool
+    error: str = ""
+    graph: Graph | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeout: float = 300.0) -> Analysis:
+    """Run the capture in a child process: the task is user code and must not run in ours."""
+    with tempfile.TemporaryDirectory(prefix="kw-analyze-") as d:
+        path = os.path.join(d, "task.py")
+        with open(path, "w") as f:
+            f.write(source)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {k: v for k, v in os.environ.items() if not any(s in k.upper() for s in ("KEY", "TOKEN", "SECRET",
+                                                                                      "PASSWORD"))}
+        env["PYTHONPATH"] = root
+        cmd = [sys.executable, "-m", "agent.builtin.analyze", path, "--device", device]
+        if not profile:
+            cmd.append("--no-profile")
+        try:
+            proc = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return Analysis(False, f"the analysis of the task did not finish within {timeout:.0f} s")
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
+    if line is None:
+        tail = (proc.stderr or proc.stdout)[-800:]
+        return Analysis(False, f"the analysis process failed (exit {proc.returncode}): {tail}")
+    data = json.loads(line)
+    if not data.get("ok"):
+        return Analysis(False, data.get("error", "unknown analysis failure"), data=data)
+    return Analysis(True, graph=graph_from_analysis(data), data=data)

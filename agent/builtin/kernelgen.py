@@ -1,0 +1,569 @@
+"""Generate one kernel per fused group, as C++ with OpenMP (cpu) or CUDA (cuda).
+
+A group is computed in phases over each row: one loop per reduction (its input recomputed
+from the group's inputs, so nothing intermediate touches memory), the per-row values in
+registers, then a final loop that writes the group's full-size outputs. CPU: rows in an
+OpenMP parallel loop, columns in `omp simd` loops. CUDA: reductions give each row TPR threads
+(a warp or a block) with shuffle reductions; elementwise groups are grid-stride loops over
+float4 vectors when the pointers are 16-byte aligned. Launch parameters are compile-time
+constants (`config`), so trying a configuration means compiling a variant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from agent.builtin.cexpr import REDUCE_INIT, c_accumulate, c_combine, c_float, c_op
+from agent.builtin.fusion import COL, COLGEN, FULL, GEN, ROW, ROWGEN, SCALAR, Group, Plan
+from agent.builtin.graph import REDUCTIONS, Lit, Node, Ref, Scalar, fmt_shape
+
+
+@dataclass
+class KernelSig:
+    """How model_new.py calls a group's kernel: argument kinds in order."""
+
+    name: str
+    operands: list[str]  # node names read
+    outputs: list[str]  # node names written
+    generic: list[int]  # operand indices that need (inner, extent)
+    scalars: list[Scalar]
+    bytes_moved: int = 0
+    ops: list[str] = field(default_factory=list)
+
+
+def _bytes(plan: Plan, grp: Group) -> int:
+    total = 0
+    for o in grp.operands:
+        total += 4 * math.prod(plan.graph.node(o.value).shape)
+    for o in grp.outputs:
+        total += 4 * math.prod(plan.graph.node(o).shape)
+    return total
+
+
+def _header_comment(plan: Plan, grp: Group, sig: KernelSig) -> str:
+    ins = ", ".join(f"{o.value}{fmt_shape(plan.graph.node(o.value).shape)} ({o.kind})" for o in grp.operands)
+    outs = ", ".join(f"{o}{fmt_shape(plan.graph.node(o).shape)}" for o in grp.outputs)
+    red = grp.reductions
+    kind = (f"{len(red)} row reduction(s) over {math.prod(grp.full[grp.split:])} columns" if red
+            else "elementwise")
+    return (f"// {grp.name}: fuses {len(grp.nodes)} graph ops [{', '.join(n.name + '=' + n.op for n in grp.nodes)}]\n"
+            f"//   iteration space {fmt_shape(grp.full)} split as rows={fmt_shape(grp.full[:grp.split])} x "
+            f"cols={fmt_shape(grp.full[grp.split:])}; {kind}\n"
+            f"//   reads {ins}\n//   writes {outs}\n"
+            f"//   moves {sig.bytes_moved / 1e6:.2f} MB (each input read once per phase, each output written once)")
+
+
+class _Body:
+    """Emits the statements of one group's phases for a given way of reading operands."""
+
+    def __init__(self, plan: Plan, grp: Group, cuda: bool):
+        self.plan, self.grp, self.cuda = plan, grp, cuda
+        self.scalar_names = {s: f"s{i}" for i, s in enumerate(grp.scalars)}
+
+    def arg(self, a: object, lane: str) -> str | None:
+        if isinstance(a, Ref):
+            if self.grp.member(a.name):
+                return f"v_{a.name}" + ("" if self.grp.space[a.name] == "row" else lane)
+            k = self.grp.operand_index(a.name)
+            kind = self.grp.operands[k].kind
+            return f"a{k}" + ("" if kind in (SCALAR, ROW, ROWGEN) else lane)
+        if isinstance(a, Scalar):
+            return self.scalar_names[a] if a.runtime else c_float(a.value)
+        if isinstance(a, Lit) and a.value is None:
+            return None
+        raise ValueError(f"unexpected argument {a!r}")
+
+    def cone(self, targets: list[str]) -> list[Node]:
+        """Full-space group nodes needed to compute targets inside a column loop, in order."""
+        need: set[str] = set()
+        stack = list(targets)
+        while stack:
+            t = stack.pop()
+            if t in need or not self.grp.member(t) or self.grp.space[t] == "row":
+                continue
+            need.add(t)
+            stack += self.plan.graph.node(t).refs()
+        return [n for n in self.grp.nodes if n.name in need]
+
+    def operands_of(self, nodes: list[Node], extra: tuple[str, ...] = ()) -> list[int]:
+        ks = set()
+        for refs in [n.refs() for n in nodes] + [list(extra)]:
+            for a in refs:
+                if not self.grp.member(a):
+                    k = self.grp.operand_index(a)
+                    if self.grp.operands[k].kind not in (SCALAR, ROW, ROWGEN):
+                        ks.add(k)
+        return sorted(ks)
+
+    def compute(self, nodes: list[Node], lane: str) -> list[str]:
+        out = []
+        for n in nodes:
+            args = [self.arg(a, lane) for a in n.args]
+            out.append(f"const float v_{n.name}{lane} = {c_op(n, args, self.cuda)};")
+        return out
+
+    def row_nodes_ready(self, done: set[str]) -> list[Node]:
+        """Per-row elementwise nodes whose inputs are all available, in order."""
+        ready = []
+        for n in self.grp.nodes:
+            if n.name in done or n.op in REDUCTIONS or self.grp.space[n.name] != "row":
+                continue
+            if all((not self.grp.member(d)) or d in done for d in n.refs()):
+                ready.append(n)
+                done.add(n.name)
+        return ready
+
+    def load(self, k: int, lane_index: str = "i", col: str = "c") -> str:
+        o = self.grp.operands[k]
+        if o.kind == FULL:
+            return f"in{k}[{lane_index}]"
+        if o.kind == COL:
+            return f"in{k}[{col}]"
+        if o.kind == COLGEN:
+            return f"in{k}[({col} / inner{k}) % ext{k}]"
+        if o.kind == GEN:
+            return f"in{k}[({lane_index} / inner{k}) % ext{k}]"
+        raise ValueError(o.kind)
+
+    def row_load(self, k: int) -> str:
+        o = self.grp.operands[k]
+        if o.kind == SCALAR:
+            return f"in{k}[0]"
+        if o.kind == ROW:
+            return f"in{k}[r]"
+        return f"in{k}[(r / inner{k}) % ext{k}]"
+
+
+def signature(plan: Plan, grp: Group) -> KernelSig:
+    sig = KernelSig(grp.name, [o.value for o in grp.operands], list(grp.outputs),
+                    [k for k, o in enumerate(grp.operands) if o.kind in (GEN, ROWGEN, COLGEN)], list(grp.scalars))
+    sig.bytes_moved = _bytes(plan, grp)
+    sig.ops = [n.op for n in grp.nodes]
+    return sig
+
+
+def _params(grp: Group, sig: KernelSig) -> str:
+    p = [f"const float* __restrict__ in{k}" for k in range(len(grp.operands))]
+    p += [f"float* __restrict__ out{k}" for k in range(len(grp.outputs))]
+    p += ["int64_t rows", "int64_t cols"]
+    for k in sig.generic:
+        p += [f"int64_t inner{k}", f"int64_t ext{k}"]
+    p += [f"float s{i}" for i in range(len(grp.scalars))]
+    return ", ".join(p)
+
+
+def _call_args(grp: Group, sig: KernelSig) -> str:
+    a = [f"in{k}" for k in range(len(grp.operands))] + [f"out{k}" for k in range(len(grp.outputs))] + ["rows", "cols"]
+    for k in sig.generic:
+        a += [f"inner{k}", f"ext{k}"]
+    a += [f"s{i}" for i in range(len(grp.scalars))]
+    return ", ".join(a)
+
+
+def _phases(body: _Body) -> list[tuple[Node | None, list[Node], list[Node]]]:
+    """[(reduction or None for the final loop, full-space nodes in its loop, row nodes after it)]"""
+    grp = body.grp
+    done: set[str] = set()
+    phases: list[tuple[Node | None, list[Node], list[Node]]] = []
+    pre = body.row_nodes_ready(done)
+    phases.append((None, [], pre))  # the row prologue (per-row values that need no reduction)
+    for red in grp.reductions:
+        src = red.args[0].name
+        loop = body.cone([src]) if grp.member(src) else []
+        done.add(red.name)
+        phases.append((red, loop, body.row_nodes_ready(done)))
+    return phases
+
+
+def _final_targets(grp: Group) -> tuple[list[str], list[str]]:
+    full = [o for o in grp.outputs if grp.space[o] == "full"]
+    row = [o for o in grp.outputs if grp.space[o] == "row"]
+    return full, row
+
+
+def _src_expr(body: _Body, red: Node, lane: str) -> str:
+    src = red.args[0]
+    return body.arg(src, lane)
+
+
+# --------------------------------------------------------------------------------------------- CPU
+
+
+def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
+    sig = signature(plan, grp)
+    body = _Body(plan, grp, cuda=False)
+    sched = config.get("schedule", "static")
+    L = [_header_comment(plan, grp, sig), f'extern "C" int {grp.name}({_params(grp, sig)}, void* stream) {{']
+    phases = _phases(body)
+    full_out, row_out = _final_targets(grp)
+    final_nodes = body.cone(full_out)
+    out_index = {o: k for k, o in enumerate(grp.outputs)}
+    row_operands = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
+    flat = not grp.reductions and not row_operands and all(o.kind in (FULL, GEN) for o in grp.operands)
+    if flat:
+        L.append("    const int64_t n = rows * cols;")
+        L.append(f"    #pragma omp parallel for simd schedule({sched})")
+        L.append("    for (int64_t i = 0; i < n; ++i) {")
+        for k in body.operands_of(final_nodes):
+            L.append(f"        const float a{k} = {body.load(k)};")
+        L += ["        " + s for s in body.compute(final_nodes, "")]
+        for o in full_out:
+            L.append(f"        out{out_index[o]}[i] = {body.arg(Ref(o), '')};")
+        L += ["    }", "    return 0;", "}"]
+        return "\n".join(L), sig
+    L.append(f"    #pragma omp parallel for schedule({sched})")
+    L.append("    for (int64_t r = 0; r < rows; ++r) {")
+    L.append("        const int64_t base = r * cols;")
+    for k in row_operands:
+        L.append(f"        const float a{k} = {body.row_load(k)};")
+    for red, loop, after in phases:
+        if red is not None:
+            acc = f"acc_{red.name}"
+            clause = "+" if red.op in ("sum", "mean") else ("max" if red.op == "amax" else "min")
+            L.append(f"        float {acc} = {REDUCE_INIT[red.op]};")
+            L.append(f"        #pragma omp simd reduction({clause}:{acc})")
+            L.append("        for (int64_t c = 0; c < cols; ++c) {")
+            L.append("            const int64_t i = base + c; (void)i;")
+            for k in body.operands_of(loop, (red.args[0].name,)):
+                L.append(f"            const float a{k} = {body.load(k)};")
+            L += ["            " + s for s in body.compute(loop, "")]
+            L.append("            " + c_accumulate(red.op, acc, _src_expr(body, red, "")))
+            L.append("        }")
+            val = f"{acc} / (float)cols" if red.op == "mean" else acc
+            L.append(f"        const float v_{red.name} = {val};")
+        L += ["        " + s for s in body.compute(after, "")]
+    if full_out:
+        L.append("        #pragma omp simd")
+        L.append("        for (int64_t c = 0; c < cols; ++c) {")
+        L.append("            const int64_t i = base + c; (void)i;")
+        for k in body.operands_of(final_nodes):
+            L.append(f"            const float a{k} = {body.load(k)};")
+        L += ["            " + s for s in body.compute(final_nodes, "")]
+        for o in full_out:
+            L.append(f"            out{out_index[o]}[i] = {body.arg(Ref(o), '')};")
+        L.append("        }")
+    for o in row_out:
+        L.append(f"        out{out_index[o]}[r] = v_{o};")
+    L += ["    }", "    return 0;", "}"]
+    return "\n".join(L), sig
+
+
+CPU_PRELUDE = """// Generated by the Kernelwright built-in policy (cpu backend): plain C++, OpenMP, no torch headers.
+// Every exported function is extern "C" and returns 0 on success.
+#include <cmath>
+#include <cstdint>
+
+"""
+
+CPU_DERIVED = r"""
+// bn_fold: batch norm (eval) folded into the preceding layer's weights, from the loaded parameters.
+//   W'[o, :] = W[o, :] * g[o] / sqrt(var[o] + eps);  b'[o] = (b[o] - mean[o]) * g[o] / sqrt(var[o] + eps) + beta[o]
+//   has_* = 0 marks an absent tensor (bias=False, affine=False). Moves |W| twice plus 5 vectors.
+extern "C" int bn_fold(const float* w, const float* b, const float* mean, const float* var, const float* gamma,
+                       const float* beta, float* w_out, float* b_out, int64_t out_ch, int64_t per_ch, float eps,
+                       int64_t has_b, int64_t has_gamma, int64_t has_beta, void* stream) {
+    (void)stream;
+    #pragma omp parallel for
+    for (int64_t o = 0; o < out_ch; ++o) {
+        const float s = (has_gamma ? gamma[o] : 1.0f) / sqrtf(var[o] + eps);
+        for (int64_t k = 0; k < per_ch; ++k) w_out[o * per_ch + k] = w[o * per_ch + k] * s;
+        b_out[o] = ((has_b ? b[o] : 0.0f) - mean[o]) * s + (has_beta ? beta[o] : 0.0f);
+    }
+    return 0;
+}
+
+// colsum: out[k] = sum_n W[n, k] for a row-major [n_rows, n_cols] matrix (summed rows of a weight).
+extern "C" int colsum(const float* w, float* out, int64_t n_rows, int64_t n_cols, void* stream) {
+    (void)stream;
+    #pragma omp parallel for
+    for (int64_t k = 0; k < n_cols; ++k) {
+        double acc = 0.0;
+        for (int64_t n = 0; n < n_rows; ++n) acc += w[n * n_cols + k];
+        out[k] = (float)acc;
+    }
+    return 0;
+}
+"""
+
+# -------------------------------------------------------------------------------------------- CUDA
+
+CUDA_PRELUDE = r"""// Generated by the Kernelwright built-in policy (cuda backend): plain CUDA + cuBLAS, no torch headers.
+// Every exported function is extern "C" and returns 0 or the CUDA/cuBLAS error code.
+#include <cstdint>
+#include <cmath>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+// Reduce v over the TPR consecutive threads that own one row (TPR <= 32: shuffles inside the
+// warp; TPR > 32: one row per block, warp partials through shared memory).
+template <int TPR, int OP>  // OP 0: sum, 1: max, 2: min
+__device__ __forceinline__ float row_reduce(float v, float* smem) {
+    constexpr int W = TPR < 32 ? TPR : 32;
+    #pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, v, o, W);
+        v = OP == 0 ? v + u : (OP == 1 ? fmaxf(v, u) : fminf(v, u));
+    }
+    if constexpr (TPR > 32) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        __syncthreads();  // smem may still be read by a previous reduction
+        if (lane == 0) smem[warp] = v;
+        __syncthreads();
+        v = lane < TPR / 32 ? smem[lane] : (OP == 0 ? 0.0f : smem[0]);
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float u = __shfl_xor_sync(0xffffffffu, v, o);
+            v = OP == 0 ? v + u : (OP == 1 ? fmaxf(v, u) : fminf(v, u));
+        }
+    }
+    return v;
+}
+
+static inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+"""
+
+CUDA_DERIVED = r"""
+// bn_fold: batch norm (eval) folded into the preceding layer's weights, from the loaded parameters.
+//   W'[o, :] = W[o, :] * g[o] / sqrt(var[o] + eps);  b'[o] = (b[o] - mean[o]) * g[o] / sqrt(var[o] + eps) + beta[o]
+__global__ void bn_fold_kernel(const float* w, const float* b, const float* mean, const float* var, const float* gamma,
+                               const float* beta, float* w_out, float* b_out, int64_t out_ch, int64_t per_ch, float eps,
+                               int64_t has_b, int64_t has_gamma, int64_t has_beta) {
+    const int64_t o = blockIdx.x;
+    const float s = (has_gamma ? gamma[o] : 1.0f) / sqrtf(var[o] + eps);
+    for (int64_t k = threadIdx.x; k < per_ch; k += blockDim.x) w_out[o * per_ch + k] = w[o * per_ch + k] * s;
+    if (threadIdx.x == 0) b_out[o] = ((has_b ? b[o] : 0.0f) - mean[o]) * s + (has_beta ? beta[o] : 0.0f);
+}
+
+extern "C" int bn_fold(const float* w, const float* b, const float* mean, const float* var, const float* gamma,
+                       const float* beta, float* w_out, float* b_out, int64_t out_ch, int64_t per_ch, float eps,
+                       int64_t has_b, int64_t has_gamma, int64_t has_beta, void* stream) {
+    bn_fold_kernel<<<(unsigned)out_ch, 128, 0, (cudaStream_t)stream>>>(w, b, mean, var, gamma, beta, w_out, b_out,
+                                                                        out_ch, per_ch, eps, has_b, has_gamma, has_beta);
+    return (int)cudaGetLastError();
+}
+
+// colsum: out[k] = sum_n W[n, k] (summed rows of a weight matrix), one thread per column, coalesced.
+__global__ void colsum_kernel(const float* w, float* out, int64_t n_rows, int64_t n_cols) {
+    const int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (k >= n_cols) return;
+    double acc = 0.0;
+    for (int64_t n = 0; n < n_rows; ++n) acc += w[n * n_cols + k];
+    out[k] = (float)acc;
+}
+
+extern "C" int colsum(const float* w, float* out, int64_t n_rows, int64_t n_cols, void* stream) {
+    colsum_kernel<<<(unsigned)((n_cols + 255) / 256), 256, 0, (cudaStream_t)stream>>>(w, out, n_rows, n_cols);
+    return (int)cudaGetLastError();
+}
+
+// gemm_nt: out[M, N] = x[M, K] @ W[N, K]^T through cuBLAS (full FP32, no TF32), the handle created
+// once per process and bound to the caller's stream. Row-major out^T = W x^T in cuBLAS's column-major.
+static cublasHandle_t kw_cublas() {
+    static cublasHandle_t h = nullptr;
+    if (h == nullptr) {
+        if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return nullptr;
+        cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+    }
+    return h;
+}
+
+extern "C" int gemm_nt(const float* x, const float* w, float* out, int64_t M, int64_t N, int64_t K, void* stream) {
+    cublasHandle_t h = kw_cublas();
+    if (h == nullptr) return 1000;
+    cublasSetStream(h, (cudaStream_t)stream);
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t st = cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, w, (int)K, x,
+                                          (int)K, &beta, out, (int)N);
+    return st == CUBLAS_STATUS_SUCCESS ? (int)cudaGetLastError() : 1000 + (int)st;
+}
+"""
+
+_OPCODE = {"sum": 0, "mean": 0, "amax": 1, "amin": 2}
+
+
+def cuda_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
+    sig = signature(plan, grp)
+    body = _Body(plan, grp, cuda=True)
+    if grp.reductions:
+        return _cuda_rows(plan, grp, body, sig, config), sig
+    return _cuda_elementwise(plan, grp, body, sig, config), sig
+
+
+def _lane_body(body: _Body, nodes: list[Node], ks: list[int], vec: int, vector_kinds: tuple) -> list[str]:
+    """Statements for `vec` consecutive elements (lanes .x .y .z .w) starting at i0 / c0."""
+    L = []
+    comps = "xyzw"
+    for k in ks:
+        o = body.grp.operands[k]
+        if vec == 4 and o.kind in vector_kinds:
+            idx = "i0" if o.kind == FULL else "c0"
+            L.append(f"const float4 a{k}v = *reinterpret_cast<const float4*>(in{k} + {idx});")
+            for ln in range(4):
+                L.append(f"const float a{k}_{ln} = a{k}v.{comps[ln]};")
+        else:
+            for ln in range(vec):
+                L.append(f"const float a{k}_{ln} = {body.load(k, f'(i0 + {ln})', f'(c0 + {ln})')};")
+    for ln in range(vec):
+        L += body.compute(nodes, f"_{ln}")
+    return L
+
+
+def _cuda_elementwise(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict) -> str:
+    block = int(config.get("block", 256))
+    full_out, _ = _final_targets(grp)
+    nodes = body.cone(full_out)
+    ks = body.operands_of(nodes)
+    row_ks = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
+    out_index = {o: k for k, o in enumerate(grp.outputs)}
+    L = [_header_comment(plan, grp, sig),
+         f"//   launch: {block} threads per block, grid-stride, VEC=4 (float4) when aligned else scalar",
+         "template <int VEC>",
+         f"__global__ void __launch_bounds__({block}) {grp.name}_kernel({_params(grp, sig)}) {{",
+         "    const int64_t n = rows * cols;",
+         "    const int64_t stride = (int64_t)gridDim.x * blockDim.x;",
+         "    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n / VEC; q += stride) {",
+         "        const int64_t i0 = q * VEC;",
+         "        const int64_t r = i0 / cols, c0 = i0 - r * cols; (void)r; (void)c0;"]
+    for k in row_ks:
+        L.append(f"        const float a{k} = {body.row_load(k)};")
+    L.append("        if constexpr (VEC == 4) {")
+    L += ["            " + s for s in _lane_body(body, nodes, ks, 4, (FULL, COL))]
+    for o in full_out:
+        vals = ", ".join(f"{body.arg(Ref(o), f'_{ln}')}" for ln in range(4))
+        L.append(f"            *reinterpret_cast<float4*>(out{out_index[o]} + i0) = make_float4({vals});")
+    L.append("        } else {")
+    L += ["            " + s for s in _lane_body(body, nodes, ks, 1, ())]
+    for o in full_out:
+        L.append(f"            out{out_index[o]}[i0] = {body.arg(Ref(o), '_0')};")
+    L += ["        }", "    }", "}", ""]
+    vec_ptrs = [f"in{k}" for k, o in enumerate(grp.operands) if o.kind in (FULL, COL)] + \
+               [f"out{out_index[o]}" for o in full_out]
+    cond = " && ".join(["(rows * cols) % 4 == 0", "cols % 4 == 0"] + [f"aligned16({p})" for p in vec_ptrs])
+    L += [f'extern "C" int {grp.name}({_params(grp, sig)}, void* stream) {{',
+          "    const int64_t n = rows * cols;",
+          "    if (n == 0) return 0;",
+          f"    const bool vec = {cond};",
+          "    const int64_t work = vec ? n / 4 : n;",
+          f"    const int64_t blocks = (work + {block} - 1) / {block};",
+          "    const unsigned grid = (unsigned)(blocks < 65536 * 8 ? blocks : 65536 * 8);",
+          f"    if (vec) {grp.name}_kernel<4><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+          f"    else {grp.name}_kernel<1><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+          "    return (int)cudaGetLastError();",
+          "}"]
+    return "\n".join(L)
+
+
+def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict) -> str:
+    tpr = int(config.get("tpr", 256))
+    block = max(tpr, 128) if tpr <= 32 else tpr
+    rows_per_block = block // tpr
+    full_out, row_out = _final_targets(grp)
+    final_nodes = body.cone(full_out)
+    out_index = {o: k for k, o in enumerate(grp.outputs)}
+    row_ks = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
+    L = [_header_comment(plan, grp, sig),
+         f"//   launch: {tpr} threads per row ({'one warp' if tpr == 32 else 'sub-warp' if tpr < 32 else 'one block'}"
+         f" per row), {rows_per_block} row(s) per block of {block}; float4 loads when cols % 4 == 0 and aligned",
+         "template <int VEC>",
+         f"__global__ void __launch_bounds__({block}) {grp.name}_kernel({_params(grp, sig)}) {{",
+         f"    constexpr int TPR = {tpr};",
+         "    __shared__ float smem[32];",
+         "    const int t = threadIdx.x % TPR;",
+         f"    const int64_t r = (int64_t)blockIdx.x * {rows_per_block} + threadIdx.x / TPR;",
+         "    const bool valid = r < rows;",
+         "    const int64_t ncols = valid ? cols : 0;  // idle rows still take part in the shuffles",
+         "    const int64_t base = r * cols; (void)base;"]
+    for k in row_ks:
+        L.append(f"    const float a{k} = valid ? {body.row_load(k)} : 0.0f;")
+
+    def loop(nodes: list[Node], emit_tail, extra: tuple[str, ...] = ()) -> list[str]:
+        ks = body.operands_of(nodes, extra)
+        out = ["    if constexpr (VEC == 4) {",
+               "        for (int64_t c4 = t; c4 < ncols / 4; c4 += TPR) {",
+               "            const int64_t c0 = c4 * 4, i0 = base + c0; (void)i0;"]
+        out += ["            " + s for s in _lane_body(body, nodes, ks, 4, (FULL, COL))]
+        out += ["            " + s for s in emit_tail(4)]
+        out += ["        }", "    } else {",
+                "        for (int64_t c0 = t; c0 < ncols; c0 += TPR) {",
+                "            const int64_t i0 = base + c0; (void)i0;"]
+        out += ["            " + s for s in _lane_body(body, nodes, ks, 1, ())]
+        out += ["            " + s for s in emit_tail(1)]
+        out += ["        }", "    }"]
+        return out
+
+    for red, nodes, after in _phases(body):
+        if red is not None:
+            acc = f"acc_{red.name}"
+            L.append(f"    float {acc} = {REDUCE_INIT[red.op]};")
+
+            def tail(vec: int, red: Node = red, acc: str = acc) -> list[str]:
+                return [c_accumulate(red.op, acc, _src_expr(body, red, f"_{ln}")) for ln in range(vec)]
+
+            L += loop(nodes, tail, (red.args[0].name,))
+            L.append(f"    {acc} = row_reduce<TPR, {_OPCODE[red.op]}>({acc}, smem);")
+            val = f"{acc} / (float)cols" if red.op == "mean" else acc
+            L.append(f"    const float v_{red.name} = {val};")
+        L += ["    " + s for s in body.compute(after, "")]
+    if full_out:
+        def store(vec: int) -> list[str]:
+            if vec == 4:
+                return [f"*reinterpret_cast<float4*>(out{out_index[o]} + i0) = make_float4("
+                        + ", ".join(body.arg(Ref(o), f"_{ln}") for ln in range(4)) + ");" for o in full_out]
+            return [f"out{out_index[o]}[i0] = {body.arg(Ref(o), '_0')};" for o in full_out]
+
+        L += loop(final_nodes, store)
+    for o in row_out:
+        L.append(f"    if (valid && t == 0) out{out_index[o]}[r] = v_{o};")
+    L += ["}", ""]
+    vec_ptrs = [f"in{k}" for k, o in enumerate(grp.operands) if o.kind in (FULL, COL)] + \
+               [f"out{out_index[o]}" for o in full_out]
+    cond = " && ".join(["cols % 4 == 0"] + [f"aligned16({p})" for p in vec_ptrs])
+    L += [f'extern "C" int {grp.name}({_params(grp, sig)}, void* stream) {{',
+          "    if (rows == 0) return 0;",
+          f"    const bool vec = {cond};",
+          f"    const unsigned grid = (unsigned)((rows + {rows_per_block} - 1) / {rows_per_block});",
+          f"    if (vec) {grp.name}_kernel<4><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+          f"    else {grp.name}_kernel<1><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+          "    return (int)cudaGetLastError();",
+          "}"]
+    return "\n".join(L)
+
+
+def generate(plan: Plan, backend: str, configs: dict[str, dict]) -> tuple[str, list[KernelSig]]:
+    """The whole kernel file for a plan; configs maps group name -> launch configuration."""
+    parts = [CUDA_PRELUDE if backend == "cuda" else CPU_PRELUDE]
+    sigs = []
+    for grp in plan.groups:
+        fn = cuda_kernel if backend == "cuda" else cpu_kernel
+        src, sig = fn(plan, grp, configs.get(grp.name, {}))
+        parts.append(src)
+        parts.append("")
+        sigs.append(sig)
+    parts.append(CUDA_DERIVED if backend == "cuda" else CPU_DERIVED)
+    return "\n".join(parts), sigs
+
+
+def default_config(grp: Group, backend: str) -> dict:
+    if backend == "cpu":
+        return {"schedule": "static"}
+    if grp.reductions:
+        cols = math.prod(grp.full[grp.split:])
+        return {"tpr": 32 if cols <= 1024 else 256}
+    return {"block": 256}
+
+
+def config_variants(grp: Group, backend: str) -> list[dict]:
+    """A few launch configurations worth timing for this group (the default first)."""
+    if backend == "cpu":
+        return [{"schedule": "static"}, {"schedule": "dynamic, 8"}]
+    if grp.reductions:
+        cols = math.prod(grp.full[grp.split:])
+        rows = math.prod(grp.full[:grp.split])
+        opts = [32, 128, 256] if cols <= 2048 else [256, 512, 1024]
+        if rows < 264 and cols > 4096:
+            opts = [1024, 512]
+        first = default_config(grp, backend)["tpr"]
+        return [{"tpr": first}] + [{"tpr": t} for t in opts if t != first]
+    return [{"block": 256}, {"block": 128}, {"block": 512}]

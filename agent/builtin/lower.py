@@ -1,0 +1,144 @@
+"""Lower compound ops to the primitives the kernel generator fuses.
+
+linear -> matmul_nt (+ bias add), conv2d -> conv2d without bias (+ per-channel bias add),
+softmax / log_softmax / layer norm / RMS norm / eval batch norm -> row reductions and
+elementwise ops. After lowering, every non-library compute node is an elementwise op or a
+reduction over trailing dims, which is exactly what one fused kernel per group can express.
+"""
+
+from __future__ import annotations
+
+from agent.builtin.graph import ELEMENTWISE, REDUCTIONS, Graph, Lit, Node, Ref, Scalar
+
+
+class LoweringError(Exception):
+    pass
+
+
+def _norm_dims(dims: list[int] | None, nd: int) -> list[int]:
+    if dims is None:
+        return list(range(nd))
+    return sorted(d % nd for d in dims)
+
+
+def _trailing(dims: list[int], nd: int) -> bool:
+    return dims == list(range(nd - len(dims), nd))
+
+
+def lower(g: Graph) -> Graph:
+    g = g.copy()
+    out: list[Node] = []
+    names = {n.name for n in g.nodes}
+
+    def fresh(prefix: str) -> str:
+        i = 0
+        while f"{prefix}_{i}" in names:
+            i += 1
+        names.add(f"{prefix}_{i}")
+        return f"{prefix}_{i}"
+
+    def emit(op: str, args: list, shape: list[int] | None, attrs: dict | None = None, name: str | None = None) -> Ref:
+        n = Node(name or fresh(op), op, args, attrs or {}, list(shape) if shape is not None else None, "float32")
+        out.append(n)
+        return Ref(n.name)
+
+    def red(op: str, x: Ref, shape: list[int], dims: list[int], keep: bool = True, name: str | None = None) -> Ref:
+        nd = len(shape)
+        oshape = [1 if i in dims else s for i, s in enumerate(shape)] if keep else [s for i, s in enumerate(shape) if i not in dims]
+        return emit(op, [x], oshape, {"dim": dims, "keepdim": keep}, name)
+
+    for n in g.nodes:
+        shape = n.shape
+        nd = len(shape or [])
+        if n.op == "linear":
+            x, w, b = n.args
+            if isinstance(b, Ref):
+                mm = emit("matmul_nt", [x, w], shape)
+                emit("add", [mm, b], shape, name=n.name)
+            else:
+                emit("matmul_nt", [x, w], shape, name=n.name)
+        elif n.op == "conv2d":
+            x, w, b = n.args[:3]
+            if isinstance(b, Ref):
+                c = emit("conv2d", [x, w, Lit(None)], shape, dict(n.attrs))
+                bv = emit("view", [b, Lit([-1, 1, 1])], [shape[1], 1, 1])
+                emit("add", [c, bv], shape, name=n.name)
+            else:
+                emit("conv2d", [x, w, Lit(None)], shape, dict(n.attrs), name=n.name)
+        elif n.op in ("softmax", "log_softmax"):
+            d = n.attrs["dim"] % nd
+            if d != nd - 1:
+                raise LoweringError(f"{n.name}: {n.op} over dim {d} of a {nd}-d tensor; the generator handles the last "
+                                    "dim only")
+            x = n.args[0]
+            m = red("amax", x, shape, [d])
+            z = emit("sub", [x, m], shape)
+            e = emit("exp", [z], shape)
+            s = red("sum", e, shape, [d])
+            if n.op == "softmax":
+                emit("div", [e, s], shape, name=n.name)
+            else:
+                emit("sub", [z, emit("log", [s], s_shape(shape, [d]))], shape, name=n.name)
+        elif n.op in ("layernorm", "rmsnorm"):
+            k = n.attrs.get("ndim", 1)
+            dims = list(range(nd - k, nd))
+            x = n.args[0]
+            w = n.args[1]
+            b = n.args[2] if n.op == "layernorm" else Lit(None)
+            eps = n.args[-1]
+            rs = s_shape(shape, dims)
+            if n.op == "layernorm":
+                mu = red("mean", x, shape, dims)
+                x = emit("sub", [x, mu], shape)
+            var = red("mean", emit("square", [x], shape), shape, dims)
+            inv = emit("rsqrt", [emit("add", [var, eps], rs)], rs)
+            y = emit("mul", [x, inv], shape, name=None if isinstance(w, Ref) or isinstance(b, Ref) else n.name)
+            if isinstance(w, Ref):
+                y = emit("mul", [y, w], shape, name=None if isinstance(b, Ref) else n.name)
+            if isinstance(b, Ref):
+                emit("add", [y, b], shape, name=n.name)
+        elif n.op == "batchnorm":
+            x, mean, var, gamma, beta, eps = n.args
+            view = [-1] + [1] * (nd - 2)
+            cshape = [shape[1]] + [1] * (nd - 2)
+
+            def cv(p: Ref) -> Ref:
+                return emit("view", [p, Lit(view)], cshape) if nd > 2 else p
+
+            y = emit("sub", [x, cv(mean)], shape)
+            inv = emit("rsqrt", [emit("add", [cv(var), eps], cshape)], cshape)
+            last = not isinstance(gamma, Ref) and not isinstance(beta, Ref)
+            y = emit("mul", [y, inv], shape, name=n.name if last else None)
+            if isinstance(gamma, Ref):
+                y = emit("mul", [y, cv(gamma)], shape, name=n.name if not isinstance(beta, Ref) else None)
+            if isinstance(beta, Ref):
+                emit("add", [y, cv(beta)], shape, name=n.name)
+        elif n.op == "identity":
+            out.append(Node(n.name, "view", [n.args[0], Lit(list(shape))], {}, shape, n.dtype))
+        elif n.op == "diag":
+            raise LoweringError(f"{n.name}: torch.diag builds a dense matrix; only its use in a product (a row or "
+                                "column scaling) is supported")
+        elif n.op in REDUCTIONS:
+            dims = _norm_dims(n.attrs.get("dim"), len(g.node(n.args[0].name).shape))
+            ishape = g.node(n.args[0].name).shape
+            if not _trailing(dims, len(ishape)):
+                raise LoweringError(f"{n.name}: {n.op} over dims {dims} of a {len(ishape)}-d tensor; the generator "
+                                    "reduces trailing dims only")
+            n.attrs = {"dim": dims, "keepdim": bool(n.attrs.get("keepdim"))}
+            out.append(n)
+        elif n.op in ELEMENTWISE and any(isinstance(a, Ref) for a in n.args):
+            out.append(n)
+        elif n.op in ELEMENTWISE:
+            raise LoweringError(f"{n.name}: {n.op} of constants only")
+        else:
+            out.append(n)
+    g.nodes = out
+    for n in g.nodes:
+        for a in n.args:
+            if isinstance(a, Scalar) or not isinstance(a, Ref):
+                continue
+    return g
+
+
+def s_shape(shape: list[int], dims: list[int]) -> list[int]:
+    return [1 if i in dims else s for i, s in enumerate(shape)]

@@ -1,0 +1,326 @@
+"""Rewrites that keep the function exact up to floating-point reassociation.
+
+Each rewrite looks for one pattern, changes the graph and says in a sentence what it did and
+why it is exact; the policy shows each one as its own turn. Parameters are never changed:
+where a rewrite needs transformed weights (folded batch norm, summed rows of a weight matrix)
+it adds a `derived` node, which the candidate computes from the loaded parameters with a
+custom kernel, and recomputes whenever a parameter changes (never cached outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
+
+
+@dataclass
+class Rewrite:
+    name: str
+    title: str
+    detail: str  # what changed, in an expert's words
+    graph: Graph
+
+
+def _scalar(a: object) -> bool:
+    return isinstance(a, Scalar)
+
+
+def _single_use(g: Graph, name: str) -> bool:
+    return len(g.users(name)) == 1 and name not in g.output.refs()
+
+
+def _ndim(n: Node) -> int:
+    return len(n.shape or [])
+
+
+def remove_identities(g: Graph) -> Rewrite | None:
+    """identity/clone ops, x*1, x+0, x/1, transpose-of-transpose, contiguous() of a
+    contiguous value: each launches a kernel or a copy in eager mode and computes nothing."""
+    g = g.copy()
+    removed: list[str] = []
+    changed = True
+    while changed:
+        changed = False
+        for n in list(g.nodes):
+            src = None
+            if n.op == "identity":
+                src = n.args[0]
+            elif n.op in ("mul", "div") and isinstance(n.args[1], Scalar) and not n.args[1].runtime and n.args[1].value == 1.0:
+                src = n.args[0]
+            elif n.op == "mul" and isinstance(n.args[0], Scalar) and not n.args[0].runtime and n.args[0].value == 1.0:
+                src = n.args[1]
+            elif n.op in ("add", "sub") and isinstance(n.args[1], Scalar) and not n.args[1].runtime and n.args[1].value == 0.0:
+                src = n.args[0]
+            elif n.op == "contiguous" and _is_contiguous(g, n.args[0]):
+                src = n.args[0]
+            elif n.op in ("transpose", "t") and isinstance(n.args[0], Ref):
+                inner = g.node(n.args[0].name)
+                if inner.op == n.op and _tdims(inner) == _tdims(n) and isinstance(inner.args[0], Ref):
+                    src = inner.args[0]
+            if isinstance(src, Ref) and g.node(src.name).shape == n.shape:
+                g.replace_uses(n.name, src.name)
+                g.nodes.remove(n)
+                removed.append(f"{n.op} ({n.name})")
+                changed = True
+    if not removed:
+        return None
+    g.remove_dead()
+    return Rewrite("remove_identities", "Remove ops that compute nothing",
+                   "Removed " + ", ".join(removed) + ": each is an identity on the values (an extra launch or copy "
+                   "in eager PyTorch, no arithmetic).", g)
+
+
+def _tdims(n: Node) -> tuple:
+    if n.op == "t":
+        return (-2, -1)
+    nd = _ndim(n)
+    dims = sorted(d.value % nd if nd else d.value for d in n.args[1:3])
+    return tuple(dims)
+
+
+def _is_contiguous(g: Graph, a: object) -> bool:
+    if not isinstance(a, Ref):
+        return False
+    return g.node(a.name).op not in ("transpose", "permute", "t", "expand")
+
+
+def canonical_linear(g: Graph) -> Rewrite | None:
+    """x @ W.T with W a parameter is nn.Linear without bias: one pattern for the later rewrites
+    (and for cuBLAS's transposed operand, so no transpose is ever materialised)."""
+    g = g.copy()
+    done = []
+    for n in list(g.nodes):
+        if n.op != "matmul" or not isinstance(n.args[1], Ref):
+            continue
+        t = g.node(n.args[1].name)
+        if t.op not in ("t", "transpose") or _ndim(t) != 2 or not isinstance(t.args[0], Ref):
+            continue
+        w = g.node(t.args[0].name)
+        if w.op != "param" or _ndim(w) != 2:
+            continue
+        n.op, n.args, n.attrs = "linear", [n.args[0], Ref(w.name), Lit(None)], {}
+        done.append(n.name)
+    if not done:
+        return None
+    g.remove_dead()
+    return Rewrite("canonical_linear", "x @ W.T is a linear layer",
+                   f"{', '.join(done)}: a product with a transposed weight parameter is a linear layer; cuBLAS reads "
+                   "W transposed in place, nothing is copied.", g)
+
+
+def diag_to_row_scale(g: Graph) -> Rewrite | None:
+    """diag(d) @ X == d[:, None] * X and X @ diag(d) == X * d[None, :]: an O(N^2 M) GEMM over a
+    mostly-zero matrix becomes one O(NM) pass that reads X once."""
+    g = g.copy()
+    for n in list(g.nodes):
+        if n.op != "matmul":
+            continue
+        a, b = (g.node(x.name) if isinstance(x, Ref) else None for x in n.args[:2])
+        if a is not None and a.op == "diag" and b is not None and _ndim(b) == 2:
+            d = a.args[0]
+            col = Node(g.fresh("d_col"), "view", [d, Lit([-1, 1])], {}, [a.shape[0], 1], "float32")
+            g.insert_before(n.name, col)
+            n.op, n.args = "mul", [Ref(col.name), n.args[1]]
+            g.remove_dead()
+            return Rewrite("diag_to_row_scale", "diag(d) @ X is a row scaling",
+                           f"{n.name} = diag(d) @ X builds a {a.shape[0]}x{a.shape[1]} matrix that is zero off the "
+                           f"diagonal and multiplies it in {2 * a.shape[0] * a.shape[1] * b.shape[1] / 1e9:.2f} GFLOP; "
+                           "(diag(d) @ X)[i, j] = d[i] * X[i, j] exactly (every other product is a zero), so it "
+                           "becomes one elementwise pass: out = d[:, None] * X.", g)
+        if b is not None and b.op == "diag" and a is not None and _ndim(a) == 2:
+            n.op, n.args = "mul", [n.args[0], b.args[0]]
+            g.remove_dead()
+            return Rewrite("diag_to_col_scale", "X @ diag(d) is a column scaling",
+                           f"{n.name} = X @ diag(d): (X @ diag(d))[i, j] = X[i, j] * d[j], one elementwise pass.", g)
+    return None
+
+
+def scale_through_reduction(g: Graph) -> Rewrite | None:
+    """sum(s * x) == s * sum(x) (and mean likewise) for a scalar s: moving the scale after the
+    reduction shrinks it from one multiply per element to one per row, and lets a GEMM meet
+    the sum directly."""
+    g = g.copy()
+    for n in list(g.nodes):
+        if n.op not in ("sum", "mean") or not isinstance(n.args[0], Ref):
+            continue
+        m = g.node(n.args[0].name)
+        if m.op not in ("mul", "div") or not _single_use(g, m.name):
+            continue
+        if m.op == "mul" and _scalar(m.args[0]):
+            s, x = m.args[0], m.args[1]
+        elif _scalar(m.args[1]):
+            s, x = m.args[1], m.args[0]
+        else:
+            continue
+        red = Node(g.fresh(n.name + "_r"), n.op, [x], dict(n.attrs), n.shape, n.dtype)
+        g.insert_before(n.name, red)
+        n.op, n.args, n.attrs = m.op, [Ref(red.name), s], {}
+        g.remove_dead()
+        return Rewrite("scale_through_reduction", f"Move the scalar {m.op} after the {red.op}",
+                       f"{red.op}(x {'*' if m.op == 'mul' else '/'} {_fmt(s)}) = {red.op}(x) {'*' if m.op == 'mul' else '/'} "
+                       f"{_fmt(s)}: the scaling now happens once per output instead of once per input element.", g)
+    return None
+
+
+def _fmt(s: Scalar) -> str:
+    return s.expr if s.expr else f"{s.value:g}"
+
+
+def _as_factor(n: Node) -> tuple[object, Scalar, bool] | None:
+    """(x, s, divide) when n is x*s, s*x or x/s with a scalar s."""
+    if n.op == "mul" and _scalar(n.args[0]) and isinstance(n.args[1], Ref):
+        return n.args[1], n.args[0], False
+    if n.op in ("mul", "div") and _scalar(n.args[1]) and isinstance(n.args[0], Ref):
+        return n.args[0], n.args[1], n.op == "div"
+    return None
+
+
+def _combine(a: Scalar, a_div: bool, b: Scalar, b_div: bool) -> Scalar:
+    """The factor of (x (op_a) a) (op_b) b as one multiplier."""
+    va = 1.0 / a.value if a_div else a.value
+    vb = 1.0 / b.value if b_div else b.value
+    ea = a.expr or repr(a.value)
+    eb = b.expr or repr(b.value)
+    if a.expr is None and b.expr is None:
+        return Scalar(va * vb)
+    ea = f"(1.0 / {ea})" if a_div else f"({ea})"
+    eb = f"(1.0 / {eb})" if b_div else f"({eb})"
+    return Scalar(va * vb, f"{ea} * {eb}")
+
+
+def fold_scalar_chains(g: Graph) -> Rewrite | None:
+    """x * a / b * c == x * (a * c / b): one multiply instead of three, the constant computed
+    once (at run time from the model's attributes when it comes from them)."""
+    g = g.copy()
+    folded = []
+    changed = True
+    while changed:
+        changed = False
+        for n in list(g.nodes):
+            f_out = _as_factor(n)
+            if f_out is None or not isinstance(f_out[0], Ref):
+                continue
+            inner = g.node(f_out[0].name)
+            f_in = _as_factor(inner)
+            if f_in is None or not _single_use(g, inner.name):
+                continue
+            s = _combine(f_in[1], f_in[2], f_out[1], f_out[2])
+            n.op, n.args = "mul", [f_in[0], s]
+            g.nodes.remove(inner)
+            folded.append(f"{inner.name}·{n.name} -> x * {_fmt(s)}")
+            changed = True
+            break
+    if not folded:
+        return None
+    return Rewrite("fold_scalar_chains", "Fold the chain of scalar multiplies and divides",
+                   "; ".join(folded) + ". Exact up to rounding of the folded constant.", g)
+
+
+def linear_sum_to_matvec(g: Graph) -> Rewrite | None:
+    """sum_j (x W^T + b)_j = x . (sum_j W_j) + sum_j b_j: a [M,K]x[K,N] GEMM followed by a sum
+    over its N outputs is a matrix-vector product with the column sums of W^T (summed rows of W),
+    computed from the weights by a custom kernel whenever they change."""
+    g = g.copy()
+    for n in list(g.nodes):
+        if n.op != "sum" or not isinstance(n.args[0], Ref):
+            continue
+        lin = g.node(n.args[0].name)
+        if lin.op != "linear" or not _single_use(g, lin.name):
+            continue
+        nd = _ndim(lin)
+        dims = n.attrs.get("dim")
+        if dims is None or sorted(d % nd for d in dims) != [nd - 1]:
+            continue
+        x, w, b = lin.args
+        wn = g.node(w.name)
+        wsum = Node(g.fresh("w_rowsum"), "derived", [w], {"recipe": "colsum", "of": wn.attrs.get("path", w.name)},
+                    [wn.shape[1]], "float32")
+        g.insert_before(lin.name, wsum)
+        prod = Node(g.fresh("xw"), "mul", [x, Ref(wsum.name)], {}, g.node(x.name).shape, "float32")
+        g.insert_before(n.name, prod)
+        red = Node(g.fresh("matvec"), "sum", [Ref(prod.name)], {"dim": [-1], "keepdim": n.attrs.get("keepdim", False)},
+                   n.shape, "float32")
+        g.insert_before(n.name, red)
+        detail = (f"{lin.name} is a GEMM [{', '.join(map(str, g.node(x.name).shape))}] x W^T{wn.shape[::-1]} "
+                  f"whose {wn.shape[0]} outputs are only summed by {n.name}. By linearity, sum_j (x W^T)_j = x . w "
+                  f"with w = W.sum(0) (length {wn.shape[1]}): a matrix-vector product, {wn.shape[0]}x fewer FLOPs. "
+                  "w is computed from the loaded weights by a column-sum kernel and recomputed when they change.")
+        if isinstance(b, Ref):
+            bsum = Node(g.fresh("b_sum"), "derived", [b], {"recipe": "colsum", "of": g.node(b.name).attrs.get("path")},
+                        [1], "float32")
+            g.insert_before(lin.name, bsum)
+            n.op, n.args, n.attrs = "add", [Ref(red.name), Ref(bsum.name)], {}
+            detail += " The bias sums to one scalar, added after the reduction."
+        else:
+            g.replace_uses(n.name, red.name)
+            g.nodes.remove(n)
+        g.remove_dead()
+        return Rewrite("linear_sum_to_matvec", "A linear layer summed over its outputs is a matrix-vector product",
+                       detail, g)
+    return None
+
+
+def fold_batchnorm(g: Graph) -> Rewrite | None:
+    """conv/linear followed by eval-mode batch norm: BN is a per-channel affine map
+    y = (z - mean) * g / sqrt(var + eps) + b, so it folds into the weights and bias of the
+    producer. The folded weights are derived from the loaded parameters by a custom kernel."""
+    g = g.copy()
+    folded = []
+    for n in list(g.nodes):
+        if n.op != "batchnorm" or not isinstance(n.args[0], Ref):
+            continue
+        prod = g.node(n.args[0].name)
+        if prod.op not in ("conv2d", "linear") or not _single_use(g, prod.name):
+            continue
+        if prod.op == "linear" and _ndim(prod) != 2:
+            continue
+        x, w, b = prod.args[:3]
+        _, mean, var, gamma, beta, eps = n.args
+        wn = g.node(w.name)
+        common = {"recipe": "bn_fold", "key": g.fresh("fold"), "bn": n.attrs.get("module"), "of": prod.attrs.get("module")}
+        fargs = [w, b, mean, var, gamma, beta, eps]
+        wf = Node(common["key"] + "_w", "derived", fargs, {**common, "part": "weight"}, wn.shape, "float32")
+        bf = Node(common["key"] + "_b", "derived", fargs, {**common, "part": "bias"}, [wn.shape[0]], "float32")
+        g.insert_before(prod.name, wf)
+        g.insert_before(prod.name, bf)
+        prod.args = [x, Ref(wf.name), Ref(bf.name)] + prod.args[3:]
+        prod.shape = n.shape
+        g.replace_uses(n.name, prod.name)
+        g.nodes.remove(n)
+        folded.append(f"{n.attrs.get('module') or n.name} into {prod.attrs.get('module') or prod.name}")
+    if not folded:
+        return None
+    g.remove_dead()
+    return Rewrite("fold_batchnorm", "Fold eval-mode batch norm into the preceding layer",
+                   "Folded " + ", ".join(folded) + ": W' = W * g / sqrt(var + eps) per output channel, "
+                   "b' = (b - mean) * g / sqrt(var + eps) + beta. The batch-norm pass over the activations disappears; "
+                   "W', b' are computed from the loaded parameters by a small custom kernel and recomputed when any "
+                   "parameter changes (no outputs are cached).", g)
+
+
+REWRITES: list[Callable[[Graph], Rewrite | None]] = [
+    remove_identities,
+    canonical_linear,
+    diag_to_row_scale,
+    scale_through_reduction,
+    fold_scalar_chains,
+    linear_sum_to_matvec,
+    fold_batchnorm,
+]
+
+
+def all_rewrites(g: Graph, limit: int = 12) -> list[Rewrite]:
+    """Apply the rewrites to a fixed point, one step at a time (each step a turn)."""
+    steps: list[Rewrite] = []
+    for _ in range(limit):
+        for fn in REWRITES:
+            r = fn(g)
+            if r is not None:
+                steps.append(r)
+                g = r.graph
+                break
+        else:
+            break
+    return steps

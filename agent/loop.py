@@ -1,0 +1,414 @@
+"""The agent loop: turn after turn, ask the policy, run its tools, record everything, keep the best.
+
+The loop is the only writer of the trajectory, so every deployment (CLI, Celery, tests) gets
+the same events in the same order. It owns the decisions a policy must not be trusted with:
+budgets, stop requests, and which candidate is the result. The result is the best VERIFIED
+candidate (highest reward, then fastest), never simply the last one, because models often
+end a run on a regression.
+
+Event order within a turn: TurnStarted, ModelMessage, then per tool call: ToolCall, the events
+the tool produced (FileEdit, CompileEvent, EvaluationEvent, RewardEvent, BestChanged,
+ProfileEvent, ErrorEvent), and ToolResult last. A ToolCall without a ToolResult therefore means
+the process died while the tool ran; resume answers it with an "interrupted" result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.evaluator import Evaluator, ProgressCallback
+from agent.events import (
+    BestChanged,
+    CompileEvent,
+    ErrorEvent,
+    EvaluationEvent,
+    Event,
+    FileEdit,
+    Finished,
+    ModelMessage,
+    ProfileEvent,
+    RewardEvent,
+    TaskEvent,
+    ToolCall,
+    ToolResult,
+    TurnStarted,
+)
+from agent.policy import Action, Observation, Policy, TaskInfo
+from agent.tools import ToolOutcome, ToolRunner, tool_specs
+from agent.trajectory import Totals, Trajectory
+from agent.workspace import Workspace
+
+MAX_TURNS_LIMIT = 200
+
+
+@dataclass
+class Budgets:
+    """Limits of one run. `max_turns` counts all turns of the trajectory (a resumed run
+    included); wall time counts from this call of `run`. None means unlimited."""
+
+    max_turns: int = 30
+    max_tokens: int | None = None
+    max_wall_time_s: float | None = None
+    max_cost_usd: float | None = None
+
+    def __post_init__(self) -> None:
+        self.max_turns = max(1, min(int(self.max_turns), MAX_TURNS_LIMIT))
+
+
+@dataclass
+class BestCandidate:
+    version: int
+    reward: int
+    files: dict[str, str]
+    turn: int
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    candidate_ms: float | None = None
+
+    def beats(self, other: BestCandidate | None) -> bool:
+        """Higher reward wins; at equal reward the faster candidate (lower median time,
+        else higher speedup vs eager) wins. A tie keeps the earlier one."""
+        if other is None:
+            return True
+        if self.reward != other.reward:
+            return self.reward > other.reward
+        if self.candidate_ms is not None and other.candidate_ms is not None:
+            return self.candidate_ms < other.candidate_ms
+        return (self.speedup_vs_eager or 0.0) > (other.speedup_vs_eager or 0.0)
+
+
+@dataclass
+class RunResult:
+    reason: str  # Finished.reason
+    best: BestCandidate | None
+    trajectory: Trajectory
+    turns: int
+    totals: Totals
+    overhead_ms: list[float] = field(default_factory=list)  # per turn: loop time minus model and sandbox time
+
+    @property
+    def verified(self) -> bool:
+        return self.best is not None and self.best.reward >= 1
+
+
+def task_event(task: TaskInfo, policy: Policy) -> TaskEvent:
+    return TaskEvent(
+        name=task.name,
+        source=task.source,
+        task_hash=task.task_hash,
+        backend=task.backend,
+        options=dict(task.options),
+        policy=getattr(policy, "describe", lambda: policy.name)(),
+    )
+
+
+def task_from_trajectory(traj: Trajectory) -> TaskInfo:
+    ev = traj.task()
+    if ev is None:
+        raise ValueError("the trajectory has no task event; it cannot be resumed")
+    return TaskInfo(name=ev.name, source=ev.source, backend=ev.backend, options=dict(ev.options), task_hash=ev.task_hash)
+
+
+class _Run:
+    def __init__(
+        self,
+        task: TaskInfo,
+        policy: Policy,
+        evaluator: Evaluator | None,
+        budgets: Budgets,
+        on_event: Callable[[Event], None] | None,
+        stop_requested: Callable[[], bool] | None,
+        trajectory: Trajectory | None,
+        on_progress: ProgressCallback | None,
+        initial_files: dict[str, str] | None,
+        journal: str | None,
+    ) -> None:
+        self.task = task
+        self.policy = policy
+        self.budgets = budgets
+        self.on_event = on_event
+        self.stop_requested = stop_requested or (lambda: False)
+        self.resumed = trajectory is not None and len(trajectory) > 0
+        self.traj = trajectory if trajectory is not None else Trajectory()
+        if journal is not None:
+            self.traj.attach_journal(journal)
+        self.workspace = Workspace(reference=task.source)
+        self.runner = ToolRunner(self.workspace, evaluator, task, on_progress=on_progress)
+        self.best: BestCandidate | None = None
+        self.totals = Totals()
+        self.turn = 0
+        self.overhead_ms: list[float] = []
+        self.initial_files = initial_files or {}
+
+    # -- recording -------------------------------------------------------------------------
+    def record(self, event: Event) -> Event:
+        self.traj.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+        return event
+
+    # -- start / resume --------------------------------------------------------------------
+    def start(self) -> list[Observation]:
+        if not self.resumed:
+            self.record(task_event(self.task, self.policy))
+            for path, content in sorted(self.initial_files.items()):
+                edit = self.workspace.write(path, content)
+                self.record(FileEdit(turn=0, path=edit.path, diff=edit.diff, content=edit.content, version=edit.version))
+            self.policy.reset(self.task, tool_specs(), [])
+            return []
+        return self._resume()
+
+    def _resume(self) -> list[Observation]:
+        ev = self.traj.task()
+        if ev is None:
+            raise ValueError("the trajectory has no task event; it cannot be resumed")
+        if self.task.task_hash and ev.task_hash and self.task.task_hash != ev.task_hash:
+            raise ValueError("the trajectory belongs to another task (task hashes differ)")
+        evals: dict[int, dict[str, Any]] = {}
+        for e in self.traj.events:
+            if isinstance(e, FileEdit):
+                self.workspace.apply(e.path, e.content, e.version)
+            elif isinstance(e, EvaluationEvent):
+                evals[e.version] = e.result
+            elif isinstance(e, BestChanged):
+                self.best = BestCandidate(
+                    version=e.version,
+                    reward=e.reward,
+                    files=dict(e.files),
+                    turn=e.turn,
+                    speedup_vs_eager=e.speedup_vs_eager,
+                    speedup_vs_compile=e.speedup_vs_compile,
+                    candidate_ms=_median_ms(evals.get(e.version)),
+                )
+        self.totals = self.traj.totals()
+        self.turn = self.traj.turns()
+        # A tool call the previous process never finished gets an answer, so the history
+        # the policy rebuilds is well formed and the model knows to check the workspace.
+        observations = []
+        for call in self.traj.pending_tool_calls():
+            text = "interrupted: the run stopped while this tool was running; check the workspace and run it again if needed"
+            self.record(ToolResult(turn=call.turn, call_id=call.call_id, name=call.name, content=text, ok=False))
+            observations.append(Observation(call.call_id, call.name, text, ok=False))
+        self.policy.reset(self.task, tool_specs(), list(self.traj.events))
+        return observations
+
+    # -- the loop --------------------------------------------------------------------------
+    def stop_reason(self, started: float) -> str | None:
+        b = self.budgets
+        if self.stop_requested():
+            return "stopped"
+        if self.turn >= b.max_turns:
+            return "max_turns"
+        if b.max_tokens is not None and self.totals.tokens >= b.max_tokens:
+            return "max_tokens"
+        if b.max_wall_time_s is not None and time.monotonic() - started >= b.max_wall_time_s:
+            return "max_wall_time"
+        if b.max_cost_usd is not None and self.totals.cost_usd >= b.max_cost_usd:
+            return "max_cost"
+        return None
+
+    def run(self) -> RunResult:
+        started = time.monotonic()
+        observations = self.start()
+        summary = ""
+        while True:
+            reason = self.stop_reason(started)
+            if reason is not None:
+                if reason != "stopped":
+                    self.record(ErrorEvent(turn=self.turn, kind="budget", message=f"budget reached: {reason}"))
+                break
+            self.turn += 1
+            t0 = time.perf_counter()
+            self.record(TurnStarted(turn=self.turn))
+            m0 = time.perf_counter()
+            try:
+                action = self.policy.next_action(observations)
+            except Exception as exc:
+                self.record(ErrorEvent(turn=self.turn, kind="model", message=f"{type(exc).__name__}: {exc}"))
+                reason, summary = "error", str(exc)
+                break
+            model_s = time.perf_counter() - m0
+            self.record_action(action)
+            observations, finished, summary, sandbox_s = self.run_tools(action)
+            self.overhead_ms.append((time.perf_counter() - t0 - model_s - sandbox_s) * 1000.0)
+            if finished:
+                reason = "model_finished"
+                break
+        return self.finish(reason, summary)
+
+    def record_action(self, action: Action) -> None:
+        u = action.usage
+        self.totals.prompt_tokens += u.prompt_tokens
+        self.totals.completion_tokens += u.completion_tokens
+        self.totals.cost_usd += u.cost_usd
+        self.record(
+            ModelMessage(
+                turn=self.turn,
+                content=action.message,
+                reasoning=action.reasoning,
+                prompt_tokens=u.prompt_tokens,
+                completion_tokens=u.completion_tokens,
+                cost_usd=u.cost_usd,
+            )
+        )
+
+    def run_tools(self, action: Action) -> tuple[list[Observation], bool, str, float]:
+        if not action.tool_calls:
+            return [], True, action.message or "the model answered without calling a tool", 0.0
+        observations: list[Observation] = []
+        finished, summary, sandbox_s = False, "", 0.0
+        for call in action.tool_calls:
+            args = call.arguments if isinstance(call.arguments, dict) else {"_invalid_arguments": call.arguments}
+            self.record(ToolCall(turn=self.turn, call_id=call.call_id, name=call.name, arguments=args))
+            if finished:
+                text = "skipped: finish was called earlier in this turn"
+                self.record(ToolResult(turn=self.turn, call_id=call.call_id, name=call.name, content=text, ok=False))
+                observations.append(Observation(call.call_id, call.name, text, ok=False))
+                continue
+            out = self.runner.execute(call)
+            sandbox_s += out.seconds_in_evaluator
+            self.record_outcome(out)
+            observations.append(
+                Observation(out.call_id, out.name, out.model_content, ok=out.ok, data=out.data)
+            )
+            if out.finish:
+                finished, summary = True, out.summary
+        return observations, finished, summary, sandbox_s
+
+    def record_outcome(self, out: ToolOutcome) -> None:
+        t = self.turn
+        if out.internal_error:
+            self.record(ErrorEvent(turn=t, kind="tool", message=out.internal_error))
+        if out.edit is not None:
+            e = out.edit
+            self.record(FileEdit(turn=t, path=e.path, diff=e.diff, content=e.content, version=e.version))
+        if out.compile is not None:
+            self.record(CompileEvent(turn=t, version=self.workspace.version, result=out.data["compile"]))
+        if out.profile is not None:
+            self.record(
+                ProfileEvent(
+                    turn=t,
+                    version=self.workspace.version,
+                    rows=out.data["profile"].get("profile", []),
+                    roofline=out.data["profile"].get("roofline"),
+                    text=out.content,
+                )
+            )
+        if out.evaluation is not None:
+            self.record_evaluation(out)
+        self.record(
+            ToolResult(
+                turn=t, call_id=out.call_id, name=out.name, content=out.content, trimmed_chars=out.trimmed_chars, ok=out.ok
+            )
+        )
+
+    def record_evaluation(self, out: ToolOutcome) -> None:
+        res, t, v = out.evaluation, self.turn, self.workspace.version
+        result = out.data["evaluation"]
+        self.record(EvaluationEvent(turn=t, version=v, result=result))
+        self.record(
+            RewardEvent(
+                turn=t,
+                version=v,
+                reward=int(res.reward),
+                speedup_vs_eager=res.speedup_vs_eager,
+                speedup_vs_compile=res.speedup_vs_compile,
+            )
+        )
+        note = ""
+        if res.status.value == "ok" and int(res.reward) >= 1:
+            cand = BestCandidate(
+                version=v,
+                reward=int(res.reward),
+                files=self.workspace.snapshot(),
+                turn=t,
+                speedup_vs_eager=res.speedup_vs_eager,
+                speedup_vs_compile=res.speedup_vs_compile,
+                candidate_ms=_median_ms(result),
+            )
+            if cand.beats(self.best):
+                self.best = cand
+                self.record(
+                    BestChanged(
+                        turn=t,
+                        version=v,
+                        reward=cand.reward,
+                        speedup_vs_eager=cand.speedup_vs_eager,
+                        speedup_vs_compile=cand.speedup_vs_compile,
+                        files=dict(cand.files),
+                    )
+                )
+                note = f"\nthis is now the best verified candidate (workspace version {v})."
+                out.data = {**(out.data or {}), "best": _best_dict(cand)}
+        if not note and self.best is not None:
+            b = self.best
+            note = (
+                f"\nbest verified candidate so far: version {b.version}, reward {b.reward}, "
+                f"{'n/a' if b.speedup_vs_eager is None else f'{b.speedup_vs_eager:.3f}x'} vs eager."
+            )
+        elif not note:
+            note = "\nno verified candidate yet."
+        out.content += note
+        out.model_content += note
+
+    def finish(self, reason: str, summary: str) -> RunResult:
+        b = self.best
+        if not summary:
+            summary = "no verified candidate" if b is None else f"best: version {b.version}, reward {b.reward}"
+        self.record(
+            Finished(
+                turn=self.turn,
+                reason=reason,
+                best_version=b.version if b else None,
+                best_reward=b.reward if b else None,
+                speedup_vs_eager=b.speedup_vs_eager if b else None,
+                speedup_vs_compile=b.speedup_vs_compile if b else None,
+                summary=summary,
+            )
+        )
+        self.traj.close()
+        return RunResult(reason, b, self.traj, self.turn, self.totals, self.overhead_ms)
+
+
+def _median_ms(result: dict[str, Any] | None) -> float | None:
+    try:
+        return float(result["timing"]["candidate"]["median_ms"])  # type: ignore[index]
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _best_dict(b: BestCandidate) -> dict[str, Any]:
+    return {
+        "version": b.version,
+        "reward": b.reward,
+        "speedup_vs_eager": b.speedup_vs_eager,
+        "speedup_vs_compile": b.speedup_vs_compile,
+        "files": dict(b.files),
+    }
+
+
+def run(
+    task: TaskInfo,
+    policy: Policy,
+    evaluator: Evaluator | None,
+    budgets: Budgets | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+    trajectory: Trajectory | None = None,
+    *,
+    on_progress: ProgressCallback | None = None,
+    initial_files: dict[str, str] | None = None,
+    journal: str | None = None,
+) -> RunResult:
+    """Run (or, given a non-empty `trajectory`, resume) an optimisation of `task`.
+
+    on_event(event) is called right after each event is recorded; on_progress(step, detail)
+    is the sandbox's per-step progress during evaluations; journal, a path, mirrors every
+    event to a JSONL file as it is recorded (crash-safe resume)."""
+    return _Run(
+        task, policy, evaluator, budgets or Budgets(), on_event, stop_requested, trajectory, on_progress,
+        initial_files, journal,
+    ).run()

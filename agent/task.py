@@ -1,0 +1,42 @@
+"""Building a TaskInfo from a KernelBench-format file: the name, the source and its hash."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from agent.policy import TaskInfo
+
+
+def task_hash(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def resolve_backend(backend: str) -> str:
+    """'auto' -> 'cuda' when this host has an NVIDIA GPU, else 'cpu' (the sandbox's own rule)."""
+    if backend in ("cpu", "cuda"):
+        return backend
+    if backend != "auto":
+        raise ValueError(f"backend must be cpu, cuda or auto, got {backend!r}")
+    try:
+        from sandbox.options import cuda_present
+
+        return "cuda" if cuda_present() else "cpu"
+    except ImportError:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def task_from_source(source: str, name: str, backend: str = "auto", options: dict[str, Any] | None = None) -> TaskInfo:
+    if "class Model" not in source or "def get_inputs" not in source:
+        raise ValueError(f"{name}: not a KernelBench-format task (needs class Model and get_inputs())")
+    return TaskInfo(
+        name=name, source=source, backend=resolve_backend(backend), options=dict(options or {}), task_hash=task_hash(source)
+    )
+
+
+def task_from_file(path: str | Path, backend: str = "auto", options: dict[str, Any] | None = None) -> TaskInfo:
+    p = Path(path)
+    return task_from_source(p.read_text(encoding="utf-8"), p.stem, backend, options)

@@ -1,0 +1,109 @@
+"""`python -m sandbox evaluate|baseline|profile|compile|bench`.
+
+Exit status 0 whenever an evaluation ran (whatever its verdict), 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .options import PRESETS, EvalOptions
+
+
+def _options(args: argparse.Namespace) -> EvalOptions:
+    kw = {"backend": args.backend, "preset": args.preset}
+    if getattr(args, "torch_ops", None):
+        kw["torch_ops"] = args.torch_ops
+    if getattr(args, "no_compile_baseline", False):
+        kw["compile_baseline"] = False
+    if getattr(args, "cache_dir", None):
+        kw["cache_dir"] = args.cache_dir
+    if getattr(args, "trials", None):
+        kw["correctness_trials"] = args.trials
+    if getattr(args, "budget", None):
+        kw["timing_budget_s"] = args.budget
+    return EvalOptions(**kw)
+
+
+def _print(res, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(res.to_dict(), indent=1))
+        return
+    print(f"status: {res.status.value}   verdict: {res.verdict.value}   reward: {res.reward}")
+    for r in res.reasons:
+        print(f"  - {r}")
+    for t in res.trials:
+        print(f"  trial {t.index + 1} [{t.kind}] {'pass' if t.passed else 'FAIL'} max_abs={t.max_abs_error} {t.message}")
+    tm = res.timing
+    for name, s in (("candidate", tm.candidate), ("eager", tm.eager), ("torch.compile", tm.compile)):
+        if s:
+            print(f"  {name:14s} median {s.median_ms:.4f} ms  min {s.min_ms:.4f}  max {s.max_ms:.4f}  spread {s.spread:.3f}  n={s.trials}")
+    if res.audit.torch_compute_ops:
+        print(f"  torch compute ops: {', '.join(res.audit.torch_compute_ops)}")
+    for row in res.profile[:15]:
+        print(f"  {row.share * 100:5.1f}%  {row.total_ms:9.3f} ms  x{row.calls:<5d} {row.name}")
+    if res.roofline:
+        r = res.roofline
+        print(f"  roofline: {r.flops:.3g} FLOP, {r.min_bytes:.3g} B, floor {r.floor_ms:.4g} ms ({r.bound}-bound), "
+              f"fraction of speed of light {r.fraction_of_sol}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+        p.add_argument("--preset", choices=list(PRESETS), default="default")
+        p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
+        p.add_argument("--cache-dir")
+        p.add_argument("--budget", type=float, help="timing budget per callable in seconds")
+        p.add_argument("--json", action="store_true")
+
+    for name in ("evaluate", "profile"):
+        p = sub.add_parser(name)
+        p.add_argument("--reference", required=True)
+        p.add_argument("--candidate", required=True)
+        p.add_argument("--torch-ops", choices=["forbid", "allow"], default="forbid")
+        p.add_argument("--trials", type=int)
+        common(p)
+    p = sub.add_parser("baseline")
+    p.add_argument("reference")
+    common(p)
+    p = sub.add_parser("compile")
+    p.add_argument("--candidate", required=True)
+    common(p)
+    sub.add_parser("bench")
+    args = parser.parse_args(argv)
+
+    from . import baseline, compile_candidate, evaluate, load_candidate, profile_candidate
+
+    if args.command == "bench":
+        from .bench import main as bench_main
+
+        return bench_main()
+    try:
+        options = _options(args)
+        if args.command == "compile":
+            cres = compile_candidate(load_candidate(args.candidate), options)
+            from dataclasses import asdict
+
+            print(json.dumps(asdict(cres), indent=1) if args.json else (cres.log or ("ok" if cres.ok else "failed")))
+            return 0
+        ref_path = Path(args.reference)
+        task_source = ref_path.read_text()
+        if args.command == "baseline":
+            res = baseline(task_source, options)
+        else:
+            files = load_candidate(args.candidate)
+            fn = profile_candidate if args.command == "profile" else evaluate
+            progress = None if args.json else (lambda step, d: print(f"[{step}] {d if d else ''}", file=sys.stderr))
+            res = fn(task_source, files, options, progress)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _print(res, args.json)
+    return 0

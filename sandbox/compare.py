@@ -1,0 +1,138 @@
+"""Output comparison in the trusted parent: structure, shape, dtype, values.
+
+Rules, in order: the structure (tuple/list/tensor/number) must match; each tensor must have
+the reference's shape and dtype; NaN/Inf where the reference is finite never passes; an output
+that is constant, or (near) zero, where the reference is not never passes, whatever the
+tolerance; then every element must satisfy |c - r| <= atol + rtol * |r| (NaN matches NaN and
++-Inf matches the same Inf only where the reference has them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .options import EvalOptions
+
+NEAR_ZERO = 1e-3  # candidate max |x| below this fraction of the reference's -> "(near) zero"
+
+
+@dataclass
+class Comparison:
+    passed: bool
+    message: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatched: int | None = None
+    total: int | None = None
+
+
+def describe(spec: Any) -> str:
+    t = spec.get("t")
+    if t == "tensor":
+        return "a tensor"
+    if t == "scalar":
+        return "a number"
+    if t in ("tuple", "list"):
+        return f"a {t} of {len(spec['items'])} ({', '.join(describe(s) for s in spec['items'])})"
+    if t == "dict":
+        return f"a dict with keys {spec['keys']}"
+    return t
+
+
+def compare_outputs(expected_spec: Any, expected: list[Any], got_spec: Any, got: list[Any], options: EvalOptions) -> Comparison:
+    import torch
+
+    if expected_spec != got_spec:
+        return Comparison(False, f"output structure differs: expected {describe(expected_spec)}, got {describe(got_spec)}")
+    worst_abs = worst_rel = 0.0
+    mismatched = total = 0
+    messages = []
+    for i, (e, g) in enumerate(zip(expected, got, strict=True)):
+        if not isinstance(e, torch.Tensor):
+            if g is None or isinstance(g, torch.Tensor):
+                return Comparison(False, f"output {i}: expected a number, got {type(g).__name__}")
+            if e is None or isinstance(e, bool):
+                if e != g:
+                    return Comparison(False, f"output {i}: expected {e!r}, got {g!r}")
+                continue
+            tol = options.tolerance("float64")
+            if not math.isclose(float(g), float(e), rel_tol=tol.rtol, abs_tol=tol.atol):
+                return Comparison(False, f"output {i}: expected {e!r}, got {g!r}")
+            continue
+        if not isinstance(g, torch.Tensor):
+            return Comparison(False, f"output {i}: expected a tensor, got {type(g).__name__}")
+        if tuple(g.shape) != tuple(e.shape):
+            return Comparison(False, f"output {i}: shape {tuple(g.shape)}, expected {tuple(e.shape)}")
+        if g.dtype != e.dtype:
+            return Comparison(False, f"output {i}: dtype {str(g.dtype).replace('torch.', '')}, expected {str(e.dtype).replace('torch.', '')}")
+        n = e.numel()
+        total += n
+        if n == 0:
+            continue
+        if not e.is_floating_point() and not e.is_complex():
+            bad = int((g != e).sum())
+            if bad:
+                mismatched += bad
+                messages.append(f"output {i}: {bad} of {n} integer elements differ")
+            continue
+        ed, gd = e.double(), g.double()
+        e_fin, g_fin = torch.isfinite(ed), torch.isfinite(gd)
+        nonfinite_new = int((e_fin & ~g_fin).sum())
+        if nonfinite_new:
+            return Comparison(False, f"output {i}: NaN/Inf at {nonfinite_new} positions where the reference is finite", mismatched=nonfinite_new, total=total)
+        special = ~e_fin
+        if bool(special.any()):
+            same_nan = torch.isnan(ed) & torch.isnan(gd)
+            same_inf = torch.isinf(ed) & (ed == gd)
+            bad_special = int((special & ~(same_nan | same_inf)).sum())
+            if bad_special:
+                return Comparison(False, f"output {i}: {bad_special} non-finite reference values not reproduced", mismatched=bad_special, total=total)
+        ef, gf = ed[e_fin], gd[e_fin]
+        if ef.numel() > 1:
+            ref_range = float(ef.max() - ef.min())
+            if ref_range > 0 and float(gf.max() - gf.min()) == 0.0:
+                return Comparison(False, f"output {i} is constant ({float(gf[0]):.6g}) but the reference is not", total=total)
+        if ef.numel() > 0:
+            ref_scale = float(ef.abs().max())
+            if ref_scale > 1e-6 and float(gf.abs().max()) < NEAR_ZERO * ref_scale:
+                return Comparison(False, f"output {i} is (near) zero (max |x| = {float(gf.abs().max()):.3g}) but the reference reaches {ref_scale:.3g}", total=total)
+        tol = options.tolerance(str(e.dtype).replace("torch.", ""))
+        diff = (gf - ef).abs()
+        allowed = tol.atol + tol.rtol * ef.abs()
+        bad = diff > allowed
+        nbad = int(bad.sum())
+        if diff.numel():
+            worst_abs = max(worst_abs, float(diff.max()))
+            worst_rel = max(worst_rel, float((diff / ef.abs().clamp_min(1e-12)).max()))
+        if nbad:
+            mismatched += nbad
+            idx = int(torch.argmax((diff - allowed).reshape(-1)))
+            messages.append(
+                f"output {i}: {nbad} of {n} elements outside atol={tol.atol:g} rtol={tol.rtol:g} "
+                f"(worst: got {float(gf.reshape(-1)[idx]):.6g}, expected {float(ef.reshape(-1)[idx]):.6g})"
+            )
+    return Comparison(not messages, "; ".join(messages), worst_abs, worst_rel, mismatched, total)
+
+
+def fingerprint_bound(expected: list[Any], weights: list[Any], options: EvalOptions) -> tuple[float, float]:
+    """(expected fingerprint, allowed deviation) for the timed-call output check: the same
+    per-element tolerance, summed through the projection weights."""
+    import torch
+
+    value = 0.0
+    bound = 0.0
+    for e, w in zip(expected, weights, strict=False):
+        if isinstance(e, torch.Tensor) and w is not None:
+            ed = e.double()
+            tol = options.tolerance(str(e.dtype).replace("torch.", ""))
+            fin = torch.isfinite(ed)
+            ed = torch.where(fin, ed, torch.zeros_like(ed))
+            value += float((ed * w).sum())
+            s = float((w.abs() * ed.abs()).sum())
+            bound += tol.atol * float(w.abs().sum()) + tol.rtol * s + 1e-9 * s
+        elif isinstance(e, int | float) and not isinstance(e, bool):
+            value += float(e)
+            bound += 1e-6 * (abs(float(e)) + 1)
+    return value, bound

@@ -1,0 +1,229 @@
+"""Child-side helpers shared by the worker roles: loading the task and the candidate,
+load_inline redirection, output flattening, device moves, error locations."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+
+class UserError(Exception):
+    """A fault in the task or the candidate, with a message that says what and where."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.file, self.line = file, line
+
+
+def where(exc: BaseException, roots: list[str]) -> tuple[str | None, int | None, str]:
+    """The innermost traceback frame inside user files, and a trimmed traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    file = line = None
+    user_frames = []
+    for fr in frames:
+        for root in roots:
+            if fr.filename.startswith(root):
+                rel = os.path.relpath(fr.filename, root)
+                file, line = rel, fr.lineno
+                user_frames.append(f"  {rel}:{fr.lineno} in {fr.name}: {(fr.line or '').strip()}")
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if len(text) > 2000:
+        text = text[:2000] + " ...[trimmed]"
+    if user_frames:
+        text = "\n".join(user_frames[-6:]) + "\n" + text
+    return file, line, text
+
+
+def load_module_from_source(name: str, path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- load_inline: build in the compile step, load prebuilt at evaluation -------------------
+
+_INLINE_KEYS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags",
+                "extra_ldflags", "extra_include_paths", "with_cuda", "is_python_module", "with_pytorch_error_handling",
+                "sycl_sources", "extra_sycl_cflags", "use_pch", "no_implicit_headers")
+_inline_calls: dict[str, int] = {}
+
+
+def inline_arg_hash(args: tuple, kwargs: dict) -> tuple[str, str]:
+    import inspect
+
+    from torch.utils import cpp_extension
+
+    bound = inspect.signature(cpp_extension.load_inline).bind_partial(*args, **kwargs)
+    items = {k: v for k, v in bound.arguments.items() if k in _INLINE_KEYS}
+    text = json.dumps(items, sort_keys=True, default=repr)
+    return items.get("name", "ext"), hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class _CountingModule:
+    """Wraps an extension module so calls into it are counted (a custom kernel ran)."""
+
+    def __init__(self, module: Any, name: str):
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._module, attr)
+        if callable(value) and not attr.startswith("_"):
+            name = f"{self._name}.{attr}"
+
+            def counted(*a: Any, **k: Any) -> Any:
+                _inline_calls[name] = _inline_calls.get(name, 0) + 1
+                return value(*a, **k)
+
+            return counted
+        return value
+
+
+def install_inline_recorder(manifest_out: list[dict]) -> None:
+    """prebuild role: build normally, remember which .so each call produced."""
+    from torch.utils import cpp_extension
+
+    original = cpp_extension.load_inline
+
+    def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("verbose", False)
+        name, arg_hash = inline_arg_hash(args, kwargs)
+        module = original(*args, **kwargs)
+        is_python_module = kwargs.get("is_python_module", True)
+        so_path = getattr(module, "__file__", None) if is_python_module else None
+        if so_path is None:
+            base = Path(os.environ["TORCH_EXTENSIONS_DIR"]) / name
+            found = sorted(base.glob("*.so"))
+            so_path = str(found[0]) if found else None
+        manifest_out.append({"name": name, "arg_hash": arg_hash, "so_path": so_path, "is_python_module": is_python_module})
+        return module
+
+    cpp_extension.load_inline = recording_load_inline
+
+
+def install_inline_loader(manifest: list[dict], inline_dir: str | None) -> None:
+    """evaluation: serve load_inline from the prebuilt modules; build only on a miss."""
+    from torch.utils import cpp_extension
+
+    original = cpp_extension.load_inline
+    table = {e["arg_hash"]: e for e in manifest}
+
+    def prebuilt_load_inline(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        name, arg_hash = inline_arg_hash(args, kwargs)
+        entry = table.get(arg_hash)
+        if entry is None or inline_dir is None:
+            print(f"[sandbox] load_inline({name!r}) not prebuilt by the compile step; building now", file=sys.stderr)
+            module = original(*args, **kwargs)
+        else:
+            path = os.path.join(inline_dir, entry["file"])
+            if entry["is_python_module"]:
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+            else:
+                torch.ops.load_library(path)
+                return path
+        return _CountingModule(module, name)
+
+    cpp_extension.load_inline = prebuilt_load_inline
+
+
+def inline_calls() -> dict[str, int]:
+    return dict(_inline_calls)
+
+
+# ---- outputs -----------------------------------------------------------------------------
+
+def flatten(obj: Any, leaves: list[Any]) -> Any:
+    """A JSON-able description of the output's structure; tensors/numbers appended to leaves."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        leaves.append(obj)
+        return {"t": "tensor"}
+    if isinstance(obj, list | tuple):
+        return {"t": type(obj).__name__ if type(obj) in (list, tuple) else "tuple", "items": [flatten(x, leaves) for x in obj]}
+    if isinstance(obj, dict):
+        return {"t": "dict", "keys": [str(k) for k in obj], "items": [flatten(v, leaves) for v in obj.values()]}
+    if isinstance(obj, bool | int | float) or obj is None:
+        leaves.append(obj)
+        return {"t": "scalar"}
+    leaves.append(None)
+    return {"t": f"unsupported:{type(obj).__name__}"}
+
+
+def to_device(obj: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, list):
+        return [to_device(x, device) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(to_device(x, device) for x in obj)
+    return obj
+
+
+def to_cpu(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone() if obj.device.type == "cpu" else obj.detach().cpu()
+    if isinstance(obj, list):
+        return [to_cpu(x) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(to_cpu(x) for x in obj)
+    return obj
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Bitwise equality (NaN-safe), for 'inputs unchanged' and 'output materialised'."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    av = a.contiguous().reshape(-1).view(torch.uint8)
+    bv = b.contiguous().reshape(-1).view(torch.uint8)
+    return bool(torch.equal(av, bv))
+
+
+def storage_span(t: Any) -> tuple[int, int] | None:
+    try:
+        st = t.untyped_storage()
+        return st.data_ptr(), st.data_ptr() + st.nbytes()
+    except Exception:
+        return None
+
+
+def fingerprint_weights(shapes: list[tuple], seed: int, device: str) -> list[Any]:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=gen, dtype=torch.float64).to(device) if shape is not None else None for shape in shapes]
+
+
+def fingerprint(leaves: list[Any], weights: list[Any]) -> float:
+    """A random projection of the outputs: cheap per call, and matching it without the real
+    output needs the expected values, which this process never has."""
+    import torch
+
+    total = 0.0
+    for leaf, w in zip(leaves, weights, strict=False):
+        if isinstance(leaf, torch.Tensor) and w is not None and leaf.shape == w.shape:
+            total += float((leaf.detach().double() * w).sum())
+        elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
+            total += float(leaf)
+    return total

@@ -1,0 +1,389 @@
+"""Child processes that run user code (the task's and the candidate's) away from the caller.
+
+Each child gets: its own session (so the whole group can be killed), a fresh working
+directory, an environment with no secrets, rlimits (file size caps every output file including
+stdout/stderr, CPU time, address space on the CPU backend, core dumps off), a network namespace
+where the host allows one, and - when we run as root - a throwaway uid, which makes
+RLIMIT_NPROC effective (root ignores it), keeps the child out of the parent's and the other
+child's memory and files, and lets us kill every process it spawned, even ones that left the
+session. What could be applied is recorded in `Isolation` and reported with each result.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import channel
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+
+# Environment: an allowlist, then a denylist on top so that nothing secret-looking survives.
+_ENV_ALLOW = re.compile(
+    r"^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|CUDA_HOME|CUDA_PATH|CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|"
+    r"NVIDIA_[A-Z_]+|LD_LIBRARY_PATH|TORCH_CUDA_ARCH_LIST|CC|CXX|NVCC_[A-Z_]+|KERNELWRIGHT_FORCE_CPU)$"
+)
+_ENV_DENY = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|DATABASE|REDIS|OPENAI|AWS_|_DSN)", re.I)
+
+
+def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if _ENV_ALLOW.match(k) and not _ENV_DENY.search(k)}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    venv_bin = str(Path(sys.executable).parent)
+    if venv_bin not in env["PATH"].split(":"):
+        env["PATH"] = venv_bin + ":" + env["PATH"]
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class Limits:
+    wall_s: float = 300.0
+    cpu_s: int | None = None
+    fsize_mb: int = 64
+    nproc: int = 4096
+    address_space_mb: int | None = None
+    nofile: int = 4096
+
+
+@dataclass
+class Isolation:
+    """What the host let us apply to a child; reported in each result's audit."""
+
+    uid: int | None = None
+    network_namespace: bool = False
+    nproc_enforced: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = [f"uid {self.uid}" if self.uid is not None else "same uid as the evaluator"]
+        parts.append("no network (own namespace)" if self.network_namespace else "network namespace unavailable")
+        parts.append("process limit enforced" if self.nproc_enforced else "process limit by group kill only")
+        return ", ".join(parts)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_netns_support: dict[bool, bool] = {}
+
+
+def _can_unshare(flags: int) -> bool:
+    """Probe in a forked helper, so the parent's own namespaces never change."""
+    code = (
+        "import ctypes,sys;libc=ctypes.CDLL(None,use_errno=True);"
+        f"sys.exit(0 if libc.unshare({flags})==0 else 1)"
+    )
+    try:
+        return subprocess.run([sys.executable, "-S", "-c", code], timeout=20, env=scrubbed_env()).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def netns_available() -> bool:
+    root = os.geteuid() == 0
+    if root not in _netns_support:
+        flags = CLONE_NEWNET if root else (CLONE_NEWUSER | CLONE_NEWNET)
+        _netns_support[root] = _can_unshare(flags)
+    return _netns_support[root]
+
+
+def _world_readable_path(path: Path) -> bool:
+    """True if an unprivileged uid can reach `path` (dirs o+x, file o+r)."""
+    try:
+        path = path.resolve()
+        for parent in list(path.parents)[::-1]:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+        mode = os.stat(path).st_mode
+        return bool(mode & stat.S_IROTH) and (not stat.S_ISDIR(mode) or bool(mode & stat.S_IXOTH))
+    except OSError:
+        return False
+
+
+_uid_drop_ok: bool | None = None
+
+
+def uid_drop_available() -> bool:
+    """Root can drop to a throwaway uid only if that uid can still read python, torch and us."""
+    global _uid_drop_ok
+    if os.environ.get("KERNELWRIGHT_NO_UID_DROP"):
+        return False
+    if os.geteuid() != 0:
+        return False
+    if _uid_drop_ok is None:
+        import importlib.util
+
+        paths = [Path(sys.executable), Path(__file__).parent / "__init__.py", Path(__file__).parent / "runtime" / "kwrt.py"]
+        torch_spec = importlib.util.find_spec("torch")
+        if torch_spec and torch_spec.origin:
+            paths.append(Path(torch_spec.origin))
+        _uid_drop_ok = all(_world_readable_path(p) for p in paths)
+    return _uid_drop_ok
+
+
+def _preexec(limits: Limits, uid: int | None, netns: bool):
+    def setup() -> None:
+        os.setsid()
+        if netns:
+            flags = CLONE_NEWNET if os.geteuid() == 0 else (CLONE_NEWUSER | CLONE_NEWNET)
+            _libc.unshare(flags)  # probed beforehand; a failure here leaves the host network
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        fsize = limits.fsize_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.nofile, limits.nofile))
+        if limits.cpu_s:
+            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
+        if limits.address_space_mb:
+            size = limits.address_space_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (size, size))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+
+    return setup
+
+
+def _processes_of(uid: int | None, sid: int | None) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if uid is not None:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    found.append(pid)
+            elif sid is not None:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[3]) == sid:
+                    found.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def kill_all(pgid: int, uid: int | None) -> None:
+    """Kill the child's group and, with a private uid, every process of that uid (fork bombs
+    that called setsid included). Repeated until none is left, since a bomb forks while we kill."""
+    for _ in range(50):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+        pids = _processes_of(uid, None if uid is not None else pgid)
+        pids = [p for p in pids if p != os.getpid()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+
+
+def new_uid() -> int:
+    return random.SystemRandom().randrange(1_000_000, 2_000_000_000)
+
+
+class Child:
+    """A Python child running `python -m sandbox.worker ROLE` with a message channel."""
+
+    def __init__(self, role: str, limits: Limits, options: Any, env_extra: dict[str, str] | None = None):
+        self.role = role
+        self.limits = limits
+        self.isolation = Isolation()
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"kw-{role}-"))
+        self._private = Path(tempfile.mkdtemp(prefix=f"kw-{role}-log-"))
+        self.log_path = self._private / "output.log"
+        uid = None
+        if options.drop_privileges and uid_drop_available():
+            uid = new_uid()
+            os.chown(self.workdir, uid, uid)
+            self.isolation.nproc_enforced = True
+        elif os.geteuid() != 0:
+            self.isolation.nproc_enforced = True
+        os.chmod(self.workdir, 0o700)
+        self.isolation.uid = uid
+        netns = bool(options.network_namespace) and netns_available()
+        self.isolation.network_namespace = netns
+        self.uid = uid
+        p2c_r, p2c_w = os.pipe()
+        c2p_r, c2p_w = os.pipe()
+        repo_root = str(Path(__file__).resolve().parent.parent)
+        env = scrubbed_env(
+            {
+                "HOME": str(self.workdir),
+                "TMPDIR": str(self.workdir),
+                "PYTHONPATH": repo_root,
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1",
+                "KW_FD_IN": str(p2c_r),
+                "KW_FD_OUT": str(c2p_w),
+                "KW_WORKDIR": str(self.workdir),
+                **(env_extra or {}),
+            }
+        )
+        log = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sandbox.worker", role],
+                cwd=self.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(p2c_r, c2p_w),
+                preexec_fn=_preexec(limits, uid, netns),
+            )
+        finally:
+            log.close()
+            os.close(p2c_r)
+            os.close(c2p_w)
+        self._to_child = p2c_w
+        self._from_child = c2p_r
+        self.started = time.monotonic()
+        self.deadline = self.started + limits.wall_s
+
+    def write_files(self, files: dict[str, str], subdir: str = "cand") -> Path:
+        """Put the candidate's workspace into the child's folder, owned by the child's uid."""
+        base = self.workdir / subdir
+        for name, text in files.items():
+            path = base / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        self.give_ownership(base)
+        return base
+
+    def copy_in(self, src: str, name: str) -> Path:
+        dest = self.workdir / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+        self.give_ownership(dest.parent)
+        return dest
+
+    def give_ownership(self, path: Path) -> None:
+        if self.uid is None:
+            return
+        for root, dirs, files in os.walk(path):
+            os.chown(root, self.uid, self.uid)
+            for name in files:
+                os.chown(os.path.join(root, name), self.uid, self.uid)
+
+    def send(self, obj: Any) -> None:
+        try:
+            channel.send(self._to_child, obj)
+        except (BrokenPipeError, OSError) as exc:
+            raise channel.ChannelClosed() from exc
+
+    def recv(self, timeout: float | None = None, max_bytes: int = 1 << 33) -> Any:
+        left = self.deadline - time.monotonic()
+        timeout = left if timeout is None else min(timeout, left)
+        if timeout <= 0:
+            raise channel.ChannelTimeout()
+        return channel.recv(self._from_child, timeout, max_bytes)
+
+    def exit_description(self, wait_s: float = 5.0) -> str:
+        """How the child ended, in words (signal names, the file-size limit, ...)."""
+        try:
+            rc = self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.wait()
+        if rc is None:
+            return "still running"
+        if rc < 0:
+            sig = signal.Signals(-rc)
+            if sig == signal.SIGXFSZ:
+                return f"killed by {sig.name}: wrote more than the {self.limits.fsize_mb} MB output/file limit"
+            if sig == signal.SIGXCPU:
+                return f"killed by {sig.name}: CPU time limit exceeded"
+            if sig == signal.SIGSEGV:
+                return f"crashed with {sig.name} (segmentation fault)"
+            return f"killed by signal {sig.name}"
+        return f"exited with code {rc}"
+
+    def log_tail(self, limit: int = 4000) -> str:
+        try:
+            size = self.log_path.stat().st_size
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, size - limit))
+                text = f.read().decode(errors="replace")
+            return ("...[output trimmed]...\n" if size > limit else "") + text
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        try:
+            kill_all(self.proc.pid, self.uid)
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        """Always called: kills whatever is left and removes the folders."""
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(self._private, ignore_errors=True)
+
+
+def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_extra: dict[str, str] | None = None) -> tuple[int, str, bool]:
+    """Run a build command (g++, nvcc) isolated like a child: a crafted #include cannot read
+    the evaluator's secrets, and a compiler bomb is cut off. Returns (rc, log, timed_out)."""
+    uid = new_uid() if options.drop_privileges and uid_drop_available() else None
+    if uid is not None:
+        for root, dirs, files in os.walk(cwd):
+            os.chown(root, uid, uid)
+            for name in files:
+                os.chown(os.path.join(root, name), uid, uid)
+    env = scrubbed_env({"HOME": str(cwd), "TMPDIR": str(cwd), **(env_extra or {})})
+    netns = bool(options.network_namespace) and netns_available()
+    log_dir = Path(tempfile.mkdtemp(prefix="kw-cmd-log-"))
+    log_path = log_dir / "output.log"
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=_preexec(limits, uid, netns),
+            )
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            rc = -9
+        kill_all(proc.pid, uid)
+        proc.wait()
+        with open(log_path, "rb") as f:
+            text = f.read(1 << 20).decode(errors="replace")
+        if uid is not None:
+            for root, dirs, files in os.walk(cwd):
+                os.chown(root, os.geteuid(), os.getegid())
+                for name in files:
+                    os.chown(os.path.join(root, name), os.geteuid(), os.getegid())
+        return rc, text, timed_out
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)

@@ -1,0 +1,158 @@
+"""Evaluation options and the tolerance presets.
+
+One dataclass travels from the caller (agent, web app, CLI) to both child processes, so the
+reference, the baselines and the candidate always run under the same flags and thread count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BACKENDS = ("auto", "cpu", "cuda")
+TORCH_OPS = ("forbid", "allow")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+# Per-dtype tolerances: |candidate - reference| <= atol + rtol * |reference| for every element.
+# `default` is strict enough that a TF32 or bf16 downgrade of an fp32 task fails; `kernelbench`
+# and `cuda-agent` use KernelBench's 1e-2 (what published numbers were measured with).
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {
+        "tolerances": {
+            "float64": Tolerance(1e-7, 1e-7),
+            "float32": Tolerance(1e-4, 1e-4),
+            "float16": Tolerance(1e-2, 1e-2),
+            "bfloat16": Tolerance(2e-2, 2e-2),
+        },
+        "random_trials": 5,
+        "reinit_trial": True,
+        "wide_trial": True,
+        "shape_trial": True,
+    },
+    "kernelbench": {
+        "tolerances": {
+            "float64": Tolerance(1e-2, 1e-2),
+            "float32": Tolerance(1e-2, 1e-2),
+            "float16": Tolerance(1e-2, 1e-2),
+            "bfloat16": Tolerance(1e-2, 1e-2),
+        },
+        "random_trials": 5,
+        "reinit_trial": False,
+        "wide_trial": False,
+        "shape_trial": False,
+    },
+    "cuda-agent": {
+        "tolerances": {
+            "float64": Tolerance(1e-2, 1e-2),
+            "float32": Tolerance(1e-2, 1e-2),
+            "float16": Tolerance(1e-2, 1e-2),
+            "bfloat16": Tolerance(2e-2, 2e-2),
+        },
+        "random_trials": 5,
+        "reinit_trial": True,
+        "wide_trial": True,
+        "shape_trial": True,
+    },
+}
+
+
+def default_cache_dir() -> str:
+    return os.environ.get("KERNELWRIGHT_CACHE") or str(Path.home() / ".cache" / "kernelwright")
+
+
+@dataclass
+class EvalOptions:
+    backend: str = "auto"  # "auto" | "cpu" | "cuda"
+    torch_ops: str = "forbid"  # "forbid" | "allow"
+    preset: str = "default"  # "default" | "kernelbench" | "cuda-agent"
+    cache_dir: str = field(default_factory=default_cache_dir)
+    correctness_trials: int | None = None  # random trials; None = the preset's
+    timing_budget_s: float = 1.0  # time spent in timed calls per callable (adaptive count)
+    min_timed_calls: int = 20
+    max_timed_calls: int = 1000
+    warmup_calls: int = 3
+    input_sets: int = 3  # fresh input sets rotated during timing
+    compile_baseline: bool = True  # also time torch.compile(Model); slow the first time on CPU
+    cpu_threads: int = 0  # 0 = min(4, cores); fixed for reference, baselines and candidate
+    allow_tf32: bool = False  # the precision flags every process runs with
+    cuda_arch: str = "sm_90"
+    eval_timeout_s: float = 300.0  # wall time of one child process
+    compile_timeout_s: float = 600.0
+    memory_limit_mb: int = 16384  # address space of a child (cpu backend only)
+    output_limit_mb: int = 64  # each file a child writes (stdout/stderr included)
+    max_processes: int = 4096  # processes + threads of a child's uid (where the host allows)
+    drop_privileges: bool = True  # run children under a throwaway uid when we are root
+    network_namespace: bool = True
+    rtol: float | None = None  # override the preset for every dtype
+    atol: float | None = None
+    profile: bool = False  # per-kernel table and roofline (profile_candidate sets it)
+
+    def validate(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.torch_ops not in TORCH_OPS:
+            raise ValueError(f"torch_ops must be one of {TORCH_OPS}, got {self.torch_ops!r}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {self.preset!r}")
+        if self.correctness_trials is not None and self.correctness_trials < 1:
+            raise ValueError("correctness_trials must be at least 1")
+        if self.min_timed_calls < 1 or self.max_timed_calls < self.min_timed_calls:
+            raise ValueError("need 1 <= min_timed_calls <= max_timed_calls")
+        if self.input_sets < 1:
+            raise ValueError("input_sets must be at least 1")
+
+    def resolved_backend(self) -> str:
+        """"auto" means cuda when this host has a GPU; resolved in the parent without initialising
+        CUDA there (nvidia-smi / device files), so the parent stays fork-safe."""
+        if self.backend != "auto":
+            return self.backend
+        return "cuda" if cuda_present() else "cpu"
+
+    def threads(self) -> int:
+        return self.cpu_threads or max(1, min(4, os.cpu_count() or 1))
+
+    def random_trials(self) -> int:
+        return self.correctness_trials or PRESETS[self.preset]["random_trials"]
+
+    def tolerance(self, dtype_name: str) -> Tolerance:
+        tol = PRESETS[self.preset]["tolerances"].get(dtype_name, Tolerance(0.0, 0.0))
+        return Tolerance(self.atol if self.atol is not None else tol.atol, self.rtol if self.rtol is not None else tol.rtol)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalOptions:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown evaluation options: {sorted(unknown)}")
+        return cls(**data)
+
+    def baseline_key_fields(self) -> dict[str, Any]:
+        """The options that change a baseline measurement (part of its cache key)."""
+        return {
+            "backend": self.resolved_backend(),
+            "threads": self.threads(),
+            "allow_tf32": self.allow_tf32,
+            "timing_budget_s": self.timing_budget_s,
+            "min_timed_calls": self.min_timed_calls,
+            "max_timed_calls": self.max_timed_calls,
+            "warmup_calls": self.warmup_calls,
+            "input_sets": self.input_sets,
+        }
+
+
+def cuda_present() -> bool:
+    if os.environ.get("KERNELWRIGHT_FORCE_CPU"):
+        return False
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")

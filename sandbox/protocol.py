@@ -1,0 +1,520 @@
+"""The evaluation protocol, in the order it runs (the one file to read; docs/evaluation.md
+states the same in prose).
+
+ 1. compile   build the candidate (cached by content hash); errors -> compile_error
+ 2. scan      static scan of the candidate's sources for tampering techniques -> rejected
+ 3. start     two isolated children: REFERENCE (task code) and CANDIDATE (candidate code)
+ 4. reference draws inputs from secret seeds and computes expected outputs for: 5+ random
+              trials, a reinit trial (other weights), a wide-distribution trial, a shape trial
+              (changed size constants), and the timing input sets; it never talks to the
+              candidate, the parent relays inputs only
+ 5. baseline  eager and torch.compile timed in the reference child (cached on disk per task
+              hash, device, torch version and timing options)
+ 6. trials    the candidate runs each trial (inputs + the reference's state_dict); the parent
+              compares outputs; the child reports aliasing, input mutation, late writes,
+              subclass outputs, dispatched aten ops, custom kernel calls, flag changes, tampering
+ 7. audit     torch-ops=forbid: compute ops -> rejected; no custom kernel ran -> rejected
+ 8. timing    only for correct, unrejected candidates: same loop as the baselines; every timed
+              call's output is fingerprinted and checked against the expected outputs, and
+              custom kernels must run in every timed call
+ 9. roofline  FLOPs and minimal bytes against measured ceilings; profile table if asked
+10. reward    sandbox.schema.milestone_reward
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import audit, cache
+from .build import Artifacts, build
+from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge
+from .compare import compare_outputs, fingerprint_bound
+from .harness import fingerprint_weights
+from .isolation import Child, Limits
+from .options import PRESETS, EvalOptions
+from .schema import (
+    Audit,
+    EvalResult,
+    ProfileRow,
+    Roofline,
+    Stats,
+    Status,
+    Timing,
+    TrialResult,
+    Verdict,
+    milestone_reward,
+)
+
+Progress = Callable[[str, dict], None]
+
+REJECT_STATIC = True
+
+
+class _Stop(Exception):
+    """Ends the protocol early with a status and reason."""
+
+    def __init__(self, status: Status, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def _limits(options: EvalOptions, backend: str) -> Limits:
+    threads = options.threads()
+    return Limits(
+        wall_s=options.eval_timeout_s,
+        cpu_s=int(options.eval_timeout_s * (threads + 1)) + 60,
+        fsize_mb=options.output_limit_mb,
+        nproc=options.max_processes,
+        address_space_mb=options.memory_limit_mb if backend == "cpu" else None,
+    )
+
+
+def _child_env(options: EvalOptions, backend: str) -> dict[str, str]:
+    n = str(options.threads())
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "KW_BACKEND": backend}
+
+
+def _opts_msg(options: EvalOptions) -> dict:
+    d = options.to_dict()
+    d["_threads"] = options.threads()
+    return d
+
+
+def _recv(child: Child, who: str, stage: str) -> Any:
+    """A child's reply, or a _Stop saying how it failed (crash, timeout, too much data)."""
+    try:
+        return child.recv(max_bytes=1 << 34)
+    except ChannelTimeout:
+        child.kill()
+        raise _Stop(Status.TIMEOUT, f"{who} did not finish {stage} within the {child.limits.wall_s:.0f} s limit (killed)") from None
+    except (ChannelClosed, EOFError):
+        how = child.exit_description()
+        tail = child.log_tail(1500).strip()
+        raise _Stop(Status.RUNTIME_ERROR, f"{who} died during {stage}: {how}" + (f"\n--- its output (tail) ---\n{tail}" if tail else "")) from None
+    except MessageTooLarge as exc:
+        child.kill()
+        raise _Stop(Status.REJECTED, f"{who} sent too much data during {stage}: {exc}") from None
+    except Exception as exc:  # an undecodable message (e.g. a pickled object): never trusted
+        child.kill()
+        raise _Stop(Status.REJECTED, f"{who} sent a malformed message during {stage}: {type(exc).__name__}: {str(exc)[:300]}") from None
+
+
+def _send(child: Child, obj: Any, who: str, stage: str) -> None:
+    try:
+        child.send(obj)
+    except ChannelClosed:
+        how = child.exit_description()
+        raise _Stop(Status.RUNTIME_ERROR, f"{who} died before {stage}: {how}\n{child.log_tail(1500)}") from None
+
+
+def _user_error(reply: dict, who: str) -> str:
+    where = f" ({reply['file']}:{reply['line']})" if reply.get("file") and reply.get("line") else (f" ({reply['file']})" if reply.get("file") else "")
+    return f"{who}{where}: {reply.get('error', 'failed')}"
+
+
+def _stats(d: dict | None) -> Stats | None:
+    return Stats(**d) if d else None
+
+
+def _seeds(options: EvalOptions) -> dict:
+    """Fresh secret seeds per evaluation; they exist only here and in the reference child."""
+    r = secrets.SystemRandom()
+
+    def s() -> int:
+        return r.randrange(1, 2**62)
+
+    return {"weights": s(), "reinit": s(), "reinit_inputs": s(), "wide": s(), "shape": s(), "shape_inputs": s(),
+            "random": [s() for _ in range(options.random_trials())], "timing": [s() for _ in range(options.input_sets)]}
+
+
+def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str:
+    return cache.sha256_text("baseline/1", task_hash, device_name, _torch_version(), repr(sorted(options.baseline_key_fields().items())))
+
+
+def _timing_cmd(options: EvalOptions) -> dict:
+    return {"budget_s": options.timing_budget_s, "min_calls": options.min_timed_calls, "max_calls": options.max_timed_calls,
+            "warmup": options.warmup_calls}
+
+
+def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | None = None,
+             on_progress: Progress | None = None, *, profile: bool = False) -> EvalResult:
+    options = options or EvalOptions()
+    options.validate()
+    started = time.perf_counter()
+    backend = options.resolved_backend()
+    res = EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, backend=backend, torch_version=_torch_version(),
+                     task_hash=cache.sha256_text(task_source), candidate_hash=cache.files_hash(files), options=options.to_dict())
+
+    def progress(step: str, detail: dict | None = None) -> None:
+        if on_progress is not None:
+            try:
+                on_progress(step, detail or {})
+            except Exception:
+                pass
+
+    children: list[Child] = []
+    try:
+        _run(task_source, files, options, backend, res, progress, children, profile or options.profile)
+    except _Stop as stop:
+        res.status = stop.status
+        res.reasons.append(stop.reason)
+    finally:
+        for child in children:
+            child.close()
+    if res.status != Status.OK:
+        res.verdict = Verdict.FAIL
+        res.reward = -1
+    res.duration_s = time.perf_counter() - started
+    progress("done", {"status": res.status.value, "reward": res.reward})
+    return res
+
+
+def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend: str, res: EvalResult,
+         progress: Progress, children: list[Child], want_profile: bool) -> None:
+    # 1. compile
+    progress("compiling", {})
+    cres, artifacts = build(files, options)
+    res.compile = cres
+    if not cres.ok:
+        res.status = Status.COMPILE_ERROR
+        res.reasons.extend(f"{e.file}{':' + str(e.line) if e.line else ''}{':' + str(e.column) if e.column else ''}: {e.message}" for e in cres.errors[:20])
+        if not cres.errors:
+            res.reasons.append("compilation failed; see compile.log")
+        return
+
+    # 2. static scan
+    static = audit.scan_source(files)
+    native = audit.scan_native(files)
+    res.audit.findings.extend(f"static: {f}" for f in static + native)
+    blocking = [f for f in static] + [f for f in native if not any(w in f for w in ("native threads", "CUDA streams", "math mode"))]
+    if blocking and REJECT_STATIC:
+        raise _Stop(Status.REJECTED, "the candidate's source uses a technique that can subvert the evaluation: " + "; ".join(blocking[:5]))
+
+    # 3. start both children (they import torch in parallel)
+    progress("starting", {})
+    limits = _limits(options, backend)
+    env = _child_env(options, backend)
+    ref = Child("reference", limits, options, env)
+    children.append(ref)
+    cand = Child("candidate", limits, options, env)
+    children.append(cand)
+    res.audit.findings.append(f"isolation: {cand.isolation.describe()}")
+    ref.write_files({"task.py": task_source}, subdir=".")
+    cand.write_files(files)
+    cand_setup = _candidate_artifacts(cand, artifacts)
+
+    # 4. reference data
+    progress("reference", {})
+    preset = PRESETS[options.preset]
+    _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "reinit": preset["reinit_trial"],
+                "wide": preset["wide_trial"], "shape": preset["shape_trial"]}, "the reference (task)", "setup")
+    data = _recv(ref, "the reference (task)", "computing expected outputs")
+    if not data.get("ok"):
+        raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
+    res.device = data["device_name"]
+    res.audit.findings.extend(f"protocol: {n}" for n in data["notes"])
+
+    # the candidate imports its module now; baselines wait until it is idle
+    fp_seed = secrets.randbits(62)
+    _send(cand, {"options": _opts_msg(options), "backend": backend, "variants": data["variants"], **cand_setup}, "the candidate", "setup")
+    ready = _recv(cand, "the candidate", "import")
+    if not ready.get("ok"):
+        raise _Stop(Status.RUNTIME_ERROR, _user_error(ready, "candidate"))
+
+    # 5. baselines
+    key = _baseline_key(res.task_hash, res.device, options)
+    path = cache.section(options.cache_dir, "baselines") / f"{key}.json"
+    base = cache.read_json(path)
+    if base is not None and options.compile_baseline and base.get("compile") is None and not base.get("compile_error"):
+        base = None
+    if base is None:
+        progress("baseline", {"compile": options.compile_baseline})
+        _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_timing_cmd(options)},
+              "the reference (task)", "baseline timing")
+        base = _recv(ref, "the reference (task)", "baseline timing")
+        cache.write_json_atomic(path, base)
+        res.timing.baseline_cached = False
+    else:
+        res.timing.baseline_cached = True
+    res.timing.eager = _stats(base.get("eager"))
+    res.timing.compile = _stats(base.get("compile")) if options.compile_baseline else None
+    if options.compile_baseline and base.get("compile_error"):
+        res.audit.findings.append(base["compile_error"])
+
+    # 6. correctness trials
+    trials = data["trials"]
+    _send(cand, {"cmd": "trials", "trials": [{"variant": t["variant"], "inputs": t["inputs"]} for t in trials]}, "the candidate", "trials")
+    while True:
+        msg = _recv(cand, "the candidate", "the correctness trials")
+        if msg.get("type") == "progress":
+            progress("correctness", {"trial": msg["trial"], "of": msg["of"]})
+            continue
+        break
+    if msg.get("ok") is False:
+        trial = msg.get("trial")
+        if trial is not None:
+            res.trials.append(TrialResult(index=trial, kind=trials[trial]["kind"], passed=False, message=msg.get("error", "")[:2000]))
+        raise _Stop(Status.RUNTIME_ERROR, _user_error(msg, "candidate"))
+    rejections, incorrect = _judge_trials(msg, trials, options, res)
+
+    # 7. audit
+    _judge_audit(msg, options, backend, res, rejections)
+    if rejections:
+        res.status = Status.REJECTED
+        res.reasons.extend(rejections + incorrect)
+        return
+    if incorrect:
+        res.status = Status.INCORRECT
+        res.reasons.extend(incorrect)
+        return
+
+    # 8. timing
+    progress("timing", {"budget_s": options.timing_budget_s})
+    sets = data["timing_sets"]
+    shapes = [tuple(x.shape) if hasattr(x, "shape") else None for x in sets[0]["expected"]]
+    _send(cand, {"cmd": "time", "sets": [s["inputs"] for s in sets], "shapes": shapes, "fingerprint_seed": fp_seed, **_timing_cmd(options)},
+          "the candidate", "timing")
+    timed = _recv(cand, "the candidate", "timing")
+    if not timed.get("ok"):
+        raise _Stop(Status.RUNTIME_ERROR, "candidate: " + timed.get("error", "timing failed"))
+    problems = _judge_timing(timed, sets, shapes, fp_seed, msg, options, backend, res)
+    res.timing.candidate = _stats(timed["stats"])
+    res.timing.clock = timed["clock"]
+    res.timing.l2_flush = backend == "cuda"
+    res.timing.input_sets = len(sets)
+    res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))
+    if problems:
+        res.status = Status.REJECTED
+        res.reasons.extend(problems)
+        return
+
+    res.status = Status.OK
+    res.verdict = Verdict.PASS
+    cand_ms = res.timing.candidate.median_ms
+    if res.timing.eager:
+        res.speedup_vs_eager = res.timing.eager.median_ms / cand_ms
+    if res.timing.compile:
+        res.speedup_vs_compile = res.timing.compile.median_ms / cand_ms
+    res.reward = milestone_reward(True, res.speedup_vs_eager, res.speedup_vs_compile)
+    res.reasons.append(_summary(res))
+
+    # 9. roofline and profile
+    progress("roofline", {})
+    res.roofline = _roofline(ref, data, res, options)
+    if want_profile:
+        progress("profile", {})
+        _send(cand, {"cmd": "profile", "sets": [s["inputs"] for s in sets], "calls": 5}, "the candidate", "profiling")
+        prof = _recv(cand, "the candidate", "profiling")
+        if prof.get("ok"):
+            total = sum(r["total_ms"] for r in prof["rows"]) or 1.0
+            rows = sorted(prof["rows"], key=lambda r: -r["total_ms"])
+            res.profile = [ProfileRow(name=r["name"], calls=r["calls"], total_ms=r["total_ms"], share=r["total_ms"] / total) for r in rows[:40]]
+        else:
+            res.audit.findings.append(prof.get("error", "profiling failed"))
+
+
+def _candidate_artifacts(cand: Child, artifacts: Artifacts) -> dict:
+    setup: dict[str, Any] = {"library": None, "inline_manifest": [], "inline_dir": None}
+    if artifacts.library:
+        setup["library"] = str(cand.copy_in(artifacts.library, "lib/kernels.so"))
+    if artifacts.inline_dir and artifacts.inline_manifest:
+        for entry in artifacts.inline_manifest:
+            cand.copy_in(f"{artifacts.inline_dir}/{entry['file']}", f"inline/{entry['file']}")
+        setup["inline_manifest"] = artifacts.inline_manifest
+        setup["inline_dir"] = str(cand.workdir / "inline")
+    return setup
+
+
+def _judge_trials(msg: dict, trials: list[dict], options: EvalOptions, res: EvalResult) -> tuple[list[str], list[str]]:
+    rejections: list[str] = []
+    incorrect: list[str] = []
+    for i, (trial, got) in enumerate(zip(trials, msg["results"], strict=False)):
+        cmp = compare_outputs(trial["spec"], trial["expected"], got["spec"], got["outputs"], options)
+        problems = [text for kind, text in got["checks"] if kind == "incorrect"]
+        rejects = [text for kind, text in got["checks"] if kind == "reject"]
+        passed = cmp.passed and not problems and not rejects
+        message = "; ".join(x for x in [cmp.message, *problems, *rejects] if x)
+        kind = trial["kind"] + (f" ({trial['note']})" if trial.get("note") else "")
+        res.trials.append(TrialResult(index=i, kind=trial["kind"], passed=passed, max_abs_error=cmp.max_abs_error,
+                                      max_rel_error=cmp.max_rel_error, mismatched=cmp.mismatched, total=cmp.total,
+                                      message=(f"[{kind}] " if trial.get("note") else "") + message))
+        for text in rejects:
+            if text not in rejections:
+                rejections.append(text)
+        if not cmp.passed or problems:
+            incorrect.append(f"trial {i + 1} ({kind}): {message}")
+    if len(msg["results"]) < len(trials):
+        incorrect.append(f"the candidate returned {len(msg['results'])} of {len(trials)} trial results")
+    return rejections, incorrect
+
+
+def _judge_audit(msg: dict, options: EvalOptions, backend: str, res: EvalResult, rejections: list[str]) -> None:
+    ops = msg["ops"]
+    res.audit.aten_ops = sorted(ops)
+    compute = sorted(op for op in ops if audit.classify(op) == "compute")
+    res.audit.torch_compute_ops = compute
+    custom_ops = sorted(op for op in ops if audit.classify(op) == "custom")
+    calls = {k: v for k, v in msg["custom_calls"].items() if v}
+    res.audit.kernels = sorted([f"{name} x{n}" for name, n in calls.items()] + custom_ops)
+    per_forward = msg.get("calls_per_forward") or []
+    res.audit.custom_kernel_ran = bool(per_forward) and all(n > 0 for n in per_forward) or bool(custom_ops)
+    for kind, text in msg["findings"]:
+        res.audit.findings.append(f"{kind}: {text}")
+        if kind in ("tamper", "flags", "thread"):
+            rejections.append(text)
+    if options.torch_ops == "forbid":
+        if compute:
+            rejections.append("torch-ops=forbid: the forward computed with torch operators " + ", ".join(compute)
+                              + " (allowed: allocation, views, library GEMM/convolution; write these as kernels)")
+        if not res.audit.custom_kernel_ran:
+            if per_forward and any(n == 0 for n in per_forward) and any(n > 0 for n in per_forward):
+                rejections.append("torch-ops=forbid: custom kernels ran in only some trials (a fallback path computed the others)")
+            else:
+                rejections.append("torch-ops=forbid: no custom kernel ran in the forward (call your kernels through kwrt or the load_inline module)")
+
+
+def _judge_timing(timed: dict, sets: list[dict], shapes: list, fp_seed: int, trial_msg: dict, options: EvalOptions,
+                  backend: str, res: EvalResult) -> list[str]:
+    import torch
+
+    problems: list[str] = []
+    weights = fingerprint_weights(shapes, fp_seed, "cpu")
+    bounds = []
+    for s in sets:
+        finite = all(bool(torch.isfinite(e).all()) for e in s["expected"] if isinstance(e, torch.Tensor) and e.is_floating_point())
+        bounds.append(fingerprint_bound(s["expected"], weights, options) if finite else None)
+    wrong = 0
+    for k, value in timed["fingerprints"]:
+        b = bounds[k] if 0 <= k < len(bounds) else None
+        if b is None:
+            continue
+        expected, allowed = b
+        if not (abs(value - expected) <= allowed):
+            wrong += 1
+    if wrong:
+        problems.append(f"{wrong} of {len(timed['fingerprints'])} timed calls returned wrong outputs (outputs are checked on every timed call: caching, replaying or skipping work is not allowed)")
+    per_forward = trial_msg.get("calls_per_forward") or []
+    if options.torch_ops == "forbid" and per_forward:
+        expected_calls = min(per_forward) * timed["forwards"]
+        if timed["custom_calls"] < expected_calls:
+            problems.append(f"custom kernels ran {timed['custom_calls']} times in {timed['forwards']} timed forwards, expected at least {expected_calls} (the kernels must run in every timed call)")
+    if backend == "cuda" and options.torch_ops == "forbid":
+        names = timed.get("kernels", [])
+        custom = [n for n in names if _is_custom_cuda_kernel(n)]
+        if not custom:
+            problems.append("no custom CUDA kernel was launched by the forward (profiler saw only: " + ", ".join(names[:8]) + ")")
+    for kind, text in timed.get("findings", []):
+        res.audit.findings.append(f"{kind} (timing): {text}")
+        if kind in ("tamper", "flags", "thread"):
+            problems.append(f"during timing: {text}")
+    return problems
+
+
+_LIBRARY_KERNEL_HINTS = ("at::native", "at::cuda", "cublas", "cutlass", "sm90_xmma", "sm80_xmma", "gemm", "gemv", "cudnn",
+                         "cask_", "xmma", "nchwToNhwc", "nhwcToNchw", "convolve_", "implicit_convolve", "Memcpy", "Memset",
+                         "triton_", "void at::", "cuda_gemm", "splitKreduce", "fft")
+
+
+def _is_custom_cuda_kernel(name: str) -> bool:
+    low = name.lower()
+    return not any(h.lower() in low for h in _LIBRARY_KERNEL_HINTS)
+
+
+def _roofline(ref: Child, data: dict, res: EvalResult, options: EvalOptions) -> Roofline | None:
+    roof = data.get("roofline") or {}
+    if not roof or res.timing.candidate is None:
+        return None
+    dtype = (roof.get("dtypes") or ["float32"])[0]
+    key = cache.sha256_text("ceilings/1", res.device, _torch_version(), dtype, str(options.threads()), str(options.allow_tf32))
+    path = cache.section(options.cache_dir, "ceilings") / f"{key}.json"
+    ceil = cache.read_json(path)
+    if ceil is None:
+        try:
+            ref.send({"cmd": "ceilings", "dtype": dtype})
+            ceil = ref.recv(timeout=120)
+            cache.write_json_atomic(path, ceil)
+        except Exception as exc:
+            res.audit.findings.append(f"roofline: could not measure the device ceilings ({type(exc).__name__})")
+            return None
+    bw = float(ceil["bandwidth_gbs"])
+    tf = float(ceil["tflops"])
+    flops, nbytes = float(roof["flops"]), float(roof["min_bytes"])
+    t_mem = nbytes / (bw * 1e9) * 1e3 if bw else 0.0
+    t_cmp = flops / (tf * 1e12) * 1e3 if tf else 0.0
+    floor = max(t_mem, t_cmp)
+    cand = res.timing.candidate.median_ms
+    return Roofline(device=res.device, flops=flops, min_bytes=nbytes, peak_bandwidth_gbs=bw, peak_tflops=tf, floor_ms=floor,
+                    bound="compute" if t_cmp > t_mem else "memory", candidate_ms=cand,
+                    fraction_of_sol=min(1.0, floor / cand) if cand > 0 else None)
+
+
+def _summary(res: EvalResult) -> str:
+    c = res.timing.candidate
+    parts = [f"correct in {len(res.trials)} trials; candidate median {c.median_ms:.4g} ms"]
+    if res.speedup_vs_eager:
+        parts.append(f"{res.speedup_vs_eager:.2f}x vs eager ({res.timing.eager.median_ms:.4g} ms)")
+    if res.speedup_vs_compile:
+        parts.append(f"{res.speedup_vs_compile:.2f}x vs torch.compile ({res.timing.compile.median_ms:.4g} ms)")
+    return ", ".join(parts)
+
+
+def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult:
+    """Times the task alone (eager and torch.compile) with the full reference setup: the same
+    result shape as an evaluation, with no candidate (status ok, reward 0 is meaningless -> -1)."""
+    options = options or EvalOptions()
+    options.validate()
+    started = time.perf_counter()
+    backend = options.resolved_backend()
+    res = EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, backend=backend, torch_version=_torch_version(),
+                     task_hash=cache.sha256_text(task_source), options=options.to_dict())
+    ref = None
+    try:
+        ref = Child("reference", _limits(options, backend), options, _child_env(options, backend))
+        ref.write_files({"task.py": task_source}, subdir=".")
+        _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "reinit": False,
+                    "wide": False, "shape": False}, "the reference (task)", "setup")
+        data = _recv(ref, "the reference (task)", "computing outputs")
+        if not data.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
+        res.device = data["device_name"]
+        key = _baseline_key(res.task_hash, res.device, options)
+        path = cache.section(options.cache_dir, "baselines") / f"{key}.json"
+        base = cache.read_json(path)
+        if base is None or (options.compile_baseline and base.get("compile") is None and not base.get("compile_error")):
+            _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": 1, **_timing_cmd(options)},
+                  "the reference (task)", "baseline timing")
+            base = _recv(ref, "the reference (task)", "baseline timing")
+            cache.write_json_atomic(path, base)
+        else:
+            res.timing.baseline_cached = True
+        res.timing.eager = _stats(base.get("eager"))
+        res.timing.compile = _stats(base.get("compile"))
+        res.timing.clock = base.get("clock", "")
+        if base.get("compile_error"):
+            res.reasons.append(base["compile_error"])
+        res.timing.candidate = res.timing.eager
+        res.roofline = _roofline(ref, data, res, options)
+        res.timing.candidate = None
+        if res.roofline:
+            res.roofline.candidate_ms = None
+            res.roofline.fraction_of_sol = res.roofline.floor_ms / res.timing.eager.median_ms if res.timing.eager else None
+        res.status = Status.OK
+        res.verdict = Verdict.PASS
+        res.reasons.append(f"eager median {res.timing.eager.median_ms:.4g} ms" + (f", torch.compile median {res.timing.compile.median_ms:.4g} ms" if res.timing.compile else ""))
+    except _Stop as stop:
+        res.status = stop.status
+        res.reasons.append(stop.reason)
+    finally:
+        if ref is not None:
+            ref.close()
+    res.duration_s = time.perf_counter() - started
+    return res

@@ -1,0 +1,1 @@
+"""Modules placed on the candidate child's sys.path (only `kwrt` for now)."""

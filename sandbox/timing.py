@@ -1,0 +1,103 @@
+"""The timing loop, shared by the eager baseline, the torch.compile baseline and the candidate,
+so all three are measured by exactly the same code in the same process setup.
+
+Per timed call: (cuda) flush L2 by writing a buffer twice its size, record the start event,
+call, synchronise the WHOLE device (so work on side streams or other threads counts), record
+the end event; (cpu) perf_counter around the call. Inputs rotate among several fresh sets, so
+no call can replay the previous result. `after_call` runs outside the timed region (the
+candidate's output fingerprints are taken there; the baselines run the same hook).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# Bound before any candidate code runs, so patching time.perf_counter later changes nothing here.
+_perf_counter = time.perf_counter
+
+
+def summarize(times_ms: Sequence[float]) -> dict[str, float]:
+    xs = sorted(times_ms)
+    n = len(xs)
+
+    def pct(p: float) -> float:
+        k = (n - 1) * p
+        lo, hi = math.floor(k), math.ceil(k)
+        return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+    median = statistics.median(xs)
+    return {
+        "median_ms": median,
+        "min_ms": xs[0],
+        "max_ms": xs[-1],
+        "mean_ms": statistics.fmean(xs),
+        "std_ms": statistics.pstdev(xs) if n > 1 else 0.0,
+        "spread": (pct(0.9) - pct(0.1)) / median if median > 0 else 0.0,
+        "trials": n,
+    }
+
+
+class Timer:
+    def __init__(self, device: str):
+        self.device = device
+        self._flush_buf = None
+        if device == "cuda":
+            import torch
+
+            l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or (64 << 20)
+            self._flush_buf = torch.empty(max(2 * l2, 128 << 20) // 4, dtype=torch.float32, device="cuda")
+            self._sync = torch.cuda.synchronize
+            self._event = torch.cuda.Event
+
+    @property
+    def clock(self) -> str:
+        return "cuda_events" if self.device == "cuda" else "perf_counter"
+
+    def one(self, fn: Callable[..., Any], inputs: Sequence[Any]) -> tuple[float, Any]:
+        if self.device == "cuda":
+            self._flush_buf.zero_()
+            start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+            start.record()
+            out = fn(*inputs)
+            self._sync()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end), out
+        t0 = _perf_counter()
+        out = fn(*inputs)
+        return (_perf_counter() - t0) * 1000.0, out
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        input_sets: Sequence[Sequence[Any]],
+        budget_s: float,
+        min_calls: int,
+        max_calls: int,
+        warmup: int,
+        after_call: Callable[[Any, int], None] | None = None,
+    ) -> tuple[dict[str, float], float]:
+        """Returns (stats, wall seconds of the timed phase)."""
+        k = len(input_sets)
+        warm_ms = []
+        for i in range(max(warmup, k)):
+            ms, out = self.one(fn, input_sets[i % k])
+            warm_ms.append(ms)
+            if after_call:
+                after_call(out, i % k)
+            del out
+        est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-3)
+        calls = int(min(max_calls, max(min_calls, budget_s * 1000.0 / est)))
+        times = []
+        wall0 = _perf_counter()
+        for i in range(calls):
+            ms, out = self.one(fn, input_sets[i % k])
+            times.append(ms)
+            if after_call:
+                after_call(out, i % k)
+            del out
+        return summarize(times), _perf_counter() - wall0

@@ -1,0 +1,632 @@
+"""Child process entry point: `python -m sandbox.worker ROLE` (started only by isolation.Child).
+
+Roles:
+- reference: imports the TASK, draws every input from the secret seeds the parent sends,
+  computes the expected outputs and times the eager / torch.compile baselines. Its results go
+  to the parent only; the candidate process never sees the seeds or the expected outputs.
+- candidate: imports the CANDIDATE, runs the trials it is given (inputs only), records what its
+  forward dispatched, checks materialisation / aliasing / input mutation / flags / tampering,
+  and runs the timing loop. The parent compares its outputs with the expected ones.
+- prebuild: imports the candidate once so load_inline builds its extension (compile step).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import channel
+
+WORKDIR = Path(os.environ.get("KW_WORKDIR", "."))
+FD_IN = int(os.environ.get("KW_FD_IN", "0"))
+FD_OUT = int(os.environ.get("KW_FD_OUT", "1"))
+
+
+def send(obj: Any) -> None:
+    channel.send(FD_OUT, obj)
+
+
+def recv() -> Any:
+    return channel.recv(FD_IN)
+
+
+def setup_process(options: dict, backend: str) -> str:
+    """Identical numerics for every process: thread count and precision flags."""
+    import torch
+
+    torch.set_num_threads(int(options["_threads"]))
+    allow = bool(options.get("allow_tf32", False))
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    torch.set_float32_matmul_precision("high" if allow else "highest")
+    if backend == "cuda":
+        torch.cuda.init()
+        torch.cuda.set_device(0)
+        return "cuda"
+    return "cpu"
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _error(stage: str, exc: BaseException, roots: list[str], prefix: str = "") -> dict:
+    from .harness import where
+
+    file, line, text = where(exc, roots)
+    return {"ok": False, "stage": stage, "error": (prefix + text) if prefix else text, "file": file, "line": line}
+
+
+# ---- reference -------------------------------------------------------------------------
+
+SIZE_BLOCKLIST = ("kernel", "stride", "pad", "dilation", "group", "axis", "head", "eps", "seed", "dim")
+
+
+def _widen(inputs: list[Any], seed: int) -> list[Any]:
+    """Same shapes and dtypes, signed heavy-tailed values (Student-t, 3 dof)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
+            z = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+            chi = torch.randn((3, *x.shape), generator=gen, dtype=torch.float64).pow(2).mean(0)
+            t = z / chi.clamp_min(1e-3).sqrt()
+            scale = float(x.double().std()) if x.numel() > 1 else 1.0
+            scale = scale if math.isfinite(scale) and scale > 0 else 1.0
+            out.append((t * 2.0 * scale).clamp(-1e4, 1e4).to(dtype=x.dtype, device=x.device))
+        else:
+            out.append(x)
+    return out
+
+
+def _finite(leaves: list[Any]) -> bool:
+    import torch
+
+    for x in leaves:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and not bool(torch.isfinite(x).all()):
+            return False
+    return True
+
+
+def role_reference() -> None:
+    import torch
+
+    from .harness import flatten, load_module_from_source, to_cpu, to_device
+
+    msg = recv()
+    options, backend, seeds = msg["options"], msg["backend"], msg["seeds"]
+    device = setup_process(options, backend)
+    roots = [str(WORKDIR) + "/"]
+    task_path = WORKDIR / "task.py"
+    try:
+        task = load_module_from_source("reference_task", task_path)
+    except BaseException as exc:
+        send(_error("task", exc, roots, "the task file does not import: "))
+        return
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not callable(getattr(task, attr, None)):
+            send({"ok": False, "stage": "task", "error": f"the task file defines no {attr} (KernelBench format needs Model, get_inputs, get_init_inputs)", "file": "task.py", "line": None})
+            return
+
+    def init_inputs() -> list:
+        return list(task.get_init_inputs())
+
+    def make_model(init: list, seed: int) -> Any:
+        torch.manual_seed(seed)
+        return task.Model(*init).eval().to(device)
+
+    def make_inputs(seed: int) -> list:
+        torch.manual_seed(seed)
+        return to_device(list(task.get_inputs()), device)
+
+    def run(model: Any, inputs: list) -> tuple[Any, list]:
+        with torch.no_grad():
+            out = model(*inputs)
+        sync(device)
+        leaves: list = []
+        spec = flatten(out, leaves)
+        return spec, leaves
+
+    def state(model: Any) -> dict:
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    stage = "init"
+    try:
+        base_init = init_inputs()
+        stage = "model"
+        base = make_model(base_init, seeds["weights"])
+        stage = "inputs"
+        variants = [{"init_inputs": base_init, "state_dict": state(base), "kind": "base"}]
+        trials: list[dict] = []
+        notes: list[str] = []
+        first_inputs = make_inputs(seeds["random"][0])
+        stage = "forward"
+        run(base, first_inputs)
+    except BaseException as exc:
+        what = {"init": "get_init_inputs() failed: ", "model": "Model(*get_init_inputs()) failed: ",
+                "inputs": "get_inputs() failed: ", "forward": "Model.forward failed on get_inputs(): "}[stage]
+        send(_error("task", exc, roots, what))
+        return
+
+    try:
+        for s in seeds["random"]:
+            inputs = make_inputs(s)
+            spec, leaves = run(base, inputs)
+            trials.append({"kind": "random", "variant": 0, "inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
+
+        if msg["reinit"]:
+            if len(variants[0]["state_dict"]) == 0:
+                notes.append("reinit trial skipped: the model has no parameters or buffers")
+            else:
+                other = make_model(base_init, seeds["reinit"])
+                variants.append({"init_inputs": base_init, "state_dict": state(other), "kind": "reinit"})
+                inputs = make_inputs(seeds["reinit_inputs"])
+                spec, leaves = run(other, inputs)
+                trials.append({"kind": "reinit", "variant": len(variants) - 1, "inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
+
+        if msg["wide"]:
+            inputs = _widen(make_inputs(seeds["wide"]), seeds["wide"])
+            spec, leaves = run(base, inputs)
+            if not _finite(leaves):
+                inputs = [x.abs() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+                spec, leaves = run(base, inputs)
+            if _finite(leaves):
+                trials.append({"kind": "wide", "variant": 0, "inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
+            else:
+                notes.append("wide-distribution trial skipped: the reference is not finite on such inputs")
+
+        if msg["shape"]:
+            shaped = _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inputs, device)
+            if isinstance(shaped, str):
+                notes.append(shaped)
+            else:
+                init, model, inputs, spec, leaves, changed = shaped
+                variants.append({"init_inputs": init, "state_dict": state(model), "kind": "shape"})
+                trials.append({"kind": "shape", "variant": len(variants) - 1, "inputs": to_cpu(inputs), "spec": spec,
+                               "expected": to_cpu(leaves), "note": changed})
+
+        timing_sets = []
+        for s in seeds["timing"]:
+            inputs = make_inputs(s)
+            spec, leaves = run(base, inputs)
+            timing_sets.append({"inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
+        roof = _roofline_counts(base, first_inputs, run)
+    except BaseException as exc:
+        send(_error("task", exc, roots, "the reference failed while preparing trials: "))
+        return
+
+    send({"ok": True, "variants": variants, "trials": trials, "timing_sets": timing_sets, "notes": notes, "roofline": roof,
+          "device_name": _device_name(device)})
+    del trials, variants
+
+    from .timing import Timer
+
+    timer: Timer | None = None
+    while True:
+        cmd = recv()
+        if cmd["cmd"] == "exit":
+            return
+        if cmd["cmd"] == "baseline":
+            timer = timer or Timer(device)
+            sets = [to_device(s["inputs"], device) for s in timing_sets]
+            result: dict[str, Any] = {"eager": None, "compile": None, "compile_error": None}
+            eager_fn = _no_grad(base)
+            result["eager"], result["eager_wall"] = timer.run(eager_fn, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
+            if cmd["compile"]:
+                try:
+                    compiled = torch.compile(base)
+                    result["compile"], _ = timer.run(_no_grad(compiled), sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], max(cmd["warmup"], 3), _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
+                except BaseException as exc:
+                    result["compile_error"] = f"torch.compile baseline failed: {type(exc).__name__}: {str(exc)[:500]}"
+            result["clock"] = timer.clock
+            send(result)
+        elif cmd["cmd"] == "ceilings":
+            send(_measure_ceilings(device, cmd.get("dtype", "float32")))
+
+
+def _no_grad(fn: Any) -> Any:
+    import torch
+
+    def call(*inputs: Any) -> Any:
+        with torch.no_grad():
+            return fn(*inputs)
+
+    return call
+
+
+def _fingerprint_hook(timing_sets: list[dict], seed: int, device: str) -> Any:
+    """The baselines run the same per-call hook as the candidate, so timing conditions match."""
+    import torch
+
+    from .harness import fingerprint, fingerprint_weights, flatten
+
+    shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in timing_sets[0]["expected"]]
+    weights = fingerprint_weights(shapes, seed, device)
+
+    def hook(out: Any, k: int) -> None:
+        leaves: list = []
+        flatten(out, leaves)
+        fingerprint(leaves, weights)
+
+    return hook
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "cpu"
+
+
+def _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inputs, device):
+    """Change the task's module-level size constants (those get_inputs/get_init_inputs read)
+    and build the reference at that shape; returns a note string when not applicable."""
+    import torch
+
+    names = set(task.get_inputs.__code__.co_names) | set(task.get_init_inputs.__code__.co_names)
+    consts = {n: getattr(task, n) for n in sorted(names)
+              if type(getattr(task, n, None)) is int and getattr(task, n) >= 2
+              and not any(b in n.lower() for b in SIZE_BLOCKLIST)}
+    if not consts:
+        return "shape trial skipped: the task has no module-level size constants used by get_inputs()"
+
+    def changed(v: int) -> int:
+        return max(8, (v * 3 // 4) // 8 * 8) if v >= 32 else v + 1
+
+    base_shapes = [tuple(x.shape) for x in first_inputs if isinstance(x, torch.Tensor)]
+    attempts = [dict(consts)] + [{n: v} for n, v in consts.items()]
+    for attempt in attempts:
+        new = {n: changed(v) for n, v in attempt.items()}
+        for n, v in new.items():
+            setattr(task, n, v)
+        try:
+            init = list(task.get_init_inputs())
+            model = make_model(init, seeds["shape"])
+            inputs = make_inputs(seeds["shape_inputs"])
+            if [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)] == base_shapes and init == base_init:
+                raise ValueError("shapes unchanged")
+            spec, leaves = run(model, inputs)
+            if not _finite(leaves):
+                raise ValueError("reference not finite")
+            return init, model, inputs, spec, leaves, ", ".join(f"{n}={consts[n]}->{v}" for n, v in new.items())
+        except Exception:
+            continue
+        finally:
+            for n in attempt:
+                setattr(task, n, consts[n])
+    return "shape trial skipped: the reference does not run with changed size constants"
+
+
+def _roofline_counts(model: Any, inputs: list, run: Any) -> dict:
+    import torch
+
+    flops = 0.0
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            _, leaves = run(model, inputs)
+        flops = float(counter.get_total_flops())
+    except Exception:
+        _, leaves = run(model, inputs)
+
+    def nbytes(xs: Any) -> int:
+        return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
+
+    params = list(model.parameters()) + list(model.buffers())
+    dtypes = sorted({str(x.dtype).replace("torch.", "") for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()})
+    return {"flops": flops, "min_bytes": float(nbytes(inputs) + nbytes(leaves) + nbytes(params)), "dtypes": dtypes}
+
+
+def _measure_ceilings(device: str, dtype_name: str = "float32") -> dict:
+    """Copy bandwidth and the GEMM rate of this device for the task's dtype, measured, not
+    taken from a datasheet."""
+    import torch
+
+    from .timing import Timer
+
+    timer = Timer(device)
+    n = (256 << 20) // 4 if device == "cuda" else (64 << 20) // 4
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    stats, _ = timer.run(lambda a, b: b.copy_(a), [[src, dst]], 0.5, 10, 200, 3)
+    bandwidth = 2 * n * 4 / (stats["min_ms"] / 1000) / 1e9
+    m = 8192 if device == "cuda" else 1024
+    dtype = getattr(torch, dtype_name, torch.float32)
+    a = torch.randn(m, m, device=device, dtype=dtype)
+    b = torch.randn(m, m, device=device, dtype=dtype)
+    c = torch.empty(m, m, device=device, dtype=dtype)
+    stats, _ = timer.run(lambda x, y, z: torch.mm(x, y, out=z), [[a, b, c]], 0.5, 5, 100, 2)
+    tflops = 2 * m**3 / (stats["min_ms"] / 1000) / 1e12
+    return {"bandwidth_gbs": bandwidth, "tflops": tflops, "dtype": dtype_name}
+
+
+# ---- candidate ---------------------------------------------------------------------------
+
+class _Forward:
+    """Everything the candidate process knows about one forward call and what it did."""
+
+
+def role_candidate() -> None:
+    import torch
+
+    from . import audit
+    from .harness import (
+        flatten,
+        inline_calls,
+        install_inline_loader,
+        load_module_from_source,
+        same_bits,
+        storage_span,
+        to_cpu,
+        to_device,
+    )
+    from .timing import Timer
+
+    msg = recv()
+    options, backend = msg["options"], msg["backend"]
+    device = setup_process(options, backend)
+    cand_dir = WORKDIR / "cand"
+    roots = [str(cand_dir) + "/"]
+    if msg.get("library"):
+        os.environ["KWRT_LIB"] = msg["library"]
+    sys.path.insert(0, str(Path(__file__).parent / "runtime"))
+    sys.path.insert(0, str(cand_dir))
+    import kwrt
+
+    install_inline_loader(msg.get("inline_manifest") or [], msg.get("inline_dir"))
+    integrity = audit.Integrity()
+
+    def custom_calls() -> dict[str, int]:
+        calls = dict(kwrt.calls())
+        calls.update(inline_calls())
+        return calls
+
+    try:
+        mod = load_module_from_source("model_new", cand_dir / "model_new.py")
+    except BaseException as exc:
+        send(_error("import", exc, roots, "model_new.py does not import: "))
+        return
+    ModelNew = getattr(mod, "ModelNew", None)
+    if not isinstance(ModelNew, type) or not issubclass(ModelNew, torch.nn.Module):
+        send({"ok": False, "stage": "import", "error": "model_new.py defines no class ModelNew(nn.Module)", "file": "model_new.py", "line": None})
+        return
+
+    variants = msg["variants"]
+    models: dict[int, Any] = {}
+
+    def model_for(v: int) -> Any:
+        if v not in models:
+            spec = variants[v]
+            try:
+                m = ModelNew(*spec["init_inputs"])
+            except BaseException as exc:
+                raise _Stage("init", exc, "ModelNew(*get_init_inputs()) failed: ") from exc
+            try:
+                m.load_state_dict(spec["state_dict"], strict=True)
+            except RuntimeError as exc:
+                raise _Stage("init", exc, "ModelNew's parameters/buffers do not match Model's (loaded with strict=True; keep the same names and shapes): ") from exc
+            models[v] = m.eval().to(device)
+        return models[v]
+
+    try:
+        model_for(0)
+    except _Stage as st:
+        send(_error(st.stage, st.exc, roots, st.prefix))
+        return
+    send({"ok": True, "stage": "ready"})
+    findings: list[tuple[str, str]] = [(k, f"at import: {t}") for k, t in integrity.check()]
+    integrity = audit.Integrity() if findings else integrity
+
+    while True:
+        cmd = recv()
+        if cmd["cmd"] == "exit":
+            return
+        if cmd["cmd"] == "trials":
+            results, ops, calls_per_forward = [], {}, []
+            for i, trial in enumerate(cmd["trials"]):
+                send({"type": "progress", "trial": i + 1, "of": len(cmd["trials"])})
+                try:
+                    model = model_for(trial["variant"])
+                    inputs = to_device(trial["inputs"], device)
+                    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                    calls0 = custom_calls()
+                    recorder = audit.make_recorder()
+                    with torch.no_grad(), recorder:
+                        out = model(*inputs)
+                    leaves: list = []
+                    spec = flatten(out, leaves)
+                    snapshot = [x.clone() if type(x) is torch.Tensor else None for x in leaves]
+                    sync(device)
+                    if device == "cpu":
+                        time.sleep(0.01)  # a background thread still writing would show now
+                except _Stage as st:
+                    send(_error(st.stage, st.exc, roots, st.prefix) | {"trial": i})
+                    return
+                except BaseException as exc:
+                    send(_error("forward", exc, roots, f"ModelNew.forward raised in trial {i + 1}: ") | {"trial": i})
+                    return
+                checks: list[tuple[str, str]] = []
+                guarded = list(inputs) + list(model.parameters()) + list(model.buffers())
+                spans = [(j, storage_span(x)) for j, x in enumerate(guarded) if isinstance(x, torch.Tensor)]
+                for j, leaf in enumerate(leaves):
+                    if isinstance(leaf, torch.Tensor):
+                        if type(leaf) is not torch.Tensor:
+                            checks.append(("reject", f"output {j} is a {type(leaf).__name__}, not a plain torch.Tensor (lazy or subclass outputs are not allowed)"))
+                            leaves[j] = None
+                            continue
+                        if leaf.device.type != device:
+                            checks.append(("incorrect", f"output {j} is on {leaf.device}, expected {device}"))
+                        if leaf.layout != torch.strided:
+                            checks.append(("reject", f"output {j} has layout {leaf.layout}; outputs must be dense strided tensors"))
+                        if snapshot[j] is not None and not same_bits(snapshot[j], leaf):
+                            checks.append(("reject", f"output {j} changed after forward returned: work continued on another stream or thread after the call"))
+                        span = storage_span(leaf)
+                        for k, other in spans:
+                            if span and other and span[0] < other[1] and other[0] < span[1]:
+                                what = f"input {k}" if k < len(inputs) else "a parameter/buffer"
+                                checks.append(("reject", f"output {j} shares memory with {what} (outputs must be fresh tensors)"))
+                                break
+                for j, (a, b) in enumerate(zip(before, inputs, strict=False)):
+                    if isinstance(a, torch.Tensor) and not same_bits(a, b):
+                        checks.append(("incorrect", f"input {j} was modified in place by forward"))
+                for name, count in recorder.ops.items():
+                    ops[name] = ops.get(name, 0) + count
+                calls1 = custom_calls()
+                calls_per_forward.append(sum(calls1.values()) - sum(calls0.values()))
+                results.append({"spec": spec, "outputs": [to_cpu(x) if isinstance(x, torch.Tensor) else x for x in leaves], "checks": checks})
+            found = integrity.check()
+            findings.extend(found)
+            send({"type": "trials", "results": results, "ops": ops, "custom_calls": custom_calls(),
+                  "calls_per_forward": calls_per_forward, "findings": findings})
+            findings = []
+        elif cmd["cmd"] == "time":
+            send(_time_candidate(cmd, model_for(0), device, custom_calls, integrity, Timer, to_device))
+        elif cmd["cmd"] == "profile":
+            send(_profile(cmd, model_for(0), device, to_device))
+
+
+class _Stage(Exception):
+    def __init__(self, stage: str, exc: BaseException, prefix: str):
+        super().__init__(prefix)
+        self.stage, self.exc, self.prefix = stage, exc, prefix
+
+
+def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integrity: Any, Timer: Any, to_device: Any) -> dict:
+    import torch
+
+    from .harness import fingerprint, fingerprint_weights, flatten
+
+    sets = [to_device(s, device) for s in cmd["sets"]]
+    weights = fingerprint_weights([tuple(s) if s is not None else None for s in cmd["shapes"]], cmd["fingerprint_seed"], device)
+    prints: list[tuple[int, float]] = []
+
+    def hook(out: Any, k: int) -> None:
+        leaves: list = []
+        flatten(out, leaves)
+        prints.append((k, fingerprint(leaves, weights)))
+
+    kernels: list[str] = []
+    if device == "cuda":
+        kernels = _cuda_kernel_names(model, sets[0])
+    timer = Timer(device)
+    calls0 = sum(custom_calls().values())
+    forward = _no_grad(model)
+    try:
+        stats, wall = timer.run(forward, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], hook)
+    except BaseException as exc:
+        from .harness import where
+
+        _, _, text = where(exc, [str(WORKDIR / "cand") + "/"])
+        return {"ok": False, "error": "ModelNew.forward raised during timing: " + text}
+    calls = sum(custom_calls().values()) - calls0
+    findings = integrity.check()
+    del torch
+    return {"ok": True, "stats": stats, "wall": wall, "fingerprints": prints, "custom_calls": calls,
+            "forwards": len(prints), "kernels": kernels, "clock": timer.clock, "findings": findings}
+
+
+def _cuda_kernel_names(model: Any, inputs: list) -> list[str]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch.no_grad():
+            model(*inputs)
+        torch.cuda.synchronize()
+    names = []
+    for evt in prof.events():
+        if getattr(evt, "device_type", None) == torch.autograd.DeviceType.CUDA:
+            names.append(evt.name)
+    return sorted(set(names))
+
+
+def _profile(cmd: dict, model: Any, device: str, to_device: Any) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import kwrt
+
+    sets = [to_device(s, device) for s in cmd["sets"]]
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    kwrt._profile = True
+    try:
+        with profile(activities=activities) as prof:
+            for i in range(cmd.get("calls", 5)):
+                with torch.no_grad():
+                    model(*sets[i % len(sets)])
+                sync(device)
+    except BaseException as exc:
+        return {"ok": False, "error": f"profiling failed: {type(exc).__name__}: {exc}"}
+    finally:
+        kwrt._profile = False
+    rows = []
+    for evt in prof.key_averages():
+        if device == "cuda":
+            total = getattr(evt, "self_device_time_total", None)
+            if total is None:
+                total = getattr(evt, "self_cuda_time_total", 0)
+            if getattr(evt, "device_type", None) != torch.autograd.DeviceType.CUDA and not total:
+                continue
+        else:
+            total = evt.self_cpu_time_total
+        if total <= 0:
+            continue
+        rows.append({"name": evt.key, "calls": int(evt.count), "total_ms": total / 1000.0})
+    return {"ok": True, "rows": rows}
+
+
+# ---- prebuild ------------------------------------------------------------------------------
+
+def role_prebuild() -> None:
+    msg = recv()
+    cand_dir = WORKDIR / "cand"
+    ext_dir = WORKDIR / "ext"
+    ext_dir.mkdir(exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(ext_dir)
+    os.environ["MAX_JOBS"] = str(max(1, min(8, os.cpu_count() or 1)))
+    setup_process(msg["options"], "cpu")
+    from .harness import install_inline_recorder, load_module_from_source
+
+    sys.path.insert(0, str(Path(__file__).parent / "runtime"))
+    sys.path.insert(0, str(cand_dir))
+    manifest: list[dict] = []
+    install_inline_recorder(manifest)
+    try:
+        load_module_from_source("model_new", cand_dir / "model_new.py")
+    except BaseException as exc:
+        reply = _error("compile", exc, [str(cand_dir) + "/"])
+        reply["log"] = "".join(traceback.format_exception(exc))[-20000:]
+        send(reply)
+        return
+    send({"ok": True, "manifest": manifest, "log": ""})
+
+
+def main() -> None:
+    role = sys.argv[1]
+    {"reference": role_reference, "candidate": role_candidate, "prebuild": role_prebuild}[role]()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.openai_policy import OpenAIPolicy
+from agent.policy import TaskInfo
+from agent.task import task_from_file
+from agent.testing.scripted_server import ScriptedServer
+
+EXAMPLES = Path("/work/shared/examples")
+SOFTMAX_TASK = EXAMPLES / "row_softmax_small.py"
+
+
+@pytest.fixture
+def scripted() -> Iterator[Callable[[dict[str, Any]], ScriptedServer]]:
+    """Start a real loopback HTTP server speaking the OpenAI API with the given script."""
+    servers: list[ScriptedServer] = []
+
+    def make(script: dict[str, Any]) -> ScriptedServer:
+        server = ScriptedServer(script).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for s in servers:
+        s.stop()
+
+
+def policy_for(server: ScriptedServer, **kw: Any) -> OpenAIPolicy:
+    kw.setdefault("backoff_base_s", 0.001)
+    kw.setdefault("max_retries", 3)
+    return OpenAIPolicy(base_url=server.url, api_key=kw.pop("api_key", "test-key"), model=kw.pop("model", "scripted-model"), **kw)
+
+
+@pytest.fixture
+def softmax_task() -> TaskInfo:
+    # Fast evaluation settings: the protocol is the real one, with fewer timed calls.
+    return task_from_file(
+        SOFTMAX_TASK,
+        "cpu",
+        {"compile_baseline": False, "timing_budget_s": 0.2, "min_timed_calls": 5, "max_timed_calls": 50},
+    )

@@ -1,0 +1,63 @@
+"""The CLI against the scripted server running as its own process, on the CPU backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.testing.scenarios import candidate
+from agent.trajectory import Trajectory
+
+from .conftest import SOFTMAX_TASK
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def server_url():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent.testing.scripted_server", "--scenario", "softmax-cpu", "--port", "0"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "scripted OpenAI server on http://127.0.0.1:" in line, line
+        yield line.split(" on ")[1].split()[0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_optimize_writes_best_files_and_a_loadable_trajectory(server_url, tmp_path):
+    out = tmp_path / "out"
+    env_cmd = [sys.executable, "-m", "agent", "optimize", str(SOFTMAX_TASK), "--backend", "cpu",
+               "--base-url", server_url, "--model", "scripted-model", "--out", str(out), "--no-compile-baseline",
+               "--max-turns", "8"]
+    proc = subprocess.run(env_cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KERNELWRIGHT_CACHE": str(tmp_path / "c")})
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "best verified candidate" in proc.stdout and "speedup vs eager" in proc.stdout
+    assert "] " in proc.stderr and "finished: model_finished" in proc.stderr  # progress bar lines
+    traj = Trajectory.load(out / "trajectory.json")
+    assert traj.best() is not None and traj.finished().reason == "model_finished"
+    for rel, text in candidate("cpu").items():
+        assert (out / "best" / rel).read_text() == text
+    assert len(Trajectory.load(out / "trajectory.jsonl")) == len(traj)
+    show = subprocess.run([sys.executable, "-m", "agent", "show", str(out / "trajectory.json")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert show.returncode == 0 and "best: version" in show.stdout
+
+
+def test_unreachable_endpoint_fails_with_a_clear_error(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "optimize", str(SOFTMAX_TASK), "--backend", "cpu",
+         "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o"), "--max-turns", "2", "--retries", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert proc.returncode == 1
+    assert "cannot reach the model endpoint" in proc.stderr

@@ -1,0 +1,106 @@
+"""End-to-end runs on the CPU backend: scripted model over real HTTP, the real loop, the real
+sandbox compiling and evaluating C++ kernels (agent.testing.fixtures)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.evaluator import LocalEvaluator
+from agent.events import BestChanged, CompileEvent, EvaluationEvent, FileEdit, RewardEvent
+from agent.loop import Budgets, run, task_from_trajectory
+from agent.testing import scenarios as S
+from agent.trajectory import Trajectory
+
+from .conftest import policy_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def evaluator(tmp_path_factory):
+    return LocalEvaluator(cache_dir=str(tmp_path_factory.getbasetemp() / "kw-cache"))
+
+
+def statuses(traj):
+    return [e.result["status"] for e in traj.of_type(EvaluationEvent)]
+
+
+def test_good_run_produces_a_verified_candidate_and_a_loadable_trajectory(scripted, softmax_task, evaluator, tmp_path):
+    srv = scripted(S.good_run("cpu"))
+    steps: list[str] = []
+    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=10),
+              on_progress=lambda step, detail: steps.append(step))
+    traj = res.trajectory
+    assert res.reason == "model_finished" and res.verified, traj.of_type(EvaluationEvent)
+    assert res.best.files == S.candidate("cpu")
+    assert res.best.reward >= 1 and res.best.speedup_vs_eager is not None
+    assert traj.of_type(CompileEvent)[0].result["ok"] is True
+    assert statuses(traj) == ["ok"]
+    assert traj.finished().best_version == res.best.version
+    back = Trajectory.load(traj.save(tmp_path / "t.json"))
+    assert back.best().files == res.best.files and back.finished().reason == "model_finished"
+    assert steps, "the sandbox's per-step progress reaches on_progress"
+
+
+def test_run_that_fixes_a_compile_error(scripted, softmax_task, evaluator):
+    srv = scripted(S.compile_fix_run())
+    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=10))
+    compiles = res.trajectory.of_type(CompileEvent)
+    assert compiles[0].result["ok"] is False
+    errors = compiles[0].result["errors"]
+    assert any("softmax.cpp" in e["file"] and e["line"] for e in errors), errors
+    # the model saw the compiler's complaint
+    tool_msgs = [m for m in srv.requests[2]["messages"] if m["role"] == "tool"]
+    assert "compile FAILED" in tool_msgs[-1]["content"] and "softmax.cpp" in tool_msgs[-1]["content"]
+    assert res.verified and statuses(res.trajectory) == ["ok"]
+    assert res.best.version == res.trajectory.of_type(FileEdit)[-1].version
+
+
+def test_incorrect_kernel_then_correct_one(scripted, softmax_task, evaluator):
+    srv = scripted(S.incorrect_then_correct_run("cpu"))
+    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=10))
+    assert statuses(res.trajectory) == ["incorrect", "ok"]
+    rewards = [e.reward for e in res.trajectory.of_type(RewardEvent)]
+    assert rewards[0] == -1 and rewards[1] >= 1
+    first_eval = [m for m in srv.requests[2]["messages"] if m["role"] == "tool"][-1]["content"]
+    assert "status: incorrect" in first_eval and "FAIL" in first_eval
+    assert res.verified and res.best.version == 3
+    assert len(res.trajectory.of_type(BestChanged)) == 1
+
+
+def test_result_is_the_best_candidate_not_the_last(scripted, softmax_task, evaluator):
+    srv = scripted(S.regression_run())
+    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=10))
+    assert statuses(res.trajectory) == ["ok", "incorrect"]
+    assert res.best.version == 2 and res.best.files == S.candidate("cpu")
+    assert res.trajectory.finished().best_version == 2
+
+
+def test_text_protocol_run_on_an_endpoint_without_tools(scripted, softmax_task, evaluator):
+    srv = scripted({**S.good_run("cpu"), "tools_supported": False})
+    pol = policy_for(srv)
+    res = run(softmax_task, pol, evaluator, Budgets(max_turns=10))
+    assert pol.mode == "text" and res.verified
+    assert all("tools" not in body for body in srv.requests[1:])
+
+
+def test_resumed_run_reaches_a_verified_candidate(scripted, softmax_task, evaluator, tmp_path):
+    script = S.incorrect_then_correct_run("cpu")
+    first = scripted({"replies": script["replies"][:2]})
+    journal = tmp_path / "t.jsonl"
+    res1 = run(softmax_task, policy_for(first), evaluator, Budgets(max_turns=2), journal=str(journal))
+    assert res1.reason == "max_turns" and not res1.verified
+    traj = Trajectory.load(journal)
+    second = scripted({"replies": script["replies"][2:]})
+    res2 = run(task_from_trajectory(traj), policy_for(second), evaluator, Budgets(max_turns=10), trajectory=traj)
+    assert res2.verified and res2.turns == 5
+    assert statuses(res2.trajectory) == ["incorrect", "ok"]
+    # the resumed model got the earlier turns, including the failed evaluation
+    assert "status: incorrect" in str(second.requests[0]["messages"])
+
+
+def test_budget_exhausted_before_a_correct_candidate(scripted, softmax_task, evaluator):
+    srv = scripted(S.incorrect_then_correct_run("cpu"))
+    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=3))
+    assert res.reason == "max_turns" and res.best is None
+    assert res.trajectory.finished().best_version is None

@@ -1,0 +1,58 @@
+"""Session-wide test setup: a Redis database of this session's own (see tests/support/__init__.py).
+
+pytest-django loads the settings before this file, so the Redis settings are re-pointed here,
+before any test runs and before anything connects.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.support.redis_db import ClaimedRedisDb, claim_redis_db, redis_reachable
+
+BASE_REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+def _point_django_at(url: str) -> None:
+    from channels.layers import channel_layers
+    from django.conf import settings
+
+    from webapp.celery import app
+    from webapp.settings import redis_settings
+
+    for name, value in redis_settings(url).items():
+        setattr(settings, name, value)
+    app.conf.update(broker_url=url, result_backend=url)
+    channel_layers.backends.clear()
+    os.environ["REDIS_URL"] = url  # subprocesses that tests start inherit it
+
+
+def _claim() -> ClaimedRedisDb | None:
+    if not redis_reachable(BASE_REDIS_URL):
+        return None
+    claimed = claim_redis_db(BASE_REDIS_URL)
+    _point_django_at(claimed.url)
+    return claimed
+
+
+TEST_REDIS = _claim()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if TEST_REDIS is None:
+        return f"redis: none answers at {BASE_REDIS_URL} (tests that need it fail)"
+    return f"redis: {TEST_REDIS.url} (this session's own database)"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if TEST_REDIS is not None:
+        TEST_REDIS.release()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    if TEST_REDIS is None:
+        pytest.fail(f"no Redis answers at {BASE_REDIS_URL}: start one, set REDIS_URL, or run the tests with ./kw test")
+    return TEST_REDIS.url

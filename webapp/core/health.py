@@ -1,0 +1,172 @@
+"""What /healthz reports: each part of the service stack, checked for real.
+
+The view is a thin wrapper around `collect_health()`, which tests call directly. A part is
+required when the product cannot work without it (database, Redis, channel layer, at least one
+live worker per queue); any required part down makes the report not ok (HTTP 503).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+
+from webapp.queues import Queue
+
+SCHEMA = "kernelwright.health/1"
+
+
+@dataclass
+class PartStatus:
+    name: str
+    ok: bool
+    required: bool
+    summary: str  # one line for people
+    detail: dict = field(default_factory=dict)
+    error: str | None = None
+    elapsed_ms: float = 0.0
+
+
+@dataclass
+class HealthReport:
+    parts: list[PartStatus]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.parts if p.required)
+
+    def part(self, name: str) -> PartStatus:
+        return next(p for p in self.parts if p.name == name)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "status": "ok" if self.ok else "unavailable",
+            "ok": self.ok,
+            "parts": {p.name: asdict(p) for p in self.parts},
+        }
+
+
+def _timed(name: str, required: bool, check: Callable[[], tuple[str, dict]]) -> PartStatus:
+    start = time.perf_counter()
+    try:
+        summary, detail = check()
+        ok, error = True, None
+    except Exception as exc:  # each failure becomes a red part, never a 500
+        summary, detail, ok, error = "down", {}, False, f"{type(exc).__name__}: {exc}"
+    return PartStatus(name, ok, required, summary, detail, error, round((time.perf_counter() - start) * 1000, 1))
+
+
+def check_database() -> tuple[str, dict]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return f"{connection.vendor} ok", {"vendor": connection.vendor}
+
+
+def check_redis() -> tuple[str, dict]:
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+        version = client.info("server").get("redis_version")
+    finally:
+        client.close()
+    return f"redis {version} ok", {"version": version, "db": client.connection_pool.connection_kwargs.get("db", 0)}
+
+
+def check_channel_layer() -> tuple[str, dict]:
+    """A real send and receive through the configured layer (Redis in every deployment)."""
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        raise RuntimeError("CHANNEL_LAYERS is not configured")
+    token = uuid.uuid4().hex
+
+    async def round_trip() -> dict:
+        channel = await layer.new_channel("healthz.")
+        await layer.send(channel, {"type": "healthz.ping", "token": token})
+        return await asyncio.wait_for(layer.receive(channel), timeout=3)
+
+    message = async_to_sync(round_trip)()
+    if message.get("token") != token:
+        raise RuntimeError("the channel layer returned another message")
+    return f"{type(layer).__name__} round trip ok", {"backend": f"{type(layer).__module__}.{type(layer).__name__}"}
+
+
+def live_workers_by_queue(timeout: float) -> dict[str, list[str]]:
+    """Worker names per queue, from the workers that answer a broadcast within `timeout` seconds."""
+    from webapp.celery import app
+
+    # A connection of our own to the configured broker: fails fast when Redis is down, and follows
+    # the settings (tests point them at another Redis database).
+    with app.connection_for_write(url=settings.CELERY_BROKER_URL) as connection:
+        connection.ensure_connection(max_retries=1, timeout=2)
+        replies = app.control.inspect(timeout=timeout, connection=connection).active_queues() or {}
+    by_queue: dict[str, list[str]] = {q.value: [] for q in Queue}
+    for worker, queues in sorted(replies.items()):
+        for queue in queues or []:
+            by_queue.setdefault(queue["name"], []).append(worker)
+    return by_queue
+
+
+def worker_parts(timeout: float) -> list[PartStatus]:
+    start = time.perf_counter()
+    try:
+        by_queue, error = live_workers_by_queue(timeout), None
+    except Exception as exc:
+        by_queue, error = {q.value: [] for q in Queue}, f"{type(exc).__name__}: {exc}"
+    elapsed = round((time.perf_counter() - start) * 1000, 1)
+    parts = []
+    for queue in Queue:
+        workers = by_queue.get(queue.value, [])
+        ok = bool(workers)
+        summary = f"{len(workers)} live: {', '.join(workers)}" if ok else "no live worker"
+        parts.append(
+            PartStatus(f"workers.{queue.value}", ok, True, summary, {"queue": queue.value, "workers": workers},
+                       error if error else (None if ok else f"no worker answered on queue {queue.value!r}"), elapsed)
+        )
+    return parts
+
+
+def check_sandbox() -> tuple[str, dict]:
+    from webapp.core.backend import sandbox_backend
+
+    info = sandbox_backend()
+    if not info.ok:
+        raise RuntimeError(info.error)
+    summary = f"{info.backend}" + (f" ({info.gpu_name})" if info.gpu_name else "")
+    return summary, info.to_dict()
+
+
+def check_model_endpoint() -> tuple[str, dict]:
+    """Configuration only (never the key, never a call to the model): calls cost money and time."""
+    base_url = settings.OPENAI_BASE_URL or ("https://api.openai.com/v1" if settings.OPENAI_API_KEY else "")
+    configured = bool(base_url)
+    detail = {"configured": configured, "base_url": base_url or None, "model": settings.KERNELWRIGHT_MODEL,
+              "api_key_set": bool(settings.OPENAI_API_KEY)}
+    summary = f"{settings.KERNELWRIGHT_MODEL} at {base_url}" if configured else "not configured (built-in offline policy only)"
+    return summary, detail
+
+
+def collect_health(worker_timeout: float | None = None) -> HealthReport:
+    timeout = settings.HEALTH_WORKER_TIMEOUT if worker_timeout is None else worker_timeout
+    parts = [
+        _timed("database", True, check_database),
+        _timed("redis", True, check_redis),
+        _timed("channel_layer", True, check_channel_layer),
+        *worker_parts(timeout),
+        _timed("sandbox", False, check_sandbox),
+        _timed("model_endpoint", False, check_model_endpoint),
+    ]
+    return HealthReport(parts)

@@ -1,0 +1,151 @@
+"""What a job is in the database: the task, its options and state, its stored turns and best files.
+
+Turns are the unit the browser fetches: each row holds the trajectory events of one turn
+(agent/events.py, verbatim) plus a few denormalised numbers (reward, speedups, tokens) so that
+lists and charts never have to walk every event of every turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+def task_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+class Job(models.Model):
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    class Visibility(models.TextChoices):
+        PRIVATE = "private"
+        PUBLIC = "public"
+
+    class Origin(models.TextChoices):
+        RUN = "run"  # run by our agent on our workers
+        IMPORTED = "imported"  # a trajectory JSON uploaded by a user
+        GALLERY = "gallery"  # loaded by `manage.py load_gallery`
+
+    TERMINAL = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    name = models.CharField(max_length=200)
+    source = models.TextField()
+    task_hash = models.CharField(max_length=64, db_index=True)
+    options = models.JSONField(default=dict)
+    origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.RUN)
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED, db_index=True)
+    reason = models.TextField(blank=True, default="")
+    step = models.CharField(max_length=200, blank=True, default="")
+    cancel_requested = models.BooleanField(default=False)
+    attempts = models.PositiveIntegerField(default=0)  # how many times a worker started (or resumed) it
+
+    visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.PRIVATE)
+    gallery = models.BooleanField(default=False)
+    share_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    best_version = models.IntegerField(null=True, blank=True)
+    best_reward = models.IntegerField(null=True, blank=True)
+    best_speedup_eager = models.FloatField(null=True, blank=True)
+    best_speedup_compile = models.FloatField(null=True, blank=True)
+    best_evaluation = models.JSONField(null=True, blank=True)  # sandbox EvalResult dict of the best version
+    summary = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL
+
+    def new_share_token(self) -> str:
+        self.share_token = secrets.token_urlsafe(24)
+        return self.share_token
+
+
+class Turn(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="turns")
+    index = models.IntegerField()  # the events' `turn`; 0 holds the events before the first turn
+    events = models.JSONField(default=list)
+    reward = models.IntegerField(null=True, blank=True)
+    evaluation = models.JSONField(null=True, blank=True)  # the turn's last EvalResult dict
+    speedup_eager = models.FloatField(null=True, blank=True)
+    speedup_compile = models.FloatField(null=True, blank=True)
+    has_error = models.BooleanField(default=False)
+    improved = models.BooleanField(default=False)  # the best candidate changed in this turn
+    prompt_tokens = models.IntegerField(default=0)
+    completion_tokens = models.IntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job", "index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="unique_turn_index")]
+
+    def __str__(self) -> str:
+        return f"turn {self.index} of job {self.job_id}"
+
+
+class Artifact(models.Model):
+    """One file of the job's best verified candidate (replaced whenever the best changes)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
+    path = models.CharField(max_length=300)
+    content = models.TextField()
+    version = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["job", "path"]
+        constraints = [models.UniqueConstraint(fields=["job", "path"], name="unique_artifact_path")]
+
+
+class BaselineCache(models.Model):
+    """Eager and torch.compile timings of one task on one device, measured once and reused."""
+
+    task_hash = models.CharField(max_length=64)
+    device = models.CharField(max_length=200)
+    torch_version = models.CharField(max_length=64)
+    options_key = models.CharField(max_length=64)  # hash of the options that change timing
+    timing = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task_hash", "device", "torch_version", "options_key"], name="unique_baseline")
+        ]
+
+
+class ApiToken(models.Model):
+    """`Authorization: Token <key>` for scripts; the key is shown once, only its hash is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True, default="")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    @staticmethod
+    def hash_key(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, user, name: str = "") -> tuple[ApiToken, str]:
+        key = secrets.token_hex(20)
+        return cls.objects.create(user=user, name=name, key_hash=cls.hash_key(key)), key

@@ -1,0 +1,194 @@
+"""One job's agent run on the agent queue: build the policy and the Celery evaluator, store each
+turn as it completes, honour cancel between turns, and resume from stored turns after a lost
+worker.
+
+Turn storage: the loop reports events one by one (on_event); a turn is stored when the next
+turn starts or the run ends, so every stored turn is complete and a worker that dies mid-turn
+loses only that unfinished turn, which the resumed run redoes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+
+from agent.events import Event, event_from_dict
+from webapp.jobs import services
+from webapp.jobs.models import Job, Turn
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3  # starts of one job (first run + resumes after lost workers)
+SANDBOX_OPTION_KEYS = ("backend", "torch_ops", "preset")
+TOOL_STEPS = {"compile": "compiling", "evaluate": "evaluating", "profile": "profiling"}
+
+
+class TurnRecorder:
+    """Groups the loop's events per turn and stores each turn once it is complete."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.stored: dict[int, list[dict[str, Any]]] = {
+            t.index: list(t.events) for t in Turn.objects.filter(job=job).order_by("index")
+        }
+        self.current: int | None = None
+        self.pending: list[dict[str, Any]] = []
+
+    def on_event(self, event: Event) -> None:
+        data = event.to_dict()
+        turn = int(data.get("turn") or 0)
+        if data["type"] == "task" and any(e.get("type") == "task" for e in self.stored.get(0, [])):
+            return  # a resumed loop announcing the task again
+        if self.current is not None and turn != self.current:
+            self.flush()
+        if turn in self.stored and self.current is None:
+            # A late event for a turn already stored (e.g. `finished`): store it again, extended.
+            self.stored[turn].append(data)
+            services.store_turn(self.job, turn, self.stored[turn])
+            return
+        self.current = turn
+        self.pending.append(data)
+        self._step(data)
+
+    def _step(self, data: dict[str, Any]) -> None:
+        kind = data["type"]
+        turn = data.get("turn")
+        if kind == "turn_started":
+            services.set_step(self.job.pk, f"turn {turn}: waiting for the policy")
+        elif kind == "tool_call" and data.get("name") in TOOL_STEPS:
+            services.set_step(self.job.pk, f"turn {turn}: {TOOL_STEPS[data['name']]}")
+
+    def flush(self) -> None:
+        if self.current is None:
+            return
+        events = self.stored.get(self.current, []) + self.pending
+        services.store_turn(self.job, self.current, events)
+        self.stored[self.current] = events
+        self.current, self.pending = None, []
+
+    def history(self) -> list[Event]:
+        return [event_from_dict(e) for index in sorted(self.stored) for e in self.stored[index]]
+
+
+def resolve_backend(requested: str) -> str:
+    if requested in ("cpu", "cuda"):
+        return requested
+    configured = getattr(settings, "SANDBOX_BACKEND", getattr(settings, "KERNELWRIGHT_BACKEND", "auto"))
+    if configured in ("cpu", "cuda"):
+        return configured
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return "cpu"
+
+
+def build_policy(options: dict[str, Any]):
+    """The built-in policy unless the job asks for the model and an endpoint is configured."""
+    base_url = getattr(settings, "OPENAI_BASE_URL", "") or ""
+    if options.get("policy") == "openai" and base_url:
+        from agent.openai_policy import OpenAIPolicy  # type: ignore[import-not-found]
+
+        return OpenAIPolicy(
+            base_url=base_url,
+            api_key=getattr(settings, "OPENAI_API_KEY", "") or "none",
+            model=getattr(settings, "KERNELWRIGHT_MODEL", "") or "gpt-4o",
+        )
+    from agent.builtin import BuiltinPolicy  # type: ignore[import-not-found]
+
+    return BuiltinPolicy()
+
+
+def _cancel_requested(job_id: int) -> bool:
+    return Job.objects.filter(pk=job_id, cancel_requested=True).exists()
+
+
+def run_job(job_id: int) -> None:
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or job.is_terminal:
+        return
+    if job.cancel_requested:
+        services.finish_job(job, Job.State.CANCELLED, "cancelled before it started")
+        return
+    if job.attempts >= MAX_ATTEMPTS:
+        services.finish_job(
+            job, Job.State.FAILED, f"the worker running this job was lost {job.attempts} times; giving up"
+        )
+        return
+    resumed = job.attempts > 0
+    job = services.start_job(job)
+    recorder = TurnRecorder(job)
+    try:
+        finished = _run_loop(job, recorder, resumed)
+    except Exception as exc:  # noqa: BLE001 - any failure must end the job with a reason
+        logger.exception("job %s failed", job_id)
+        recorder.flush()
+        services.finish_job(job, Job.State.FAILED, f"internal error: {type(exc).__name__}: {exc}")
+        return
+    recorder.flush()
+    _finish_from_trajectory(job, finished)
+
+
+def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool):
+    from agent.loop import Budgets, run  # type: ignore[import-not-found]
+    from agent.policy import TaskInfo
+    from agent.trajectory import Trajectory
+
+    backend = resolve_backend(job.options.get("backend", "auto"))
+    sandbox_options = {k: job.options[k] for k in SANDBOX_OPTION_KEYS if k in job.options}
+    sandbox_options["backend"] = backend
+    task = TaskInfo(
+        name=job.name, source=job.source, backend=backend, options=sandbox_options, task_hash=job.task_hash
+    )
+    from webapp.jobs.celery_evaluator import CeleryEvaluator
+
+    history = recorder.history()
+    trajectory = Trajectory(history) if (resumed and history) else None
+    result = run(
+        task,
+        build_policy(job.options),
+        CeleryEvaluator(job.pk),
+        Budgets(max_turns=int(job.options.get("max_turns", 10))),
+        on_event=recorder.on_event,
+        stop_requested=lambda: _cancel_requested(job.pk),
+        trajectory=trajectory,
+    )
+    return result
+
+
+def _finished_event(job: Job) -> dict[str, Any] | None:
+    for turn in Turn.objects.filter(job=job).order_by("-index"):
+        for e in reversed(turn.events):
+            if e.get("type") == "finished":
+                return e
+    return None
+
+
+def _finish_from_trajectory(job: Job, result: Any) -> None:
+    job.refresh_from_db()
+    fin = _finished_event(job) or {}
+    reason = fin.get("reason", "")
+    summary = fin.get("summary", "")
+    if reason == "stopped" or job.cancel_requested:
+        services.finish_job(job, Job.State.CANCELLED, "cancelled by the user", summary)
+    elif reason == "error":
+        services.finish_job(job, Job.State.FAILED, summary or "the agent stopped on an error", summary)
+    elif job.best_reward is not None and job.best_reward >= 1:
+        services.finish_job(job, Job.State.SUCCEEDED, _reason_words(reason), summary)
+    else:
+        services.finish_job(
+            job, Job.State.FAILED, f"no correct candidate found ({_reason_words(reason) or 'run ended'})", summary
+        )
+
+
+def _reason_words(reason: str) -> str:
+    return {
+        "model_finished": "the policy finished",
+        "max_turns": "turn budget used up",
+        "max_tokens": "token budget used up",
+        "max_wall_time": "time budget used up",
+        "max_cost": "cost budget used up",
+    }.get(reason, reason)

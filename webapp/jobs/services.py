@@ -1,0 +1,230 @@
+"""The one place for writes that push to clients: every change of a job or a turn that viewers
+must see goes through a function here, which saves first and announces after the commit, so
+nothing is ever announced that a page could not then fetch.
+
+The agent run itself (building the policy and the Celery evaluator, storing turns as they
+complete, cancel and resume) lives in webapp.jobs.runner; `run_job` is re-exported here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from webapp.jobs import permissions
+from webapp.jobs.models import Artifact, Job, Turn, task_hash
+from webapp.jobs.notifications import JobNotification, Kind, announce
+from webapp.jobs.task_check import check_task_source
+from webapp.jobs.turns import summarize
+
+logger = logging.getLogger(__name__)
+
+can_view = permissions.can_view
+can_change = permissions.can_change
+
+BACKENDS = ("auto", "cpu", "cuda")
+POLICIES = ("builtin", "openai")
+PRESETS = ("default", "kernelbench", "cuda-agent")
+TORCH_OPS = ("forbid", "allow")
+MAX_TURNS_LIMIT = 200
+RUN_JOB_TASK = "kernelwright.agent.run_job"
+
+
+class InvalidJob(ValueError):
+    """The task or options were rejected; `errors` says why, for the form or the API."""
+
+    def __init__(self, errors: list[str]):
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+def normalize_options(raw: dict[str, Any] | None) -> dict[str, Any]:
+    raw = dict(raw or {})
+    errors: list[str] = []
+
+    def pick(key: str, allowed: tuple[str, ...], default: str) -> str:
+        value = str(raw.get(key) or default)
+        if value not in allowed:
+            errors.append(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+        return value
+
+    opts = {
+        "backend": pick("backend", BACKENDS, "auto"),
+        "policy": pick("policy", POLICIES, "builtin"),
+        "preset": pick("preset", PRESETS, "default"),
+        "torch_ops": pick("torch_ops", TORCH_OPS, "forbid"),
+    }
+    try:
+        value = raw.get("max_turns")
+        max_turns = 10 if value in (None, "") else int(value)
+    except (TypeError, ValueError):
+        errors.append("max_turns must be an integer")
+        max_turns = 10
+    if not 1 <= max_turns <= MAX_TURNS_LIMIT:
+        errors.append(f"max_turns must be between 1 and {MAX_TURNS_LIMIT}")
+    opts["max_turns"] = max_turns
+    if errors:
+        raise InvalidJob(errors)
+    return opts
+
+
+def celery_app():
+    """The project's Celery app (webapp.celery), or the current one where it is not importable."""
+    try:
+        from webapp.celery import app  # type: ignore[import-not-found]
+
+        return app
+    except ImportError:
+        from celery import current_app
+
+        return current_app
+
+
+def create_job(owner, name: str, source: str, options: dict[str, Any] | None = None, *, enqueue: bool = True) -> Job:
+    check = check_task_source(source)
+    if not check.ok:
+        raise InvalidJob(check.errors)
+    opts = normalize_options(options)
+    job = Job.objects.create(
+        owner=owner,
+        name=(name or check.name or "untitled task")[:200],
+        source=source,
+        task_hash=task_hash(source),
+        options=opts,
+    )
+    if enqueue:
+        transaction.on_commit(lambda: enqueue_job(job.pk))
+    return job
+
+
+def enqueue_job(job_id: int) -> None:
+    celery_app().send_task(RUN_JOB_TASK, args=[job_id])
+
+
+def _after_commit(note: JobNotification) -> None:
+    transaction.on_commit(lambda: announce(note))
+
+
+def start_job(job: Job) -> Job:
+    """Mark a job running (first start or resume after a lost worker)."""
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(
+        state=Job.State.RUNNING, started_at=job.started_at or now, attempts=F("attempts") + 1, step="starting"
+    )
+    job.refresh_from_db()
+    _after_commit(JobNotification(Kind.STATE, job.pk, state=job.state))
+    return job
+
+
+@transaction.atomic
+def store_turn(job: Job, index: int, events: list[dict[str, Any]]) -> Turn:
+    """Save one turn's events (idempotent per index), update the job's best, then announce."""
+    s = summarize(events)
+    turn, _ = Turn.objects.update_or_create(
+        job=job,
+        index=index,
+        defaults={
+            "events": events,
+            "reward": s.reward,
+            "evaluation": s.evaluation,
+            "speedup_eager": s.speedup_eager,
+            "speedup_compile": s.speedup_compile,
+            "has_error": s.has_error,
+            "improved": s.improved,
+            "prompt_tokens": s.prompt_tokens,
+            "completion_tokens": s.completion_tokens,
+            "cost_usd": s.cost_usd,
+        },
+    )
+    if s.best is not None:
+        _apply_best(job, s.best, events)
+    _after_commit(JobNotification(Kind.TURN_READY, job.pk, turn=index))
+    return turn
+
+
+def _apply_best(job: Job, best: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    version = best.get("version")
+    evaluation = next(
+        (e.get("result") for e in reversed(events) if e.get("type") == "evaluation" and e.get("version") == version),
+        None,
+    )
+    Job.objects.filter(pk=job.pk).update(
+        best_version=version,
+        best_reward=best.get("reward"),
+        best_speedup_eager=best.get("speedup_vs_eager"),
+        best_speedup_compile=best.get("speedup_vs_compile"),
+        best_evaluation=evaluation,
+    )
+    files = best.get("files") or {}
+    if files:
+        Artifact.objects.filter(job=job).delete()
+        Artifact.objects.bulk_create(
+            [Artifact(job=job, path=path, content=content, version=version or 0) for path, content in sorted(files.items())]
+        )
+
+
+def set_step(job_id: int, step: str) -> None:
+    """What the worker is doing now ("compiling", "checking correctness 3/5", "timing")."""
+    step = step[:200]
+    changed = Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exclude(step=step).update(step=step)
+    if changed:
+        _after_commit(JobNotification(Kind.STEP, job_id, step=step))
+
+
+def finish_job(job: Job, state: str, reason: str = "", summary: str = "") -> Job:
+    if state not in Job.TERMINAL:
+        raise ValueError(f"{state!r} is not a terminal state")
+    Job.objects.filter(pk=job.pk).update(
+        state=state, reason=reason[:10000], summary=summary or job.summary, step="", finished_at=timezone.now()
+    )
+    job.refresh_from_db()
+    _after_commit(JobNotification(Kind.STATE, job.pk, state=state, reason=job.reason))
+    return job
+
+
+def cancel_job(job: Job) -> Job:
+    """A queued job ends now; a running one is asked to stop (the loop checks between turns)."""
+    if job.state == Job.State.QUEUED:
+        return finish_job(job, Job.State.CANCELLED, "cancelled before it started")
+    if job.state == Job.State.RUNNING:
+        Job.objects.filter(pk=job.pk).update(cancel_requested=True)
+        job.refresh_from_db()
+        _after_commit(JobNotification(Kind.STEP, job.pk, step="stopping after this turn"))
+    return job
+
+
+def retry_job(job: Job, owner=None) -> Job:
+    """A failed or cancelled job runs again as a new job with the same task and options."""
+    if job.state not in (Job.State.FAILED, Job.State.CANCELLED):
+        raise InvalidJob([f"only a failed or cancelled job can be retried (this one is {job.state})"])
+    name = job.name if job.name.endswith("(retry)") else f"{job.name} (retry)"
+    return create_job(owner or job.owner, name, job.source, job.options)
+
+
+def set_visibility(job: Job, visibility: str) -> Job:
+    if visibility not in Job.Visibility.values:
+        raise InvalidJob([f"visibility must be one of {', '.join(Job.Visibility.values)}"])
+    job.visibility = visibility
+    job.save(update_fields=["visibility"])
+    return job
+
+
+def create_share_link(job: Job) -> str:
+    token = job.new_share_token()
+    job.save(update_fields=["share_token"])
+    return token
+
+
+def revoke_share_link(job: Job) -> None:
+    job.share_token = None
+    job.save(update_fields=["share_token"])
+
+
+def run_job(job_id: int) -> None:
+    from webapp.jobs.runner import run_job as _run
+
+    _run(job_id)

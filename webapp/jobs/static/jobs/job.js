@@ -1,0 +1,141 @@
+// The live job page: websocket notifications ("turn 4 stored", "now timing"), then HTTP fetches of
+// what changed. After a reload or a dropped connection it asks for every turn after the last one
+// it has, so a missed notification never loses a turn. Turn HTML comes from the server, rendered
+// by Django with autoescaping; everything this script writes itself goes through textContent.
+(function () {
+  "use strict";
+  const config = JSON.parse(document.getElementById("job-config").textContent);
+  const turnsBox = document.getElementById("turns");
+  const timeline = document.getElementById("timeline");
+  const $ = (id) => document.getElementById(id);
+  let lastIndex = config.last_index;
+  let live = config.live;
+  let socket = null;
+  let retryMs = 500;
+  let fetching = null;
+  let again = false;
+  const TERMINAL = ["succeeded", "failed", "cancelled"];
+
+  function drawCharts(charts) {
+    if (!charts || typeof Plotly === "undefined") return;
+    let drawn = 0;
+    for (const el of document.querySelectorAll("[data-chart]")) {
+      const fig = charts[el.dataset.chart];
+      if (!fig) continue;
+      Plotly.react(el, fig.data, fig.layout, { displaylogo: false, responsive: true });
+      el.classList.add("drawn");
+      drawn += 1;
+    }
+    if (drawn) $("no-charts").hidden = true;
+  }
+
+  function fmtElapsed(s) {
+    s = Math.max(0, Math.round(s));
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+    return (h ? h + "h " : "") + (h || m ? m + "m " : "") + sec + "s";
+  }
+
+  function tickElapsed() {
+    if (!live.started_at) { $("job-elapsed").textContent = "-"; return; }
+    const end = live.finished_at ? Date.parse(live.finished_at) : Date.now();
+    $("job-elapsed").textContent = fmtElapsed((end - Date.parse(live.started_at)) / 1000);
+  }
+
+  function applyLive(state) {
+    live = state;
+    const el = $("job-state");
+    el.textContent = state.state;
+    el.className = "state s-" + state.state;
+    $("job-head").dataset.state = state.state;
+    $("job-step").textContent = TERMINAL.includes(state.state) ? "" : (state.step || "");
+    $("job-reason").textContent = state.reason || "";
+    tickElapsed();
+  }
+
+  function addTicks(fragment) {
+    for (const art of fragment.querySelectorAll("article.turn")) {
+      const a = document.createElement("a");
+      a.href = "#turn-" + art.dataset.index;
+      a.textContent = art.dataset.index;
+      a.className = "tick " + [...art.classList].filter((c) => c.startsWith("r-")).join(" ");
+      if (art.dataset.error === "1") a.classList.add("err");
+      if (art.dataset.improved === "1") a.classList.add("imp");
+      timeline.appendChild(a);
+    }
+  }
+
+  async function fetchUpdates() {
+    if (fetching) { again = true; return fetching; }
+    fetching = (async () => {
+      do {
+        again = false;
+        const params = new URLSearchParams({ since: String(lastIndex) });
+        if (config.share) params.set("share", config.share);
+        const resp = await fetch(config.updates_url + "?" + params, { credentials: "same-origin" });
+        if (!resp.ok) break;
+        const data = await resp.json();
+        if (data.html && data.last_index > lastIndex) {
+          const tpl = document.createElement("template");
+          tpl.innerHTML = data.html; // server-rendered with Django autoescaping
+          for (const art of tpl.content.querySelectorAll("article.turn")) {
+            const old = document.getElementById(art.id);
+            if (old) old.remove();
+          }
+          addTicks(tpl.content);
+          turnsBox.appendChild(tpl.content);
+          lastIndex = data.last_index;
+          $("turn-count").textContent = String(turnsBox.querySelectorAll("article.turn").length);
+          document.body.dataset.lastTurn = String(lastIndex);
+          if (location.hash) { const t = document.querySelector(location.hash); if (t) t.scrollIntoView(); }
+        }
+        applyLive(data.live);
+        if (data.totals) {
+          $("tok-total").textContent = String(data.totals.prompt_tokens + data.totals.completion_tokens);
+          $("cost-total").textContent = data.totals.cost_usd.toFixed(4);
+        }
+        drawCharts(data.charts);
+        if (TERMINAL.includes(data.live.state) && !document.getElementById("download-zip") && data.live.best_reward !== null) {
+          // The best candidate appeared while we watched: reload once for the download links.
+          document.body.dataset.needsReload = "1";
+        }
+      } while (again);
+    })().finally(() => { fetching = null; });
+    return fetching;
+  }
+
+  function connect() {
+    const proto = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(proto + location.host + config.ws_path);
+    socket.onopen = () => {
+      retryMs = 500;
+      document.body.dataset.ws = "open";
+      fetchUpdates(); // whatever happened while we were not connected
+    };
+    socket.onmessage = (msg) => {
+      const note = JSON.parse(msg.data);
+      if (note.kind === "turn.ready" || note.kind === "job.state") fetchUpdates();
+      else if (note.kind === "job.step") { $("job-step").textContent = note.step; }
+    };
+    socket.onclose = (ev) => {
+      document.body.dataset.ws = "closed";
+      if (ev.code === 4403) { $("job-step").textContent = "access to this job was withdrawn"; return; }
+      if (TERMINAL.includes(live.state)) return;
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 10000);
+    };
+  }
+
+  function applyFilters() {
+    const errors = $("only-errors").checked, imps = $("only-improvements").checked;
+    turnsBox.classList.toggle("only-errors", errors);
+    turnsBox.classList.toggle("only-improvements", imps);
+  }
+  $("only-errors").addEventListener("change", applyFilters);
+  $("only-improvements").addEventListener("change", applyFilters);
+
+  drawCharts(config.charts);
+  applyLive(live);
+  setInterval(tickElapsed, 1000);
+  document.body.dataset.lastTurn = String(lastIndex);
+  if (!TERMINAL.includes(live.state)) connect();
+})();

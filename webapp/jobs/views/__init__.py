@@ -1,0 +1,1 @@
+"""Views of jobs: pages (pages, files, accounts) and the JSON API (api)."""

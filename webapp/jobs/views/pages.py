@@ -1,0 +1,335 @@
+"""The HTML pages: job list, new job, the live job page (which is also the trajectory viewer),
+compare, gallery, import, and the small POST actions on a job.
+
+All model output, code and logs reach the browser through Django's autoescaping; the live page
+fetches server-rendered (escaped) turn fragments, so there is one renderer for live and
+finished jobs alike.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import time
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Sum
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from webapp.jobs import charts, services
+from webapp.jobs.importer import MAX_IMPORT_BYTES, ImportRefused, import_trajectory
+from webapp.jobs.models import Job, Turn
+from webapp.jobs.permissions import can_change, can_view, visible_jobs
+from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
+from webapp.jobs.views.access import LoginNeeded, changeable_job, login_redirect, share_token, viewable_job
+
+OPTION_CHOICES = {
+    "backend": services.BACKENDS,
+    "policy": services.POLICIES,
+    "preset": services.PRESETS,
+    "torch_ops": services.TORCH_OPS,
+}
+
+
+def job_view(change: bool = False):
+    """Resolve `job_id` to a job the visitor may see (or change), else 404 / log in."""
+
+    def wrap(view):
+        @functools.wraps(view)
+        def inner(request, job_id: int, *args, **kwargs):
+            try:
+                job = changeable_job(request, job_id) if change else viewable_job(request, job_id)
+            except LoginNeeded:
+                return login_redirect(request)
+            return view(request, job, *args, **kwargs)
+
+        return inner
+
+    return wrap
+
+
+def share_qs(request) -> str:
+    token = share_token(request)
+    return f"?share={token}" if token else ""
+
+
+# -- lists ---------------------------------------------------------------------------------
+def home(request):
+    if not request.user.is_authenticated:
+        gallery = Job.objects.filter(gallery=True).order_by("-created_at")[:6]
+        return render(request, "jobs/landing.html", {"gallery": gallery})
+    jobs = visible_jobs(request.user).annotate(n_turns=Count("turns")).select_related("owner")[:200]
+    return render(request, "jobs/job_list.html", {"jobs": jobs})
+
+
+def gallery(request):
+    jobs = Job.objects.filter(gallery=True).annotate(n_turns=Count("turns")).order_by("name")
+    return render(request, "jobs/gallery.html", {"jobs": jobs})
+
+
+# -- new job ---------------------------------------------------------------------------------
+@login_required
+@require_http_methods(["GET", "POST"])
+def new_job(request):
+    errors: list[str] = []
+    values = {"name": "", "source": "", "backend": "auto", "policy": default_policy(), "max_turns": 10, "preset": "default", "torch_ops": "forbid"}
+    if request.method == "POST":
+        values.update({k: request.POST.get(k, v) for k, v in values.items()})
+        upload = request.FILES.get("file")
+        if upload is not None:
+            if upload.size > MAX_SOURCE_BYTES:
+                errors.append(f"The file is {upload.size} bytes; the limit is {MAX_SOURCE_BYTES} bytes.")
+            else:
+                try:
+                    values["source"] = upload.read().decode("utf-8")
+                except UnicodeDecodeError:
+                    errors.append("The file is not UTF-8 text.")
+                if not values["name"]:
+                    values["name"] = upload.name.rsplit(".", 1)[0][:200]
+        if not errors:
+            try:
+                job = services.create_job(request.user, values["name"], values["source"], values)
+            except services.InvalidJob as exc:
+                errors = exc.errors
+            else:
+                return redirect("jobs:detail", job_id=job.pk)
+    return render(
+        request,
+        "jobs/new_job.html",
+        {"errors": errors, "values": values, "choices": OPTION_CHOICES, "max_bytes": MAX_SOURCE_BYTES, "endpoint": endpoint_configured()},
+        status=400 if errors else 200,
+    )
+
+
+def endpoint_configured() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "OPENAI_BASE_URL", ""))
+
+
+def default_policy() -> str:
+    return "openai" if endpoint_configured() else "builtin"
+
+
+@require_POST
+def check_source(request):
+    """The server half of the live check: parse with `ast` (never import)."""
+    source = request.POST.get("source", "")
+    result = check_task_source(source)
+    return JsonResponse({"ok": result.ok, "errors": result.errors, "name": result.name})
+
+
+# -- the job page (live + trajectory viewer) -------------------------------------------------
+def _turns(job: Job, since: int = -1) -> list[Turn]:
+    return list(job.turns.filter(index__gt=since).order_by("index"))
+
+
+def _totals(job: Job) -> dict:
+    t = job.turns.aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), cost=Sum("cost_usd"))
+    return {"prompt_tokens": t["prompt"] or 0, "completion_tokens": t["completion"] or 0, "cost_usd": t["cost"] or 0.0}
+
+
+def _live_state(job: Job) -> dict:
+    return {
+        "state": job.state,
+        "step": job.step,
+        "reason": job.reason,
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "best_reward": job.best_reward,
+        "best_speedup_eager": job.best_speedup_eager,
+        "best_speedup_compile": job.best_speedup_compile,
+        "cancel_requested": job.cancel_requested,
+    }
+
+
+@job_view()
+def job_detail(request, job: Job):
+    turns = _turns(job)
+    qs = share_qs(request)
+    ws_path = f"/ws/jobs/{job.pk}/" + qs
+    config = {
+        "job_id": job.pk,
+        "ws_path": ws_path,
+        "updates_url": reverse("jobs:updates", args=[job.pk]),
+        "share": share_token(request),
+        "last_index": turns[-1].index if turns else -1,
+        "live": _live_state(job),
+        "charts": charts.job_charts(job, turns),
+    }
+    context = {
+        "job": job,
+        "turns": turns,
+        "totals": _totals(job),
+        "config": config,
+        "share_qs": qs,
+        "can_change": can_change(request.user, job),
+        "share_url": request.build_absolute_uri(reverse("jobs:share", args=[job.share_token])) if job.share_token else "",
+        "artifacts": list(job.artifacts.all()),
+    }
+    return render(request, "jobs/job_detail.html", context)
+
+
+@job_view()
+def job_updates(request, job: Job):
+    """What a live page missed since turn `since`: escaped HTML of the new turns, the job's state
+    and fresh chart data. Called after every notification and after every reconnect."""
+    try:
+        since = int(request.GET.get("since", -1))
+    except ValueError:
+        since = -1
+    turns = _turns(job, since)
+    all_turns = _turns(job) if turns else []
+    html = render_to_string("jobs/_turns.html", {"turns": turns, "job": job, "share_qs": share_qs(request)}, request=request)
+    body = {
+        "html": html,
+        "last_index": turns[-1].index if turns else since,
+        "live": _live_state(job),
+        "totals": _totals(job),
+        "charts": charts.job_charts(job, all_turns) if turns else None,
+        "server_time": time.time(),
+    }
+    return JsonResponse(body)
+
+
+# -- actions ---------------------------------------------------------------------------------
+@require_POST
+@job_view(change=True)
+def cancel(request, job: Job):
+    services.cancel_job(job)
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+@require_POST
+@job_view(change=True)
+def retry(request, job: Job):
+    try:
+        new = services.retry_job(job, owner=request.user)
+    except services.InvalidJob as exc:
+        messages.error(request, "; ".join(exc.errors))
+        return redirect("jobs:detail", job_id=job.pk)
+    return redirect("jobs:detail", job_id=new.pk)
+
+
+@require_POST
+@job_view(change=True)
+def visibility(request, job: Job):
+    try:
+        services.set_visibility(job, request.POST.get("visibility", ""))
+    except services.InvalidJob as exc:
+        messages.error(request, "; ".join(exc.errors))
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+@require_POST
+@job_view(change=True)
+def share_create(request, job: Job):
+    services.create_share_link(job)
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+@require_POST
+@job_view(change=True)
+def share_revoke(request, job: Job):
+    services.revoke_share_link(job)
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+def share_open(request, token: str):
+    job = Job.objects.filter(share_token=token).first()
+    if job is None:
+        raise Http404("this share link was revoked or never existed")
+    return redirect(reverse("jobs:detail", args=[job.pk]) + f"?share={token}")
+
+
+# -- import ----------------------------------------------------------------------------------
+@login_required
+@require_http_methods(["GET", "POST"])
+def import_view(request):
+    error = ""
+    if request.method == "POST":
+        upload = request.FILES.get("file")
+        if upload is None:
+            error = "Choose a trajectory JSON file."
+        elif upload.size > MAX_IMPORT_BYTES:
+            error = f"The file is {upload.size} bytes; the limit is {MAX_IMPORT_BYTES} bytes."
+        else:
+            try:
+                data = json.loads(upload.read().decode("utf-8"))
+                job = import_trajectory(request.user, data, name=request.POST.get("name", ""))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                error = f"The file is not JSON: {exc}"
+            except ImportRefused as exc:
+                error = str(exc)
+            else:
+                return redirect("jobs:detail", job_id=job.pk)
+    return render(request, "jobs/import.html", {"error": error}, status=400 if error else 200)
+
+
+# -- compare ---------------------------------------------------------------------------------
+def workspace_at(job: Job, turn_index: int | None) -> tuple[dict[str, str], str]:
+    """The files of a job after `turn_index` (from its file edits), or its best candidate."""
+    if turn_index is None:
+        files = {a.path: a.content for a in job.artifacts.all()}
+        return files, f"best candidate (version {job.best_version})"
+    files: dict[str, str] = {}
+    for t in job.turns.filter(index__lte=turn_index).order_by("index"):
+        for e in t.events:
+            if e.get("type") == "file_edit":
+                files[e["path"]] = e.get("content", "")
+    return files, f"after turn {turn_index}"
+
+
+def _side(request, key: str):
+    raw = request.GET.get(key)
+    if not raw:
+        return None
+    try:
+        job_id = int(raw)
+    except ValueError as exc:
+        raise Http404("bad job id") from exc
+    job = Job.objects.filter(pk=job_id).first()
+    token = request.GET.get(f"{key}_share")
+    if job is None or not can_view(request.user, job, token):
+        raise Http404("no such job")
+    turn = request.GET.get(f"t{key}")
+    turn_index = int(turn) if turn not in (None, "") and turn.lstrip("-").isdigit() else None
+    files, label = workspace_at(job, turn_index)
+    evaluation = job.best_evaluation
+    if turn_index is not None:
+        t = job.turns.filter(index=turn_index).first()
+        evaluation = t.evaluation if t else None
+    return {"job": job, "turn": turn_index, "files": files, "label": label, "evaluation": evaluation or {}}
+
+
+def compare(request):
+    a, b = _side(request, "a"), _side(request, "b")
+    diffs = []
+    if a and b:
+        for path in sorted(set(a["files"]) | set(b["files"])):
+            lines = list(
+                difflib.unified_diff(
+                    a["files"].get(path, "").splitlines(),
+                    b["files"].get(path, "").splitlines(),
+                    fromfile=f"A/{path}",
+                    tofile=f"B/{path}",
+                    lineterm="",
+                )
+            )
+            diffs.append({"path": path, "diff": "\n".join(lines), "same": not lines})
+    return render(request, "jobs/compare.html", {"a": a, "b": b, "diffs": diffs})
+
+
+def plotly_js(request):
+    """Fallback for deployments whose static setup does not serve plotly (settings name the path)."""
+    from plotly.offline import get_plotlyjs
+
+    resp = HttpResponse(get_plotlyjs(), content_type="application/javascript")
+    resp["Cache-Control"] = "public, max-age=86400"
+    return resp

@@ -1,0 +1,189 @@
+"""Django settings, all read from the environment.
+
+One file, small typed helpers (the healthchecks `hc/settings.py` pattern). Every value a deployment
+changes is an environment variable; the defaults give a working single-machine setup (SQLite under
+var/, Redis on localhost). README.md lists the variables.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from webapp.queues import celery_queue_settings
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("KERNELWRIGHT_VAR_DIR", BASE_DIR / "var"))
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def envint(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value is None or value == "" else int(value)
+
+
+def envfloat(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return default if value is None or value == "" else float(value)
+
+
+def envstr(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def redis_settings(redis_url: str) -> dict:
+    """Every setting derived from REDIS_URL, in one place so tests can re-point them at another DB."""
+    return {
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "CELERY_RESULT_BACKEND": redis_url,
+        # https://channels.readthedocs.io/en/stable/topics/channel_layers.html#redis-channel-layer
+        "CHANNEL_LAYERS": {
+            "default": {
+                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                "CONFIG": {"hosts": [redis_url], "capacity": 1000, "expiry": 60},
+            }
+        },
+    }
+
+
+DEBUG = envbool("DEBUG", False)
+SECRET_KEY = envstr("SECRET_KEY", "")
+if not SECRET_KEY:
+    # A development key; a deployment sets SECRET_KEY (sessions signed with this one are not secret).
+    SECRET_KEY = "kernelwright-insecure-development-key-set-SECRET_KEY-in-production"
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    # daphne first: its runserver replaces Django's, so `manage.py runserver` is ASGI too.
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "webapp.core",
+    "webapp.jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    # https://whitenoise.readthedocs.io/en/stable/django.html: right after SecurityMiddleware.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = "webapp.wsgi.application"
+ASGI_APPLICATION = "webapp.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database: a SQLite file under var/ by default, PostgreSQL (or anything dj-database-url parses) via DATABASE_URL.
+DATABASE_URL = envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kernelwright.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Workers, the web server and tests share the file: wait for a lock instead of failing at once.
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+    # Live-server tests run daphne and workers in subprocesses, which cannot see an in-memory test DB;
+    # the pid keeps concurrent test sessions from deleting each other's file.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# Static files: whitenoise serves them from the finders, so no collectstatic step is needed to run.
+# plotly.js comes from the installed plotly package (never a CDN: the product works offline),
+# served at {STATIC_URL}plotly/plotly.min.js.
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"  # for `manage.py collectstatic`; whitenoise warns when it is missing
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+_PLOTLY_PACKAGE_DATA = Path(importlib.util.find_spec("plotly").origin).parent / "package_data"
+STATICFILES_DIRS = [d for d in [BASE_DIR / "static"] if d.is_dir()] + [("plotly", _PLOTLY_PACKAGE_DATA)]
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# Redis: the Celery broker and result backend and the Channels layer.
+globals().update(redis_settings(envstr("REDIS_URL", "redis://127.0.0.1:6379/0")))
+
+# Celery: queues, routes and time limits live in webapp/queues.py; see docs/architecture.md.
+CELERY_AGENT_TIME_LIMIT = envint("KERNELWRIGHT_AGENT_TIME_LIMIT", 4 * 3600)
+CELERY_COMPILE_TIME_LIMIT = envint("KERNELWRIGHT_COMPILE_TIME_LIMIT", 15 * 60)
+CELERY_GPU_TIME_LIMIT = envint("KERNELWRIGHT_GPU_TIME_LIMIT", 30 * 60)
+globals().update(
+    celery_queue_settings(
+        agent_time_limit=CELERY_AGENT_TIME_LIMIT,
+        compile_time_limit=CELERY_COMPILE_TIME_LIMIT,
+        gpu_time_limit=CELERY_GPU_TIME_LIMIT,
+    )
+)
+
+# The model endpoint (any OpenAI-compatible server) and the sandbox backend.
+OPENAI_BASE_URL = envstr("OPENAI_BASE_URL", "")
+OPENAI_API_KEY = envstr("OPENAI_API_KEY", "")
+KERNELWRIGHT_MODEL = envstr("KERNELWRIGHT_MODEL", "gpt-4o-mini")
+# auto | cpu | cuda; "auto" is resolved lazily by webapp.core.backend (importing torch is slow).
+KERNELWRIGHT_BACKEND = envstr("KERNELWRIGHT_BACKEND", "auto").strip().lower()
+if KERNELWRIGHT_BACKEND not in {"auto", "cpu", "cuda"}:
+    raise ValueError(f"KERNELWRIGHT_BACKEND must be auto, cpu or cuda, not {KERNELWRIGHT_BACKEND!r}")
+
+# /healthz: how long to wait for workers to answer a broadcast.
+HEALTH_WORKER_TIMEOUT = envfloat("KERNELWRIGHT_HEALTH_WORKER_TIMEOUT", 1.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+}
