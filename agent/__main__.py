@@ -13,6 +13,7 @@ run can be continued with --resume DIR/trajectory.jsonl.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -185,6 +186,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         options: dict[str, Any] = {"torch_ops": args.torch_ops, "preset": args.preset}
         if args.no_compile_baseline:
             options["compile_baseline"] = False
+        for item in args.eval_option:
+            key, sep, value = item.partition("=")
+            if not sep:
+                print(f"error: --eval-option needs KEY=VALUE, got {item!r}", file=sys.stderr)
+                return EXIT_USAGE
+            try:
+                options[key.strip()] = json.loads(value)
+            except json.JSONDecodeError:
+                options[key.strip()] = value
         task = task_from_file(args.task, args.backend, options)
     else:
         print("error: give TASK.py or --resume TRAJ", file=sys.stderr)
@@ -273,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--torch-ops", choices=("forbid", "allow"), default="forbid")
     o.add_argument("--preset", choices=("default", "kernelbench", "cuda-agent"), default="default")
     o.add_argument("--no-compile-baseline", action="store_true", help="skip timing torch.compile (faster on CPU)")
+    o.add_argument("--eval-option", "-O", action="append", default=[], metavar="KEY=VALUE",
+                   help="any sandbox EvalOptions field, e.g. -O timing_budget_s=0.2 -O correctness_trials=2")
     o.add_argument("--out", default=None, help="output folder (default runs/TASK-TIMESTAMP)")
     o.add_argument("--resume", default=None, help="continue a run from its trajectory.json or trajectory.jsonl")
     o.set_defaults(func=cmd_optimize)

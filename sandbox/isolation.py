@@ -12,6 +12,7 @@ session. What could be applied is recorded in `Isolation` and reported with each
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import random
 import re
@@ -73,7 +74,7 @@ class Isolation:
         parts = [f"uid {self.uid}" if self.uid is not None else "same uid as the evaluator"]
         parts.append("no network (own namespace)" if self.network_namespace else "network namespace unavailable")
         parts.append("process limit enforced" if self.nproc_enforced else "process limit by group kill only")
-        return ", ".join(parts)
+        return ", ".join(parts + self.notes)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -134,9 +135,94 @@ def uid_drop_available() -> bool:
     return _uid_drop_ok
 
 
-def _preexec(limits: Limits, uid: int | None, netns: bool):
+_cgroup_root: Path | None | bool = False
+
+
+def cgroup_root() -> Path | None:
+    """A pids cgroup folder we may create children in (v1 `pids` hierarchy or v2 with the pids
+    controller), or None. Root ignores RLIMIT_NPROC, but not a cgroup's pids.max."""
+    global _cgroup_root
+    if _cgroup_root is not False:
+        return _cgroup_root  # type: ignore[return-value]
+    _cgroup_root = None
+    if os.environ.get("KERNELWRIGHT_NO_CGROUP"):
+        return None
+    candidates = [Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")]
+    for base in candidates:
+        try:
+            if base == Path("/sys/fs/cgroup") and "pids" not in (base / "cgroup.controllers").read_text():
+                continue
+            root = base / "kernelwright"
+            root.mkdir(exist_ok=True)
+            if base == Path("/sys/fs/cgroup"):
+                (root / "cgroup.subtree_control").write_text("+pids")
+            probe = root / f"probe-{os.getpid()}"
+            probe.mkdir(exist_ok=True)
+            ok = (probe / "pids.max").exists()
+            probe.rmdir()
+            if ok:
+                _cgroup_root = root
+                break
+        except OSError:
+            continue
+    return _cgroup_root  # type: ignore[return-value]
+
+
+class Cgroup:
+    """One evaluation child's pids cgroup: a hard process/thread cap and a way to find (and
+    kill) every process it started, whatever session or uid they moved to."""
+
+    def __init__(self, limit: int):
+        root = cgroup_root()
+        self.path: Path | None = None
+        if root is None:
+            return
+        try:
+            path = root / f"c{os.getpid()}-{random.SystemRandom().randrange(1 << 40):x}"
+            path.mkdir()
+            (path / "pids.max").write_text(str(limit))
+            self.path = path
+        except OSError:
+            self.path = None
+
+    def pids(self) -> list[int]:
+        if self.path is None:
+            return []
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def remove(self) -> None:
+        if self.path is None:
+            return
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for _ in range(100):
+            pids = [p for p in self.pids() if _alive(p)]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
+def _preexec(limits: Limits, uid: int | None, netns: bool, cgroup: Path | None = None):
     def setup() -> None:
         os.setsid()
+        if cgroup is not None:
+            with open(cgroup / "cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
         if netns:
             flags = CLONE_NEWNET if os.geteuid() == 0 else (CLONE_NEWUSER | CLONE_NEWNET)
             _libc.unshare(flags)  # probed beforehand; a failure here leaves the host network
@@ -158,6 +244,14 @@ def _preexec(limits: Limits, uid: int | None, netns: bool):
     return setup
 
 
+def _alive(pid: int) -> bool:
+    """False for exited-but-unreaped (zombie) processes: they hold no resources."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _processes_of(uid: int | None, sid: int | None) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -177,16 +271,19 @@ def _processes_of(uid: int | None, sid: int | None) -> list[int]:
     return found
 
 
-def kill_all(pgid: int, uid: int | None) -> None:
+def kill_all(pgid: int, uid: int | None, cgroup: Cgroup | None = None) -> None:
     """Kill the child's group and, with a private uid, every process of that uid (fork bombs
-    that called setsid included). Repeated until none is left, since a bomb forks while we kill."""
+    that called setsid included), and every process of its cgroup. Repeated until none is left,
+    since a bomb forks while we kill."""
+    if cgroup is not None:
+        cgroup.remove()
     for _ in range(50):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
         pids = _processes_of(uid, None if uid is not None else pgid)
-        pids = [p for p in pids if p != os.getpid()]
+        pids = [p for p in pids if p != os.getpid() and _alive(p)]
         if not pids:
             return
         for pid in pids:
@@ -220,6 +317,10 @@ class Child:
             self.isolation.nproc_enforced = True
         os.chmod(self.workdir, 0o700)
         self.isolation.uid = uid
+        self.cgroup = Cgroup(limits.nproc)
+        if self.cgroup.path is not None:
+            self.isolation.nproc_enforced = True
+            self.isolation.notes.append("pids cgroup")
         netns = bool(options.network_namespace) and netns_available()
         self.isolation.network_namespace = netns
         self.uid = uid
@@ -240,17 +341,31 @@ class Child:
             }
         )
         log = open(self.log_path, "wb")
+        self.proc = None
+        if getattr(options, "zygote", True):
+            from .zygote import get_client
+
+            client = get_client(scrubbed_env())
+            if client is not None:
+                req = {"role": role, "env": env, "cwd": str(self.workdir), "uid": uid, "netns": netns,
+                       "limits": dataclasses.asdict(limits), "cgroup": str(self.cgroup.path) if self.cgroup.path else None}
+                try:
+                    self.proc = client.spawn(req, [p2c_r, c2p_w, log.fileno()])
+                    self.isolation.notes.append("forked from the zygote")
+                except (OSError, ValueError):
+                    self.proc = None
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sandbox.worker", role],
-                cwd=self.workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(p2c_r, c2p_w),
-                preexec_fn=_preexec(limits, uid, netns),
-            )
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "sandbox.worker", role],
+                    cwd=self.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(p2c_r, c2p_w),
+                    preexec_fn=_preexec(limits, uid, netns, self.cgroup.path),
+                )
         finally:
             log.close()
             os.close(p2c_r)
@@ -330,7 +445,7 @@ class Child:
 
     def kill(self) -> None:
         try:
-            kill_all(self.proc.pid, self.uid)
+            kill_all(self.proc.pid, self.uid, self.cgroup)
         except Exception:
             pass
 
@@ -346,6 +461,8 @@ class Child:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        if self.cgroup.path is not None:
+            self.cgroup.remove()
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self._private, ignore_errors=True)
 
@@ -362,12 +479,13 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
     env = scrubbed_env({"HOME": str(cwd), "TMPDIR": str(cwd), **(env_extra or {})})
     netns = bool(options.network_namespace) and netns_available()
     log_dir = Path(tempfile.mkdtemp(prefix="kw-cmd-log-"))
+    cg = Cgroup(limits.nproc)
     log_path = log_dir / "output.log"
     try:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_preexec(limits, uid, netns),
+                preexec_fn=_preexec(limits, uid, netns, cg.path),
             )
         timed_out = False
         try:
@@ -375,7 +493,7 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
         except subprocess.TimeoutExpired:
             timed_out = True
             rc = -9
-        kill_all(proc.pid, uid)
+        kill_all(proc.pid, uid, cg)
         proc.wait()
         with open(log_path, "rb") as f:
             text = f.read(1 << 20).decode(errors="replace")
@@ -386,4 +504,5 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
                     os.chown(os.path.join(root, name), os.geteuid(), os.getegid())
         return rc, text, timed_out
     finally:
+        cg.remove()
         shutil.rmtree(log_dir, ignore_errors=True)

@@ -79,8 +79,13 @@ def _limits(options: EvalOptions, backend: str) -> Limits:
 
 
 def _child_env(options: EvalOptions, backend: str) -> dict[str, str]:
+    import os
+
     n = str(options.threads())
-    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "KW_BACKEND": backend}
+    env = {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "KW_BACKEND": backend}
+    if os.environ.get("KW_TRACE"):
+        env["KW_TRACE"] = "1"
+    return env
 
 
 def _opts_msg(options: EvalOptions) -> dict:

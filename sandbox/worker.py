@@ -22,9 +22,29 @@ from typing import Any
 
 from . import channel
 
-WORKDIR = Path(os.environ.get("KW_WORKDIR", "."))
-FD_IN = int(os.environ.get("KW_FD_IN", "0"))
-FD_OUT = int(os.environ.get("KW_FD_OUT", "1"))
+WORKDIR = Path(".")
+FD_IN = 0
+FD_OUT = 1
+
+
+def configure_from_env() -> None:
+    """Read the channel fds and folder (also called after a zygote fork)."""
+    global WORKDIR, FD_IN, FD_OUT
+    WORKDIR = Path(os.environ.get("KW_WORKDIR", "."))
+    FD_IN = int(os.environ.get("KW_FD_IN", "0"))
+    FD_OUT = int(os.environ.get("KW_FD_OUT", "1"))
+
+
+configure_from_env()
+
+
+_T0 = time.perf_counter()
+
+
+def trace(label: str) -> None:
+    """Phase timestamps in the child's log when KW_TRACE is set (for the bench and debugging)."""
+    if os.environ.get("KW_TRACE"):
+        print(f"[trace {time.perf_counter() - _T0:7.3f}s] {label}", file=sys.stderr, flush=True)
 
 
 def send(obj: Any) -> None:
@@ -103,9 +123,12 @@ def role_reference() -> None:
 
     from .harness import flatten, load_module_from_source, to_cpu, to_device
 
+    trace("reference: waiting for setup")
     msg = recv()
+    trace("reference: got setup")
     options, backend, seeds = msg["options"], msg["backend"], msg["seeds"]
     device = setup_process(options, backend)
+    trace("reference: process set up")
     roots = [str(WORKDIR) + "/"]
     task_path = WORKDIR / "task.py"
     try:
@@ -195,12 +218,14 @@ def role_reference() -> None:
                 trials.append({"kind": "shape", "variant": len(variants) - 1, "inputs": to_cpu(inputs), "spec": spec,
                                "expected": to_cpu(leaves), "note": changed})
 
+        trace("reference: trials computed")
         timing_sets = []
         for s in seeds["timing"]:
             inputs = make_inputs(s)
             spec, leaves = run(base, inputs)
             timing_sets.append({"inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
         roof = _roofline_counts(base, first_inputs, run)
+        trace("reference: roofline counted")
     except BaseException as exc:
         send(_error("task", exc, roots, "the reference failed while preparing trials: "))
         return
@@ -382,7 +407,9 @@ def role_candidate() -> None:
     )
     from .timing import Timer
 
+    trace("candidate: waiting for setup")
     msg = recv()
+    trace("candidate: got setup")
     options, backend = msg["options"], msg["backend"]
     device = setup_process(options, backend)
     cand_dir = WORKDIR / "cand"
@@ -401,11 +428,13 @@ def role_candidate() -> None:
         calls.update(inline_calls())
         return calls
 
+    trace("candidate: importing model_new")
     try:
         mod = load_module_from_source("model_new", cand_dir / "model_new.py")
     except BaseException as exc:
         send(_error("import", exc, roots, "model_new.py does not import: "))
         return
+    trace("candidate: imported")
     ModelNew = getattr(mod, "ModelNew", None)
     if not isinstance(ModelNew, type) or not issubclass(ModelNew, torch.nn.Module):
         send({"ok": False, "stage": "import", "error": "model_new.py defines no class ModelNew(nn.Module)", "file": "model_new.py", "line": None})
@@ -433,6 +462,8 @@ def role_candidate() -> None:
     except _Stage as st:
         send(_error(st.stage, st.exc, roots, st.prefix))
         return
+    _prewarm(audit, device)
+    trace("candidate: ready")
     send({"ok": True, "stage": "ready"})
     findings: list[tuple[str, str]] = [(k, f"at import: {t}") for k, t in integrity.check()]
     integrity = audit.Integrity() if findings else integrity
@@ -503,6 +534,15 @@ def role_candidate() -> None:
             send(_time_candidate(cmd, model_for(0), device, custom_calls, integrity, Timer, to_device))
         elif cmd["cmd"] == "profile":
             send(_profile(cmd, model_for(0), device, to_device))
+
+
+def _prewarm(audit: Any, device: str) -> None:
+    """First use of a dispatch mode imports a lot; do it while the reference is still busy."""
+    import torch
+
+    recorder = audit.make_recorder()
+    with torch.no_grad(), recorder:
+        torch.empty(4, device=device).fill_(1.0).sum()
 
 
 class _Stage(Exception):

@@ -275,15 +275,15 @@ class _Builder:
         elif t is nn.GELU:
             self.emit(n, "gelu", [self.ref(x)], {"approximate": mod.approximate})
         elif t is nn.LeakyReLU:
-            self.emit(n, "leaky_relu", [self.ref(x), {"scalar": mod.negative_slope, "expr": f"self.{p}.negative_slope"}])
+            self.emit(n, "leaky_relu", [self.ref(x), {"scalar": mod.negative_slope, "expr": f"{_attr(p)}.negative_slope"}])
         elif t is nn.Hardtanh:
-            self.emit(n, "clamp", [self.ref(x), {"scalar": mod.min_val, "expr": f"self.{p}.min_val"},
-                                   {"scalar": mod.max_val, "expr": f"self.{p}.max_val"}])
+            self.emit(n, "clamp", [self.ref(x), {"scalar": mod.min_val, "expr": f"{_attr(p)}.min_val"},
+                                   {"scalar": mod.max_val, "expr": f"{_attr(p)}.max_val"}])
         elif t is nn.ELU:
-            self.emit(n, "elu", [self.ref(x), {"scalar": mod.alpha, "expr": f"self.{p}.alpha"}])
+            self.emit(n, "elu", [self.ref(x), {"scalar": mod.alpha, "expr": f"{_attr(p)}.alpha"}])
         elif t is nn.Softplus:
-            self.emit(n, "softplus", [self.ref(x), {"scalar": mod.beta, "expr": f"self.{p}.beta"},
-                                      {"scalar": mod.threshold, "expr": f"self.{p}.threshold"}])
+            self.emit(n, "softplus", [self.ref(x), {"scalar": mod.beta, "expr": f"{_attr(p)}.beta"},
+                                      {"scalar": mod.threshold, "expr": f"{_attr(p)}.threshold"}])
         elif t in (nn.Softmax, nn.LogSoftmax):
             self.emit(n, "softmax" if t is nn.Softmax else "log_softmax", [self.ref(x)], {"dim": mod.dim})
         elif t in (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d):
@@ -306,11 +306,11 @@ class _Builder:
             w = self.param(f"{p}.weight") if mod.affine else {"lit": None}
             b = self.param(f"{p}.bias") if mod.affine else {"lit": None}
             self.emit(n, "batchnorm", [self.ref(x), self.param(f"{p}.running_mean"), self.param(f"{p}.running_var"), w, b,
-                                       {"scalar": mod.eps, "expr": f"self.{p}.eps"}], {"module": p})
+                                       {"scalar": mod.eps, "expr": f"{_attr(p)}.eps"}], {"module": p})
         elif t is nn.LayerNorm:
             w = self.param(f"{p}.weight") if mod.elementwise_affine else {"lit": None}
             b = self.param(f"{p}.bias") if mod.elementwise_affine and mod.bias is not None else {"lit": None}
-            self.emit(n, "layernorm", [self.ref(x), w, b, {"scalar": mod.eps, "expr": f"self.{p}.eps"}],
+            self.emit(n, "layernorm", [self.ref(x), w, b, {"scalar": mod.eps, "expr": f"{_attr(p)}.eps"}],
                       {"ndim": len(mod.normalized_shape), "module": p})
         elif hasattr(nn, "RMSNorm") and t is nn.RMSNorm:
             w = self.param(f"{p}.weight") if mod.elementwise_affine else {"lit": None}
@@ -372,6 +372,14 @@ class _Builder:
             srcnode["shape"], srcnode["dtype"] = self.meta(n)
         else:
             raise Unsupported(f"{n.name}: tensor indexing/slicing is not supported by the built-in policy")
+
+
+def _attr(path: str) -> str:
+    """A module path as a Python expression on self ("shortcut.1" -> "self.shortcut[1]")."""
+    out = "self"
+    for part in path.split("."):
+        out += f"[{part}]" if part.isdigit() else f".{part}"
+    return out
 
 
 def _has_param(m: nn.Module, name: str) -> bool:

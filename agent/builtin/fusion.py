@@ -223,7 +223,7 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
             dn = g.node(d)
             if dn.shape is None:
                 return False
-            aligned = _align(dn.shape, n.shape, full, sp)
+            aligned = _align(dn.shape, full if n.op in REDUCTIONS else n.shape, full, sp)
             if not _broadcastable(aligned, full):
                 return False
             try:
@@ -256,8 +256,9 @@ def _finish_operands(g: Graph, grp: Group) -> None:
     for n in grp.nodes:
         for a in n.args:
             if isinstance(a, Ref) and not grp.member(a.name) and all(o.value != a.name for o in grp.operands):
-                kind, block = classify(_align(g.node(a.name).shape, n.shape, grp.full, grp.split), grp.full, grp.split)
-                rpad = len(grp.full) - len(n.shape) if list(n.shape) == grp.full[:grp.split] else 0
+                nshape = grp.full if n.op in REDUCTIONS else n.shape
+                kind, block = classify(_align(g.node(a.name).shape, nshape, grp.full, grp.split), grp.full, grp.split)
+                rpad = len(grp.full) - len(nshape) if list(nshape) == grp.full[:grp.split] and len(nshape) < len(grp.full) else 0
                 grp.operands.append(Operand(a.name, kind, block, rpad))
             if isinstance(a, Scalar) and a.runtime and a not in grp.scalars:
                 grp.scalars.append(a)

@@ -201,9 +201,11 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
     out_index = {o: k for k, o in enumerate(grp.outputs)}
     row_operands = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
     flat = not grp.reductions and not row_operands and all(o.kind in (FULL, GEN) for o in grp.operands)
+    par = f"if(rows * cols >= {int(config.get('parallel_min', 1 << 17))}) "
+    L.append("    (void)stream;")
     if flat:
         L.append("    const int64_t n = rows * cols;")
-        L.append(f"    #pragma omp parallel for simd schedule({sched})")
+        L.append(f"    #pragma omp parallel for simd {par}schedule({sched})")
         L.append("    for (int64_t i = 0; i < n; ++i) {")
         for k in body.operands_of(final_nodes):
             L.append(f"        const float a{k} = {body.load(k)};")
@@ -212,7 +214,7 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
             L.append(f"        out{out_index[o]}[i] = {body.arg(Ref(o), '')};")
         L += ["    }", "    return 0;", "}"]
         return "\n".join(L), sig
-    L.append(f"    #pragma omp parallel for schedule({sched})")
+    L.append(f"    #pragma omp parallel for {par}schedule({sched})")
     L.append("    for (int64_t r = 0; r < rows; ++r) {")
     L.append("        const int64_t base = r * cols;")
     for k in row_operands:
@@ -547,7 +549,7 @@ def generate(plan: Plan, backend: str, configs: dict[str, dict]) -> tuple[str, l
 
 def default_config(grp: Group, backend: str) -> dict:
     if backend == "cpu":
-        return {"schedule": "static"}
+        return {"schedule": "static", "parallel_min": 1 << 17}
     if grp.reductions:
         cols = math.prod(grp.full[grp.split:])
         return {"tpr": 32 if cols <= 1024 else 256}
@@ -557,7 +559,9 @@ def default_config(grp: Group, backend: str) -> dict:
 def config_variants(grp: Group, backend: str) -> list[dict]:
     """A few launch configurations worth timing for this group (the default first)."""
     if backend == "cpu":
-        return [{"schedule": "static"}, {"schedule": "dynamic, 8"}]
+        # OpenMP pays a fork/join and a barrier per call: worth it only above some work size
+        return [{"schedule": "static", "parallel_min": 1 << 17}, {"schedule": "static", "parallel_min": 1 << 14},
+                {"schedule": "static", "parallel_min": 1 << 62}]
     if grp.reductions:
         cols = math.prod(grp.full[grp.split:])
         rows = math.prod(grp.full[:grp.split])

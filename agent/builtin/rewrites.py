@@ -279,7 +279,8 @@ def fold_batchnorm(g: Graph) -> Rewrite | None:
         x, w, b = prod.args[:3]
         _, mean, var, gamma, beta, eps = n.args
         wn = g.node(w.name)
-        common = {"recipe": "bn_fold", "key": g.fresh("fold"), "bn": n.attrs.get("module"), "of": prod.attrs.get("module")}
+        nfold = sum(1 for m in g.nodes if m.op == "derived" and m.attrs.get("part") == "weight")
+        common = {"recipe": "bn_fold", "key": f"fold_{nfold}", "bn": n.attrs.get("module"), "of": prod.attrs.get("module")}
         fargs = [w, b, mean, var, gamma, beta, eps]
         wf = Node(common["key"] + "_w", "derived", fargs, {**common, "part": "weight"}, wn.shape, "float32")
         bf = Node(common["key"] + "_b", "derived", fargs, {**common, "part": "bias"}, [wn.shape[0]], "float32")

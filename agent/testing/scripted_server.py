@@ -11,7 +11,7 @@ POST /v1/chat/completions consumes the next reply of the script:
 
 A request that carries no `tools` (the text protocol) gets the same reply with its tool calls
 written as ```tool {json}``` blocks in the content. Script-level keys: "models" (served ids;
-another model gets 404), "api_key" (when set, another key gets 401), "tools_supported" (false:
+another model gets 404; without the key any name is served), "api_key" (when set, another key gets 401), "tools_supported" (false:
 a request with `tools` gets 400), "when_exhausted" ("finish": answer with a finish call,
 "error": HTTP 500). GET /v1/models lists the models; GET /_scripted/requests returns the
 request bodies received so far (for assertions); POST /_scripted/script replaces the script.
@@ -86,7 +86,7 @@ class ScriptedServer:
             key = self.script.get("api_key")
             if key and auth != f"Bearer {key}":
                 return 401, _error("Incorrect API key provided.", "invalid_api_key"), {}
-            if body.get("model") not in self.models:
+            if self.script.get("models") and body.get("model") not in self.models:
                 return 404, _error(f"The model `{body.get('model')}` does not exist.", "model_not_found"), {}
             has_tools = bool(body.get("tools"))
             if has_tools and self.script.get("tools_supported", True) is False:

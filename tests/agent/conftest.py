@@ -38,9 +38,19 @@ def policy_for(server: ScriptedServer, **kw: Any) -> OpenAIPolicy:
 
 @pytest.fixture
 def softmax_task() -> TaskInfo:
-    # Fast evaluation settings: the protocol is the real one, with fewer timed calls.
+    # Fast evaluation settings: the real protocol with fewer trials and timed calls, and no
+    # torch.compile baseline (its first build takes minutes on a small CPU host).
     return task_from_file(
         SOFTMAX_TASK,
         "cpu",
-        {"compile_baseline": False, "timing_budget_s": 0.2, "min_timed_calls": 5, "max_timed_calls": 50},
+        {
+            "compile_baseline": False,
+            "preset": "kernelbench",
+            "correctness_trials": 2,
+            "timing_budget_s": 0.1,
+            "min_timed_calls": 5,
+            "max_timed_calls": 30,
+            "warmup_calls": 1,
+            "input_sets": 1,
+        },
     )

@@ -36,7 +36,8 @@ def test_optimize_writes_best_files_and_a_loadable_trajectory(server_url, tmp_pa
     out = tmp_path / "out"
     env_cmd = [sys.executable, "-m", "agent", "optimize", str(SOFTMAX_TASK), "--backend", "cpu",
                "--base-url", server_url, "--model", "scripted-model", "--out", str(out), "--no-compile-baseline",
-               "--max-turns", "8"]
+               "--max-turns", "8",
+               "--preset", "kernelbench", "-O", "correctness_trials=2", "-O", "timing_budget_s=0.1"]
     proc = subprocess.run(env_cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KERNELWRIGHT_CACHE": str(tmp_path / "c")})
     assert proc.returncode == 0, proc.stderr + proc.stdout

@@ -97,10 +97,3 @@ def test_resumed_run_reaches_a_verified_candidate(scripted, softmax_task, evalua
     assert statuses(res2.trajectory) == ["incorrect", "ok"]
     # the resumed model got the earlier turns, including the failed evaluation
     assert "status: incorrect" in str(second.requests[0]["messages"])
-
-
-def test_budget_exhausted_before_a_correct_candidate(scripted, softmax_task, evaluator):
-    srv = scripted(S.incorrect_then_correct_run("cpu"))
-    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=3))
-    assert res.reason == "max_turns" and res.best is None
-    assert res.trajectory.finished().best_version is None

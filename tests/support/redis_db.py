@@ -63,7 +63,7 @@ def _owner_is_dead(owner: str) -> bool:
 
 
 def claim_redis_db(base_url: str, candidates: range = range(1, 16)) -> ClaimedRedisDb:
-    """Take the first database no live test session holds, and flush it."""
+    """Take the first database that is empty or held by a test session that died, and flush it."""
     base_db = int(urlsplit(base_url).path.lstrip("/") or 0)
     owner = f"{socket.gethostname()}:{os.getpid()}"
     for db in candidates:
@@ -73,7 +73,11 @@ def claim_redis_db(base_url: str, candidates: range = range(1, 16)) -> ClaimedRe
         client = redis.Redis.from_url(url, socket_timeout=5)
         try:
             if client.set(LOCK_KEY, owner, nx=True, ex=LOCK_TTL_S):
-                claimed = True
+                # A database holding anything else belongs to someone (an app on REDIS_URL=.../N):
+                # never flush it.
+                claimed = client.dbsize() == 1
+                if not claimed:
+                    client.delete(LOCK_KEY)
             else:
                 holder = (client.get(LOCK_KEY) or b"").decode()
                 claimed = _owner_is_dead(holder)

@@ -11,7 +11,7 @@ from typing import Any
 
 from webapp.jobs.models import Job, Turn
 
-LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 340, "legend": {"orientation": "h"}}
+LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 360, "legend": {"orientation": "h", "y": -0.25}}
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def best_vs_baselines(evaluation: dict[str, Any] | None) -> dict[str, Any] | Non
                 "array": [s["max_ms"] - s["median_ms"] for _, s in bars],
                 "arrayminus": [s["median_ms"] - s["min_ms"] for _, s in bars],
             },
-            "text": [f"median {s['median_ms']:.4g} ms, min {s['min_ms']:.4g}, max {s['max_ms']:.4g}, {s['trials']} runs" for _, s in bars],
+            "hovertext": [f"median {s['median_ms']:.4g} ms, min {s['min_ms']:.4g}, max {s['max_ms']:.4g}, {s['trials']} runs" for _, s in bars],
             "hoverinfo": "text",
         }
     ]
@@ -83,7 +83,7 @@ def time_per_kernel(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             "orientation": "h",
             "y": [r.get("name", "?")[:60] for r in rows],
             "x": [r.get("total_ms", 0.0) for r in rows],
-            "text": [f"{r.get('calls', 0)} calls, {100 * r.get('share', 0.0):.1f}%" for r in rows],
+            "hovertext": [f"{r.get('calls', 0)} calls, {100 * r.get('share', 0.0):.1f}%" for r in rows],
         }
     ]
     return {"data": data, "layout": _layout("Time per kernel of the best candidate", xaxis={"title": {"text": "ms"}}, margin={"l": 220, "r": 20, "t": 40, "b": 50})}

@@ -7,9 +7,11 @@ changed ("turn 4 is stored", "now timing", "finished"); the page fetches the dat
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +66,20 @@ def announce(note: JobNotification) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    try:
+
+    def send() -> None:
         async_to_sync(layer.group_send)(group_name(note.job_id), note.to_message())
+
+    try:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            send()
+        else:
+            # A sync caller inside a running event loop (a sync view under an async server thread,
+            # Playwright's sync API in tests): async_to_sync refuses to run there, a thread does not.
+            thread = threading.Thread(target=send, name="announce")
+            thread.start()
+            thread.join()
     except Exception:  # noqa: BLE001 - a lost notification is recovered by the page's HTTP fetch
         logger.exception("could not announce %s for job %s", note.kind.value, note.job_id)

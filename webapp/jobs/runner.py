@@ -97,8 +97,10 @@ def build_policy(options: dict[str, Any]):
             api_key=getattr(settings, "OPENAI_API_KEY", "") or "none",
             model=getattr(settings, "KERNELWRIGHT_MODEL", "") or "gpt-4o",
         )
-    from agent.builtin import BuiltinPolicy  # type: ignore[import-not-found]
-
+    try:
+        from agent.builtin import BuiltinPolicy  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise RuntimeError(f"the built-in policy is not available ({exc}) and no model endpoint is configured") from exc
     return BuiltinPolicy()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from agent.events import SCHEMA_VERSION as TRAJECTORY_SCHEMA
 from agent.events import (
     BestChanged,
     CompileEvent,
@@ -23,7 +24,6 @@ from agent.events import (
     ToolResult,
     TurnStarted,
 )
-from agent.events import SCHEMA_VERSION as TRAJECTORY_SCHEMA
 from sandbox.schema import (
     CompileError,
     CompileResult,

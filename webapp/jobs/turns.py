@@ -55,7 +55,7 @@ def summarize(events: list[dict[str, Any]]) -> TurnSummary:
         elif kind == "best_changed":
             s.improved = True
             s.best = e
-        elif kind == "error":
+        elif kind == "error" and e.get("kind") != "budget":  # a used-up budget is how runs end, not a fault
             s.has_error = True
         elif kind == "tool_result" and not e.get("ok", True):
             s.has_error = True

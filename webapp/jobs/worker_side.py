@@ -14,6 +14,10 @@ from typing import Any
 STEP_WORDS = {
     "compile": "compiling",
     "compiling": "compiling",
+    "starting": "starting the sandbox",
+    "reference": "running the reference",
+    "roofline": "measuring the roofline",
+    "done": "evaluated",
     "baseline": "timing baselines",
     "baselines": "timing baselines",
     "correctness": "checking correctness",

@@ -62,10 +62,7 @@ def api_view(methods: tuple[str, ...], auth_required: bool = True):
                 user = request.user if request.method in SAFE else None
             request.api_user = user
             if auth_required and (user is None or not user.is_authenticated):
-                if request.method in SAFE and share_token(request):
-                    pass  # read with a share link
-                else:
-                    return error(401, "authentication required: send `Authorization: Token <key>`")
+                return error(401, "authentication required: send `Authorization: Token <key>`")
             return view(request, *args, **kwargs)
 
         return inner
@@ -74,12 +71,16 @@ def api_view(methods: tuple[str, ...], auth_required: bool = True):
 
 
 def _job_for(request, job_id: int, change: bool = False) -> Job | JsonResponse:
+    """The job if this caller may read (or change) it. Reads need no account for public jobs and
+    share links, like the pages; otherwise an anonymous caller gets 401, a signed-in one 404."""
     job = Job.objects.filter(pk=job_id).first()
     user = request.api_user
     allowed = job is not None and (can_change(user, job) if change else can_view(user, job, share_token(request)))
-    if not allowed:
-        return error(404, "no such job")
-    return job
+    if allowed:
+        return job
+    if user is None or not user.is_authenticated:
+        return error(401, "authentication required: send `Authorization: Token <key>`")
+    return error(404, "no such job")
 
 
 def job_json(job: Job) -> dict[str, Any]:
@@ -158,13 +159,13 @@ def jobs(request):
     return JsonResponse(job_json(job), status=201)
 
 
-@api_view(("GET",))
+@api_view(("GET",), auth_required=False)
 def job_detail(request, job_id: int):
     job = _job_for(request, job_id)
     return job if isinstance(job, JsonResponse) else JsonResponse(job_json(job))
 
 
-@api_view(("GET",))
+@api_view(("GET",), auth_required=False)
 def turns(request, job_id: int):
     job = _job_for(request, job_id)
     if isinstance(job, JsonResponse):
@@ -186,7 +187,7 @@ def turns(request, job_id: int):
     )
 
 
-@api_view(("GET",))
+@api_view(("GET",), auth_required=False)
 def turn_detail(request, job_id: int, index: int):
     job = _job_for(request, job_id)
     if isinstance(job, JsonResponse):
@@ -195,7 +196,7 @@ def turn_detail(request, job_id: int, index: int):
     return error(404, "no such turn") if turn is None else JsonResponse(turn_json(turn))
 
 
-@api_view(("GET",))
+@api_view(("GET",), auth_required=False)
 def progress(request, job_id: int):
     job = _job_for(request, job_id)
     if isinstance(job, JsonResponse):
@@ -228,7 +229,7 @@ def cancel(request, job_id: int):
     return JsonResponse(job_json(job))
 
 
-@api_view(("GET",))
+@api_view(("GET",), auth_required=False)
 def artifacts(request, job_id: int):
     job = _job_for(request, job_id)
     if isinstance(job, JsonResponse):
@@ -242,19 +243,19 @@ def artifacts(request, job_id: int):
     )
 
 
-@api_view(("GET",))
+@api_view(("GET",), auth_required=False)
 def artifacts_zip(request, job_id: int):
     job = _job_for(request, job_id)
     return job if isinstance(job, JsonResponse) else file_views.zip_response(job)
 
 
-@api_view(("GET",))
+@api_view(("GET",), auth_required=False)
 def artifact_file(request, job_id: int, path: str):
     job = _job_for(request, job_id)
     return job if isinstance(job, JsonResponse) else file_views.file_response(job, path)
 
 
-@api_view(("GET",))
+@api_view(("GET",), auth_required=False)
 def trajectory(request, job_id: int):
     job = _job_for(request, job_id)
     return job if isinstance(job, JsonResponse) else file_views.trajectory_response(job)

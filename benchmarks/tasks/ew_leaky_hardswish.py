@@ -1,0 +1,25 @@
+"""Elementwise chain: leaky ReLU, hardswish, scale."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return F.hardswish(F.leaky_relu(x, 0.1)) * 1.5
+
+
+rows = 8192
+cols = 8192
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []

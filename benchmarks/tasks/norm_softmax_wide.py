@@ -1,0 +1,25 @@
+"""Softmax over a wide last dim."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+rows = 16384
+cols = 4096
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []

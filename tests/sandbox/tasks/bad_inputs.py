@@ -1,0 +1,15 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(4, 4) @ torch.randn(5, 5)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,23 @@
+"""Row softmax, tiny: the quickest task for CPU tests."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+rows = 64
+cols = 256
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []

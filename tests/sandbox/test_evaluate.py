@@ -1,0 +1,208 @@
+"""End-to-end evaluations on the CPU backend: every status, every bad-input message, the
+trial protocol, timing fields, the baseline cache, progress reports, concurrency."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from sandbox import EvalOptions, EvalResult, evaluate
+from sandbox.schema import Status
+from tests.sandbox.helpers import EXAMPLES, candidate, task
+
+
+def test_honest_softmax_is_ok_with_all_trial_kinds(quick):
+    steps = []
+    res = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(), on_progress=lambda s, d: steps.append((s, d)))
+    assert res.status == Status.OK, res.reasons
+    assert res.verdict.value == "pass" and res.reward >= 1
+    kinds = [t.kind for t in res.trials]
+    assert kinds.count("random") == 5 and "wide" in kinds and "shape" in kinds
+    assert all(t.passed for t in res.trials)
+    assert res.timing.candidate.trials >= 20 and res.timing.eager.trials >= 20
+    assert res.timing.clock == "perf_counter" and res.timing.input_sets == 3
+    assert res.speedup_vs_eager == pytest.approx(res.timing.eager.median_ms / res.timing.candidate.median_ms)
+    assert res.audit.custom_kernel_ran and res.audit.torch_compute_ops == []
+    assert "aten::empty_like" in res.audit.aten_ops
+    assert res.roofline is not None and res.roofline.min_bytes == 2 * 64 * 256 * 4
+    names = [s for s, _ in steps]
+    assert names[0] == "compiling" and "timing" in names and names[-1] == "done"
+    assert ("correctness", {"trial": 3, "of": 7}) in steps
+    assert EvalResult.from_dict(json.loads(json.dumps(res.to_dict()))).status == Status.OK
+
+
+def test_parameters_reinit_and_shape_trials(quick):
+    res = evaluate(task("scale_bias_tiny.py"), candidate("scale_bias_cpp"), quick())
+    assert res.status == Status.OK, res.reasons
+    kinds = {t.kind for t in res.trials}
+    assert {"random", "reinit", "wide", "shape"} <= kinds
+
+
+def test_library_gemm_is_allowed_under_forbid(quick):
+    res = evaluate(task("matmul_tiny.py"), candidate("matmul_relu_cpp"), quick())
+    assert res.status == Status.OK, res.reasons
+    assert any(op in res.audit.aten_ops for op in ("aten::mm", "aten::t"))
+
+
+def test_torch_ops_allow_accepts_a_torch_candidate(quick):
+    files = {"model_new.py": "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n"}
+    res = evaluate(task("softmax_tiny.py"), files, quick(torch_ops="allow"))
+    assert res.status == Status.OK, res.reasons
+    assert "aten::_softmax" in res.audit.torch_compute_ops
+    forbid = evaluate(task("softmax_tiny.py"), files, quick())
+    assert forbid.status == Status.REJECTED and "aten::_softmax" in forbid.reasons[0]
+
+
+def test_compile_error_names_file_and_line(quick):
+    files = candidate("softmax_cpp")
+    files["kernels/softmax.cpp"] = files["kernels/softmax.cpp"].replace("float m = -INFINITY;", "float m = -INFINITY\n")
+    res = evaluate(task("softmax_tiny.py"), files, quick())
+    assert res.status == Status.COMPILE_ERROR
+    err = res.compile.errors[0]
+    assert err.file == "kernels/softmax.cpp" and err.line is not None
+    assert "kernels/softmax.cpp:" in res.reasons[0]
+
+
+def test_python_syntax_error_is_reported_with_line(quick):
+    files = candidate("softmax_cpp")
+    files["model_new.py"] = files["model_new.py"].replace("def forward(self, x):", "def forward(self, x)")
+    res = evaluate(task("softmax_tiny.py"), files, quick())
+    assert res.status == Status.COMPILE_ERROR
+    assert res.compile.errors[0].file == "model_new.py" and res.compile.errors[0].line == 12
+
+
+def test_missing_model_new_file(quick):
+    res = evaluate(task("softmax_tiny.py"), {"kernels/a.cpp": "int x;"}, quick())
+    assert res.status == Status.COMPILE_ERROR and "model_new.py" in res.reasons[0]
+
+
+def test_candidate_without_modelnew(quick):
+    res = evaluate(task("softmax_tiny.py"), {"model_new.py": "import torch\nclass Other(torch.nn.Module):\n    pass\n"}, quick())
+    assert res.status == Status.RUNTIME_ERROR and "defines no class ModelNew" in res.reasons[0]
+
+
+def test_candidate_import_error_points_at_line(quick):
+    res = evaluate(task("softmax_tiny.py"), {"model_new.py": "import torch\n\nraise ValueError('boom')\n"}, quick())
+    assert res.status == Status.RUNTIME_ERROR
+    assert "model_new.py:3" in res.reasons[0] and "boom" in res.reasons[0]
+
+
+def test_mismatched_parameter_names(quick):
+    files = candidate("scale_bias_cpp")
+    files["model_new.py"] = files["model_new.py"].replace("self.bias =", "self.offset =").replace("self.bias,", "self.offset,")
+    res = evaluate(task("scale_bias_tiny.py"), files, quick())
+    assert res.status == Status.RUNTIME_ERROR
+    assert "do not match Model's" in res.reasons[0] and "offset" in res.reasons[0]
+
+
+def test_forward_exception_is_a_runtime_error_with_trial(quick):
+    files = {"model_new.py": "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        raise RuntimeError('kernel launch failed')\n"}
+    res = evaluate(task("softmax_tiny.py"), files, quick(torch_ops="allow"))
+    assert res.status == Status.RUNTIME_ERROR and "kernel launch failed" in res.reasons[0]
+    assert "model_new.py:4" in res.reasons[0]
+    assert res.trials and not res.trials[0].passed
+
+
+def test_kernel_error_code_names_the_function(quick):
+    files = candidate("softmax_cpp")
+    files["kernels/softmax.cpp"] = files["kernels/softmax.cpp"].replace("return 0;", "return 3;")
+    res = evaluate(task("softmax_tiny.py"), files, quick())
+    assert res.status == Status.RUNTIME_ERROR
+    assert "softmax_rows returned error code 3" in res.reasons[0]
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("bad_import.py", "the task file does not import"),
+        ("bad_no_model.py", "defines no Model"),
+        ("bad_inputs.py", "get_inputs() failed"),
+    ],
+)
+def test_bad_task_files(name, message, quick):
+    res = evaluate(task(name), candidate("softmax_cpp"), quick())
+    assert res.status == Status.RUNTIME_ERROR
+    assert res.reasons[0].startswith("task") and message in res.reasons[0]
+
+
+def test_wrong_output_is_incorrect_with_details(quick):
+    files = candidate("softmax_cpp")
+    files["kernels/softmax.cpp"] = files["kernels/softmax.cpp"].replace("o[c] *= inv;", "o[c] *= inv * 1.01f;")
+    res = evaluate(task("softmax_tiny.py"), files, quick())
+    assert res.status == Status.INCORRECT
+    t = res.trials[0]
+    assert not t.passed and t.mismatched and t.total == 64 * 256 and t.max_abs_error > 1e-5
+    assert "outside atol=0.0001" in t.message
+
+
+def test_kernelbench_preset_is_looser(quick):
+    files = candidate("softmax_cpp")
+    files["kernels/softmax.cpp"] = files["kernels/softmax.cpp"].replace("o[c] *= inv;", "o[c] *= inv * 1.001f;")
+    assert evaluate(task("softmax_tiny.py"), files, quick()).status == Status.INCORRECT
+    res = evaluate(task("softmax_tiny.py"), files, quick(preset="kernelbench"))
+    assert res.status == Status.OK, res.reasons
+    assert [t.kind for t in res.trials] == ["random"] * 5
+
+
+def test_shape_mismatch_message(quick):
+    files = candidate("softmax_cpp")
+    files["model_new.py"] = files["model_new.py"].replace("return out", "return out[:, :10]")
+    res = evaluate(task("softmax_tiny.py"), files, quick(torch_ops="allow"))
+    assert res.status in (Status.INCORRECT, Status.REJECTED)
+    assert "shape (64, 10), expected (64, 256)" in " ".join(res.reasons)
+
+
+def test_baseline_is_cached_and_compile_baseline_measured(quick, tmp_path):
+    opts = quick(cache_dir=str(tmp_path), compile_baseline=True)
+    first = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
+    assert first.status == Status.OK, first.reasons
+    assert not first.timing.baseline_cached
+    assert first.timing.compile is not None and first.timing.compile.trials >= 20
+    assert first.speedup_vs_compile is not None
+    second = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
+    assert second.timing.baseline_cached and second.compile.cached
+    assert second.timing.eager == first.timing.eager
+
+
+def test_two_evaluations_in_parallel(quick):
+    results = {}
+
+    def run(name, tsk, cand):
+        results[name] = evaluate(task(tsk), candidate(cand), quick())
+
+    threads = [threading.Thread(target=run, args=("a", "softmax_tiny.py", "softmax_cpp")),
+               threading.Thread(target=run, args=("b", "scale_bias_tiny.py", "scale_bias_cpp"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["a"].status == Status.OK, results["a"].reasons
+    assert results["b"].status == Status.OK, results["b"].reasons
+
+
+def test_example_task_with_torch_candidate(quick):
+    """An unmodified example task and a KernelBench-style single-file candidate."""
+    src = (EXAMPLES / "rmsnorm_swish.py").read_text().replace("rows = 4096", "rows = 64").replace("hidden = 2048", "hidden = 256")
+    cand = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, hidden, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.eps = eps
+
+    def forward(self, x):
+        y = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+        return y * torch.sigmoid(y)
+"""
+    res = evaluate(src, {"model_new.py": cand}, quick(torch_ops="allow"))
+    assert res.status == Status.OK, res.reasons
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError):
+        evaluate("", {}, EvalOptions(backend="tpu"))

@@ -1,0 +1,150 @@
+"""run_job: the agent loop in this process (standing in for the agent worker), the real compile
+and gpu workers behind the Celery evaluator, the scripted OpenAI-compatible server as the model.
+Turns must be stored as they complete, announced, resumable after a lost worker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.contrib.auth.models import User
+
+from agent.testing.scenarios import call, candidate, reply, write_all
+from agent.testing.scripted_server import ScriptedServer
+from webapp.jobs import runner, services
+from webapp.jobs.models import Job
+from webapp.jobs.notifications import group_name
+
+TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def owner(transactional_db):
+    return User.objects.create_user("owner", password="pw-owner-123")
+
+
+@pytest.fixture
+def model_server(settings):
+    server = ScriptedServer({"replies": [], "when_exhausted": "error"}).start()
+    settings.OPENAI_BASE_URL = server.url
+    settings.OPENAI_API_KEY = "sk-scripted"
+    settings.KERNELWRIGHT_MODEL = "scripted-model"
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def first_turns() -> list[dict]:
+    files = candidate("cpu")
+    return [reply(call("read_file", path="reference.py"), content="Reading the task first."), reply(*write_all(files), content="A fused kernel.")]
+
+
+def last_turns() -> list[dict]:
+    return [reply(call("compile")), reply(call("evaluate")), reply(call("finish", summary="fused row softmax kernel"))]
+
+
+def new_job(owner, max_turns: int = 8) -> Job:
+    return services.create_job(owner, "softmax", TASK, {"backend": "cpu", "policy": "openai", "max_turns": max_turns}, enqueue=False)
+
+
+def drain(layer, channel, wait: float = 0.5) -> list[dict]:
+    async def go():
+        out = []
+        while True:
+            try:
+                out.append(await asyncio.wait_for(layer.receive(channel), wait))
+            except TimeoutError:
+                return out
+
+    return async_to_sync(go)()
+
+
+@pytest.mark.slow
+def test_a_job_runs_through_the_real_queues_and_stores_every_turn(live_workers, model_server, owner):
+    model_server.set_script({"replies": first_turns() + last_turns(), "when_exhausted": "error"})
+    job = new_job(owner)
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group_name(job.pk), channel)
+
+    runner.run_job(job.pk)
+
+    job.refresh_from_db()
+    assert job.state == Job.State.SUCCEEDED, job.reason
+    turns = {t.index: t for t in job.turns.all()}
+    assert sorted(turns) == [0, 1, 2, 3, 4, 5]
+    assert turns[0].events[0]["type"] == "task"
+    assert any(e["type"] == "compile_result" and e["result"]["ok"] for e in turns[3].events)
+    assert turns[4].evaluation["status"] == "ok" and turns[4].reward >= 1 and turns[4].improved
+    assert turns[5].events[-1]["type"] == "finished"
+    assert job.best_reward == turns[4].reward and job.best_evaluation["backend"] == "cpu"
+    assert {a.path for a in job.artifacts.all()} == set(candidate("cpu"))
+    notes = drain(layer, channel)
+    ready = [n["turn"] for n in notes if n["type"] == "turn.ready"]
+    assert ready[:6] == [0, 1, 2, 3, 4, 5]  # each turn announced once stored, in order
+    steps = [n["step"] for n in notes if n["type"] == "job.step"]
+    assert any(s.startswith("checking correctness ") and "/" in s for s in steps), steps  # from the gpu worker
+    assert "turn 4: evaluating" in steps
+    assert notes[-1]["type"] == "job.state" and notes[-1]["state"] == "succeeded"
+
+
+@pytest.mark.slow
+def test_a_job_resumes_from_its_stored_turns_after_a_lost_worker(live_workers, model_server, owner):
+    # A first worker ran turns 0-2, stored them, then died (the broker redelivers the task).
+    model_server.set_script({"replies": first_turns(), "when_exhausted": "error"})
+    job = new_job(owner, max_turns=2)
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    kept = {t.index: t.events for t in job.turns.all()}
+    assert sorted(kept) == [0, 1, 2]
+    kept[2] = [e for e in kept[2] if e["type"] not in ("error", "finished")]  # as if it died before the end
+    job.turns.filter(index=2).update(events=kept[2])
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, finished_at=None, reason="", options={**job.options, "max_turns": 8})
+
+    model_server.set_script({"replies": last_turns(), "when_exhausted": "error"})
+    runner.run_job(job.pk)
+
+    job.refresh_from_db()
+    assert job.state == Job.State.SUCCEEDED, job.reason
+    assert job.attempts == 2
+    turns = {t.index: t.events for t in job.turns.all()}
+    assert sorted(turns) == [0, 1, 2, 3, 4, 5]
+    assert turns[0] == kept[0] and turns[1] == kept[1] and turns[2] == kept[2]  # stored turns are never rewritten
+    assert [e["type"] for e in turns[0]].count("task") == 1
+    assert any(e["type"] == "evaluation" and e["result"]["status"] == "ok" for e in turns[4])
+    # the resumed policy saw the earlier turns: its first request carries the written kernel
+    first_request = model_server.requests[0]
+    assert "softmax" in str(first_request["messages"])
+
+
+def test_a_job_lost_too_often_fails_with_a_reason(owner):
+    job = new_job(owner)
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, attempts=runner.MAX_ATTEMPTS)
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED and "lost" in job.reason
+
+
+def test_a_cancelled_job_is_not_started(owner):
+    job = new_job(owner)
+    Job.objects.filter(pk=job.pk).update(cancel_requested=True)
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == Job.State.CANCELLED and job.attempts == 0
+
+
+def test_finished_jobs_are_left_alone(owner):
+    job = new_job(owner)
+    services.finish_job(job, Job.State.SUCCEEDED, "done")
+    runner.run_job(job.pk)
+    job.refresh_from_db()
+    assert job.state == Job.State.SUCCEEDED and job.attempts == 0
