@@ -126,6 +126,7 @@ class OpenAIPolicy(Policy):
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.keep_recent_turns = keep_recent_turns
+        self.timeout_s = timeout_s
         self.extra_body = extra_body
         self._system_template = system_prompt
         self._max_tokens_param = "max_tokens"
@@ -310,6 +311,8 @@ class OpenAIPolicy(Policy):
         if not kept:
             return []
         turn = self.turns[i]
+        if not turn.content and not turn.calls:
+            return []  # a turn interrupted before the model answered (resume), or an empty reply
         msgs = self._render_native(turn, level) if self.mode == "native" else self._render_text(turn, level)
         if turn.nudged:
             msgs.append({"role": "user", "content": NUDGE})
@@ -430,10 +433,10 @@ class OpenAIPolicy(Policy):
                 ) from exc
             except openai.BadRequestError as exc:
                 text = _msg(exc).lower()
-                if self.mode == "native" and self.tool_mode == "auto" and _rejects_tools(text):
-                    raise _SwitchToText() from exc
                 if "context" in text and ("length" in text or "window" in text or "maximum" in text) or "too many tokens" in text:
                     raise _ContextOverflow(_msg(exc)) from exc
+                if self.mode == "native" and self.tool_mode == "auto" and _rejects_tools(text):
+                    raise _SwitchToText() from exc
                 if "max_completion_tokens" in text and self._max_tokens_param == "max_tokens":
                     self._max_tokens_param = "max_completion_tokens"
                     kwargs["max_completion_tokens"] = kwargs.pop("max_tokens")
@@ -456,6 +459,10 @@ class OpenAIPolicy(Policy):
         tries = self.max_retries + 1
         if isinstance(last, openai.RateLimitError):
             raise PolicyError("rate_limited", f"still rate-limited (HTTP 429) after {tries} attempts: {_msg(last)}") from last
+        if isinstance(last, openai.APITimeoutError):
+            raise PolicyError(
+                "unreachable", f"the model endpoint {self.base_url} timed out on {tries} attempts (timeout {self.timeout_s:g} s)"
+            ) from last
         if isinstance(last, openai.APIConnectionError):
             raise PolicyError(
                 "unreachable", f"cannot reach the model endpoint {self.base_url} after {tries} attempts: {_msg(last)}"

@@ -67,10 +67,10 @@ def _kernel_files(files: dict[str, str], backend: str) -> tuple[list[str], list[
     return srcs, headers
 
 
-def _fast_command(backend: str, srcs: list[str], options: EvalOptions) -> list[str]:
+def _fast_command(backend: str, srcs: list[str], options: EvalOptions, uses_cublas: bool = False) -> list[str]:
     if backend == "cuda":
         return ["nvcc", "-O3", f"-arch={options.cuda_arch}", "-std=c++17", "-Xcompiler", "-fPIC", "-shared",
-                "-Ikernels", "-o", "../lib.so", *srcs, "-lcublas"]
+                "-Ikernels", "-o", "../lib.so", *srcs, *(["-lcublas"] if uses_cublas else [])]
     return ["g++", "-O3", "-march=native", "-fopenmp", "-std=c++17", "-fPIC", "-shared", "-Ikernels",
             "-o", "../lib.so", *srcs]
 
@@ -99,7 +99,8 @@ def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tu
     if not srcs:
         return CompileResult(ok=True, mode="none"), None
     tool = "nvcc" if backend == "cuda" else "g++"
-    cmd = _fast_command(backend, srcs, options)
+    uses_cublas = any("cublas" in files[p] for p in srcs + headers)  # link it only when used: CPU build hosts may lack it
+    cmd = _fast_command(backend, srcs, options, uses_cublas)
     key = cache.sha256_text("fast/1", tool, _tool_version(tool), " ".join(cmd),
                             _cpu_signature() if backend == "cpu" else options.cuda_arch,
                             cache.files_hash({p: files[p] for p in srcs + headers}))
@@ -166,10 +167,11 @@ def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> 
     log = ""
     ok = False
     errors: list[CompileError] = []
+    transient = False  # a crash or timeout of the build child is not cached: it may not recur
     staging = cache.new_staging_dir(options.cache_dir, "inline-")
     try:
         child.write_files(files)
-        child.send({"options": options.to_dict(), "backend": backend})
+        child.send({"options": {**options.to_dict(), "_threads": options.threads()}, "backend": backend})
         reply = child.recv()
         log = reply.get("log", "")
         if reply.get("ok"):
@@ -186,6 +188,7 @@ def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> 
                 errors.append(CompileError(file=reply.get("file", "model_new.py"), line=reply.get("line"), column=None,
                                            message=reply.get("error", "load_inline build failed")))
     except Exception as exc:  # the child died or timed out: the build failed, we did not
+        transient = True
         timed_out = time.monotonic() >= child.deadline
         how = f"timed out after {options.compile_timeout_s:.0f} s" if timed_out else child.exit_description()
         errors.append(CompileError(file="model_new.py", line=None, column=None, message=f"building the load_inline extension failed: {how} ({type(exc).__name__})"))
@@ -195,6 +198,9 @@ def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> 
         child.close()
     res = CompileResult(ok=ok, mode="load_inline", artifact_key=key, errors=errors, log=log,
                         seconds=time.perf_counter() - started)
+    if transient:
+        shutil.rmtree(staging, ignore_errors=True)
+        return res, None, []
     meta = _meta(res)
     meta["manifest"] = manifest
     cache.write_json_atomic(staging / "meta.json", meta)

@@ -51,21 +51,17 @@ def load_module_from_source(name: str, path: Path) -> types.ModuleType:
 
 # ---- load_inline: build in the compile step, load prebuilt at evaluation -------------------
 
-_INLINE_KEYS = ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags", "extra_cuda_cflags",
-                "extra_ldflags", "extra_include_paths", "with_cuda", "is_python_module", "with_pytorch_error_handling",
-                "sycl_sources", "extra_sycl_cflags", "use_pch", "no_implicit_headers")
 _inline_calls: dict[str, int] = {}
 
 
 def inline_arg_hash(args: tuple, kwargs: dict) -> tuple[str, str]:
-    import inspect
-
-    from torch.utils import cpp_extension
-
-    bound = inspect.signature(cpp_extension.load_inline).bind_partial(*args, **kwargs)
-    items = {k: v for k, v in bound.arguments.items() if k in _INLINE_KEYS}
-    text = json.dumps(items, sort_keys=True, default=repr)
-    return items.get("name", "ext"), hashlib.sha256(text.encode()).hexdigest()[:32]
+    """(extension name, hash of the call's build inputs): the same call in the compile step
+    and in the evaluation maps to the same prebuilt module."""
+    name = args[0] if args else kwargs.get("name", "ext")
+    skip = {"verbose", "build_directory", "keep_intermediates"}
+    items = {"args": [repr(a) for a in args], "kwargs": {k: repr(v) for k, v in sorted(kwargs.items()) if k not in skip}}
+    text = json.dumps(items, sort_keys=True)
+    return str(name), hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class _CountingModule:

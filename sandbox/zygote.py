@@ -30,6 +30,11 @@ def _child_main(req: dict, fds: list[int], sock: socket.socket) -> None:
 
     try:
         sock.close()
+        import signal
+
+        # as Popen(restore_signals=True): Python ignores these at startup, a child must not
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         p2c_r, c2p_w, log_fd = fds
         limits = Limits(**req["limits"])
         cgroup = Path(req["cgroup"]) if req.get("cgroup") else None

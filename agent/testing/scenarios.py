@@ -44,18 +44,19 @@ WRONG_BREAK = ("const float inv = 1.0f / s;", "const float inv = 1.0f;")  # neve
 CUDA_WRONG_BREAK = ("const float inv = 1.0f / red[0];", "const float inv = 1.0f;")
 
 
-def good_run(backend: str = "cpu") -> dict[str, Any]:
-    """Read the task, write the candidate, compile, evaluate, finish."""
+def good_run(backend: str = "cpu", profile: bool = False) -> dict[str, Any]:
+    """Read the task, write the candidate, compile, evaluate, (profile,) finish."""
     files = candidate(backend)
-    return {
-        "replies": [
-            reply(call("read_file", path="reference.py"), content="Reading the task first."),
-            reply(*write_all(files), content="A fused one-pass-per-row softmax kernel."),
-            reply(call("compile")),
-            reply(call("evaluate")),
-            reply(call("finish", summary="fused row softmax kernel")),
-        ]
-    }
+    replies = [
+        reply(call("read_file", path="reference.py"), content="Reading the task first."),
+        reply(*write_all(files), content="A fused one-pass-per-row softmax kernel."),
+        reply(call("compile")),
+        reply(call("evaluate")),
+    ]
+    if profile:
+        replies.append(reply(call("profile"), content="Where does the time go?"))
+    replies.append(reply(call("finish", summary="fused row softmax kernel")))
+    return {"replies": replies}
 
 
 def compile_fix_run() -> dict[str, Any]:
@@ -108,8 +109,8 @@ def regression_run() -> dict[str, Any]:
 
 
 SCENARIOS = {
-    "softmax-cpu": lambda: good_run("cpu"),
-    "softmax-cuda": lambda: good_run("cuda"),
+    "softmax-cpu": lambda: good_run("cpu", profile=True),
+    "softmax-cuda": lambda: good_run("cuda", profile=True),
     "compile-fix-cpu": compile_fix_run,
     "incorrect-then-correct-cpu": lambda: incorrect_then_correct_run("cpu"),
     "incorrect-then-correct-cuda": lambda: incorrect_then_correct_run("cuda"),

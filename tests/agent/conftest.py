@@ -11,8 +11,8 @@ from agent.policy import TaskInfo
 from agent.task import task_from_file
 from agent.testing.scripted_server import ScriptedServer
 
-EXAMPLES = Path("/work/shared/examples")
-SOFTMAX_TASK = EXAMPLES / "row_softmax_small.py"
+# A copy of /work/shared/examples/row_softmax_small.py that travels with the repository.
+SOFTMAX_TASK = Path(__file__).resolve().parents[2] / "agent" / "testing" / "fixtures" / "tasks" / "row_softmax_small.py"
 
 
 @pytest.fixture

@@ -88,6 +88,16 @@ def test_unreachable_endpoint_is_reported_after_retries():
     assert err.value.kind == "unreachable"
 
 
+def test_timeouts_are_retried_then_reported(scripted):
+    srv = scripted({"replies": [dict(reply(call("list_files")), delay_s=1.0), reply(call("finish"))]})
+    action = started(policy_for(srv, timeout_s=0.3)).next_action([])
+    assert [c.name for c in action.tool_calls] == ["finish"]  # the slow reply timed out, the retry got the next
+    slow = scripted({"replies": [dict(reply(call("list_files")), delay_s=1.0)] * 3})
+    with pytest.raises(PolicyError, match="timed out") as err:
+        started(policy_for(slow, timeout_s=0.2, max_retries=1)).next_action([])
+    assert err.value.kind == "unreachable"
+
+
 def test_malformed_arguments_and_unknown_tools_are_passed_on_not_raised(scripted):
     srv = scripted({"replies": [{"tool_calls": [
         {"name": "write_file", "arguments_raw": "{\"path\": \"a.py\", "},

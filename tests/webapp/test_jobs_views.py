@@ -229,3 +229,15 @@ def test_api_tokens_page_shows_a_key_once(client, owner):
     assert len(key) == 40
     assert key not in client.get("/account/tokens/").content.decode()
     assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/jobs").status_code == 200
+
+
+def test_a_turn_stored_again_is_rendered_again(client, owner):
+    job = services.create_job(owner, "t", TASK, {}, enqueue=False)
+    events = build(turns=1)["events"]
+    turn1 = [e for e in events if e["turn"] == 1]
+    services.store_turn(job, 1, turn1)
+    assert "fuse the row max" in client.get(f"/jobs/{job.pk}/").content.decode()
+    changed = [dict(e, content="a different plan") if e["type"] == "model_message" else e for e in turn1]
+    services.store_turn(job, 1, changed)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "a different plan" in html and "fuse the row max" not in html

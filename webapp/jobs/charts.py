@@ -114,12 +114,12 @@ def roofline(roof: dict[str, Any] | None, evaluation: dict[str, Any] | None) -> 
     return {"data": data, "layout": layout}
 
 
-def best_profile(job: Job, turns: list[Turn]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def best_profile(job: Job) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Profiler rows and roofline of the best version: from a profile event if one ran, else from
-    the best evaluation result."""
+    the best evaluation result. Reads turns newest first, one at a time, and stops at the match."""
     rows: list[dict[str, Any]] = []
     roof = None
-    for t in reversed(turns):
+    for t in job.turns.order_by("-index").only("events").iterator(chunk_size=8):
         for e in reversed(t.events):
             if e.get("type") == "profile" and (job.best_version is None or e.get("version") == job.best_version):
                 return e.get("rows") or [], e.get("roofline") or (job.best_evaluation or {}).get("roofline")
@@ -130,7 +130,8 @@ def best_profile(job: Job, turns: list[Turn]) -> tuple[list[dict[str, Any]], dic
 
 
 def job_charts(job: Job, turns: list[Turn]) -> dict[str, Any]:
-    rows, roof = best_profile(job, turns)
+    """`turns` need only their summary columns (events may be deferred)."""
+    rows, roof = best_profile(job)
     charts = {
         "speedup": speedup_over_turns(turns),
         "baselines": best_vs_baselines(job.best_evaluation),

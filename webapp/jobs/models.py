@@ -93,6 +93,7 @@ class Turn(models.Model):
     prompt_tokens = models.IntegerField(default=0)
     completion_tokens = models.IntegerField(default=0)
     cost_usd = models.FloatField(default=0.0)
+    revision = models.PositiveIntegerField(default=0)  # bumped on every store: keys the rendered-HTML cache
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

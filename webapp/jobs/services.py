@@ -140,10 +140,23 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]]) -> Turn:
             "cost_usd": s.cost_usd,
         },
     )
+    Turn.objects.filter(pk=turn.pk).update(revision=F("revision") + 1)
+    turn.refresh_from_db(fields=["revision"])
     if s.best is not None:
         _apply_best(job, s.best, events)
+    transaction.on_commit(lambda: warm_turn_html(turn))
     _after_commit(JobNotification(Kind.TURN_READY, job.pk, turn=index))
     return turn
+
+
+def warm_turn_html(turn: Turn) -> None:
+    """Render the turn once now, so that viewers (with a shared cache) never wait for it."""
+    from webapp.jobs.turn_html import turn_html
+
+    try:
+        turn_html(turn)
+    except Exception:  # noqa: BLE001 - rendering happens again on demand; never fail a store for it
+        logger.exception("could not pre-render turn %s of job %s", turn.index, turn.job_id)
 
 
 def _apply_best(job: Job, best: dict[str, Any], events: list[dict[str, Any]]) -> None:

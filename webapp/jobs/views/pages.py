@@ -18,7 +18,6 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Sum
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -27,6 +26,7 @@ from webapp.jobs.importer import MAX_IMPORT_BYTES, ImportRefused, import_traject
 from webapp.jobs.models import Job, Turn
 from webapp.jobs.permissions import can_change, can_view, visible_jobs
 from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
+from webapp.jobs.turn_html import turns_html
 from webapp.jobs.views.access import LoginNeeded, changeable_job, login_redirect, share_token, viewable_job
 
 OPTION_CHOICES = {
@@ -130,6 +130,11 @@ def _turns(job: Job, since: int = -1) -> list[Turn]:
     return list(job.turns.filter(index__gt=since).order_by("index"))
 
 
+def _turn_summaries(job: Job) -> list[Turn]:
+    """Turns without their events: enough for the timeline and the charts."""
+    return list(job.turns.defer("events", "evaluation").order_by("index"))
+
+
 def _totals(job: Job) -> dict:
     t = job.turns.aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), cost=Sum("cost_usd"))
     return {"prompt_tokens": t["prompt"] or 0, "completion_tokens": t["completion"] or 0, "cost_usd": t["cost"] or 0.0}
@@ -152,6 +157,7 @@ def _live_state(job: Job) -> dict:
 @job_view()
 def job_detail(request, job: Job):
     turns = _turns(job)
+    summaries = _turn_summaries(job)
     qs = share_qs(request)
     ws_path = f"/ws/jobs/{job.pk}/" + qs
     config = {
@@ -161,11 +167,12 @@ def job_detail(request, job: Job):
         "share": share_token(request),
         "last_index": turns[-1].index if turns else -1,
         "live": _live_state(job),
-        "charts": charts.job_charts(job, turns),
+        "charts": charts.job_charts(job, summaries),
     }
     context = {
         "job": job,
-        "turns": turns,
+        "turns": summaries,
+        "turns_html": turns_html(turns),
         "totals": _totals(job),
         "config": config,
         "share_qs": qs,
@@ -185,14 +192,12 @@ def job_updates(request, job: Job):
     except ValueError:
         since = -1
     turns = _turns(job, since)
-    all_turns = _turns(job) if turns else []
-    html = render_to_string("jobs/_turns.html", {"turns": turns, "job": job, "share_qs": share_qs(request)}, request=request)
     body = {
-        "html": html,
+        "html": str(turns_html(turns)),
         "last_index": turns[-1].index if turns else since,
         "live": _live_state(job),
         "totals": _totals(job),
-        "charts": charts.job_charts(job, all_turns) if turns else None,
+        "charts": charts.job_charts(job, _turn_summaries(job)) if turns else None,
         "server_time": time.time(),
     }
     return JsonResponse(body)

@@ -16,7 +16,21 @@
   let again = false;
   const TERMINAL = ["succeeded", "failed", "cancelled"];
 
+  // plotly.js (4.8 MB, served locally) loads after the page: turns are readable at once and the
+  // charts follow as soon as it has been parsed.
+  let latestCharts = config.charts;
+  function loadPlotly() {
+    const holder = document.getElementById("plotly-src");
+    if (!holder || typeof Plotly !== "undefined") { drawCharts(latestCharts); return; }
+    const script = document.createElement("script");
+    script.src = holder.dataset.src;
+    script.onload = () => drawCharts(latestCharts);
+    document.head.appendChild(script);
+  }
+
   function drawCharts(charts) {
+    if (charts) latestCharts = charts;
+    charts = latestCharts;
     if (!charts || typeof Plotly === "undefined") return;
     let drawn = 0;
     for (const el of document.querySelectorAll("[data-chart]")) {
@@ -133,7 +147,8 @@
   $("only-errors").addEventListener("change", applyFilters);
   $("only-improvements").addEventListener("change", applyFilters);
 
-  drawCharts(config.charts);
+  if (document.readyState === "complete") loadPlotly();
+  else window.addEventListener("load", loadPlotly);
   applyLive(live);
   setInterval(tickElapsed, 1000);
   document.body.dataset.lastTurn = String(lastIndex);

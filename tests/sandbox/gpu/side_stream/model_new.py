@@ -1,0 +1,16 @@
+import torch
+import torch.nn as nn
+import kwrt
+
+lib = kwrt.load()
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        rows, cols = x.shape
+        out = torch.empty_like(x)
+        lib.softmax_rows(x, out, rows, cols, kwrt.stream())
+        return out
