@@ -449,6 +449,10 @@ class OpenAIPolicy(Policy):
             except (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError) as exc:
                 last = exc
             except openai.APIStatusError as exc:
+                if exc.status_code == 422 and self.mode == "native" and self.tool_mode == "auto" and _rejects_tools(
+                    _msg(exc).lower()
+                ):
+                    raise _SwitchToText() from exc
                 if exc.status_code in (408, 409) or exc.status_code >= 500:
                     last = exc
                 else:

@@ -76,15 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("compile")
     p.add_argument("--candidate", required=True)
     common(p)
-    sub.add_parser("bench")
+    sub.add_parser("bench", add_help=False)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "bench":
+        from .bench import main as bench_main
+
+        return bench_main(argv[1:])
     args = parser.parse_args(argv)
 
     from . import baseline, compile_candidate, evaluate, load_candidate, profile_candidate
 
-    if args.command == "bench":
-        from .bench import main as bench_main
-
-        return bench_main()
     try:
         options = _options(args)
         if args.command == "compile":

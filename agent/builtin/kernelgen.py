@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from agent.builtin.cexpr import REDUCE_INIT, c_accumulate, c_combine, c_float, c_op
+from agent.builtin.cexpr import REDUCE_INIT, c_accumulate, c_float, c_op
 from agent.builtin.fusion import COL, COLGEN, FULL, GEN, ROW, ROWGEN, SCALAR, Group, Plan
 from agent.builtin.graph import REDUCTIONS, Lit, Node, Ref, Scalar, fmt_shape
 

@@ -43,7 +43,6 @@ def lower(g: Graph) -> Graph:
         return Ref(n.name)
 
     def red(op: str, x: Ref, shape: list[int], dims: list[int], keep: bool = True, name: str | None = None) -> Ref:
-        nd = len(shape)
         oshape = [1 if i in dims else s for i, s in enumerate(shape)] if keep else [s for i, s in enumerate(shape) if i not in dims]
         return emit(op, [x], oshape, {"dim": dims, "keepdim": keep}, name)
 
@@ -102,7 +101,7 @@ def lower(g: Graph) -> Graph:
             view = [-1] + [1] * (nd - 2)
             cshape = [shape[1]] + [1] * (nd - 2)
 
-            def cv(p: Ref) -> Ref:
+            def cv(p: Ref, view: list[int] = view, cshape: list[int] = cshape, nd: int = nd) -> Ref:
                 return emit("view", [p, Lit(view)], cshape) if nd > 2 else p
 
             y = emit("sub", [x, cv(mean)], shape)

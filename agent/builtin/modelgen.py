@@ -183,8 +183,8 @@ class _Emitter:
                 dummy = P[mean.name]
                 L.append(f"        # {kk}: batch norm {n.attrs.get('bn')} folded into {n.attrs.get('of')}")
                 L.append(f"        _w = {P[w.name]}")
-                L.append(f"        _wf = torch.empty_like(_w)")
-                L.append(f"        _bf = torch.empty(_w.shape[0], device=dev, dtype=torch.float32)")
+                L.append("        _wf = torch.empty_like(_w)")
+                L.append("        _bf = torch.empty(_w.shape[0], device=dev, dtype=torch.float32)")
                 bexpr = P[b.name] if isinstance(b, Ref) else dummy
                 gexpr = P[gamma.name] if isinstance(gamma, Ref) else dummy
                 beexpr = P[beta.name] if isinstance(beta, Ref) else dummy

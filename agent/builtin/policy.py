@@ -26,7 +26,7 @@ from agent.builtin.kernelgen import config_variants
 from agent.builtin.modelgen import speed_of_light
 from agent.builtin.pipeline import Candidate, GenerationError, build_candidate, make_plan
 from agent.builtin.rewrites import Rewrite, all_rewrites
-from agent.events import BestChanged, Event, EvaluationEvent, TurnStarted
+from agent.events import BestChanged, EvaluationEvent, Event, TurnStarted
 from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation
 
 # Nominal peaks used only for the first, pre-measurement estimate (the sandbox's profile

@@ -1,7 +1,6 @@
 """Small scaled-dot-product attention written out: QK^T, scale, softmax, PV (bmm through matmul)."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Conv2d with bias, ReLU, a scale: the bias add and activation fuse into one epilogue pass."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

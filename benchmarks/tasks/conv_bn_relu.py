@@ -1,7 +1,6 @@
 """Conv2d + BatchNorm2d (eval) + ReLU: batch norm folds into the convolution, ReLU fuses into its epilogue."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Conv2d + BatchNorm2d + a sigmoid self-gate (x * sigmoid(x))."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

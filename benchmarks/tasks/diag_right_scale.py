@@ -1,7 +1,6 @@
 """X @ diag(d): a column scaling written as a GEMM with a dense diagonal matrix."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """A polynomial written as separate ops: 0.5 x^2 + 0.25 x - 1, then a sigmoid."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """A gated unit: a * sigmoid(b) * scale."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

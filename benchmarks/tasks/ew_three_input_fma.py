@@ -1,7 +1,6 @@
 """Three inputs: (x * y + z) / 3 then ReLU."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Linear + ReLU: a GEMM with a bias-and-activation epilogue."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Linear + BatchNorm1d (eval) + ReLU: the batch norm folds into the linear layer."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Linear, sigmoid gate scaled, plus the input (a residual GEMM epilogue)."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

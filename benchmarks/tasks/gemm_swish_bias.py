@@ -1,7 +1,6 @@
 """matmul with a transposed weight, SiLU, plus a bias parameter."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Redundant ops: clone, contiguous, double transpose and a multiply by one around a tanh."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """LayerNorm over the last dim with affine parameters."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """RMS norm with weight, plus a residual input."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Softmax with a temperature: softmax(x / T)."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

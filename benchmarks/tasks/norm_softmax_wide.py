@@ -1,7 +1,6 @@
 """Softmax over a wide last dim."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Row centering: x - mean(x) over the last dim."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Row L2 normalisation: x / sqrt(sum(x^2) + eps)."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Row maximum (values only)."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Mean of squares per row, scaled (a per-row statistic)."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

@@ -1,7 +1,6 @@
 """Row reduction: the sum of each row."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 class Model(nn.Module):

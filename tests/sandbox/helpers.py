@@ -10,6 +10,7 @@ HERE = Path(__file__).parent
 TASKS = HERE / "tasks"
 CANDIDATES = HERE / "candidates"
 HACKS = HERE / "hacks"
+GPU = HERE / "gpu"
 EXAMPLES = Path("/work/shared/examples")
 
 

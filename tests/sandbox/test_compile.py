@@ -3,18 +3,19 @@ load_inline prebuilt once."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 
 import pytest
 
-from sandbox import EvalOptions, compile_candidate, evaluate
+from sandbox import EvalOptions, compile_candidate, evaluate, load_candidate
 from sandbox.compile_log import parse_errors
 from sandbox.schema import Status
-from tests.sandbox.helpers import candidate, task
+from tests.sandbox.helpers import GPU, candidate, task
 
 
-def opts(tmp_path, **kw) -> EvalOptions:
-    return EvalOptions(backend="cpu", cache_dir=str(tmp_path), **kw)
+def opts(tmp_path, backend_override: str = "cpu", **kw) -> EvalOptions:
+    return EvalOptions(backend=backend_override, cache_dir=str(tmp_path), **kw)
 
 
 def test_identical_sources_never_rebuild(tmp_path):
@@ -142,3 +143,16 @@ def test_load_inline_builds_once_in_the_compile_step(tmp_path):
     assert res.compile.cached and res.duration_s < first.seconds + 60
     assert res.audit.custom_kernel_ran and any("kw_scale2.scale2" in k for k in res.audit.kernels)
     assert not any("not prebuilt" in f for f in res.audit.findings)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_cuda_fast_path_builds_on_a_cpu_host(tmp_path):
+    files = load_candidate(GPU / "softmax_cu")
+    res = compile_candidate(files, opts(tmp_path, backend_override="cuda"))
+    assert res.ok, res.log
+    assert res.mode == "nvcc" and "-arch=sm_90" in res.log
+    bad = dict(files)
+    bad["kernels/softmax.cu"] = bad["kernels/softmax.cu"].replace("float m = -INFINITY;", "float m = undefined_name;")
+    res = compile_candidate(bad, opts(tmp_path, backend_override="cuda"))
+    assert not res.ok and res.errors[0].file == "kernels/softmax.cu" and res.errors[0].line == 10
+    assert "undefined_name" in res.errors[0].message

@@ -3,6 +3,8 @@ who may connect, what arrives, and that permission is re-checked for every messa
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -10,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from webapp.jobs import services
-from webapp.jobs.consumers import CLOSE_FORBIDDEN
+from webapp.jobs.consumers import CLOSE_FORBIDDEN, RECHECK_TTL_S
 from webapp.jobs.models import Job
 from webapp.jobs.sample_trajectory import SOFTMAX_TASK, build
 from webapp.jobs.turns import group_by_turn
@@ -134,6 +136,7 @@ def test_a_revoked_share_link_closes_the_socket_at_the_next_message(job):
         connected, _ = await comm.connect(timeout=5)
         assert connected
         await sync_to_async(services.revoke_share_link)(job)
+        await asyncio.sleep(RECHECK_TTL_S + 0.1)  # the consumer's access cache lives this long
         await sync_to_async(services.set_step)(job.pk, "timing")
         output = await comm.receive_output(timeout=5)
         assert output == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}

@@ -241,3 +241,17 @@ def test_a_turn_stored_again_is_rendered_again(client, owner):
     services.store_turn(job, 1, changed)
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "a different plan" in html and "fuse the row max" not in html
+
+
+def test_long_jobs_fold_older_turns_and_serve_them_on_demand(client, owner):
+    from webapp.jobs.views.pages import FULL_TURNS
+
+    job = import_trajectory(owner, build(turns=FULL_TURNS + 5))
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    folded = [i for i in range(FULL_TURNS + 6) if f'id="turn-{i}" data-index="{i}"' in html and f'data-stub="1"' in html.split(f'id="turn-{i}"')[1].split(">")[0]]
+    assert folded == list(range(0, 6))  # setup + the 5 oldest turns: header only
+    assert html.count("<article") == FULL_TURNS + 6
+    assert "fuse the row max" in html.split(f'id="turn-{FULL_TURNS + 5}"')[1]
+    one = client.get(f"/jobs/{job.pk}/turns/3/html").content.decode()
+    assert 'id="turn-3"' in one and "data-stub" not in one and "&lt;script&gt;" in one
+    assert client.get(f"/jobs/{job.pk}/turns/999/html").status_code == 404

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.django_db
 READ_PAGES = [
     "/jobs/{id}/",
     "/jobs/{id}/updates/?since=-1",
+    "/jobs/{id}/turns/1/html",
     "/jobs/{id}/download/best.zip",
     "/jobs/{id}/download/trajectory.json",
     "/jobs/{id}/download/files/model_new.py",

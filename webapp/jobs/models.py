@@ -57,6 +57,7 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)  # services set it on every change viewers see (keys caches)
 
     best_version = models.IntegerField(null=True, blank=True)
     best_reward = models.IntegerField(null=True, blank=True)

@@ -113,7 +113,7 @@ def start_job(job: Job) -> Job:
     """Mark a job running (first start or resume after a lost worker)."""
     now = timezone.now()
     Job.objects.filter(pk=job.pk).update(
-        state=Job.State.RUNNING, started_at=job.started_at or now, attempts=F("attempts") + 1, step="starting"
+        state=Job.State.RUNNING, started_at=job.started_at or now, attempts=F("attempts") + 1, step="starting", updated_at=now
     )
     job.refresh_from_db()
     _after_commit(JobNotification(Kind.STATE, job.pk, state=job.state))
@@ -141,11 +141,12 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]]) -> Turn:
         },
     )
     Turn.objects.filter(pk=turn.pk).update(revision=F("revision") + 1)
+    Job.objects.filter(pk=job.pk).update(updated_at=timezone.now())
     turn.refresh_from_db(fields=["revision"])
     if s.best is not None:
         _apply_best(job, s.best, events)
-    transaction.on_commit(lambda: warm_turn_html(turn))
     _after_commit(JobNotification(Kind.TURN_READY, job.pk, turn=index))
+    transaction.on_commit(lambda: warm_turn_html(turn))
     return turn
 
 
@@ -183,7 +184,7 @@ def _apply_best(job: Job, best: dict[str, Any], events: list[dict[str, Any]]) ->
 def set_step(job_id: int, step: str) -> None:
     """What the worker is doing now ("compiling", "checking correctness 3/5", "timing")."""
     step = step[:200]
-    changed = Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exclude(step=step).update(step=step)
+    changed = Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exclude(step=step).update(step=step, updated_at=timezone.now())
     if changed:
         _after_commit(JobNotification(Kind.STEP, job_id, step=step))
 
@@ -192,7 +193,7 @@ def finish_job(job: Job, state: str, reason: str = "", summary: str = "") -> Job
     if state not in Job.TERMINAL:
         raise ValueError(f"{state!r} is not a terminal state")
     Job.objects.filter(pk=job.pk).update(
-        state=state, reason=reason[:10000], summary=summary or job.summary, step="", finished_at=timezone.now()
+        state=state, reason=reason[:10000], summary=summary or job.summary, step="", finished_at=timezone.now(), updated_at=timezone.now()
     )
     job.refresh_from_db()
     _after_commit(JobNotification(Kind.STATE, job.pk, state=state, reason=job.reason))
@@ -204,7 +205,7 @@ def cancel_job(job: Job) -> Job:
     if job.state == Job.State.QUEUED:
         return finish_job(job, Job.State.CANCELLED, "cancelled before it started")
     if job.state == Job.State.RUNNING:
-        Job.objects.filter(pk=job.pk).update(cancel_requested=True)
+        Job.objects.filter(pk=job.pk).update(cancel_requested=True, updated_at=timezone.now())
         job.refresh_from_db()
         _after_commit(JobNotification(Kind.STEP, job.pk, step="stopping after this turn"))
     return job

@@ -11,13 +11,14 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import time
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
 from django.db.models import Count, Sum
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -26,7 +27,7 @@ from webapp.jobs.importer import MAX_IMPORT_BYTES, ImportRefused, import_traject
 from webapp.jobs.models import Job, Turn
 from webapp.jobs.permissions import can_change, can_view, visible_jobs
 from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
-from webapp.jobs.turn_html import turns_html
+from webapp.jobs.turn_html import turn_html, turns_html
 from webapp.jobs.views.access import LoginNeeded, changeable_job, login_redirect, share_token, viewable_job
 
 OPTION_CHOICES = {
@@ -154,10 +155,15 @@ def _live_state(job: Job) -> dict:
     }
 
 
+FULL_TURNS = 30  # the newest turns rendered in full; older ones load when scrolled to or linked
+
+
 @job_view()
 def job_detail(request, job: Job):
-    turns = _turns(job)
     summaries = _turn_summaries(job)
+    older = summaries[:-FULL_TURNS]
+    turns = _turns(job, since=older[-1].index) if older else _turns(job)
+    stubs = render_to_string("jobs/_turn_stubs.html", {"turns": older}) if older else ""
     qs = share_qs(request)
     ws_path = f"/ws/jobs/{job.pk}/" + qs
     config = {
@@ -172,6 +178,7 @@ def job_detail(request, job: Job):
     context = {
         "job": job,
         "turns": summaries,
+        "stubs_html": stubs,
         "turns_html": turns_html(turns),
         "totals": _totals(job),
         "config": config,
@@ -186,21 +193,35 @@ def job_detail(request, job: Job):
 @job_view()
 def job_updates(request, job: Job):
     """What a live page missed since turn `since`: escaped HTML of the new turns, the job's state
-    and fresh chart data. Called after every notification and after every reconnect."""
+    and fresh chart data. Called after every notification and after every reconnect. Fifty
+    viewers of one job ask the same question at the same moment, so the answer is cached per
+    (job, since, job.updated_at): every change viewers can see moves updated_at."""
     try:
         since = int(request.GET.get("since", -1))
     except ValueError:
         since = -1
-    turns = _turns(job, since)
-    body = {
-        "html": str(turns_html(turns)),
-        "last_index": turns[-1].index if turns else since,
-        "live": _live_state(job),
-        "totals": _totals(job),
-        "charts": charts.job_charts(job, _turn_summaries(job)) if turns else None,
-        "server_time": time.time(),
-    }
+    key = f"kw:updates:{job.pk}:{since}:{job.updated_at.timestamp():.6f}"
+    body = cache.get(key)
+    if body is None:
+        turns = _turns(job, since)
+        body = {
+            "html": str(turns_html(turns)),
+            "last_index": turns[-1].index if turns else since,
+            "live": _live_state(job),
+            "totals": _totals(job),
+            "charts": charts.job_charts(job, _turn_summaries(job)) if turns else None,
+        }
+        cache.set(key, body, 30)
     return JsonResponse(body)
+
+
+@job_view()
+def turn_detail_html(request, job: Job, index: int):
+    """One turn's full HTML (for a turn shown folded on the job page)."""
+    turn = job.turns.filter(index=index).first()
+    if turn is None:
+        raise Http404("no such turn")
+    return HttpResponse(turn_html(turn))
 
 
 # -- actions ---------------------------------------------------------------------------------

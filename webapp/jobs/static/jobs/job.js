@@ -139,6 +139,43 @@
     };
   }
 
+  // Older turns arrive folded (header only); their details load when scrolled to, clicked or linked.
+  function turnUrl(index) {
+    const url = turnsBox.dataset.turnUrl.replace(/\/0\/html$/, "/" + index + "/html");
+    return config.share ? url + "?share=" + encodeURIComponent(config.share) : url;
+  }
+
+  async function unfold(article) {
+    if (!article || article.dataset.stub !== "1" || article.dataset.loading) return;
+    article.dataset.loading = "1";
+    const resp = await fetch(turnUrl(article.dataset.index), { credentials: "same-origin" });
+    if (!resp.ok) { delete article.dataset.loading; return; }
+    const tpl = document.createElement("template");
+    tpl.innerHTML = await resp.text(); // server-rendered with Django autoescaping
+    const full = tpl.content.querySelector("article.turn");
+    if (full) article.replaceWith(full);
+    return full;
+  }
+
+  const observer = "IntersectionObserver" in window ? new IntersectionObserver((entries) => {
+    for (const entry of entries) if (entry.isIntersecting) { observer.unobserve(entry.target); unfold(entry.target); }
+  }, { rootMargin: "600px" }) : null;
+  for (const stub of turnsBox.querySelectorAll("article[data-stub='1']")) {
+    if (observer) observer.observe(stub);
+  }
+  turnsBox.addEventListener("click", (ev) => {
+    if (ev.target.classList.contains("load-turn")) unfold(ev.target.closest("article.turn"));
+  });
+  async function followHash() {
+    const target = location.hash && document.getElementById(location.hash.slice(1));
+    if (target && target.dataset.stub === "1") {
+      const full = await unfold(target);
+      if (full) full.scrollIntoView();
+    }
+  }
+  window.addEventListener("hashchange", followHash);
+  followHash();
+
   function applyFilters() {
     const errors = $("only-errors").checked, imps = $("only-improvements").checked;
     turnsBox.classList.toggle("only-errors", errors);

@@ -1,0 +1,66 @@
+"""Run the built-in policy on the five case studies and store each trajectory as a fixture.
+
+    python -m benchmarks.case_studies --backend cuda --out DIR
+
+Writes DIR/<case>.json (the trajectory: every event of every turn, with a "meta" block naming
+the device, date and torch version; agent.trajectory.Trajectory.from_dict reads it) and
+DIR/<case>.md (the measured numbers next to the write-up in docs/case-studies/<case>.md), and
+DIR/summary.json. Runs on a GPU host that has only torch, numpy and pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent.builtin import BuiltinPolicy
+from agent.events import ModelMessage
+from benchmarks.runner import TASKS_DIR, environment, run_task, shrink_source
+
+CASES = ["basic_residual_block", "diag_scale_matmul", "gemm_divide_sum_scale", "rmsnorm_swish", "linear_gelu_residual"]
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "case-studies"
+
+
+def _f(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}x"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Run the built-in policy on the five case studies.")
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cuda")
+    ap.add_argument("--out", required=True, help="folder for the trajectory fixtures")
+    ap.add_argument("--cases", nargs="*", default=CASES)
+    ap.add_argument("--shrink", type=int, default=1, help="divide size constants (for a quick CPU dry run)")
+    ap.add_argument("--max-turns", type=int, default=30)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment(args.backend)
+    rows: list[dict[str, Any]] = []
+    for case in args.cases:
+        path = TASKS_DIR / f"{case}.py"
+        outcome, res = run_task(path, args.backend, {}, BuiltinPolicy(), args.max_turns, args.shrink)
+        data = res.trajectory.to_dict()
+        data["meta"] = {**env, "case": case, "policy": "builtin", "shrink": args.shrink,
+                        "task_source": shrink_source(path.read_text(), args.shrink)}
+        (out / f"{case}.json").write_text(json.dumps(data, indent=1))
+        messages = [e.content for e in res.trajectory.of_type(ModelMessage)]
+        md = [f"# {case}: measured run", "", f"{env['device']} ({env['backend']}), torch {env['torch']}, {env['date']}",
+              "", f"- correct: {outcome.correct}, reward {outcome.reward}",
+              f"- candidate {outcome.candidate_ms} ms, eager {outcome.eager_ms} ms, torch.compile {outcome.compile_ms} ms",
+              f"- speedup {_f(outcome.speedup_vs_eager)} vs eager, {_f(outcome.speedup_vs_compile)} vs torch.compile",
+              f"- {outcome.turns} turns, {outcome.evaluations} evaluations, {outcome.seconds:.0f} s", "",
+              f"Write-up: docs/case-studies/{case}.md", "", "## Final message", "", "```", messages[-1] if messages else "", "```"]
+        (out / f"{case}.md").write_text("\n".join(md) + "\n")
+        rows.append(outcome.to_dict())
+        print(f"{case:<24} correct={outcome.correct} reward={outcome.reward} vs_eager={_f(outcome.speedup_vs_eager)} "
+              f"vs_compile={_f(outcome.speedup_vs_compile)} ({outcome.turns} turns, {outcome.seconds:.0f} s)", flush=True)
+    (out / "summary.json").write_text(json.dumps({"environment": env, "cases": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
