@@ -182,7 +182,6 @@ def _do_bench_check(task: str) -> None:
     """Eager baseline through our timer vs triton.testing.do_bench, in one process."""
     import importlib.util
 
-    import torch
     from triton.testing import do_bench
 
     from .timing import Timer

@@ -36,23 +36,30 @@ def encode(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def decode(data: bytes) -> Any:
+def decode(data: bytes | memoryview) -> Any:
     import torch
 
     return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
 
 
 def send(fd: int, obj: Any) -> None:
-    data = encode(obj)
-    view = memoryview(len(data).to_bytes(HEADER, "little") + data)
+    import torch
+
+    buf = io.BytesIO()
+    buf.write(b"\0" * HEADER)
+    torch.save(obj, buf)
+    view = buf.getbuffer()
+    view[:HEADER] = (len(view) - HEADER).to_bytes(HEADER, "little")
     while view:
         n = os.write(fd, view)
         view = view[n:]
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < n:
+def _read_exact(fd: int, n: int, deadline: float | None) -> memoryview:
+    out = bytearray(n)
+    view = memoryview(out)
+    got = 0
+    while got < n:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -60,16 +67,16 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
                 raise ChannelTimeout()
-        chunk = os.read(fd, min(n - len(chunks), 1 << 22))
-        if not chunk:
+        k = os.readv(fd, [view[got:got + (1 << 24)]])
+        if not k:
             raise ChannelClosed()
-        chunks += chunk
-    return bytes(chunks)
+        got += k
+    return view
 
 
 def recv(fd: int, timeout: float | None = None, max_bytes: int = 1 << 33) -> Any:
     deadline = None if timeout is None else time.monotonic() + timeout
-    size = int.from_bytes(_read_exact(fd, HEADER, deadline), "little")
+    size = int.from_bytes(bytes(_read_exact(fd, HEADER, deadline)), "little")
     if size > max_bytes:
         raise MessageTooLarge(f"message of {size} bytes exceeds the {max_bytes} byte limit")
     return decode(_read_exact(fd, size, deadline))

@@ -395,7 +395,7 @@ class Child:
     def give_ownership(self, path: Path) -> None:
         if self.uid is None:
             return
-        for root, dirs, files in os.walk(path):
+        for root, _dirs, files in os.walk(path):
             os.chown(root, self.uid, self.uid)
             for name in files:
                 os.chown(os.path.join(root, name), self.uid, self.uid)
@@ -472,7 +472,7 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
     the evaluator's secrets, and a compiler bomb is cut off. Returns (rc, log, timed_out)."""
     uid = new_uid() if options.drop_privileges and uid_drop_available() else None
     if uid is not None:
-        for root, dirs, files in os.walk(cwd):
+        for root, _dirs, files in os.walk(cwd):
             os.chown(root, uid, uid)
             for name in files:
                 os.chown(os.path.join(root, name), uid, uid)
@@ -498,7 +498,7 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
         with open(log_path, "rb") as f:
             text = f.read(1 << 20).decode(errors="replace")
         if uid is not None:
-            for root, dirs, files in os.walk(cwd):
+            for root, _dirs, files in os.walk(cwd):
                 os.chown(root, os.geteuid(), os.getegid())
                 for name in files:
                     os.chown(os.path.join(root, name), os.geteuid(), os.getegid())

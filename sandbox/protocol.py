@@ -36,13 +36,11 @@ from .harness import fingerprint_weights
 from .isolation import Child, Limits
 from .options import PRESETS, EvalOptions
 from .schema import (
-    Audit,
     EvalResult,
     ProfileRow,
     Roofline,
     Stats,
     Status,
-    Timing,
     TrialResult,
     Verdict,
     milestone_reward,

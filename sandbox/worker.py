@@ -601,10 +601,9 @@ def _cuda_kernel_names(model: Any, inputs: list) -> list[str]:
 
 
 def _profile(cmd: dict, model: Any, device: str, to_device: Any) -> dict:
+    import kwrt
     import torch
     from torch.profiler import ProfilerActivity, profile
-
-    import kwrt
 
     sets = [to_device(s, device) for s in cmd["sets"]]
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])

@@ -269,23 +269,26 @@ def bench_page(port: int, turns: int, repeat: int) -> None:
     if not Path(chromium).exists():
         print(f"  (no {chromium}: no browser timing)")
         return
-    loads, drawn = [], []
+    loads, drawn, nav = [], [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu"])
-        context = browser.new_context()  # one context: later views may use the HTTP cache, like a returning user
-        for _ in range(repeat):
-            page = context.new_page()
+        page = browser.new_page()  # one tab, navigated again and again (a returning user)
+        for _ in range(repeat + 1):
             t0 = time.perf_counter()
             page.goto(url, wait_until="load")
             page.wait_for_selector(f"#turn-{turns}", state="attached")
             loads.append((time.perf_counter() - t0) * 1000)
+            nav.append(page.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd"))
             page.wait_for_selector("#chart-speedup.drawn .main-svg", timeout=60000)
             drawn.append((time.perf_counter() - t0) * 1000)
-            page.close()
+            page.goto("about:blank")
         browser.close()
-    print(summary(f"job page with {turns} turns in Chromium, to the load event (all turns in the page)", loads))
+    print(f"job page with {turns} turns in Chromium, first navigation: load {loads[0]:.0f} ms, charts drawn {drawn[0]:.0f} ms")
+    loads, drawn, nav = loads[1:], drawn[1:], nav[1:]
+    print(summary(f"job page with {turns} turns in Chromium, to the load event (Navigation Timing)", nav))
+    print(summary(f"job page with {turns} turns in Chromium, goto() until every turn is in the page", loads))
     print(summary(f"job page with {turns} turns in Chromium, to the charts drawn (plotly.js loads after the page)", drawn))
-    print(f"  target: page loaded under 1 s -> {'met' if percentile(loads, 0.5) < 1000 else 'NOT met'} (median)")
+    print(f"  target: page loaded under 1 s -> {'met' if percentile(nav, 0.5) < 1000 else 'NOT met'} (median, load event)")
 
 
 def main(argv: list[str] | None = None) -> int:

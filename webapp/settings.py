@@ -168,6 +168,11 @@ globals().update(
         gpu_time_limit=CELERY_GPU_TIME_LIMIT,
     )
 )
+# GPU worker pool (docs/gpu-pool.md): every worker imports webapp.pool at start; its task signals
+# record which worker (and which CUDA_VISIBLE_DEVICES) ran each gpu-queue task, and from when to
+# when, so that "no two timings shared a GPU" can be checked after the fact.
+# https://docs.celeryq.dev/en/stable/userguide/configuration.html#include
+CELERY_INCLUDE = ["webapp.pool"]
 
 # The model endpoint (any OpenAI-compatible server) and the sandbox backend.
 OPENAI_BASE_URL = envstr("OPENAI_BASE_URL", "")

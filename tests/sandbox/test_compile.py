@@ -11,7 +11,7 @@ import pytest
 from sandbox import EvalOptions, compile_candidate, evaluate, load_candidate
 from sandbox.compile_log import parse_errors
 from sandbox.schema import Status
-from tests.sandbox.helpers import GPU, candidate, task
+from tests.sandbox.helpers import GPU, candidate
 
 
 def opts(tmp_path, backend_override: str = "cpu", **kw) -> EvalOptions:

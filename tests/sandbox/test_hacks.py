@@ -11,7 +11,6 @@ import json
 import pytest
 
 from sandbox import evaluate, load_candidate
-
 from tests.sandbox.helpers import HACKS, task
 
 CASES = sorted(p.name for p in HACKS.iterdir() if (p / "expected.json").exists())

