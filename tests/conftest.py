@@ -6,11 +6,18 @@ before any test runs and before anything connects.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
 
-from tests.support.redis_db import ClaimedRedisDb, claim_redis_db, redis_reachable
+# The GPU hosts have torch, numpy and pytest but no Django or Redis client: there only the
+# library tests (tests/sandbox, tests/agent) are collected, and nothing here touches Redis.
+WEB_STACK = all(importlib.util.find_spec(name) for name in ("django", "redis", "celery", "channels"))
+if not WEB_STACK:
+    collect_ignore = ["webapp"]
+else:
+    from tests.support.redis_db import ClaimedRedisDb, claim_redis_db, redis_reachable
 
 BASE_REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
@@ -30,7 +37,7 @@ def _point_django_at(url: str) -> None:
 
 
 def _claim() -> ClaimedRedisDb | None:
-    if not redis_reachable(BASE_REDIS_URL):
+    if not WEB_STACK or not redis_reachable(BASE_REDIS_URL):
         return None
     claimed = claim_redis_db(BASE_REDIS_URL)
     _point_django_at(claimed.url)
