@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     import kwrt
 
     dev = "cuda" if args.backend == "cuda" else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = False  # the sandbox's precision flags
+    torch.backends.cudnn.allow_tf32 = False
     failures = 0
     for path in task_paths(args.tasks):
         name = path.stem

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -70,9 +71,9 @@ def _kernel_files(files: dict[str, str], backend: str) -> tuple[list[str], list[
 def _fast_command(backend: str, srcs: list[str], options: EvalOptions, uses_cublas: bool = False) -> list[str]:
     if backend == "cuda":
         return ["nvcc", "-O3", f"-arch={options.cuda_arch}", "-std=c++17", "-Xcompiler", "-fPIC", "-shared",
-                "-Ikernels", "-o", "../lib.so", *srcs, *(["-lcublas"] if uses_cublas else [])]
+                "-Ikernels", "-o", "lib.so", *srcs, *(["-lcublas"] if uses_cublas else [])]
     return ["g++", "-O3", "-march=native", "-fopenmp", "-std=c++17", "-fPIC", "-shared", "-Ikernels",
-            "-o", "../lib.so", *srcs]
+            "-o", "lib.so", *srcs]
 
 
 def _validate_files(files: dict[str, str]) -> list[CompileError]:
@@ -120,7 +121,9 @@ def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tu
     limits = Limits(wall_s=options.compile_timeout_s, fsize_mb=1024, nproc=4096, cpu_s=int(options.compile_timeout_s * 4) + 60)
     rc, log, timed_out = run_command(cmd, src_dir, limits, options)
     log = log.replace(str(src_dir) + "/", "")
-    ok = rc == 0 and (staging / "lib.so").exists()
+    ok = rc == 0 and (src_dir / "lib.so").exists()
+    if ok:
+        os.replace(src_dir / "lib.so", staging / "lib.so")
     errors = [] if ok else parse_errors(log, [str(src_dir)])
     if timed_out:
         errors.insert(0, CompileError(file="(build)", line=None, column=None, message=f"compiler timed out after {options.compile_timeout_s:.0f} s"))

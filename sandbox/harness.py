@@ -205,10 +205,12 @@ def storage_span(t: Any) -> tuple[int, int] | None:
 
 
 def fingerprint_weights(shapes: list[tuple], seed: int, device: str) -> list[Any]:
+    """Standard normal weights drawn on the device itself (fast for GB-sized outputs); the
+    reference and the candidate child draw them on the same kind of device, so they agree."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=gen, dtype=torch.float64).to(device) if shape is not None else None for shape in shapes]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return [torch.randn(shape, generator=gen, dtype=torch.float32, device=device) if shape is not None else None for shape in shapes]
 
 
 def fingerprint(leaves: list[Any], weights: list[Any]) -> float:

@@ -117,6 +117,23 @@ def _world_readable_path(path: Path) -> bool:
 _uid_drop_ok: bool | None = None
 
 
+def _gpu_devices_world_accessible() -> bool:
+    """A throwaway uid can use the GPU only if the NVIDIA device files are open to others."""
+    import glob
+
+    devices = glob.glob("/dev/nvidia*")
+    if not devices:
+        return False
+    for dev in devices:
+        try:
+            mode = os.stat(dev).st_mode
+        except OSError:
+            return False
+        if stat.S_ISCHR(mode) and (mode & 0o006) != 0o006:
+            return False
+    return True
+
+
 def uid_drop_available() -> bool:
     """Root can drop to a throwaway uid only if that uid can still read python, torch and us."""
     global _uid_drop_ok
@@ -309,7 +326,8 @@ class Child:
         self._private = Path(tempfile.mkdtemp(prefix=f"kw-{role}-log-"))
         self.log_path = self._private / "output.log"
         uid = None
-        if options.drop_privileges and uid_drop_available():
+        gpu_ok = options.resolved_backend() != "cuda" or _gpu_devices_world_accessible()
+        if options.drop_privileges and uid_drop_available() and gpu_ok:
             uid = new_uid()
             os.chown(self.workdir, uid, uid)
             self.isolation.nproc_enforced = True
@@ -400,6 +418,10 @@ class Child:
             for name in files:
                 os.chown(os.path.join(root, name), self.uid, self.uid)
 
+    def restart_clock(self, seconds: float | None = None) -> None:
+        """A new phase gets the full wall-time limit (the child may have waited on the other)."""
+        self.deadline = time.monotonic() + (seconds if seconds is not None else self.limits.wall_s)
+
     def send(self, obj: Any) -> None:
         try:
             channel.send(self._to_child, obj)
@@ -469,14 +491,22 @@ class Child:
 
 def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_extra: dict[str, str] | None = None) -> tuple[int, str, bool]:
     """Run a build command (g++, nvcc) isolated like a child: a crafted #include cannot read
-    the evaluator's secrets, and a compiler bomb is cut off. Returns (rc, log, timed_out)."""
+    the evaluator's secrets, and a compiler bomb is cut off. Returns (rc, log, timed_out).
+    `cwd` is handed to the build's uid for the duration; temp files go to a private folder
+    under /tmp (the cache may sit under a directory the build uid cannot traverse)."""
     uid = new_uid() if options.drop_privileges and uid_drop_available() else None
-    if uid is not None:
-        for root, _dirs, files in os.walk(cwd):
-            os.chown(root, uid, uid)
+    tmp = Path(tempfile.mkdtemp(prefix="kw-build-tmp-"))
+
+    def chown_tree(path: Path, owner: int, group: int) -> None:
+        for root, _dirs, files in os.walk(path):
+            os.chown(root, owner, group)
             for name in files:
-                os.chown(os.path.join(root, name), uid, uid)
-    env = scrubbed_env({"HOME": str(cwd), "TMPDIR": str(cwd), **(env_extra or {})})
+                os.chown(os.path.join(root, name), owner, group)
+
+    if uid is not None:
+        chown_tree(cwd, uid, uid)
+        chown_tree(tmp, uid, uid)
+    env = scrubbed_env({"HOME": str(tmp), "TMPDIR": str(tmp), **(env_extra or {})})
     netns = bool(options.network_namespace) and netns_available()
     log_dir = Path(tempfile.mkdtemp(prefix="kw-cmd-log-"))
     cg = Cgroup(limits.nproc)
@@ -498,11 +528,9 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
         with open(log_path, "rb") as f:
             text = f.read(1 << 20).decode(errors="replace")
         if uid is not None:
-            for root, _dirs, files in os.walk(cwd):
-                os.chown(root, os.geteuid(), os.getegid())
-                for name in files:
-                    os.chown(os.path.join(root, name), os.geteuid(), os.getegid())
+            chown_tree(cwd, os.geteuid(), os.getegid())
         return rc, text, timed_out
     finally:
         cg.remove()
         shutil.rmtree(log_dir, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)

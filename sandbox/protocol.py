@@ -31,8 +31,7 @@ from typing import Any
 from . import audit, cache
 from .build import Artifacts, build
 from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge
-from .compare import compare_outputs, fingerprint_bound
-from .harness import fingerprint_weights
+from .compare import compare_outputs
 from .isolation import Child, Limits
 from .options import PRESETS, EvalOptions
 from .schema import (
@@ -218,7 +217,8 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     # 4. reference data
     progress("reference", {})
     preset = PRESETS[options.preset]
-    _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "reinit": preset["reinit_trial"],
+    fp_seed = secrets.randbits(62)
+    _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "fingerprint_seed": fp_seed, "reinit": preset["reinit_trial"],
                 "wide": preset["wide_trial"], "shape": preset["shape_trial"]}, "the reference (task)", "setup")
     data = _recv(ref, "the reference (task)", "computing expected outputs")
     if not data.get("ok"):
@@ -227,7 +227,6 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     res.audit.findings.extend(f"protocol: {n}" for n in data["notes"])
 
     # the candidate imports its module now; baselines wait until it is idle
-    fp_seed = secrets.randbits(62)
     _send(cand, {"options": _opts_msg(options), "backend": backend, "variants": data["variants"], **cand_setup}, "the candidate", "setup")
     ready = _recv(cand, "the candidate", "import")
     if not ready.get("ok"):
@@ -241,6 +240,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
         base = None
     if base is None:
         progress("baseline", {"compile": options.compile_baseline})
+        ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
         _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_timing_cmd(options)},
               "the reference (task)", "baseline timing")
         base = _recv(ref, "the reference (task)", "baseline timing")
@@ -253,7 +253,8 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     if options.compile_baseline and base.get("compile_error"):
         res.audit.findings.append(base["compile_error"])
 
-    # 6. correctness trials
+    # 6. correctness trials (the candidate's wall-time limit starts now, not while it waited)
+    cand.restart_clock()
     trials = data["trials"]
     _send(cand, {"cmd": "trials", "trials": [{"variant": t["variant"], "inputs": t["inputs"]} for t in trials]}, "the candidate", "trials")
     while True:
@@ -283,13 +284,13 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     # 8. timing
     progress("timing", {"budget_s": options.timing_budget_s})
     sets = data["timing_sets"]
-    shapes = [tuple(x.shape) if hasattr(x, "shape") else None for x in sets[0]["expected"]]
+    shapes = sets[0]["shapes"]
     _send(cand, {"cmd": "time", "sets": [s["inputs"] for s in sets], "shapes": shapes, "fingerprint_seed": fp_seed, **_timing_cmd(options)},
           "the candidate", "timing")
     timed = _recv(cand, "the candidate", "timing")
     if not timed.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, "candidate: " + timed.get("error", "timing failed"))
-    problems = _judge_timing(timed, sets, shapes, fp_seed, msg, options, backend, res)
+    problems = _judge_timing(timed, data["fingerprints"], msg, options, backend, res)
     res.timing.candidate = _stats(timed["stats"])
     res.timing.clock = timed["clock"]
     res.timing.l2_flush = backend == "cuda"
@@ -385,16 +386,10 @@ def _judge_audit(msg: dict, options: EvalOptions, backend: str, res: EvalResult,
                 rejections.append("torch-ops=forbid: no custom kernel ran in the forward (call your kernels through kwrt or the load_inline module)")
 
 
-def _judge_timing(timed: dict, sets: list[dict], shapes: list, fp_seed: int, trial_msg: dict, options: EvalOptions,
-                  backend: str, res: EvalResult) -> list[str]:
-    import torch
-
+def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptions, backend: str, res: EvalResult) -> list[str]:
+    """Fingerprints of every timed call against the reference's (computed in the reference
+    child on the same kind of device, from the same weights), custom-kernel counts, flags."""
     problems: list[str] = []
-    weights = fingerprint_weights(shapes, fp_seed, "cpu")
-    bounds = []
-    for s in sets:
-        finite = all(bool(torch.isfinite(e).all()) for e in s["expected"] if isinstance(e, torch.Tensor) and e.is_floating_point())
-        bounds.append(fingerprint_bound(s["expected"], weights, options) if finite else None)
     wrong = 0
     for k, value in timed["fingerprints"]:
         b = bounds[k] if 0 <= k < len(bounds) else None
@@ -442,6 +437,7 @@ def _roofline(ref: Child, data: dict, res: EvalResult, options: EvalOptions) -> 
     ceil = cache.read_json(path)
     if ceil is None:
         try:
+            ref.restart_clock(180)
             ref.send({"cmd": "ceilings", "dtype": dtype})
             ceil = ref.recv(timeout=120)
             cache.write_json_atomic(path, ceil)
@@ -483,7 +479,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
     try:
         ref = Child("reference", _limits(options, backend), options, _child_env(options, backend))
         ref.write_files({"task.py": task_source}, subdir=".")
-        _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "reinit": False,
+        _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "fingerprint_seed": 1, "reinit": False,
                     "wide": False, "shape": False}, "the reference (task)", "setup")
         data = _recv(ref, "the reference (task)", "computing outputs")
         if not data.get("ok"):
@@ -493,6 +489,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         path = cache.section(options.cache_dir, "baselines") / f"{key}.json"
         base = cache.read_json(path)
         if base is None or (options.compile_baseline and base.get("compile") is None and not base.get("compile_error")):
+            ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
             _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": 1, **_timing_cmd(options)},
                   "the reference (task)", "baseline timing")
             base = _recv(ref, "the reference (task)", "baseline timing")

@@ -121,7 +121,7 @@ def _finite(leaves: list[Any]) -> bool:
 def role_reference() -> None:
     import torch
 
-    from .harness import flatten, load_module_from_source, to_cpu, to_device
+    from .harness import fingerprint_weights, flatten, load_module_from_source, to_cpu, to_device
 
     trace("reference: waiting for setup")
     msg = recv()
@@ -220,17 +220,24 @@ def role_reference() -> None:
 
         trace("reference: trials computed")
         timing_sets = []
+        fingerprints = []
+        eval_options = _eval_options(options)
+        shapes = None
         for s in seeds["timing"]:
             inputs = make_inputs(s)
             spec, leaves = run(base, inputs)
-            timing_sets.append({"inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
+            if shapes is None:
+                shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
+                weights = fingerprint_weights(shapes, msg["fingerprint_seed"], device)
+            fingerprints.append(_expected_fingerprint(leaves, weights, eval_options))
+            timing_sets.append({"inputs": to_cpu(inputs), "spec": spec, "shapes": shapes})
         roof = _roofline_counts(base, first_inputs, run)
         trace("reference: roofline counted")
     except BaseException as exc:
         send(_error("task", exc, roots, "the reference failed while preparing trials: "))
         return
 
-    send({"ok": True, "variants": variants, "trials": trials, "timing_sets": timing_sets, "notes": notes, "roofline": roof,
+    send({"ok": True, "variants": variants, "trials": trials, "timing_sets": timing_sets, "fingerprints": fingerprints, "notes": notes, "roofline": roof,
           "device_name": _device_name(device)})
     del trials, variants
 
@@ -259,6 +266,25 @@ def role_reference() -> None:
             send(_measure_ceilings(device, cmd.get("dtype", "float32")))
 
 
+def _eval_options(options: dict) -> Any:
+    from .options import EvalOptions
+
+    return EvalOptions.from_dict({k: v for k, v in options.items() if not k.startswith("_")})
+
+
+def _expected_fingerprint(leaves: list, weights: list, options: Any) -> tuple[float, float] | None:
+    """(value, allowed deviation) of the projection of one expected output, or None when the
+    reference output is not finite (that set's calls are then not fingerprint-checked)."""
+    import torch
+
+    from .compare import fingerprint_bound
+
+    for x in leaves:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and not bool(torch.isfinite(x).all()):
+            return None
+    return fingerprint_bound(leaves, weights, options)
+
+
 def _no_grad(fn: Any) -> Any:
     import torch
 
@@ -271,12 +297,10 @@ def _no_grad(fn: Any) -> Any:
 
 def _fingerprint_hook(timing_sets: list[dict], seed: int, device: str) -> Any:
     """The baselines run the same per-call hook as the candidate, so timing conditions match."""
-    import torch
 
     from .harness import fingerprint, fingerprint_weights, flatten
 
-    shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in timing_sets[0]["expected"]]
-    weights = fingerprint_weights(shapes, seed, device)
+    weights = fingerprint_weights(timing_sets[0]["shapes"], seed, device)
 
     def hook(out: Any, k: int) -> None:
         leaves: list = []

@@ -68,12 +68,16 @@ class WsClient:
                 return json.loads(payload)
             if opcode == 8:
                 raise ConnectionError("closed by the server")
+            if opcode == 9:  # daphne pings idle sockets; a browser answers, so must we
+                await self._frame(0x8A, payload)
 
     async def send(self, data: dict) -> None:
-        payload = json.dumps(data).encode()
+        await self._frame(0x81, json.dumps(data).encode())
+
+    async def _frame(self, first_byte: int, payload: bytes) -> None:
         mask = os.urandom(4)
-        header = bytes([0x81]) + (bytes([0x80 | len(payload)]) if len(payload) < 126 else bytes([0x80 | 126]) + struct.pack("!H", len(payload)))
-        self.writer.write(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        size = bytes([0x80 | len(payload)]) if len(payload) < 126 else bytes([0x80 | 126]) + struct.pack("!H", len(payload))
+        self.writer.write(bytes([first_byte]) + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
         await self.writer.drain()
 
     def close(self) -> None:
@@ -99,7 +103,7 @@ def free_port() -> int:
 
 
 def setup_django(db_path: Path, redis_url: str) -> None:
-    os.environ["DJANGO_SETTINGS_MODULE"] = "webapp.settings"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     os.environ["DATABASE_URL"] = f"sqlite:///{db_path}"
     os.environ["REDIS_URL"] = redis_url
     import django
@@ -116,7 +120,7 @@ def start_daphne(port: int) -> subprocess.Popen:
         cwd=ROOT,
         env={**os.environ, "KERNELWRIGHT_BACKEND": "cpu", "DEBUG": "0"},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=open(os.environ.get("KERNELWRIGHT_BENCH_DAPHNE_LOG", os.devnull), "w"),  # noqa: SIM115
         start_new_session=True,
     )
     deadline = time.time() + 60
@@ -220,14 +224,19 @@ def bench_idle(port: int, daphne_pid: int, job, viewers: int, hold_s: float) -> 
                 await asyncio.sleep(0.05)
         connect_s = time.perf_counter() - t0
         await asyncio.sleep(hold_s)
-        alive = 0
+        alive, failures = 0, {}
         for ws in sockets:
             try:
                 await ws.send({"kind": "ping"})
-                note = await asyncio.wait_for(ws.recv(), 10)
-                alive += note.get("kind") == "pong"
-            except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-                pass
+                while True:
+                    note = await asyncio.wait_for(ws.recv(), 10)
+                    if note.get("kind") == "pong":
+                        alive += 1
+                        break
+            except (TimeoutError, ConnectionError, asyncio.IncompleteReadError) as exc:
+                failures[type(exc).__name__] = failures.get(type(exc).__name__, 0) + 1
+        if failures:
+            print(f"  viewers that did not answer: {failures}")
         after = rss_mb(daphne_pid)
         for ws in sockets:
             ws.close()

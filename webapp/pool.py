@@ -144,21 +144,31 @@ def _record_end(task_id: str | None = None, task: Any = None, state: str | None 
         logger.exception("could not record the end of %s", task_id)
 
 
-def task_runs(task_ids: Sequence[str], app=None) -> list[TaskRun | None]:
-    """The recorded run of each task id, in order; None where none was recorded (yet)."""
+def task_runs(task_ids: Sequence[str], app=None, wait: float = 10.0) -> list[TaskRun | None]:
+    """The recorded run of each task id, in order; None where none was recorded.
+
+    Celery stores a task's result before it sends task_postrun, so a caller that has just received
+    the last result may read that run before its end is written: wait up to `wait` seconds for
+    every run to have an end. (The recorded end is thus a few milliseconds after the result, never
+    before it: an interval that covers the work, and the pool process takes no other task until
+    the record is written, so the overlap check stays conservative.)"""
     app = app or _default_app()
     client = _redis(_store_url(app))
-    pipe = client.pipeline()
-    for task_id in task_ids:
-        pipe.hgetall(RUN_KEY.format(task_id=task_id))
-    out: list[TaskRun | None] = []
-    for raw in pipe.execute():
-        if not raw or b"started" not in raw:
-            out.append(None)
-            continue
-        fields = {k.decode(): json.loads(v) for k, v in raw.items()}
-        out.append(TaskRun(**fields))
-    return out
+    deadline = time.monotonic() + wait
+    while True:
+        pipe = client.pipeline()
+        for task_id in task_ids:
+            pipe.hgetall(RUN_KEY.format(task_id=task_id))
+        out: list[TaskRun | None] = []
+        for raw in pipe.execute():
+            if not raw or b"started" not in raw:
+                out.append(None)
+                continue
+            fields = {k.decode(): json.loads(v) for k, v in raw.items()}
+            out.append(TaskRun(**fields))
+        if all(r is not None and r.finished is not None for r in out) or time.monotonic() >= deadline:
+            return out
+        time.sleep(0.05)
 
 
 def _default_app():

@@ -114,12 +114,12 @@ def c_op(n: Node, a: list[str | None], cuda: bool) -> str:
     raise ValueError(f"no C expression for {op}")
 
 
-REDUCE_INIT = {"sum": "0.0f", "mean": "0.0f", "amax": "(-INFINITY)", "amin": "INFINITY"}
+REDUCE_INIT = {"sum": "0.0", "mean": "0.0", "amax": "(-INFINITY)", "amin": "INFINITY"}
 
 
 def c_accumulate(op: str, acc: str, v: str) -> str:
     if op in ("sum", "mean"):
-        return f"{acc} += {v};"
+        return f"{acc} += (double){v};"
     if op == "amax":
         return f"{acc} = {acc} > {v} ? {acc} : {v};"
     return f"{acc} = {acc} < {v} ? {acc} : {v};"

@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from webapp.jobs.models import Turn
 
-TEMPLATE_VERSION = 1  # bump when jobs/_turn.html changes
+TEMPLATE_VERSION = 2  # bump when jobs/_turn.html changes
 TTL_S = 7 * 24 * 3600
 
 

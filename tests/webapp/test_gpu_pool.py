@@ -1,0 +1,245 @@
+"""The gpu worker pool: two `gpu` workers (gpu0, gpu1: the cpu backend, concurrency 1 each) and a
+`compile` worker, real subprocesses on a Redis database of their own, evaluating candidates of a
+small row softmax in the real sandbox through the web app's CeleryEvaluator and tasks.
+
+Shown here: the evaluations of two concurrent jobs spread over both workers, a batch of
+candidates of one job runs in parallel and comes back in order, and no two evaluations ever ran
+on one worker at the same time (timing must never share a GPU). Each evaluation's worker,
+CUDA_VISIBLE_DEVICES, start and end come from the record the worker itself writes (webapp.pool)
+and are saved to artifacts/gpu-pool/.
+
+Why a Redis database of its own: the session's `live_workers` (gpu0@...) listen on the session
+database; they would take some of these evaluations and make "which worker ran it" meaningless.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from celery.result import AsyncResult
+from celery.signals import after_task_publish
+from django.contrib.auth.models import User
+
+from sandbox.cache import files_hash
+from sandbox.schema import Status
+from tests.support.processes import ROOT
+from tests.support.redis_db import claim_redis_db
+from tests.support.stack import start_worker
+from webapp.jobs import services
+from webapp.jobs.celery_evaluator import EVALUATE_TASK, CeleryEvaluator
+from webapp.pool import TaskRun, evaluate_batch, run_table, sharing_violations, task_runs, wait_for_workers
+from webapp.pool_bench import quick_options, softmax_candidate
+
+TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()
+GPU_NODES = ("gpu0", "gpu1")
+ARTIFACTS = ROOT / "artifacts" / "gpu-pool"
+
+
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.fixture(scope="module")
+def pool_redis_url(redis_url):
+    claimed = claim_redis_db(redis_url)
+    try:
+        yield claimed.url
+    finally:
+        claimed.release()
+
+
+@pytest.fixture(scope="module")
+def pool_app(pool_redis_url):
+    """A client of the pool's Redis database: the project's Celery settings, another broker."""
+    app = Celery("kernelwright-pool-test", set_as_current=False)
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.conf.update(broker_url=pool_redis_url, result_backend=pool_redis_url)
+    return app
+
+
+@pytest.fixture(scope="module")
+def pool_workers(live_stack_env, pool_redis_url, pool_app, tmp_path_factory):
+    """gpu0 and gpu1 on the gpu queue and one compile worker, as `./kw run --gpu-workers 2` starts
+    them on a host without a GPU (KERNELWRIGHT_BACKEND=cpu, no CUDA_VISIBLE_DEVICES)."""
+    env = live_stack_env | {"REDIS_URL": pool_redis_url, "KERNELWRIGHT_BACKEND": "cpu"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    log_dir = tmp_path_factory.mktemp("pool-workers")
+    workers = {}
+    try:
+        for node in GPU_NODES:
+            workers[node] = start_worker("gpu", env, log_dir, node=node)
+        workers["compile"] = start_worker("compile", env, log_dir, node="compile")
+
+        def alive() -> None:
+            for proc in workers.values():
+                if not proc.alive:
+                    raise RuntimeError(f"{proc.name} exited ({proc.proc.returncode}):\n{proc.log_tail()}")
+
+        wait_for_workers(workers, app=pool_app, timeout=120, alive=alive)
+        yield workers
+    finally:
+        for proc in workers.values():
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def options(tmp_path_factory) -> dict:
+    return quick_options("cpu", str(tmp_path_factory.mktemp("pool-cache")))
+
+
+@pytest.fixture
+def owner(transactional_db):
+    return User.objects.create_user("pool-owner", password="pw-pool-owner-123")
+
+
+@pytest.fixture
+def published():
+    """Ids of the evaluations this test sends, by the thread that sent them (Celery's own
+    after_task_publish signal, fired in the sending thread)."""
+    sent: list[tuple[str, str]] = []
+
+    def on_publish(sender=None, headers=None, **_):
+        if sender == EVALUATE_TASK:
+            sent.append((threading.current_thread().name, headers["id"]))
+
+    after_task_publish.connect(on_publish, weak=False)
+    try:
+        yield sent
+    finally:
+        after_task_publish.disconnect(on_publish)
+
+
+def new_job(owner, name: str):
+    return services.create_job(owner, name, TASK, {"backend": "cpu", "max_turns": 3}, enqueue=False)
+
+
+def save_runs(name: str, runs: list[TaskRun]) -> str:
+    table = run_table(runs)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    origin = min(r.started for r in runs)
+    (ARTIFACTS / f"{name}.json").write_text(json.dumps([
+        {"task_id": r.task_id, "worker": r.worker, "cuda_visible_devices": r.cuda_visible_devices,
+         "pid": r.pid, "start_s": round(r.started - origin, 3), "end_s": round(r.finished - origin, 3)}
+        for r in runs], indent=2))
+    (ARTIFACTS / f"{name}.txt").write_text(table + "\n")
+    return table
+
+
+def check_runs(runs: list[TaskRun | None], workers, app) -> list[TaskRun]:
+    """Every evaluation has a complete record from the worker that Celery says ran it."""
+    assert all(r is not None for r in runs), "a worker did not record an evaluation"
+    for run in runs:
+        assert run.finished is not None and run.finished > run.started
+        assert run.state == "SUCCESS"
+        assert run.node in GPU_NODES
+        assert run.cuda_visible_devices == "" and run.backend == "cpu"
+        # The record is the truth about which process ran it: a pool process of that worker...
+        assert parent_pid(run.pid) == workers[run.node].proc.pid
+        # ...and Celery's own result (result_extended) names the same worker.
+        assert AsyncResult(run.task_id, app=app).worker == run.worker
+    return runs
+
+
+def cross_worker_overlaps(runs: list[TaskRun]) -> int:
+    return sum(1 for i, a in enumerate(runs) for b in runs[i + 1:] if a.worker != b.worker and a.overlaps(b))
+
+
+@pytest.mark.slow
+def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
+        pool_workers, pool_app, options, owner, published):
+    jobs = [new_job(owner, "softmax A"), new_job(owner, "softmax B")]
+    # Each job builds and evaluates its own new candidates in turn, as the agent loop does;
+    # every third one is wrong, so each verdict also says the result belongs to its candidate.
+    streams = {job.pk: [(softmax_candidate(1000 * s + k, correct=k != 1), k != 1) for k in range(3)]
+               for s, job in enumerate(jobs, start=1)}
+    results: dict[int, list] = {job.pk: [] for job in jobs}
+    errors: list[BaseException] = []
+
+    def run_job_evaluations(job_id: int) -> None:
+        evaluator = CeleryEvaluator(job_id, app=pool_app, timeouts={"compile": 300, "evaluate": 300})
+        try:
+            for files, _ in streams[job_id]:
+                built = evaluator.compile(TASK, files, options)
+                assert built.ok, built.log[-2000:]
+                results[job_id].append(evaluator.evaluate(TASK, files, options))
+        except BaseException as exc:  # reported below, in the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run_job_evaluations, args=(job.pk,), name=f"job-{job.pk}") for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads), "a job's evaluations did not finish in 10 minutes"
+    assert not errors, errors
+
+    for job in jobs:
+        got = results[job.pk]
+        assert [r.candidate_hash for r in got] == [files_hash(files) for files, _ in streams[job.pk]]
+        assert [r.status for r in got] == [Status.OK if ok else Status.INCORRECT for _, ok in streams[job.pk]], \
+            [r.reasons for r in got]
+
+    assert len(published) == 6
+    ids = [task_id for _, task_id in published]
+    runs = check_runs(task_runs(ids, app=pool_app), pool_workers, pool_app)
+    table = save_runs("two-jobs", runs)
+    print("\n" + table)
+    assert {r.node for r in runs} == set(GPU_NODES), f"evaluations did not spread over both workers:\n{table}"
+    assert sharing_violations(runs) == [], f"two evaluations overlapped on one worker:\n{table}"
+    # The two jobs really ran at the same time: evaluations on different workers overlapped.
+    assert cross_worker_overlaps(runs) >= 1, f"no two evaluations ran at once:\n{table}"
+    # Each job's own evaluations ran one after another (the loop waits for each result).
+    for job in jobs:
+        own = [r for (thread, _), r in zip(published, runs, strict=True) if thread == f"job-{job.pk}"]
+        assert len(own) == 3
+        assert not any(a.overlaps(b) for i, a in enumerate(own) for b in own[i + 1:]), table
+
+
+@pytest.mark.slow
+def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
+        pool_workers, pool_app, options, owner, published):
+    job = new_job(owner, "softmax batch")
+    expected_ok = [True, False, True, True, False]
+    candidates = [softmax_candidate(5000 + i, correct=ok) for i, ok in enumerate(expected_ok)]
+    evaluator = CeleryEvaluator(job.pk, app=pool_app, timeouts={"compile": 300})
+    for files in candidates:
+        assert evaluator.compile(TASK, files, options).ok
+
+    batch = evaluate_batch(TASK, candidates, options, job_id=job.pk, app=pool_app, timeout=300)
+
+    assert [r.candidate_hash for r in batch.results] == [files_hash(f) for f in candidates]
+    assert [r.status for r in batch.results] == [Status.OK if ok else Status.INCORRECT for ok in expected_ok], \
+        [r.reasons for r in batch.results]
+    assert [task_id for _, task_id in published] == batch.task_ids
+    runs = check_runs(task_runs(batch.task_ids, app=pool_app), pool_workers, pool_app)
+    table = save_runs("batch", runs)
+    print("\n" + table)
+    assert {r.node for r in runs} == set(GPU_NODES), f"the batch did not spread over both workers:\n{table}"
+    assert sharing_violations(runs) == [], f"two evaluations overlapped on one worker:\n{table}"
+    assert cross_worker_overlaps(runs) >= 1, f"the batch did not run in parallel:\n{table}"
+
+
+def run(worker: str, devices: str, start: float, end: float | None) -> TaskRun:
+    return TaskRun(task_id=f"{worker}-{start}", task=EVALUATE_TASK, worker=worker, cuda_visible_devices=devices,
+                   backend="cuda", pid=1, started=start, finished=end, state="SUCCESS")
+
+
+def test_overlap_on_one_worker_or_one_gpu_is_a_violation():
+    back_to_back = [run("gpu0@h", "0", 0, 1), run("gpu0@h", "0", 1, 2)]
+    assert sharing_violations(back_to_back) == []
+    same_worker = [run("gpu0@h", "0", 0, 2), run("gpu0@h", "0", 1, 3)]
+    assert len(sharing_violations(same_worker)) == 1
+    # Two workers pinned to one GPU of one host (a misconfiguration) share it.
+    same_gpu = [run("gpu0@h", "0", 0, 2), run("gpu1@h", "0,1", 1, 3)]
+    assert len(sharing_violations(same_gpu)) == 1
+    # Different GPUs, or GPU 0 of two different hosts, do not.
+    assert sharing_violations([run("gpu0@h", "0", 0, 2), run("gpu1@h", "1", 1, 3)]) == []
+    assert sharing_violations([run("gpu0@a", "0", 0, 2), run("gpu0@b", "0", 1, 3)]) == []
+    # cpu-backend workers (no CUDA_VISIBLE_DEVICES) share only with themselves.
+    assert sharing_violations([run("gpu0@h", "", 0, 2), run("gpu1@h", "", 1, 3)]) == []
+    # A run that never recorded its end is still running: it overlaps everything after its start.
+    assert len(sharing_violations([run("gpu0@h", "0", 0, None), run("gpu0@h", "0", 50, 51)])) == 1
