@@ -148,14 +148,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load_inline: first build {a.seconds:.1f} s (ok={a.ok}), identical source again {b.seconds * 1000:.1f} ms (cached={b.cached})")
 
     # throughput on a task of about 1 ms (eager)
-    rows, cols = (32768, 8192) if backend == "cuda" else (2048, 2048)
+    rows, cols = (8192, 8192) if backend == "cuda" else (1024, 1024)
     task = TASK % (rows, cols)
     files = workspace(backend, 0)
     t0 = time.perf_counter()
     first = evaluate(task, files, opts)
     first_s = time.perf_counter() - t0
+    print(f"task: row softmax {rows}x{cols} fp32 ({rows * cols * 4 / 1e6:.0f} MB per tensor)")
     print(f"first evaluation (starts the zygote, measures the baseline): {first_s:.2f} s, status {first.status.value}, "
           f"eager median {first.timing.eager.median_ms if first.timing.eager else float('nan'):.3f} ms")
+    if first.status.value != "ok":
+        print("  reasons:", first.reasons[:2])
     durations, medians = [], []
     for _ in range(args.evals):
         t0 = time.perf_counter()

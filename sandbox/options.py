@@ -89,7 +89,7 @@ class EvalOptions:
     compile_timeout_s: float = 600.0
     memory_limit_mb: int = 16384  # address space of a child (cpu backend only)
     output_limit_mb: int = 64  # each file a child writes (stdout/stderr included)
-    max_processes: int = 512  # processes + threads of one child (pids cgroup or RLIMIT_NPROC)
+    max_processes: int = 1024  # processes + threads of one child (pids cgroup or RLIMIT_NPROC)
     drop_privileges: bool = True  # run children under a throwaway uid when we are root
     network_namespace: bool = True
     zygote: bool = True  # fork children from a pre-imported torch process (ms instead of seconds)

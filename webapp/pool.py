@@ -22,7 +22,7 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
@@ -255,6 +255,3 @@ def run_table(runs: Iterable[TaskRun], origin: float | None = None) -> str:
         lines.append(f"{r.worker:<28} {r.cuda_visible_devices or '-':<20} {r.started - origin:8.2f} {end}  {r.task_id}")
     return "\n".join(lines)
 
-
-def run_dict(run: TaskRun) -> dict[str, Any]:
-    return asdict(run)

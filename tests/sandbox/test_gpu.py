@@ -40,7 +40,7 @@ def test_honest_cuda_softmax(cuda):
 def test_honest_cuda_gemm_epilogue_with_compile_baseline(cuda):
     res = evaluate(task("matmul_tiny.py"), load_candidate(GPU / "matmul_relu_cu"), cuda(compile_baseline=True))
     assert res.status == Status.OK, res.reasons
-    assert res.timing.compile is not None and res.speedup_vs_compile is not None
+    assert res.timing.compile is not None and res.speedup_vs_compile is not None, res.audit.findings
 
 
 def test_cuda_compile_is_cached(cuda, tmp_path):

@@ -133,3 +133,20 @@ def test_the_openapi_schema_describes_every_api_route():
         for op in ops.values():
             for ref in re.findall(r"#/components/schemas/(\w+)", str(op)):
                 assert ref in schema["components"]["schemas"], (path, ref)
+
+
+@pytest.mark.slow
+def test_evaluate_runs_on_the_gpu_queue_and_returns_the_sandbox_result(live_workers, transactional_db, owner):
+    from agent.testing.scenarios import candidate
+
+    _, key = ApiToken.issue(owner)
+    api = Client(HTTP_AUTHORIZATION=f"Token {key}")
+    resp = api.post("/api/evaluate", {"task": TASK, "files": candidate("cpu"), "options": {"backend": "cpu"}}, content_type="application/json")
+    assert resp.status_code == 200, resp.content[:500]
+    result = resp.json()
+    assert result["schema"] == "kernelwright.eval/1" and result["backend"] == "cpu"
+    assert result["status"] == "ok" and result["reward"] >= 1 and len(result["trials"]) >= 5
+    broken = dict(candidate("cpu"))
+    broken["kernels/softmax.cpp"] = broken["kernels/softmax.cpp"].replace("const float inv = 1.0f / s;", "const float inv = 1.0f;")
+    bad = api.post("/api/evaluate", {"task": TASK, "files": broken, "options": {"backend": "cpu"}}, content_type="application/json").json()
+    assert bad["status"] == "incorrect" and bad["reward"] == -1

@@ -8,6 +8,10 @@ on one worker at the same time (timing must never share a GPU). Each evaluation'
 CUDA_VISIBLE_DEVICES, start and end come from the record the worker itself writes (webapp.pool)
 and are saved to artifacts/gpu-pool/.
 
+The same tests run on the cuda backend where two GPUs are visible (`-m gpu`; they skip cleanly
+elsewhere): gpu0 and gpu1 are then pinned to the first two GPUs with CUDA_VISIBLE_DEVICES, as
+`./kw run` pins them, and each record must name its worker's GPU.
+
 Why a Redis database of its own: the session's `live_workers` (gpu0@...) listen on the session
 database; they would take some of these evaluations and make "which worker ran it" meaningless.
 """
@@ -15,6 +19,7 @@ database; they would take some of these evaluations and make "which worker ran i
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -43,6 +48,26 @@ def parent_pid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def backend(request) -> str:
+    if request.param == "cuda":
+        import torch
+
+        if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+            pytest.skip("the cuda pool needs two visible GPUs")
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def gpu_pins(backend) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each gpu worker: the first two GPUs on cuda, none on cpu."""
+    if backend == "cpu":
+        return {node: "" for node in GPU_NODES}
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    ids = visible or [str(i) for i in range(len(GPU_NODES))]
+    return dict(zip(GPU_NODES, ids, strict=False))
+
+
 @pytest.fixture(scope="module")
 def pool_redis_url(redis_url):
     claimed = claim_redis_db(redis_url)
@@ -62,16 +87,17 @@ def pool_app(pool_redis_url):
 
 
 @pytest.fixture(scope="module")
-def pool_workers(live_stack_env, pool_redis_url, pool_app, tmp_path_factory):
+def pool_workers(backend, gpu_pins, live_stack_env, pool_redis_url, pool_app, tmp_path_factory):
     """gpu0 and gpu1 on the gpu queue and one compile worker, as `./kw run --gpu-workers 2` starts
-    them on a host without a GPU (KERNELWRIGHT_BACKEND=cpu, no CUDA_VISIBLE_DEVICES)."""
-    env = live_stack_env | {"REDIS_URL": pool_redis_url, "KERNELWRIGHT_BACKEND": "cpu"}
+    them (cpu: KERNELWRIGHT_BACKEND=cpu, no CUDA_VISIBLE_DEVICES; cuda: one GPU each)."""
+    env = live_stack_env | {"REDIS_URL": pool_redis_url, "KERNELWRIGHT_BACKEND": backend}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     log_dir = tmp_path_factory.mktemp("pool-workers")
     workers = {}
     try:
         for node in GPU_NODES:
-            workers[node] = start_worker("gpu", env, log_dir, node=node)
+            pin = {"CUDA_VISIBLE_DEVICES": gpu_pins[node]} if gpu_pins[node] else {}
+            workers[node] = start_worker("gpu", env | pin, log_dir, node=node)
         workers["compile"] = start_worker("compile", env, log_dir, node="compile")
 
         def alive() -> None:
@@ -87,8 +113,8 @@ def pool_workers(live_stack_env, pool_redis_url, pool_app, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def options(tmp_path_factory) -> dict:
-    return quick_options("cpu", str(tmp_path_factory.mktemp("pool-cache")))
+def options(backend, tmp_path_factory) -> dict:
+    return quick_options(backend, str(tmp_path_factory.mktemp("pool-cache")))
 
 
 @pytest.fixture
@@ -113,8 +139,8 @@ def published():
         after_task_publish.disconnect(on_publish)
 
 
-def new_job(owner, name: str):
-    return services.create_job(owner, name, TASK, {"backend": "cpu", "max_turns": 3}, enqueue=False)
+def new_job(owner, name: str, backend: str):
+    return services.create_job(owner, name, TASK, {"backend": backend, "max_turns": 3}, enqueue=False)
 
 
 def save_runs(name: str, runs: list[TaskRun]) -> str:
@@ -129,14 +155,15 @@ def save_runs(name: str, runs: list[TaskRun]) -> str:
     return table
 
 
-def check_runs(runs: list[TaskRun | None], workers, app) -> list[TaskRun]:
-    """Every evaluation has a complete record from the worker that Celery says ran it."""
+def check_runs(runs: list[TaskRun | None], workers, app, backend: str, gpu_pins: dict[str, str]) -> list[TaskRun]:
+    """Every evaluation has a complete record from the worker that Celery says ran it, pinned to
+    that worker's GPU (none on cpu)."""
     assert all(r is not None for r in runs), "a worker did not record an evaluation"
     for run in runs:
         assert run.finished is not None and run.finished > run.started
         assert run.state == "SUCCESS"
         assert run.node in GPU_NODES
-        assert run.cuda_visible_devices == "" and run.backend == "cpu"
+        assert run.cuda_visible_devices == gpu_pins[run.node] and run.backend == backend
         # The record is the truth about which process ran it: a pool process of that worker...
         assert parent_pid(run.pid) == workers[run.node].proc.pid
         # ...and Celery's own result (result_extended) names the same worker.
@@ -150,11 +177,11 @@ def cross_worker_overlaps(runs: list[TaskRun]) -> int:
 
 @pytest.mark.slow
 def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
-        pool_workers, pool_app, options, owner, published):
-    jobs = [new_job(owner, "softmax A"), new_job(owner, "softmax B")]
+        backend, gpu_pins, pool_workers, pool_app, options, owner, published):
+    jobs = [new_job(owner, "softmax A", backend), new_job(owner, "softmax B", backend)]
     # Each job builds and evaluates its own new candidates in turn, as the agent loop does;
     # every third one is wrong, so each verdict also says the result belongs to its candidate.
-    streams = {job.pk: [(softmax_candidate(1000 * s + k, correct=k != 1), k != 1) for k in range(3)]
+    streams = {job.pk: [(softmax_candidate(1000 * s + k, backend, correct=k != 1), k != 1) for k in range(3)]
                for s, job in enumerate(jobs, start=1)}
     results: dict[int, list] = {job.pk: [] for job in jobs}
     errors: list[BaseException] = []
@@ -180,13 +207,14 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
     for job in jobs:
         got = results[job.pk]
         assert [r.candidate_hash for r in got] == [files_hash(files) for files, _ in streams[job.pk]]
+        assert {r.backend for r in got} == {backend}
         assert [r.status for r in got] == [Status.OK if ok else Status.INCORRECT for _, ok in streams[job.pk]], \
             [r.reasons for r in got]
 
     assert len(published) == 6
     ids = [task_id for _, task_id in published]
-    runs = check_runs(task_runs(ids, app=pool_app), pool_workers, pool_app)
-    table = save_runs("two-jobs", runs)
+    runs = check_runs(task_runs(ids, app=pool_app), pool_workers, pool_app, backend, gpu_pins)
+    table = save_runs(f"two-jobs-{backend}", runs)
     print("\n" + table)
     assert {r.node for r in runs} == set(GPU_NODES), f"evaluations did not spread over both workers:\n{table}"
     assert sharing_violations(runs) == [], f"two evaluations overlapped on one worker:\n{table}"
@@ -201,10 +229,10 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
 
 @pytest.mark.slow
 def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
-        pool_workers, pool_app, options, owner, published):
-    job = new_job(owner, "softmax batch")
+        backend, gpu_pins, pool_workers, pool_app, options, owner, published):
+    job = new_job(owner, "softmax batch", backend)
     expected_ok = [True, False, True, True, False]
-    candidates = [softmax_candidate(5000 + i, correct=ok) for i, ok in enumerate(expected_ok)]
+    candidates = [softmax_candidate(5000 + i, backend, correct=ok) for i, ok in enumerate(expected_ok)]
     evaluator = CeleryEvaluator(job.pk, app=pool_app, timeouts={"compile": 300})
     for files in candidates:
         assert evaluator.compile(TASK, files, options).ok
@@ -215,8 +243,9 @@ def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
     assert [r.status for r in batch.results] == [Status.OK if ok else Status.INCORRECT for ok in expected_ok], \
         [r.reasons for r in batch.results]
     assert [task_id for _, task_id in published] == batch.task_ids
-    runs = check_runs(task_runs(batch.task_ids, app=pool_app), pool_workers, pool_app)
-    table = save_runs("batch", runs)
+    assert {r.backend for r in batch.results} == {backend}
+    runs = check_runs(task_runs(batch.task_ids, app=pool_app), pool_workers, pool_app, backend, gpu_pins)
+    table = save_runs(f"batch-{backend}", runs)
     print("\n" + table)
     assert {r.node for r in runs} == set(GPU_NODES), f"the batch did not spread over both workers:\n{table}"
     assert sharing_violations(runs) == [], f"two evaluations overlapped on one worker:\n{table}"
