@@ -31,6 +31,15 @@ def _point_django_at(url: str) -> None:
 
     for name, value in redis_settings(url).items():
         setattr(settings, name, value)
+    # One PBKDF2 hash costs over a second on a 2-core machine; tests create many users.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    from asgiref.local import Local
+    from django.core.cache import caches
+
+    caches.__dict__.pop("settings", None)  # re-read CACHES on first use
+    caches._settings = None
+    caches._connections = Local(caches.thread_critical)
+
     app.conf.update(broker_url=url, result_backend=url)
     channel_layers.backends.clear()
     os.environ["REDIS_URL"] = url  # subprocesses that tests start inherit it
