@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--evals", type=int, default=6)
     parser.add_argument("--inline", action="store_true", help="also time a load_inline build (slow)")
+    parser.add_argument("--rows", type=int, default=0)
+    parser.add_argument("--cols", type=int, default=0)
     args = parser.parse_args(argv or [])
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda_present() else "cpu")
     cache = tempfile.mkdtemp(prefix="kw-bench-")
@@ -148,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load_inline: first build {a.seconds:.1f} s (ok={a.ok}), identical source again {b.seconds * 1000:.1f} ms (cached={b.cached})")
 
     # throughput on a task of about 1 ms (eager)
-    rows, cols = (8192, 8192) if backend == "cuda" else (1024, 1024)
+    rows, cols = (args.rows, args.cols) if args.rows else ((4096, 4096) if backend == "cuda" else (1024, 1024))
     task = TASK % (rows, cols)
     files = workspace(backend, 0)
     t0 = time.perf_counter()

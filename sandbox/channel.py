@@ -1,19 +1,22 @@
 """Length-prefixed messages between the trusted parent and a child, over inherited pipes.
 
-Payloads are `torch.save` archives read back with `weights_only=True`: plain containers,
-numbers, strings and tensors, never arbitrary pickled objects, so a hostile child cannot run
-code in the parent by sending a crafted message.
+A message is a JSON header describing a tree of dicts (string keys), lists, tuples, strings,
+numbers, booleans, None and tensors, followed by each tensor's raw bytes. Nothing is pickled,
+so a hostile child cannot run code in the parent by sending a crafted message, and tensors
+are written straight from their memory and read straight into freshly allocated ones (one
+copy through the pipe each way, no archive, no checksum pass).
 """
 
 from __future__ import annotations
 
-import io
+import json
 import os
 import select
 import time
 from typing import Any
 
 HEADER = 8
+_CHUNK = 1 << 24
 
 
 class ChannelClosed(Exception):
@@ -28,37 +31,62 @@ class MessageTooLarge(Exception):
     pass
 
 
-def encode(obj: Any) -> bytes:
+def _dtypes() -> dict[str, Any]:
     import torch
 
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+    names = ["float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+             "complex64", "complex128", "float8_e4m3fn", "float8_e5m2"]
+    return {n: getattr(torch, n) for n in names if hasattr(torch, n)}
 
 
-def decode(data: bytes | memoryview) -> Any:
+def _encode_tree(obj: Any, tensors: list) -> Any:
     import torch
 
-    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        tensors.append(t)
+        return {"__tensor__": len(tensors) - 1, "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
+    if isinstance(obj, dict):
+        for k in obj:
+            if not isinstance(k, str):
+                raise TypeError(f"message dict keys must be strings, got {type(k).__name__}")
+        return {"__dict__": {k: _encode_tree(v, tensors) for k, v in obj.items()}}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode_tree(v, tensors) for v in obj]}
+    if isinstance(obj, list):
+        return [_encode_tree(v, tensors) for v in obj]
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    raise TypeError(f"cannot send a {type(obj).__name__}")
 
 
-def send(fd: int, obj: Any) -> None:
+def _byte_view(t: Any) -> memoryview:
     import torch
 
-    buf = io.BytesIO()
-    buf.write(b"\0" * HEADER)
-    torch.save(obj, buf)
-    view = buf.getbuffer()
-    view[:HEADER] = (len(view) - HEADER).to_bytes(HEADER, "little")
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def _write_all(fd: int, view: memoryview) -> None:
     while view:
-        n = os.write(fd, view)
+        n = os.write(fd, view[:_CHUNK])
         view = view[n:]
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> memoryview:
-    out = bytearray(n)
-    view = memoryview(out)
+def send(fd: int, obj: Any) -> None:
+    tensors: list = []
+    header = json.dumps(_encode_tree(obj, tensors)).encode()
+    _write_all(fd, memoryview(len(header).to_bytes(HEADER, "little") + header))
+    for t in tensors:
+        if t.numel():
+            _write_all(fd, _byte_view(t))
+
+
+def _read_into(fd: int, view: memoryview, deadline: float | None) -> None:
     got = 0
+    n = len(view)
     while got < n:
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -67,16 +95,73 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> memoryview:
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
                 raise ChannelTimeout()
-        k = os.readv(fd, [view[got:got + (1 << 24)]])
+        k = os.readv(fd, [view[got:got + _CHUNK]])
         if not k:
             raise ChannelClosed()
         got += k
-    return view
 
 
-def recv(fd: int, timeout: float | None = None, max_bytes: int = 1 << 33) -> Any:
+def _decode_tree(node: Any, tensors: list) -> Any:
+    if isinstance(node, list):
+        return [_decode_tree(v, tensors) for v in node]
+    if isinstance(node, dict):
+        if "__tensor__" in node:
+            return tensors[int(node["__tensor__"])]
+        if "__tuple__" in node:
+            return tuple(_decode_tree(v, tensors) for v in node["__tuple__"])
+        return {k: _decode_tree(v, tensors) for k, v in node["__dict__"].items()}
+    return node
+
+
+def _tensor_specs(node: Any, out: list) -> None:
+    if isinstance(node, list):
+        for v in node:
+            _tensor_specs(v, out)
+    elif isinstance(node, dict):
+        if "__tensor__" in node:
+            out.append(node)
+        elif "__tuple__" in node:
+            _tensor_specs(node["__tuple__"], out)
+        else:
+            for v in node["__dict__"].values():
+                _tensor_specs(v, out)
+
+
+def recv(fd: int, timeout: float | None = None, max_bytes: int = 1 << 34) -> Any:
+    import torch
+
     deadline = None if timeout is None else time.monotonic() + timeout
-    size = int.from_bytes(bytes(_read_exact(fd, HEADER, deadline)), "little")
-    if size > max_bytes:
-        raise MessageTooLarge(f"message of {size} bytes exceeds the {max_bytes} byte limit")
-    return decode(_read_exact(fd, size, deadline))
+    head = bytearray(HEADER)
+    _read_into(fd, memoryview(head), deadline)
+    size = int.from_bytes(head, "little")
+    if size > (64 << 20):
+        raise MessageTooLarge(f"message header of {size} bytes exceeds the 64 MB limit")
+    raw = bytearray(size)
+    _read_into(fd, memoryview(raw), deadline)
+    tree = json.loads(raw)
+    specs: list = []
+    _tensor_specs(tree, specs)
+    specs.sort(key=lambda s: int(s["__tensor__"]))
+    if [int(s["__tensor__"]) for s in specs] != list(range(len(specs))):
+        raise ValueError("malformed message: tensor indices")
+    dtypes = _dtypes()
+    total = 0
+    tensors = []
+    for spec in specs:
+        dtype = dtypes.get(spec["dtype"])
+        if dtype is None:
+            raise ValueError(f"malformed message: dtype {spec['dtype']!r}")
+        shape = [int(x) for x in spec["shape"]]
+        if any(x < 0 for x in shape):
+            raise ValueError("malformed message: negative dimension")
+        numel = 1
+        for x in shape:
+            numel *= x
+        total += numel * torch.empty((), dtype=dtype).element_size()
+        if total > max_bytes:
+            raise MessageTooLarge(f"message of more than {max_bytes} bytes")
+        t = torch.empty(shape, dtype=dtype)
+        if numel:
+            _read_into(fd, _byte_view(t), deadline)
+        tensors.append(t)
+    return _decode_tree(tree, tensors)

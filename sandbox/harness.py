@@ -175,7 +175,7 @@ def to_cpu(obj: Any) -> Any:
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone() if obj.device.type == "cpu" else obj.detach().cpu()
+        return obj.detach().cpu()
     if isinstance(obj, list):
         return [to_cpu(x) for x in obj]
     if isinstance(obj, tuple):

@@ -349,6 +349,11 @@ class Child:
             {
                 "HOME": str(self.workdir),
                 "TMPDIR": str(self.workdir),
+                # a throwaway uid has no passwd entry: getpass.getuser() (inductor, triton) reads these first
+                "USER": "kernelwright",
+                "LOGNAME": "kernelwright",
+                "TORCHINDUCTOR_CACHE_DIR": str(self.workdir / ".inductor"),
+                "TRITON_CACHE_DIR": str(self.workdir / ".triton"),
                 "PYTHONPATH": repo_root,
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONUNBUFFERED": "1",

@@ -230,6 +230,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             count = max(1, args.gpu_workers or 1)
             say(f"no GPU visible: {count} gpu-queue worker(s) on the cpu backend")
+            if count > 1:
+                # docs/gpu-pool.md: CPU timings taken in parallel share cores and caches, so each
+                # worker's numbers are disturbed by the others (measured: 7.8 ms alone, 15.7 ms with two).
+                say("warning: several cpu-backend evaluation workers time on the same cores; "
+                    "their speedups disturb each other. Use one unless this host has many cores.")
             for i in range(count):
                 stack.start(f"gpu{i}", worker_argv("gpu", f"gpu{i}", 1), env | {"KERNELWRIGHT_BACKEND": "cpu"})
 

@@ -116,6 +116,24 @@ class Graph:
         i = next(k for k, n in enumerate(self.nodes) if n.name == anchor)
         self.nodes.insert(i, node)
 
+    def toposort(self) -> None:
+        """Stable topological order (a rewrite may insert a node before some of its inputs)."""
+        done: set[str] = set()
+        out: list[Node] = []
+        pending = list(self.nodes)
+        while pending:
+            rest = []
+            for n in pending:
+                if all(r in done for r in n.refs()):
+                    out.append(n)
+                    done.add(n.name)
+                else:
+                    rest.append(n)
+            if len(rest) == len(pending):
+                raise ValueError(f"graph has a cycle or a dangling reference at {rest[0].name}")
+            pending = rest
+        self.nodes = out
+
     def remove_dead(self) -> None:
         while True:
             used = {r for n in self.nodes for r in n.refs()}

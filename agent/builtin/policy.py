@@ -47,6 +47,7 @@ class _Tried:
     compile_ms: float | None = None
     fraction_of_sol: float | None = None
     reasons: list[str] = field(default_factory=list)
+    graph: Graph | None = None  # the graph this candidate was generated from
 
     @property
     def correct(self) -> bool:
@@ -311,7 +312,7 @@ class BuiltinPolicy(Policy):
             return Action(message=msg, tool_calls=[self._call("list_files")])
         if step.graph is self.final_graph:
             self.final_candidate = cand
-        self.pending = _Tried(step.title, cand.files)
+        self.pending = _Tried(step.title, cand.files, graph=step.graph)
         parts = [head]
         if step.rewrite is not None:
             parts.append(f"Rewrite: {step.rewrite.title}.\n{step.rewrite.detail}\n\nGraph after the rewrite:\n"
@@ -326,29 +327,49 @@ class BuiltinPolicy(Policy):
     def _variant_action(self, step: _Step) -> Action:
         assert self.analysis is not None
         head = self._report_last()
-        if self.final_plan is None or self.final_candidate is None:
-            return Action(message=head + "No generated kernels to tune.", tool_calls=[self._call("list_files")])
+        best = self._best()
+        if best is None or best.graph is None:
+            self.pos = len(self.steps) - 1
+            return self._finish_action(head)
+        # tune the best correct graph (a rewrite that failed the check is not tuned)
+        graph = best.graph
+        try:
+            base = build_candidate(graph, self.analysis.data, self.backend)
+        except GenerationError:
+            self.pos = len(self.steps) - 1
+            return self._finish_action(head)
         cfgs = {}
         desc = []
-        for grp in self.final_plan.groups:
+        for grp in base.plan.groups:
             vs = config_variants(grp, self.backend)
             if step.variant < len(vs):
                 cfgs[grp.name] = vs[step.variant]
                 desc.append(f"{grp.name}: {_fmt_cfg(vs[step.variant])}")
         try:
-            cand = build_candidate(self.final_graph, self.analysis.data, self.backend, cfgs,
+            cand = build_candidate(graph, self.analysis.data, self.backend, cfgs,
                                    note=f"Launch configuration: {'; '.join(desc)}.")
         except GenerationError as e:  # pragma: no cover - the same graph generated before
             return Action(message=head + f"cannot generate the variant: {e}", tool_calls=[self._call("list_files")])
-        self.pending = _Tried(f"configuration {step.variant + 1}", cand.files)
-        changed = {p: c for p, c in cand.files.items() if self.final_candidate.files.get(p) != c}
+        if not desc:
+            return self._next_or_finish(head)
+        self.pending = _Tried(f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]", cand.files, graph=graph)
+        changed = {p: c for p, c in cand.files.items() if best.files.get(p) != c}
         msg = (head + f"Try {step.title}: " + "; ".join(desc) +
                ". Same arithmetic, different launch parameters: only the kernel file changes.")
         calls = self._write(changed or cand.files) + [self._call("compile"), self._call("evaluate")]
         return Action(message=msg, tool_calls=calls)
 
-    def _restore_action(self) -> Action:
-        head = self._report_last()
+    def _next_or_finish(self, head: str) -> Action:
+        """Skip a step that has nothing to do (no group has that many configurations)."""
+        while self.pos < len(self.steps) and self.steps[self.pos].kind == "variant":
+            self.pos += 1
+        if self.pos < len(self.steps) and self.steps[self.pos].kind == "restore":
+            self.pos += 1
+            return self._restore_action(head)
+        return self._finish_action(head)
+
+    def _restore_action(self, head: str | None = None) -> Action:
+        head = self._report_last() if head is None else head
         best = self._best()
         last = self._last()
         in_place = best is not None and last is not None and (best is last or best.files == last.files)

@@ -319,6 +319,7 @@ def all_rewrites(g: Graph, limit: int = 12) -> list[Rewrite]:
         for fn in REWRITES:
             r = fn(g)
             if r is not None:
+                r.graph.toposort()
                 steps.append(r)
                 g = r.graph
                 break

@@ -1,0 +1,126 @@
+"""Run a graph of the built-in policy's IR with eager torch ops.
+
+Used to check that a rewrite keeps the function (the rewritten graph, run here, against the
+original module) and that lowering is right, independently of the generated kernels. It runs
+in the caller's process, so it is for tests and developer tools, never for user tasks inside
+the agent process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from agent.builtin.graph import Graph, Lit, Ref, Scalar
+
+_UNARY = {
+    "exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu,
+    "rsqrt": torch.rsqrt, "sqrt": torch.sqrt, "abs": torch.abs, "erf": torch.erf, "sin": torch.sin, "cos": torch.cos,
+    "neg": torch.neg, "silu": F.silu, "square": torch.square, "log1p": torch.log1p, "expm1": torch.expm1,
+    "mish": F.mish, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "relu6": F.relu6, "identity": lambda x: x,
+}
+_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "maximum": torch.maximum,
+           "minimum": torch.minimum, "pow": torch.pow}
+
+
+def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[str, Any] | None = None) -> Any:
+    env: dict[str, Any] = {}
+    scope = {"self": model, **(scope or {})}
+
+    def v(a: Any) -> Any:
+        if isinstance(a, Ref):
+            return env[a.name]
+        if isinstance(a, Scalar):
+            return eval(a.expr, {}, scope) if a.runtime else a.value  # noqa: S307 - our own expressions on self
+        if isinstance(a, Lit):
+            if isinstance(a.value, list):
+                return [env[x.name] if isinstance(x, Ref) else x for x in a.value]
+            return a.value
+        return a
+
+    for n in g.nodes:
+        op, a, at = n.op, n.args, n.attrs
+        if op == "input":
+            env[n.name] = inputs[at["index"]]
+        elif op == "param":
+            env[n.name] = model.get_parameter(at["path"]) if _is_param(model, at["path"]) else model.get_buffer(at["path"])
+        elif op == "output":
+            outs = [v(x) for x in a]
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        elif op in _UNARY:
+            env[n.name] = _UNARY[op](v(a[0]))
+        elif op in _BINARY:
+            env[n.name] = _BINARY[op](v(a[0]), v(a[1]))
+        elif op == "gelu":
+            env[n.name] = F.gelu(v(a[0]), approximate=at.get("approximate", "none"))
+        elif op == "leaky_relu":
+            env[n.name] = F.leaky_relu(v(a[0]), v(a[1]))
+        elif op == "clamp":
+            env[n.name] = torch.clamp(v(a[0]), v(a[1]), v(a[2]))
+        elif op == "elu":
+            env[n.name] = F.elu(v(a[0]), v(a[1]))
+        elif op == "softplus":
+            env[n.name] = F.softplus(v(a[0]), v(a[1]), v(a[2]))
+        elif op in ("sum", "mean", "amax", "amin"):
+            fn = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}[op]
+            dims = at.get("dim")
+            x = v(a[0])
+            env[n.name] = fn(x, dim=tuple(dims) if dims is not None else tuple(range(x.dim())),
+                             keepdim=bool(at.get("keepdim")))
+        elif op in ("softmax", "log_softmax"):
+            env[n.name] = (torch.softmax if op == "softmax" else torch.log_softmax)(v(a[0]), at["dim"])
+        elif op == "linear":
+            env[n.name] = F.linear(v(a[0]), v(a[1]), v(a[2]))
+        elif op == "matmul":
+            env[n.name] = torch.matmul(v(a[0]), v(a[1]))
+        elif op == "matmul_nt":
+            env[n.name] = torch.matmul(v(a[0]), v(a[1]).t())
+        elif op == "conv2d":
+            env[n.name] = F.conv2d(v(a[0]), v(a[1]), v(a[2]), at["stride"], at["padding"], at["dilation"], at["groups"])
+        elif op == "batchnorm":
+            env[n.name] = F.batch_norm(v(a[0]), v(a[1]), v(a[2]), v(a[3]), v(a[4]), False, 0.0, v(a[5]))
+        elif op == "layernorm":
+            x = v(a[0])
+            env[n.name] = F.layer_norm(x, x.shape[-at.get("ndim", 1):], v(a[1]), v(a[2]), v(a[3]))
+        elif op == "rmsnorm":
+            x = v(a[0])
+            env[n.name] = F.rms_norm(x, x.shape[-at.get("ndim", 1):], v(a[1]), v(a[2]))
+        elif op == "diag":
+            env[n.name] = torch.diag(v(a[0]))
+        elif op in ("view", "reshape", "expand", "permute"):
+            env[n.name] = getattr(v(a[0]), op)(*v(a[1]))
+        elif op in ("flatten", "transpose", "unsqueeze", "squeeze", "t", "contiguous"):
+            env[n.name] = getattr(v(a[0]), op)(*[v(x) for x in a[1:]])
+        elif op == "size":
+            env[n.name] = v(a[0]).shape[a[1].value]
+        elif op == "shape":
+            env[n.name] = tuple(v(a[0]).shape)
+        elif op == "ndim":
+            env[n.name] = v(a[0]).dim()
+        elif op == "derived":
+            env[n.name] = _derived(n.attrs, [v(x) for x in a])
+        else:
+            raise ValueError(f"interp: no rule for {op}")
+    raise ValueError("graph has no output node")
+
+
+def _derived(attrs: dict[str, Any], args: list[Any]) -> torch.Tensor:
+    if attrs["recipe"] == "colsum":
+        w = args[0]
+        return w.reshape(w.shape[0], -1).sum(0)
+    w, b, mean, var, gamma, beta, eps = args
+    s = (gamma if gamma is not None else torch.ones_like(var)) / torch.sqrt(var + eps)
+    if attrs["part"] == "weight":
+        return w * s.reshape(-1, *([1] * (w.dim() - 1)))
+    b0 = b if b is not None else torch.zeros_like(mean)
+    return (b0 - mean) * s + (beta if beta is not None else torch.zeros_like(mean))
+
+
+def _is_param(m: torch.nn.Module, name: str) -> bool:
+    try:
+        m.get_parameter(name)
+        return True
+    except AttributeError:
+        return False

@@ -1,0 +1,73 @@
+"""The graph capture: shapes and ops from the task, clear messages for what cannot be captured."""
+
+from __future__ import annotations
+
+from agent.builtin.graph import analyze_source
+
+from .conftest import task_source
+
+CONTROL_FLOW = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+
+def get_inputs():
+    return [torch.randn(4, 4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+UNKNOWN_OP = CONTROL_FLOW.replace('''        if x.sum() > 0:
+            return x * 2
+        return x''', "        return torch.cumsum(x, dim=1)")
+
+CRASHING = CONTROL_FLOW.replace("class Model(nn.Module):", "import os\nos._exit(3)\n\nclass Model(nn.Module):")
+
+
+def test_it_captures_shapes_ops_and_the_eager_profile():
+    an = analyze_source(task_source("rmsnorm_swish", rows=32, hidden=64))
+    assert an.ok, an.error
+    ops = [n.op for n in an.graph.nodes]
+    assert ops == ["input", "pow", "mean", "add", "rsqrt", "mul", "param", "mul", "sigmoid", "mul", "output"]
+    assert an.graph.node("mean").shape == [32, 1]
+    assert an.graph.node("p_weight").attrs["path"] == "weight"
+    assert all(n.dtype == "float32" for n in an.graph.nodes if n.op not in ("output",))
+    rows = an.data["eager_profile"]["rows"]
+    assert rows and all(r["name"].startswith("aten::") for r in rows)
+
+
+def test_it_binds_model_attributes_to_runtime_scalars():
+    an = analyze_source(task_source("linear_gelu_residual", batch=8, features=16), profile=False)
+    assert an.ok, an.error
+    scalars = [a for n in an.graph.nodes for a in n.args if type(a).__name__ == "Scalar"]
+    bound = [s for s in scalars if s.expr == "self.scale"]
+    # scale = 0.5 equals GELU's literal 0.5: only the multiply by self.scale is bound to it
+    assert len(bound) == 1
+    assert any(s.value == 0.5 and s.expr is None for s in scalars)
+
+
+def test_it_explains_data_dependent_control_flow():
+    an = analyze_source(CONTROL_FLOW, profile=False)
+    assert not an.ok
+    assert "data-dependent control flow" in an.error
+
+
+def test_it_names_an_unsupported_op():
+    an = analyze_source(UNKNOWN_OP, profile=False)
+    assert not an.ok
+    assert "cumsum" in an.error and "not supported" in an.error
+
+
+def test_a_task_that_kills_its_process_does_not_take_the_agent_with_it():
+    an = analyze_source(CRASHING, profile=False)
+    assert not an.ok
+    assert "exit 3" in an.error

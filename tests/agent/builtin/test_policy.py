@@ -1,0 +1,72 @@
+"""The built-in policy end to end: the real agent loop, the real sandbox (CPU backend), the
+small examples. Each run compiles kernels and evaluates them in the sandbox's child processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.builtin import BuiltinPolicy
+from agent.evaluator import LocalEvaluator
+from agent.events import FileEdit, Finished, ModelMessage, ToolCall
+from agent.loop import Budgets, run
+from agent.task import task_from_source
+
+from .conftest import SMALL, task_source
+
+FAST = {"compile_baseline": False, "timing_budget_s": 0.2, "min_timed_calls": 5}
+
+
+def _run(name: str, **policy_kw):
+    task = task_from_source(task_source(name, **SMALL[name]), name, "cpu", dict(FAST))
+    pol = BuiltinPolicy(profile_best=policy_kw.pop("profile_best", False), **{"max_variants": 1, **policy_kw})
+    return run(task, pol, LocalEvaluator(), Budgets(max_turns=20))
+
+
+@pytest.mark.slow
+def test_softmax_run_reads_like_an_expert_and_ends_on_a_verified_kernel():
+    res = _run("row_softmax_small", max_variants=2, profile_best=True)
+    traj = res.trajectory
+    assert res.reason == "model_finished" and res.verified
+    messages = [e.content for e in traj.of_type(ModelMessage)]
+    assert "Captured the forward with torch.fx" in messages[0] and "Eager per-op breakdown" in messages[0]
+    assert "Speed of light" in messages[0]
+    tools = [e.name for e in traj.of_type(ToolCall)]
+    assert tools[0] == "read_file" and tools[-1] == "finish"
+    assert tools.count("evaluate") == 2 and "compile" in tools and "profile" in tools
+    edited = {e.path for e in traj.of_type(FileEdit)}
+    assert edited == {"model_new.py", "kernels/fused.cpp"}
+    assert "Summary of the candidates" in messages[-1]
+    fin = traj.finished()
+    assert fin.best_reward is not None and fin.best_reward >= 1
+    assert "vs eager" in fin.summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["rmsnorm_swish", "diag_scale_matmul", "linear_gelu_residual"])
+def test_policy_produces_correct_kernels_on_the_examples(name):
+    res = _run(name, try_unrewritten=False)
+    assert res.verified, res.trajectory.finished().summary
+    best = res.best.files
+    assert "kernels/fused.cpp" in best and "class ModelNew" in best["model_new.py"]
+    if name == "diag_scale_matmul":
+        turns = [e.content for e in res.trajectory.of_type(ModelMessage)]
+        assert any("diag(d) @ X is a row scaling" in t for t in turns)
+        assert "torch.matmul" not in best["model_new.py"]
+
+
+@pytest.mark.slow
+def test_batch_norm_folding_passes_the_sandbox_with_reinit_and_shape_trials():
+    res = _run("basic_residual_block", try_unrewritten=False)
+    assert res.verified, res.trajectory.finished().summary
+    assert "lib.bn_fold" in res.best.files["model_new.py"]
+
+
+def test_an_uncapturable_task_finishes_with_a_plain_explanation():
+    src = task_source("row_softmax_small", rows=8, cols=16).replace(
+        "return torch.softmax(x, dim=1)", "return x if x.sum() > 0 else -x")
+    task = task_from_source(src, "control_flow", "cpu", dict(FAST))
+    res = run(task, BuiltinPolicy(), LocalEvaluator(), Budgets(max_turns=5))
+    assert res.reason == "model_finished" and res.best is None
+    fin = res.trajectory.finished()
+    assert isinstance(fin, Finished) and "could not be captured" in fin.summary
+    assert "data-dependent control flow" in fin.summary

@@ -1,0 +1,88 @@
+"""Each rewrite keeps the function: the rewritten graph, run with eager ops, against the module."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent.builtin.graph import analyze_source
+from agent.builtin.interp import run_graph
+from agent.builtin.lower import lower
+from agent.builtin.rewrites import all_rewrites
+
+from .conftest import SMALL, load_module, task_source
+
+CASES = {
+    "diag_scale_matmul": ["diag_to_row_scale"],
+    "diag_right_scale": ["diag_to_col_scale"],
+    "gemm_divide_sum_scale": ["canonical_linear", "scale_through_reduction", "fold_scalar_chains", "linear_sum_to_matvec"],
+    "basic_residual_block": ["fold_batchnorm"],
+    "gemm_bn_relu": ["fold_batchnorm"],
+    "identity_chain": ["remove_identities"],
+    "gemm_swish_bias": ["canonical_linear"],
+}
+SIZES = {
+    "diag_right_scale": {"N": 48, "M": 32},
+    "gemm_bn_relu": {"batch": 16, "in_features": 32, "out_features": 24},
+    "identity_chain": {"rows": 16, "cols": 8},
+    "gemm_swish_bias": {"batch": 16, "in_features": 32, "out_features": 24},
+    **SMALL,
+}
+
+
+def _model_and_inputs(src: str):
+    mod = load_module("task", src)
+    torch.manual_seed(1)
+    model = mod.Model(*mod.get_init_inputs()).eval()
+    with torch.no_grad():  # non-trivial statistics so that folding is really tested
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.3, 0.3)
+    return model, mod.get_inputs()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rewrites_keep_the_function(name):
+    src = task_source(name, **SIZES[name])
+    an = analyze_source(src, profile=False)
+    assert an.ok, an.error
+    steps = all_rewrites(an.graph)
+    assert [s.name for s in steps] == CASES[name]
+    model, inputs = _model_and_inputs(src)
+    with torch.no_grad():
+        expected = model(*inputs)
+        for s in steps:  # every intermediate graph, and its lowering, computes the same function
+            got = run_graph(s.graph, model, inputs)
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(run_graph(lower(s.graph), model, inputs), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_diagonal_product_becomes_a_row_scaling_without_a_gemm():
+    an = analyze_source(task_source("diag_scale_matmul", N=16, M=8), profile=False)
+    final = all_rewrites(an.graph)[-1].graph
+    ops = {n.op for n in final.nodes}
+    assert "matmul" not in ops and "diag" not in ops and "mul" in ops
+
+
+def test_the_gemm_sum_chain_becomes_a_matvec_with_one_folded_scale():
+    an = analyze_source(task_source("gemm_divide_sum_scale", **SMALL["gemm_divide_sum_scale"]), profile=False)
+    final = all_rewrites(an.graph)[-1].graph
+    ops = [n.op for n in final.nodes]
+    assert "linear" not in ops and "matmul" not in ops
+    muls = [n for n in final.nodes if n.op == "mul" and any(type(a).__name__ == "Scalar" for a in n.args)]
+    assert len(muls) == 1
+    scalar = next(a for a in muls[0].args if type(a).__name__ == "Scalar")
+    assert scalar.expr is not None and "self.scaling_factor" in scalar.expr  # read at run time, not baked
+
+
+def test_scalar_folding_follows_changed_attributes():
+    src = task_source("gemm_divide_sum_scale", **SMALL["gemm_divide_sum_scale"])
+    an = analyze_source(src, profile=False)
+    final = all_rewrites(an.graph)[-1].graph
+    model, inputs = _model_and_inputs(src)
+    model.scaling_factor = 3.25  # another init: the folded constant must follow it
+    with torch.no_grad():
+        torch.testing.assert_close(run_graph(final, model, inputs), model(*inputs), rtol=1e-4, atol=1e-4)
