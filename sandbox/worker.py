@@ -259,7 +259,9 @@ def role_reference() -> None:
                     compiled = torch.compile(base)
                     result["compile"], _ = timer.run(_no_grad(compiled), sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], max(cmd["warmup"], 3), _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
                 except BaseException as exc:
-                    result["compile_error"] = f"torch.compile baseline failed: {type(exc).__name__}: {str(exc)[:500]}"
+                    text = str(exc)
+                    text = text if len(text) < 1600 else text[:400] + " ... " + text[-1200:]
+                    result["compile_error"] = f"torch.compile baseline failed: {type(exc).__name__}: {text}"
             result["clock"] = timer.clock
             send(result)
         elif cmd["cmd"] == "ceilings":

@@ -563,7 +563,7 @@ def generate(plan: Plan, backend: str, configs: dict[str, dict]) -> tuple[str, l
 
 def default_config(grp: Group, backend: str) -> dict:
     if backend == "cpu":
-        return {"schedule": "static", "parallel_min": 1 << 17}
+        return {"schedule": "static", "parallel_min": 1 << 20}
     if grp.reductions:
         cols = math.prod(grp.full[grp.split:])
         return {"tpr": 32 if cols <= 1024 else 256}
@@ -574,7 +574,8 @@ def config_variants(grp: Group, backend: str) -> list[dict]:
     """A few launch configurations worth timing for this group (the default first)."""
     if backend == "cpu":
         # OpenMP pays a fork/join and a barrier per call: worth it only above some work size
-        return [{"schedule": "static", "parallel_min": 1 << 17}, {"schedule": "static", "parallel_min": 1 << 14},
+        # (and a second OpenMP runtime next to PyTorch's competes for the same cores)
+        return [{"schedule": "static", "parallel_min": 1 << 20}, {"schedule": "static", "parallel_min": 1 << 15},
                 {"schedule": "static", "parallel_min": 1 << 62}]
     if grp.reductions:
         cols = math.prod(grp.full[grp.split:])

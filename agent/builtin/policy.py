@@ -172,8 +172,11 @@ class BuiltinPolicy(Policy):
                 best = dict(e.files)
             if isinstance(e, EvaluationEvent):
                 r = e.result
-                t = _Tried(f"turn {e.turn}", {}, str(r.get("status")), int(r.get("reward", -1)),
-                           _median(r), r.get("speedup_vs_eager"), r.get("speedup_vs_compile"))
+                step = self.steps[e.turn - 1] if 0 < e.turn <= len(self.steps) else None
+                label = step.title if step is not None and step.title else f"turn {e.turn}"
+                t = _Tried(label, {}, str(r.get("status")), int(r.get("reward", -1)),
+                           _median(r), r.get("speedup_vs_eager"), r.get("speedup_vs_compile"),
+                           graph=step.graph if step is not None else None)
                 self.tried.append(t)
         if best is not None:
             ok = [t for t in self.tried if t.correct]
