@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", nargs="*", default=CASES)
     ap.add_argument("--shrink", type=int, default=1, help="divide size constants (for a quick CPU dry run)")
     ap.add_argument("--max-turns", type=int, default=30)
+    ap.add_argument("--preset", default="default", help="sandbox tolerance preset (default, kernelbench, cuda-agent)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -42,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for case in args.cases:
         path = TASKS_DIR / f"{case}.py"
-        outcome, res = run_task(path, args.backend, {}, BuiltinPolicy(), args.max_turns, args.shrink)
+        outcome, res = run_task(path, args.backend, {"preset": args.preset}, BuiltinPolicy(), args.max_turns, args.shrink)
         data = res.trajectory.to_dict()
-        data["meta"] = {**env, "case": case, "policy": "builtin", "shrink": args.shrink,
+        data["meta"] = {**env, "case": case, "policy": "builtin", "shrink": args.shrink, "preset": args.preset,
                         "task_source": shrink_source(path.read_text(), args.shrink)}
         (out / f"{case}.json").write_text(json.dumps(data, indent=1))
         messages = [e.content for e in res.trajectory.of_type(ModelMessage)]

@@ -179,10 +179,22 @@ def cgroup_root() -> Path | None:
             probe.rmdir()
             if ok:
                 _cgroup_root = root
+                _remove_stale_cgroups(root)
                 break
         except OSError:
             continue
     return _cgroup_root  # type: ignore[return-value]
+
+
+def _remove_stale_cgroups(root: Path) -> None:
+    """Empty cgroups left by evaluators that were killed before cleaning up."""
+    for path in root.glob("c*-*"):
+        try:
+            owner = int(path.name[1:].split("-", 1)[0])
+            if not os.path.exists(f"/proc/{owner}") and not (path / "cgroup.procs").read_text().strip():
+                path.rmdir()
+        except (OSError, ValueError):
+            continue
 
 
 class Cgroup:

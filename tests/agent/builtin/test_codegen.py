@@ -89,6 +89,7 @@ def test_launch_variants_change_only_the_kernel_file():
     assert other.files["kernels/fused.cu"] != base.files["kernels/fused.cu"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_generated_cuda_passes_nvcc(tmp_path):
     include = tmp_path / "inc"
