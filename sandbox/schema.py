@@ -18,7 +18,7 @@ from typing import Any
 SCHEMA_VERSION = "kernelwright.eval/1"
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     OK = "ok"  # correct (timing may still show it slower than the baselines)
     INCORRECT = "incorrect"  # ran, but some trial's outputs differ from the reference
     REJECTED = "rejected"  # ran, but broke a rule (torch compute, an exploit, a banned flag)
@@ -27,7 +27,7 @@ class Status(str, enum.Enum):
     TIMEOUT = "timeout"
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     PASS = "pass"
     FAIL = "fail"
 
