@@ -23,6 +23,13 @@ def c_float(v: float) -> str:
 
 
 def c_op(n: Node, a: list[str | None], cuda: bool) -> str:
+    s = _c_op(n, a, cuda)
+    if not cuda:  # libm's fminf/fmaxf are calls that stop vectorisation; the selects are not
+        s = s.replace("fminf(", "kw_minf(").replace("fmaxf(", "kw_maxf(")
+    return s
+
+
+def _c_op(n: Node, a: list[str | None], cuda: bool) -> str:
     op = n.op
     x = a[0]
     rsqrt = "rsqrtf" if cuda else "1.0f / sqrtf"

@@ -355,6 +355,8 @@ class BuiltinPolicy(Policy):
             return Action(message=head + f"cannot generate the variant: {e}", tool_calls=[self._call("list_files")])
         if not desc:
             return self._next_or_finish(head)
+        if "model_new.py" in best.files:  # the forward does not depend on launch parameters
+            cand.files["model_new.py"] = best.files["model_new.py"]
         self.pending = _Tried(f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]", cand.files, graph=graph)
         changed = {p: c for p, c in cand.files.items() if best.files.get(p) != c}
         msg = (head + f"Try {step.title}: " + "; ".join(desc) +
@@ -389,7 +391,7 @@ class BuiltinPolicy(Policy):
             msg += ". Profile it: where does the time go, and how far is it from the speed-of-light floor?"
             calls.append(self._call("profile"))
         self.restored = True
-        return Action(message=msg + ".", tool_calls=calls)
+        return Action(message=msg if msg.endswith("?") else msg + ".", tool_calls=calls)
 
     def _finish_action(self, head: str | None = None) -> Action:
         self.pos = len(self.steps)
