@@ -31,8 +31,6 @@ def _point_django_at(url: str) -> None:
 
     for name, value in redis_settings(url).items():
         setattr(settings, name, value)
-    # One PBKDF2 hash costs over a second on a 2-core machine; tests create many users.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     from asgiref.local import Local
     from django.core.cache import caches
 

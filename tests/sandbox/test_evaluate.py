@@ -159,7 +159,7 @@ def test_baseline_is_cached_and_compile_baseline_measured(quick, tmp_path):
     first = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
     assert first.status == Status.OK, first.reasons
     assert not first.timing.baseline_cached
-    assert first.timing.compile is not None and first.timing.compile.trials >= 20, first.audit.findings
+    assert first.timing.compile is not None and first.timing.compile.trials >= 20, "\n".join(first.audit.findings)
     assert first.speedup_vs_compile is not None
     second = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
     assert second.timing.baseline_cached and second.compile.cached

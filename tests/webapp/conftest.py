@@ -85,3 +85,12 @@ def browser_page(chromium_browser):
         yield page
     finally:
         context.close()
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(request):
+    """One PBKDF2 hash costs over a second on a 2-core machine and these tests create many users.
+    Tests against a live server (marked e2e) keep the real hasher: the server process runs the
+    real settings and must be able to check the passwords the test stored."""
+    if not request.node.get_closest_marker("e2e"):
+        request.getfixturevalue("settings").PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -18,11 +18,6 @@ pytestmark = pytest.mark.django_db
 TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def owner():
     return User.objects.create_user("owner", password="pw-owner-123")

@@ -21,11 +21,6 @@ from webapp.jobs.notifications import group_name
 TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def owner(transactional_db):
     return User.objects.create_user("owner", password="pw-owner-123")

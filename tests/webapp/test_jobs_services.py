@@ -19,11 +19,6 @@ from webapp.jobs.turns import group_by_turn
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def owner():
     return User.objects.create_user("owner", password="pw-owner-123")

@@ -35,11 +35,6 @@ READ_API = [
 CHANGE_PAGES = ["/jobs/{id}/cancel/", "/jobs/{id}/retry/", "/jobs/{id}/visibility/", "/jobs/{id}/share/", "/jobs/{id}/share/revoke/"]
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def owner():
     return User.objects.create_user("owner", password="pw-owner-123")
