@@ -214,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
             say(f"using REDIS_URL={env['REDIS_URL']}")
         say("migrating the database")
         subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
+        # The gallery's case studies ship as trajectory fixtures; loading is idempotent.
+        subprocess.run([PY, "manage.py", "load_gallery"], cwd=ROOT, env=env, check=True)
 
         port = free_port(args.host, args.port)
         if port != args.port:
