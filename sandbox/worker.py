@@ -259,6 +259,11 @@ def role_reference() -> None:
                     compiled = torch.compile(base)
                     result["compile"], _ = timer.run(_no_grad(compiled), sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], max(cmd["warmup"], 3), _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
                 except BaseException as exc:
+                    try:  # TEMP-DEBUG
+                        with open(f"/tmp/kwdebug-compile-{os.getpid()}.txt", "w") as _f:
+                            _f.write("".join(traceback.format_exception(exc)))
+                    except Exception:
+                        pass
                     text = str(exc)
                     text = text if len(text) < 1600 else text[:400] + " ... " + text[-1200:]
                     result["compile_error"] = f"torch.compile baseline failed: {type(exc).__name__}: {text}"

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from webapp.jobs.views import accounts, api, files, pages
+from webapp.jobs.views import accounts, api, compare, files, pages
 
 app_name = "jobs"
 
@@ -14,7 +14,7 @@ urlpatterns = [
     path("account/tokens/", accounts.tokens, name="tokens"),
     path("account/tokens/<int:token_id>/delete/", accounts.token_delete, name="token_delete"),
     path("gallery/", pages.gallery, name="gallery"),
-    path("compare/", pages.compare, name="compare"),
+    path("compare/", compare.compare, name="compare"),
     path("jobs/new/", pages.new_job, name="new"),
     path("jobs/check/", pages.check_source, name="check"),
     path("jobs/import/", pages.import_view, name="import"),

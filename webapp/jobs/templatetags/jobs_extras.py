@@ -12,6 +12,8 @@ from django.conf import settings
 from django.templatetags.static import static
 from django.urls import reverse
 
+from webapp.jobs.highlight import Line, highlight_path
+
 register = template.Library()
 
 ERROR_LINE = re.compile(r"\b(error|fatal|undefined reference|Traceback|Exception)\b", re.IGNORECASE)
@@ -35,6 +37,12 @@ def difflines(diff: str | None) -> list[tuple[str, str]]:
             cls = ""
         out.append((cls, line))
     return out
+
+
+@register.filter
+def code_lines(text: Any, path: Any = None) -> list[Line]:
+    """Code -> highlighted lines of (css class, text) segments, language from the file name."""
+    return highlight_path(text if isinstance(text, str) else str(text or ""), path if isinstance(path, str) else None)
 
 
 @register.filter

@@ -8,7 +8,6 @@ finished jobs alike.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 
@@ -25,7 +24,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.jobs import charts, services
 from webapp.jobs.importer import MAX_IMPORT_BYTES, ImportRefused, import_trajectory
 from webapp.jobs.models import Job, Turn
-from webapp.jobs.permissions import can_change, can_view, visible_jobs
+from webapp.jobs.permissions import can_change, visible_jobs
 from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
 from webapp.jobs.turn_html import turn_html, turns_html
 from webapp.jobs.views.access import LoginNeeded, changeable_job, login_redirect, share_token, viewable_job
@@ -296,60 +295,6 @@ def import_view(request):
             else:
                 return redirect("jobs:detail", job_id=job.pk)
     return render(request, "jobs/import.html", {"error": error}, status=400 if error else 200)
-
-
-# -- compare ---------------------------------------------------------------------------------
-def workspace_at(job: Job, turn_index: int | None) -> tuple[dict[str, str], str]:
-    """The files of a job after `turn_index` (from its file edits), or its best candidate."""
-    if turn_index is None:
-        files = {a.path: a.content for a in job.artifacts.all()}
-        return files, f"best candidate (version {job.best_version})"
-    files: dict[str, str] = {}
-    for t in job.turns.filter(index__lte=turn_index).order_by("index"):
-        for e in t.events:
-            if e.get("type") == "file_edit":
-                files[e["path"]] = e.get("content", "")
-    return files, f"after turn {turn_index}"
-
-
-def _side(request, key: str):
-    raw = request.GET.get(key)
-    if not raw:
-        return None
-    try:
-        job_id = int(raw)
-    except ValueError as exc:
-        raise Http404("bad job id") from exc
-    job = Job.objects.filter(pk=job_id).first()
-    token = request.GET.get(f"{key}_share")
-    if job is None or not can_view(request.user, job, token):
-        raise Http404("no such job")
-    turn = request.GET.get(f"t{key}")
-    turn_index = int(turn) if turn not in (None, "") and turn.lstrip("-").isdigit() else None
-    files, label = workspace_at(job, turn_index)
-    evaluation = job.best_evaluation
-    if turn_index is not None:
-        t = job.turns.filter(index=turn_index).first()
-        evaluation = t.evaluation if t else None
-    return {"job": job, "turn": turn_index, "files": files, "label": label, "evaluation": evaluation or {}}
-
-
-def compare(request):
-    a, b = _side(request, "a"), _side(request, "b")
-    diffs = []
-    if a and b:
-        for path in sorted(set(a["files"]) | set(b["files"])):
-            lines = list(
-                difflib.unified_diff(
-                    a["files"].get(path, "").splitlines(),
-                    b["files"].get(path, "").splitlines(),
-                    fromfile=f"A/{path}",
-                    tofile=f"B/{path}",
-                    lineterm="",
-                )
-            )
-            diffs.append({"path": path, "diff": "\n".join(lines), "same": not lines})
-    return render(request, "jobs/compare.html", {"a": a, "b": b, "diffs": diffs})
 
 
 def plotly_js(request):
