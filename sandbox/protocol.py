@@ -140,6 +140,15 @@ def _seeds(options: EvalOptions) -> dict:
             "random": [s() for _ in range(options.random_trials())], "timing": [s() for _ in range(options.input_sets)]}
 
 
+def _cacheable_baseline(base: dict) -> dict:
+    """What goes into the baseline cache: a torch.compile failure caused by a sandbox limit or
+    the host (worker._compile_failure) is left out, so the next evaluation measures again
+    instead of serving the failure forever; a failure of the task's own code is kept."""
+    if base.get("compile_infra"):
+        return {k: v for k, v in base.items() if k not in ("compile_error", "compile_infra")}
+    return base
+
+
 def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str:
     return cache.sha256_text("baseline/1", task_hash, device_name, _torch_version(), repr(sorted(options.baseline_key_fields().items())))
 
@@ -246,7 +255,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
         _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_timing_cmd(options)},
               "the reference (task)", "baseline timing")
         base = _recv(ref, "the reference (task)", "baseline timing")
-        cache.write_json_atomic(path, base)
+        cache.write_json_atomic(path, _cacheable_baseline(base))
         res.timing.baseline_cached = False
     else:
         res.timing.baseline_cached = True
@@ -495,7 +504,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
             _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": 1, **_timing_cmd(options)},
                   "the reference (task)", "baseline timing")
             base = _recv(ref, "the reference (task)", "baseline timing")
-            cache.write_json_atomic(path, base)
+            cache.write_json_atomic(path, _cacheable_baseline(base))
         else:
             res.timing.baseline_cached = True
         res.timing.eager = _stats(base.get("eager"))

@@ -256,21 +256,62 @@ def role_reference() -> None:
             result["eager"], result["eager_wall"] = timer.run(eager_fn, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
             if cmd["compile"]:
                 try:
+                    _configure_inductor()
                     compiled = torch.compile(base)
                     result["compile"], _ = timer.run(_no_grad(compiled), sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], max(cmd["warmup"], 3), _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
                 except BaseException as exc:
-                    try:  # TEMP-DEBUG
-                        with open(f"/tmp/kwdebug-compile-{os.getpid()}.txt", "w") as _f:
-                            _f.write("".join(traceback.format_exception(exc)))
-                    except Exception:
-                        pass
-                    text = str(exc)
-                    text = text if len(text) < 1600 else text[:400] + " ... " + text[-1200:]
-                    result["compile_error"] = f"torch.compile baseline failed: {type(exc).__name__}: {text}"
+                    result["compile_error"], result["compile_infra"] = _compile_failure(exc)
             result["clock"] = timer.clock
             send(result)
         elif cmd["cmd"] == "ceilings":
             send(_measure_ceilings(device, cmd.get("dtype", "float32")))
+
+
+def _configure_inductor() -> None:
+    """Inductor settings for the torch.compile baseline, set in-process: a child forked from
+    the zygote inherits a torch._inductor.config that read its environment variables in the
+    zygote, so TORCHINDUCTOR_* variables set for the child have no effect.
+    - precompiled headers off: inductor's C++ backend precompiles torch's headers into a .gch
+      of more than 64 MB, which the child's RLIMIT_FSIZE (output_limit_mb) cuts off (g++ dies
+      with SIGXFSZ: "File size limit exceeded"); a PCH only speeds up the build, the generated
+      code and its flags are the same;
+    - one compile thread: no sidecar pool of N python workers (each importing torch) under the
+      child's process and memory limits; one compile per task is cached anyway."""
+    import torch._inductor.config as cfg
+
+    cfg.compile_threads = 1
+    cfg.cpp_cache_precompile_headers = False
+
+
+# Messages of failures caused by the sandbox's limits or the host, not by the task.
+_INFRA_MARKERS = (
+    ("File size limit exceeded", "the child's file-size limit (output_limit_mb)"),
+    ("CPU time limit exceeded", "the child's CPU-time limit"),
+    ("Resource temporarily unavailable", "the child's process limit (max_processes) or the host's"),
+    ("Cannot allocate memory", "the child's address-space limit (memory_limit_mb) or the host's memory"),
+    ("std::bad_alloc", "the child's address-space limit (memory_limit_mb) or the host's memory"),
+    ("out of memory", "memory"),
+    ("Killed (program cc1plus)", "the host killed the compiler (memory)"),
+    ("No space left on device", "disk space"),
+    ("Permission denied", "file permissions of the sandbox's folders"),
+)
+
+
+def _compile_failure(exc: BaseException) -> tuple[str, bool]:
+    """The torch.compile failure in words, with the lines that say why (compiler errors are
+    long: the head is the command line, the cause sits in the middle), and whether a sandbox
+    limit or the host caused it (then the result says so and the failure is not cached)."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines()]
+    key = [ln for ln in lines if ("error" in ln.lower() or "limit exceeded" in ln) and not ln.startswith(("g++ ", "c++ ", "gcc ", "Command"))]
+    infra = [why for marker, why in _INFRA_MARKERS if marker in text]
+    summary = text if len(text) < 1600 else text[:300] + " ... " + text[-600:]
+    if key:
+        summary += "\nkey lines: " + " | ".join(dict.fromkeys(k[:300] for k in key[:6]))
+    head = f"torch.compile baseline failed: {type(exc).__name__}: "
+    if infra:
+        head = f"torch.compile baseline failed because of a resource limit or the host ({infra[0]}), not the task: {type(exc).__name__}: "
+    return head + summary, bool(infra)
 
 
 def _eval_options(options: dict) -> Any:

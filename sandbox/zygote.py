@@ -48,6 +48,11 @@ def _child_main(req: dict, fds: list[int], sock: socket.socket) -> None:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
+        import tempfile
+
+        # the zygote cached its own temp folder (/tmp): use the child's TMPDIR, its private
+        # folder (inductor/triton temp and header-cache paths derive from it)
+        tempfile.tempdir = None
         os.environ["KW_FD_IN"], os.environ["KW_FD_OUT"] = str(p2c_r), str(c2p_w)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)

@@ -85,6 +85,16 @@ def test_two_turns_side_by_side(client, owner):
     assert f"{t1['profile'][0]['total_ms']:.4g} ms" in a_side and f"{t5['profile'][0]['total_ms']:.4g} ms" in b_side
 
 
+def test_each_turn_links_to_its_comparison_with_the_previous_one(client, owner):
+    job = import_trajectory(owner, build(turns=3))
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    link = f'href="/compare/?a={job.pk}&amp;ta=2&amp;b={job.pk}&amp;tb=3"'
+    assert link in html.split('id="turn-3"')[1].split("</article>")[0]
+    assert "compare with turn 0" not in html and "compare with turn 1" in html
+    page = client.get("/compare/", {"a": job.pk, "ta": 2, "b": job.pk, "tb": 3}).content.decode()
+    assert "after turn 2" in page and "after turn 3" in page
+
+
 def test_numbers_from_different_devices_are_not_set_against_each_other(client, owner):
     a = import_trajectory(owner, build(turns=1))
     data = build(turns=1)

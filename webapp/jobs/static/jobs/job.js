@@ -166,6 +166,18 @@
   turnsBox.addEventListener("click", (ev) => {
     if (ev.target.classList.contains("load-turn")) unfold(ev.target.closest("article.turn"));
   });
+  // Turn HTML is cached for every viewer, so it cannot hold this viewer's share token: a "compare
+  // with the previous turn" link gets it when followed.
+  function shareCompareLink(ev) {
+    const link = ev.target.closest && ev.target.closest("a.cmp-prev");
+    if (!link || !config.share) return;
+    const url = new URL(link.href, location.href);
+    url.searchParams.set("a_share", config.share);
+    url.searchParams.set("b_share", config.share);
+    link.href = url.toString();
+  }
+  turnsBox.addEventListener("click", shareCompareLink);
+  turnsBox.addEventListener("auxclick", shareCompareLink);
   async function followHash() {
     const target = location.hash && document.getElementById(location.hash.slice(1));
     if (target && target.dataset.stub === "1") {
