@@ -80,7 +80,9 @@ def _child_env(options: EvalOptions, backend: str) -> dict[str, str]:
 
     n = str(options.threads())
     # inductor compiles in-process: its worker pool would need hundreds of threads under the
-    # process limit, and one compile per task (the baseline is cached) does not need it
+    # process limit, and one compile per task (the baseline is cached) does not need it. Only a
+    # fresh `python -m sandbox.worker` reads this; zygote children inherit inductor's config from
+    # the zygote, so worker._configure_inductor sets it (and the other settings) in-process.
     env = {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "KW_BACKEND": backend, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     if os.environ.get("KW_TRACE"):
         env["KW_TRACE"] = "1"

@@ -206,3 +206,37 @@ class ModelNew(nn.Module):
 def test_options_are_validated():
     with pytest.raises(ValueError):
         evaluate("", {}, EvalOptions(backend="tpu"))
+
+
+def test_children_use_their_own_temp_folder(quick):
+    """A child forked from the zygote must not keep the zygote's cached temp folder (/tmp):
+    inductor derives its precompiled-header folder from it, which was then shared between
+    evaluations (and between throwaway uids, which cannot write each other's folders)."""
+    src = task("softmax_tiny.py").replace(
+        "import torch\n",
+        "import os\nimport tempfile\n\nimport torch\n\n"
+        "assert tempfile.gettempdir() == os.environ['TMPDIR'] == os.getcwd(), (tempfile.gettempdir(), os.getcwd())\n",
+        1,
+    )
+    for zygote in (True, False):
+        res = evaluate(src, candidate("softmax_cpp"), quick(zygote=zygote))
+        assert res.status == Status.OK, (zygote, res.reasons)
+
+
+def test_compile_baseline_failure_from_a_sandbox_limit_says_so_and_is_not_cached():
+    from sandbox.protocol import _cacheable_baseline
+    from sandbox.worker import _compile_failure
+
+    gpp = ("C++ compile error\n\nCommand:\ng++ -x c++-header /tmp/x/precompiled_headers/c.h -O3 " + "-D X " * 400
+           + "\n\nOutput:\ng++: internal compiler error: File size limit exceeded signal terminated program cc1plus\n"
+           + "Please submit a full bug report\n\nSet TORCHDYNAMO_VERBOSE=1 ... set TORCH_LOGS=\"+dynamo\"")
+    text, infra = _compile_failure(RuntimeError(gpp))
+    assert infra and "file-size limit" in text and "not the task" in text
+    assert "File size limit exceeded" in text.split("key lines:", 1)[1]
+    base = {"eager": {"median_ms": 1.0}, "compile": None, "compile_error": text, "compile_infra": True}
+    assert _cacheable_baseline(base) == {"eager": {"median_ms": 1.0}, "compile": None}
+
+    text, infra = _compile_failure(RuntimeError("Unsupported: call_function UserDefinedObjectVariable(foo)"))
+    assert not infra and text.startswith("torch.compile baseline failed: RuntimeError: Unsupported")
+    base = {"eager": {"median_ms": 1.0}, "compile": None, "compile_error": text, "compile_infra": False}
+    assert _cacheable_baseline(base) == base
