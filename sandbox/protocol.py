@@ -151,8 +151,14 @@ def _cacheable_baseline(base: dict) -> dict:
     return base
 
 
+# Bump when the way baselines are measured changes, so that no cached baseline taken the old way
+# is served again (2: torch.compile builds without precompiled headers, one compile thread; a
+# cached failure from version 1 would otherwise hide the compile baseline forever).
+BASELINE_PROTOCOL = "baseline/2"
+
+
 def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str:
-    return cache.sha256_text("baseline/1", task_hash, device_name, _torch_version(), repr(sorted(options.baseline_key_fields().items())))
+    return cache.sha256_text(BASELINE_PROTOCOL, task_hash, device_name, _torch_version(), repr(sorted(options.baseline_key_fields().items())))
 
 
 def _timing_cmd(options: EvalOptions) -> dict:
