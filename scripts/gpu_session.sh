@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU, in one call on the device machine (see docs/benchmarks.md).
-# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests bench agent cases suite)
-# Writes full logs under $OUT and prints a short table last.
+# Everything that needs the GPU, in one call on the device machine (results go in docs/benchmarks.md).
+# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests bench cases suite)
+# The device tool returns at most 8 files from $OUT, so logs and case-study fixtures come back as
+# two archives next to summary.txt (printed last) and suite.json.
 set -u
 OUT=${OUT:-/tmp/kw-out}; mkdir -p "$OUT"
+WORK=/tmp/kw-run; rm -rf "$WORK"; mkdir -p "$WORK/logs" "$WORK/cases"
 export PYTHONUNBUFFERED=1 KERNELWRIGHT_CACHE=/tmp/kw-cache PYTHONDONTWRITEBYTECODE=1
-stages=${*:-"probe tests bench agent cases suite"}
+stages=${*:-"probe tests bench cases suite"}
 summary="$OUT/summary.txt"; : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 run_stage() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  note "$(printf '%-8s rc=%-4s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-150)")"
+  local t0; t0=$(date +%s)
+  timeout "$limit" "$@" > "$WORK/logs/$name.log" 2>&1; local rc=$?
+  note "$(printf '%-6s rc=%-4s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -n 1 "$WORK/logs/$name.log" | cut -c1-150)")"
 }
 for s in $stages; do case $s in
   probe) run_stage probe 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nvcc --version | tail -2' ;;
   tests) run_stage tests 420 python3 -m pytest -m gpu tests/sandbox tests/agent -q -p no:cacheprovider ;;
   bench) run_stage bench 300 python3 -m sandbox bench --backend cuda ;;
-  agent) run_stage agent 240 python3 -m pytest -m gpu tests/agent -q -p no:cacheprovider ;;
-  cases) run_stage cases 420 python3 -m benchmarks.case_studies --backend cuda --out "$OUT/cases" ;;
+  cases) run_stage cases 420 python3 -m benchmarks.case_studies --backend cuda --out "$WORK/cases" ;;
   suite) run_stage suite 540 python3 -m benchmarks.suite --backend cuda --out "$OUT/suite.json" ;;
 esac; done
+tar czf "$OUT/logs.tgz" -C "$WORK" logs
+tar czf "$OUT/cases.tgz" -C "$WORK" cases   # unpack into webapp/jobs/fixtures/gallery (json) and docs/case-studies (md)
 echo "==== summary"; cat "$summary"
