@@ -161,6 +161,27 @@ def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str
     return cache.sha256_text(BASELINE_PROTOCOL, task_hash, device_name, _torch_version(), repr(sorted(options.baseline_key_fields().items())))
 
 
+def _baseline(ref: Child, res: EvalResult, options: EvalOptions, fingerprint_seed: int,
+              progress: Progress | None = None) -> dict:
+    """The eager (and torch.compile) baseline of the task on this device: from the cache, or
+    timed now in the reference child and cached. A cached entry without the compile baseline is
+    re-measured when one is asked for. Sets `res.timing.baseline_cached`."""
+    path = cache.section(options.cache_dir, "baselines") / f"{_baseline_key(res.task_hash, res.device, options)}.json"
+    base = cache.read_json(path)
+    if base is not None and options.compile_baseline and base.get("compile") is None and not base.get("compile_error"):
+        base = None
+    res.timing.baseline_cached = base is not None
+    if base is None:
+        if progress:
+            progress("baseline", {"compile": options.compile_baseline})
+        ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
+        _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": fingerprint_seed,
+                    **_timing_cmd(options)}, "the reference (task)", "baseline timing")
+        base = _recv(ref, "the reference (task)", "baseline timing")
+        cache.write_json_atomic(path, _cacheable_baseline(base))
+    return base
+
+
 def _timing_cmd(options: EvalOptions) -> dict:
     return {"budget_s": options.timing_budget_s, "min_calls": options.min_timed_calls, "max_calls": options.max_timed_calls,
             "warmup": options.warmup_calls}
@@ -252,21 +273,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
         raise _Stop(Status.RUNTIME_ERROR, _user_error(ready, "candidate"))
 
     # 5. baselines
-    key = _baseline_key(res.task_hash, res.device, options)
-    path = cache.section(options.cache_dir, "baselines") / f"{key}.json"
-    base = cache.read_json(path)
-    if base is not None and options.compile_baseline and base.get("compile") is None and not base.get("compile_error"):
-        base = None
-    if base is None:
-        progress("baseline", {"compile": options.compile_baseline})
-        ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-        _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_timing_cmd(options)},
-              "the reference (task)", "baseline timing")
-        base = _recv(ref, "the reference (task)", "baseline timing")
-        cache.write_json_atomic(path, _cacheable_baseline(base))
-        res.timing.baseline_cached = False
-    else:
-        res.timing.baseline_cached = True
+    base = _baseline(ref, res, options, fp_seed, progress)
     res.timing.eager = _stats(base.get("eager"))
     res.timing.compile = _stats(base.get("compile")) if options.compile_baseline else None
     if options.compile_baseline and base.get("compile_error"):
@@ -504,17 +511,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         if not data.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
         res.device = data["device_name"]
-        key = _baseline_key(res.task_hash, res.device, options)
-        path = cache.section(options.cache_dir, "baselines") / f"{key}.json"
-        base = cache.read_json(path)
-        if base is None or (options.compile_baseline and base.get("compile") is None and not base.get("compile_error")):
-            ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-            _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": 1, **_timing_cmd(options)},
-                  "the reference (task)", "baseline timing")
-            base = _recv(ref, "the reference (task)", "baseline timing")
-            cache.write_json_atomic(path, _cacheable_baseline(base))
-        else:
-            res.timing.baseline_cached = True
+        base = _baseline(ref, res, options, 1)
         res.timing.eager = _stats(base.get("eager"))
         res.timing.compile = _stats(base.get("compile"))
         res.timing.clock = base.get("clock", "")

@@ -35,31 +35,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The workload's task: a row softmax small enough for quick CPU runs (KernelBench format).
-TASK_SOURCE = '''\
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.softmax(x, dim=1)
-
-
-rows = 256
-cols = 1024
-
-
-def get_inputs():
-    return [torch.randn(rows, cols)]
-
-
-def get_init_inputs():
-    return []
-'''
+# The workload's task: the row softmax the agent's scripted runs use (KernelBench format),
+# small enough for quick CPU runs.
+TASK_SOURCE = (ROOT / "agent" / "testing" / "fixtures" / "tasks" / "row_softmax_small.py").read_text()
 
 MODEL_NEW = '''\
 import torch

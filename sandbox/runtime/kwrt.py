@@ -17,6 +17,13 @@ import ctypes
 import os
 from typing import Any
 
+import torch
+
+# Read once: these run inside every timed call of the candidate, where an environment lookup and
+# an import statement per argument cost more than a small kernel (the evaluation child sets
+# KW_BACKEND before any candidate code imports this module).
+_BACKEND = os.environ.get("KW_BACKEND", "cpu")
+_ON_CUDA = _BACKEND == "cuda"
 _calls: dict[str, int] = {}
 _profile = False  # set by the evaluator while profiling: calls then show up as profiler ranges
 _lib: _Library | None = None
@@ -26,28 +33,19 @@ class KernelError(RuntimeError):
     pass
 
 
-def _device() -> str:
-    return os.environ.get("KW_BACKEND", "cpu")
-
-
 def stream() -> ctypes.c_void_p:
     """The current CUDA stream (a cudaStream_t) on the cuda backend; a null pointer on cpu."""
-    if _device() != "cuda":
+    if not _ON_CUDA:
         return ctypes.c_void_p(0)
-    import torch
-
     return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
 
 def _convert(name: str, index: int, value: Any) -> Any:
-    import torch
-
     if isinstance(value, torch.Tensor):
         if not value.is_contiguous():
             raise KernelError(f"{name}: argument {index} is a non-contiguous tensor (shape {tuple(value.shape)}, stride {value.stride()}); kernels get raw pointers and assume contiguous memory")
-        want_cuda = _device() == "cuda"
-        if value.is_cuda != want_cuda:
-            raise KernelError(f"{name}: argument {index} is on {value.device}, but the kernels run on {_device()}")
+        if value.is_cuda != _ON_CUDA:
+            raise KernelError(f"{name}: argument {index} is on {value.device}, but the kernels run on {_BACKEND}")
         return ctypes.c_void_p(value.data_ptr())
     if isinstance(value, bool):
         return ctypes.c_int64(int(value))
@@ -72,8 +70,6 @@ class _Function:
         converted = [_convert(self.name, i, a) for i, a in enumerate(args)]
         _calls[self.name] = _calls.get(self.name, 0) + 1
         if _profile:
-            import torch
-
             with torch.profiler.record_function(f"kwrt::{self.name}"):
                 rc = self._fn(*converted)
         else:
