@@ -18,7 +18,7 @@ from typing import Any
 
 from agent.builtin import BuiltinPolicy
 from agent.events import ModelMessage
-from benchmarks.runner import TASKS_DIR, environment, run_task, shrink_source
+from benchmarks.runner import TASKS_DIR, TaskOutcome, environment, run_parallel, run_task, shrink_source
 
 CASES = ["basic_residual_block", "diag_scale_matmul", "gemm_divide_sum_scale", "rmsnorm_swish", "linear_gelu_residual"]
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "case-studies"
@@ -36,31 +36,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shrink", type=int, default=1, help="divide size constants (for a quick CPU dry run)")
     ap.add_argument("--max-turns", type=int, default=30)
     ap.add_argument("--preset", default="default", help="sandbox tolerance preset (default, kernelbench, cuda-agent)")
+    ap.add_argument("--jobs", type=int, default=1, help="cases run side by side (timed loops still take the device one at a time)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(args.backend)
     rows: list[dict[str, Any]] = []
-    for case in args.cases:
-        path = TASKS_DIR / f"{case}.py"
-        outcome, res = run_task(path, args.backend, {"preset": args.preset}, BuiltinPolicy(), args.max_turns, args.shrink)
-        data = res.trajectory.to_dict()
+    work = [(case, args.backend, args.preset, args.max_turns, args.shrink) for case in args.cases]
+    for _, (outcome, data, final) in run_parallel(_one, work, args.jobs):
+        case = outcome.name
         data["meta"] = {**env, "case": case, "policy": "builtin", "shrink": args.shrink, "preset": args.preset,
-                        "task_source": shrink_source(path.read_text(), args.shrink)}
+                        "task_source": shrink_source((TASKS_DIR / f"{case}.py").read_text(), args.shrink)}
         (out / f"{case}.json").write_text(json.dumps(data, indent=1))
-        messages = [e.content for e in res.trajectory.of_type(ModelMessage)]
         md = [f"# {case}: measured run", "", f"{env['device']} ({env['backend']}), torch {env['torch']}, {env['date']}",
               "", f"- correct: {outcome.correct}, reward {outcome.reward}",
               f"- candidate {outcome.candidate_ms} ms, eager {outcome.eager_ms} ms, torch.compile {outcome.compile_ms} ms",
               f"- speedup {_f(outcome.speedup_vs_eager)} vs eager, {_f(outcome.speedup_vs_compile)} vs torch.compile",
               f"- {outcome.turns} turns, {outcome.evaluations} evaluations, {outcome.seconds:.0f} s", "",
-              f"Write-up: docs/case-studies/{case}.md", "", "## Final message", "", "```", messages[-1] if messages else "", "```"]
+              f"Write-up: docs/case-studies/{case}.md", "", "## Final message", "", "```", final, "```"]
         (out / f"{case}.md").write_text("\n".join(md) + "\n")
         rows.append(outcome.to_dict())
         print(f"{case:<24} correct={outcome.correct} reward={outcome.reward} vs_eager={_f(outcome.speedup_vs_eager)} "
               f"vs_compile={_f(outcome.speedup_vs_compile)} ({outcome.turns} turns, {outcome.seconds:.0f} s)", flush=True)
+    rows.sort(key=lambda r: r["name"])
     (out / "summary.json").write_text(json.dumps({"environment": env, "cases": rows}, indent=1))
     return 0
+
+
+def _one(case: str, backend: str, preset: str, max_turns: int, shrink: int) -> tuple[TaskOutcome, dict[str, Any], str]:
+    """One case in a worker process: the outcome, the trajectory as a dict, the final message."""
+    outcome, res = run_task(TASKS_DIR / f"{case}.py", backend, {"preset": preset}, BuiltinPolicy(), max_turns, shrink)
+    messages = [e.content for e in res.trajectory.of_type(ModelMessage)]
+    return outcome, res.trajectory.to_dict(), messages[-1] if messages else ""
 
 
 if __name__ == "__main__":

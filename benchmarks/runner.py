@@ -10,6 +10,7 @@ import math
 import platform
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,24 @@ def run_task(path: Path, backend: str, options: dict[str, Any] | None = None, po
         fraction_of_sol=((best_eval or {}).get("roofline") or {}).get("fraction_of_sol"),
         turns=res.turns, seconds=secs, reason=res.reason, summary=fin.summary if fin else "", evaluations=len(evals))
     return out, res
+
+
+def run_parallel(fn: Callable[..., Any], arg_lists: list[tuple], jobs: int) -> Iterator[tuple[int, Any]]:
+    """(index, fn(*args)) as each finishes. jobs > 1 runs tasks in separate processes (spawned:
+    each has its own sandbox zygote); their timed loops still never overlap on one device,
+    because the sandbox holds the device lock exclusively while timing (sandbox.devlock), so
+    only compiles, torch.compile builds and correctness trials run side by side."""
+    if jobs <= 1:
+        for i, args in enumerate(arg_lists):
+            yield i, fn(*args)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(fn, *args): i for i, args in enumerate(arg_lists)}
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
 
 
 def _any_baseline(evals: list[EvaluationEvent], key: str) -> float | None:

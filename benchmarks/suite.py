@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.builtin import BuiltinPolicy
-from benchmarks.runner import TaskOutcome, environment, geomean, median, run_task, task_paths
+from benchmarks.runner import TaskOutcome, environment, geomean, median, run_parallel, run_task, task_paths
 
 
 def summarise(rows: list[TaskOutcome]) -> dict[str, Any]:
@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="skip the profile of the best candidate")
     ap.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile")
     ap.add_argument("--preset", default="default")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="tasks run side by side (timed loops still take the device one at a time)")
     args = ap.parse_args(argv)
     shrink = args.shrink or (16 if args.backend == "cpu" else 1)
     options: dict[str, Any] = {"preset": args.preset}
@@ -80,20 +82,27 @@ def main(argv: list[str] | None = None) -> int:
         options["compile_baseline"] = False
     env = environment(args.backend)
     rows: list[TaskOutcome] = []
-    for path in task_paths(args.tasks):
-        pol = BuiltinPolicy(profile_best=not args.no_profile, max_variants=args.max_variants)
-        out, _ = run_task(path, args.backend, options, pol, args.max_turns, shrink)
+    work = [(path, args.backend, options, not args.no_profile, args.max_variants, args.max_turns, shrink)
+            for path in task_paths(args.tasks)]
+    for _, out in run_parallel(_one, work, args.jobs):
         rows.append(out)
         print(f"{out.name:<28} correct={out.correct} reward={out.reward} vs_eager={_f(out.speedup_vs_eager)} "
               f"vs_compile={_f(out.speedup_vs_compile)} ({out.turns} turns, {out.seconds:.0f} s)", flush=True)
         if args.out:  # keep partial results if a long run is interrupted
             _write(args.out, rows, env, shrink)
+    rows.sort(key=lambda r: r.name)
     summary = summarise(rows)
     print()
     print(format_table(rows, summary, env))
     if args.out:
         _write(args.out, rows, env, shrink)
     return 0
+
+
+def _one(path: Path, backend: str, options: dict[str, Any], profile: bool, max_variants: int, max_turns: int,
+         shrink: int) -> TaskOutcome:
+    pol = BuiltinPolicy(profile_best=profile, max_variants=max_variants)
+    return run_task(path, backend, options, pol, max_turns, shrink)[0]
 
 
 def _write(path: str, rows: list[TaskOutcome], env: dict[str, Any], shrink: int) -> None:

@@ -96,6 +96,7 @@ class EvalOptions:
     rtol: float | None = None  # override the preset for every dtype
     atol: float | None = None
     profile: bool = False  # per-kernel table and roofline (profile_candidate sets it)
+    device_lock: bool = True  # timed loops hold the device exclusively (sandbox.devlock), so evaluations can share it
 
     def validate(self) -> None:
         if self.backend not in BACKENDS:

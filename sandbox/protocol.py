@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import audit, cache
+from . import audit, cache, devlock
 from .build import Artifacts, build
 from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge
 from .compare import compare_outputs
@@ -92,6 +92,7 @@ def _child_env(options: EvalOptions, backend: str) -> dict[str, str]:
 def _opts_msg(options: EvalOptions) -> dict:
     d = options.to_dict()
     d["_threads"] = options.threads()
+    d["_lock_dir"] = devlock.prepare_dir() if options.device_lock else None
     return d
 
 

@@ -42,8 +42,11 @@ def summarize(times_ms: Sequence[float]) -> dict[str, float]:
 
 
 class Timer:
-    def __init__(self, device: str):
+    def __init__(self, device: str, lock: Any = None):
+        """`lock`: a sandbox.devlock.DeviceLock, held exclusively for each whole run (warm-up
+        included), so no other evaluation's work shares the device with a timed call."""
         self.device = device
+        self.lock = lock
         self._flush_buf = None
         if device == "cuda":
             import torch
@@ -82,6 +85,21 @@ class Timer:
         after_call: Callable[[Any, int], None] | None = None,
     ) -> tuple[dict[str, float], float]:
         """Returns (stats, wall seconds of the timed phase)."""
+        if self.lock is not None:
+            with self.lock.exclusive():
+                return self._run(fn, input_sets, budget_s, min_calls, max_calls, warmup, after_call)
+        return self._run(fn, input_sets, budget_s, min_calls, max_calls, warmup, after_call)
+
+    def _run(
+        self,
+        fn: Callable[..., Any],
+        input_sets: Sequence[Sequence[Any]],
+        budget_s: float,
+        min_calls: int,
+        max_calls: int,
+        warmup: int,
+        after_call: Callable[[Any, int], None] | None,
+    ) -> tuple[dict[str, float], float]:
         k = len(input_sets)
         warm_ms = []
         for i in range(max(warmup, k)):

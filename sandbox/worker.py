@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import channel
+from .devlock import NO_LOCK, DeviceLock, device_lock_name
 
 WORKDIR = Path(".")
 FD_IN = 0
@@ -64,11 +65,20 @@ def setup_process(options: dict, backend: str) -> str:
     torch.backends.cuda.matmul.allow_tf32 = allow
     torch.backends.cudnn.allow_tf32 = allow
     torch.set_float32_matmul_precision("high" if allow else "highest")
+    device = "cpu"
     if backend == "cuda":
         torch.cuda.init()
         torch.cuda.set_device(0)
-        return "cuda"
-    return "cpu"
+        device = "cuda"
+    global LOCK
+    if options.get("_lock_dir"):
+        LOCK = DeviceLock(device_lock_name(device), options["_lock_dir"])
+    return device
+
+
+# The device lock (sandbox.devlock): shared while this child works on a command, exclusive in
+# timing loops, released while it waits for the parent.
+LOCK: Any = NO_LOCK
 
 
 def sync(device: str) -> None:
@@ -128,6 +138,8 @@ def role_reference() -> None:
     trace("reference: got setup")
     options, backend, seeds = msg["options"], msg["backend"], msg["seeds"]
     device = setup_process(options, backend)
+    held = LOCK.shared()
+    held.__enter__()  # released before the reply below; error paths end the process (and the lock)
     trace("reference: process set up")
     roots = [str(WORKDIR) + "/"]
     task_path = WORKDIR / "task.py"
@@ -237,6 +249,7 @@ def role_reference() -> None:
         send(_error("task", exc, roots, "the reference failed while preparing trials: "))
         return
 
+    held.__exit__(None, None, None)
     send({"ok": True, "variants": variants, "trials": trials, "timing_sets": timing_sets, "fingerprints": fingerprints, "notes": notes, "roofline": roof,
           "device_name": _device_name(device)})
     del trials, variants
@@ -249,8 +262,9 @@ def role_reference() -> None:
         if cmd["cmd"] == "exit":
             return
         if cmd["cmd"] == "baseline":
-            timer = timer or Timer(device)
-            sets = [to_device(s["inputs"], device) for s in timing_sets]
+            timer = timer or Timer(device, LOCK)
+            with LOCK.shared():
+                sets = [to_device(s["inputs"], device) for s in timing_sets]
             result: dict[str, Any] = {"eager": None, "compile": None, "compile_error": None}
             eager_fn = _no_grad(base)
             result["eager"], result["eager_wall"] = timer.run(eager_fn, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
@@ -258,6 +272,9 @@ def role_reference() -> None:
                 try:
                     _configure_inductor()
                     compiled = torch.compile(base)
+                    with LOCK.shared(), torch.no_grad():  # the first call compiles: minutes of CPU, not timed
+                        compiled(*sets[0])
+                        sync(device)
                     result["compile"], _ = timer.run(_no_grad(compiled), sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], max(cmd["warmup"], 3), _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
                 except BaseException as exc:
                     result["compile_error"], result["compile_infra"] = _compile_failure(exc)
@@ -441,7 +458,7 @@ def _measure_ceilings(device: str, dtype_name: str = "float32") -> dict:
 
     from .timing import Timer
 
-    timer = Timer(device)
+    timer = Timer(device, LOCK)
     n = (256 << 20) // 4 if device == "cuda" else (64 << 20) // 4
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
@@ -484,6 +501,8 @@ def role_candidate() -> None:
     trace("candidate: got setup")
     options, backend = msg["options"], msg["backend"]
     device = setup_process(options, backend)
+    held = LOCK.shared()
+    held.__enter__()  # released before the "ready" reply; error paths end the process
     cand_dir = WORKDIR / "cand"
     roots = [str(cand_dir) + "/"]
     if msg.get("library"):
@@ -536,6 +555,7 @@ def role_candidate() -> None:
         return
     _prewarm(audit, device)
     trace("candidate: ready")
+    held.__exit__(None, None, None)
     send({"ok": True, "stage": "ready"})
     findings: list[tuple[str, str]] = [(k, f"at import: {t}") for k, t in integrity.check()]
     integrity = audit.Integrity() if findings else integrity
@@ -545,6 +565,8 @@ def role_candidate() -> None:
         if cmd["cmd"] == "exit":
             return
         if cmd["cmd"] == "trials":
+            held = LOCK.shared()
+            held.__enter__()
             results, ops, calls_per_forward = [], {}, []
             for i, trial in enumerate(cmd["trials"]):
                 send({"type": "progress", "trial": i + 1, "of": len(cmd["trials"])})
@@ -599,13 +621,16 @@ def role_candidate() -> None:
                 results.append({"spec": spec, "outputs": [to_cpu(x) if isinstance(x, torch.Tensor) else x for x in leaves], "checks": checks})
             found = integrity.check()
             findings.extend(found)
+            held.__exit__(None, None, None)
             send({"type": "trials", "results": results, "ops": ops, "custom_calls": custom_calls(),
                   "calls_per_forward": calls_per_forward, "findings": findings})
             findings = []
         elif cmd["cmd"] == "time":
             send(_time_candidate(cmd, model_for(0), device, custom_calls, integrity, Timer, to_device))
         elif cmd["cmd"] == "profile":
-            send(_profile(cmd, model_for(0), device, to_device))
+            with LOCK.exclusive():  # per-kernel times, undisturbed
+                prof = _profile(cmd, model_for(0), device, to_device)
+            send(prof)
 
 
 def _prewarm(audit: Any, device: str) -> None:
@@ -628,7 +653,8 @@ def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integ
 
     from .harness import fingerprint, fingerprint_weights, flatten
 
-    sets = [to_device(s, device) for s in cmd["sets"]]
+    with LOCK.shared():
+        sets = [to_device(s, device) for s in cmd["sets"]]
     weights = fingerprint_weights([tuple(s) if s is not None else None for s in cmd["shapes"]], cmd["fingerprint_seed"], device)
     prints: list[tuple[int, float]] = []
 
@@ -639,8 +665,9 @@ def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integ
 
     kernels: list[str] = []
     if device == "cuda":
-        kernels = _cuda_kernel_names(model, sets[0])
-    timer = Timer(device)
+        with LOCK.shared():
+            kernels = _cuda_kernel_names(model, sets[0])
+    timer = Timer(device, LOCK)
     calls0 = sum(custom_calls().values())
     forward = _no_grad(model)
     try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call on the device machine (results go in docs/benchmarks.md).
 # Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests bench cases suite)
+# One device call runs at most 10 minutes: `probe tests cases`, then `suite`, then `bench`.
 # The device tool returns at most 8 files from $OUT, so logs and case-study fixtures come back as
 # two archives next to summary.txt (printed last) and suite.json.
 set -u
@@ -17,11 +18,13 @@ run_stage() {  # name, timeout seconds, command...
   note "$(printf '%-6s rc=%-4s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -n 1 "$WORK/logs/$name.log" | cut -c1-150)")"
 }
 for s in $stages; do case $s in
-  probe) run_stage probe 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nvcc --version | tail -2' ;;
-  tests) run_stage tests 420 python3 -m pytest -m gpu tests/sandbox tests/agent -q -p no:cacheprovider ;;
-  bench) run_stage bench 300 python3 -m sandbox bench --backend cuda ;;
-  cases) run_stage cases 420 python3 -m benchmarks.case_studies --backend cuda --out "$WORK/cases" ;;
-  suite) run_stage suite 540 python3 -m benchmarks.suite --backend cuda --out "$OUT/suite.json" ;;
+  probe) run_stage probe 30 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nvcc --version | tail -2' ;;
+  # the case studies run in the `cases` stage (tests/agent/builtin/test_gpu_case_studies.py is the
+  # same five runs with assertions, marked slow: run it on its own when there is device time)
+  tests) run_stage tests 280 python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -q -rfE --tb=short -p no:cacheprovider ;;
+  bench) run_stage bench 280 python3 -m sandbox bench --backend cuda ;;
+  cases) run_stage cases 270 python3 -m benchmarks.case_studies --backend cuda --jobs 5 --out "$WORK/cases" ;;
+  suite) run_stage suite 560 python3 -m benchmarks.suite --backend cuda --jobs 8 --out "$OUT/suite.json" ;;
 esac; done
 tar czf "$OUT/logs.tgz" -C "$WORK" logs
 tar czf "$OUT/cases.tgz" -C "$WORK" cases   # unpack into webapp/jobs/fixtures/gallery (json) and docs/case-studies (md)

@@ -1,0 +1,123 @@
+"""A host-wide reader-writer lock per device, so evaluations can share one GPU (or the CPU)
+without disturbing each other's timings.
+
+Timing loops (eager, torch.compile and candidate) hold the device EXCLUSIVELY; every other use
+of the device by an evaluation child (reference trials, the candidate's correctness trials,
+model set-up, the torch.compile warm-up call, the profiler) holds it SHARED. So compiles and
+correctness checks of several evaluations overlap freely, while no timed call ever runs next to
+another evaluation's work. A child holds the lock only while it works on a command, never while
+it waits for the parent, so one evaluation's idle reference child cannot block the timing of
+its own candidate.
+
+The lock is flock(2) on a file under /tmp/kernelwright-locks (one per GPU UUID, or "cpu"):
+children run under throwaway uids, so the folder is world-writable with the sticky bit and a
+file is opened read-only (flock works on any open file). Processes outside Kernelwright are not
+covered; a candidate that releases or takes the lock itself can only spoil its own timing or
+hold up others until its wall-time limit kills it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+
+LOCK_DIR = "/tmp/kernelwright-locks"
+
+
+def prepare_dir(path: str = LOCK_DIR) -> str:
+    """Create the lock folder (called by the parent, which may be root, before any child runs)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        if os.stat(path).st_uid == os.geteuid():
+            os.chmod(path, 0o1777)
+    except OSError:
+        pass
+    return path
+
+
+def _open(path: str) -> int | None:
+    # no O_CREAT on an existing file: with fs.protected_regular even root may not O_CREAT-open a
+    # file that another uid owns in a sticky folder
+    for _ in range(3):
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            pass
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            os.fchmod(fd, 0o644)
+            return fd
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+    return None
+
+
+class DeviceLock:
+    """shared() / exclusive() context managers; a no-op when the lock file cannot be opened
+    (the evaluation then runs as before, unprotected, and `available` says so)."""
+
+    def __init__(self, name: str, folder: str = LOCK_DIR):
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "device"
+        self.path = os.path.join(folder, f"{safe}.lock")
+        self._fd = _open(self.path)
+        self._held: int | None = None
+
+    @property
+    def available(self) -> bool:
+        return self._fd is not None
+
+    @contextlib.contextmanager
+    def _hold(self, mode: int) -> Iterator[None]:
+        if self._fd is None or self._held is not None:
+            if self._held == fcntl.LOCK_SH and mode == fcntl.LOCK_EX:
+                raise RuntimeError("DeviceLock: exclusive requested while holding it shared")
+            yield
+            return
+        while True:
+            try:
+                fcntl.flock(self._fd, mode)
+                break
+            except OSError as exc:
+                if exc.errno != errno.EINTR:
+                    raise
+        self._held = mode
+        try:
+            yield
+        finally:
+            self._held = None
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def shared(self) -> contextlib.AbstractContextManager[None]:
+        return self._hold(fcntl.LOCK_SH)
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return self._hold(fcntl.LOCK_EX)
+
+
+def device_lock_name(device: str) -> str:
+    """The GPU's UUID (stable across CUDA_VISIBLE_DEVICES renumbering), or 'cpu'."""
+    if device != "cuda":
+        return "cpu"
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    uuid = getattr(props, "uuid", None)
+    return f"gpu-{uuid}" if uuid else f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}-{torch.cuda.current_device()}"
+
+
+class _NoLock:
+    available = False
+
+    def shared(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+NO_LOCK = _NoLock()

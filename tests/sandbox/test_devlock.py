@@ -1,0 +1,102 @@
+"""The device lock: timing (exclusive) never overlaps other evaluations' work (shared), and
+shared holders overlap each other. Real processes, real flock."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+
+import pytest
+
+from sandbox.devlock import DeviceLock, prepare_dir
+
+
+def _hold(folder: str, mode: str, seconds: float, log: str) -> None:
+    lock = DeviceLock("testdev", folder)
+    with getattr(lock, mode)():
+        t0 = time.time()
+        time.sleep(seconds)
+        t1 = time.time()
+    with open(log, "a") as f:
+        f.write(f"{mode} {t0} {t1}\n")
+
+
+def _intervals(log: str) -> list[tuple[str, float, float]]:
+    rows = [line.split() for line in open(log).read().splitlines()]
+    return [(m, float(a), float(b)) for m, a, b in rows]
+
+
+def _run(folder: str, log: str, modes: list[str], seconds: float = 0.3) -> list[tuple[str, float, float]]:
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_hold, args=(folder, m, seconds, log)) for m in modes]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(20)
+        assert p.exitcode == 0
+    return _intervals(log)
+
+
+def test_exclusive_holders_never_overlap_anyone(tmp_path):
+    folder = prepare_dir(str(tmp_path / "locks"))
+    rows = _run(folder, str(tmp_path / "log"), ["exclusive", "shared", "exclusive", "shared"])
+    assert len(rows) == 4
+    for i, (m1, a1, b1) in enumerate(rows):
+        for m2, a2, b2 in rows[i + 1:]:
+            if "exclusive" in (m1, m2):
+                assert b1 <= a2 + 1e-3 or b2 <= a1 + 1e-3, rows
+
+
+def test_shared_holders_overlap(tmp_path):
+    folder = prepare_dir(str(tmp_path / "locks"))
+    t0 = time.time()
+    rows = _run(folder, str(tmp_path / "log"), ["shared"] * 3, seconds=1.0)
+    # three 1 s holders at once finish well before 3 s (serialised they could not)
+    assert max(b for _, _, b in rows) - t0 < 2.5, rows
+
+
+def test_exclusive_inside_shared_is_refused(tmp_path):
+    lock = DeviceLock("x", prepare_dir(str(tmp_path / "locks")))
+    assert lock.available
+    with lock.shared(), pytest.raises(RuntimeError):
+        with lock.exclusive():
+            pass
+
+
+def test_unusable_folder_degrades_to_no_lock(tmp_path):
+    lock = DeviceLock("x", str(tmp_path / "missing" / "deeper"))
+    assert not lock.available
+    with lock.exclusive():
+        pass
+    assert os.path.exists(str(tmp_path / "missing")) is False
+
+
+def test_an_evaluation_times_only_while_no_one_else_holds_the_device(quick):
+    """The test holds the CPU's lock exclusively (as another evaluation's timing would): the
+    evaluation finishes its correctness trials but cannot start timing until it is released."""
+    import threading
+
+    from sandbox import evaluate
+    from sandbox.schema import Status
+    from tests.sandbox.helpers import candidate, task
+
+    opts = quick()
+    evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)  # baseline cached, zygote warm
+    lock = DeviceLock("cpu", prepare_dir())
+    assert lock.available
+    done: dict = {}
+
+    def go() -> None:
+        done["res"] = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
+        done["at"] = time.time()
+
+    with lock.exclusive():
+        t = threading.Thread(target=go)
+        t.start()
+        t.join(3.0)
+        assert t.is_alive(), "the evaluation finished while the device was held exclusively elsewhere"
+        released = time.time()
+    t.join(120)
+    assert done["res"].status == Status.OK, done["res"].reasons
+    assert done["at"] >= released
