@@ -250,3 +250,22 @@ def test_long_jobs_fold_older_turns_and_serve_them_on_demand(client, owner):
     one = client.get(f"/jobs/{job.pk}/turns/3/html").content.decode()
     assert 'id="turn-3"' in one and "data-stub" not in one and "&lt;script&gt;" in one
     assert client.get(f"/jobs/{job.pk}/turns/999/html").status_code == 404
+
+
+def test_bundled_gallery_holds_the_five_h200_case_studies():
+    """The fixtures are the policy's own runs on the H200 (python -m benchmarks.case_studies),
+    every turn kept, with the device, date and torch version in their meta block."""
+    from benchmarks.case_studies import CASES
+    from webapp.jobs.management.commands.load_gallery import DEFAULT_DIR
+
+    metas = {p.stem: json.loads(p.read_text())["meta"] for p in DEFAULT_DIR.glob("*.json")}
+    assert sorted(metas) == sorted(CASES)
+    for meta in metas.values():
+        assert "H200" in meta["device"] and meta["backend"] == "cuda" and meta["torch"] and meta["date"]
+    call_command("load_gallery")
+    jobs = Job.objects.filter(gallery=True)
+    assert jobs.count() == 5 and all(j.turns.count() >= 6 for j in jobs)
+    page = Client().get("/gallery/").content.decode()
+    for j in jobs:
+        assert j.name in page
+        assert Client().get(f"/jobs/{j.pk}/").status_code == 200

@@ -90,14 +90,17 @@ def reward_class(reward: Any) -> str:
 
 
 @register.filter
-def long_args(arguments: Any) -> list[tuple[str, str, bool]]:
-    """Tool-call arguments -> (name, text, is_long): long texts (file contents) go in a <details>."""
+def long_args(arguments: Any) -> list[tuple[str, str, bool, str | None]]:
+    """Tool-call arguments -> (name, text, is_long, path): long texts (file contents) go in a
+    <details>, highlighted by the call's `path` argument when it has one (a filter argument that
+    does not resolve would make the template raise, so the path travels in the tuple)."""
     if not isinstance(arguments, dict):
-        return [("arguments", str(arguments), False)]
+        return [("arguments", str(arguments), False, None)]
+    path = arguments.get("path") if isinstance(arguments.get("path"), str) else None
     out = []
     for k, v in arguments.items():
         text = v if isinstance(v, str) else json.dumps(v, default=str)
-        out.append((k, text, "\n" in text or len(text) > 120))
+        out.append((k, text, "\n" in text or len(text) > 120, path))
     return out
 
 
