@@ -358,6 +358,8 @@ class Child:
         self.uid = uid
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
+        channel.widen_pipe(p2c_w)
+        channel.widen_pipe(c2p_w)
         repo_root = str(Path(__file__).resolve().parent.parent)
         env = scrubbed_env(
             {

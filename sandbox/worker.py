@@ -182,6 +182,7 @@ def role_reference() -> None:
         base = make_model(base_init, seeds["weights"])
         stage = "inputs"
         variants = [{"init_inputs": base_init, "state_dict": state(base), "kind": "base"}]
+        models = [base]  # per variant, for the float64 recomputation ("exact")
         trials: list[dict] = []
         notes: list[str] = []
         first_inputs = make_inputs(seeds["random"][0])
@@ -205,6 +206,7 @@ def role_reference() -> None:
             else:
                 other = make_model(base_init, seeds["reinit"])
                 variants.append({"init_inputs": base_init, "state_dict": state(other), "kind": "reinit"})
+                models.append(other)
                 inputs = make_inputs(seeds["reinit_inputs"])
                 spec, leaves = run(other, inputs)
                 trials.append({"kind": "reinit", "variant": len(variants) - 1, "inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
@@ -227,6 +229,7 @@ def role_reference() -> None:
             else:
                 init, model, inputs, spec, leaves, changed = shaped
                 variants.append({"init_inputs": init, "state_dict": state(model), "kind": "shape"})
+                models.append(model)
                 trials.append({"kind": "shape", "variant": len(variants) - 1, "inputs": to_cpu(inputs), "spec": spec,
                                "expected": to_cpu(leaves), "note": changed})
 
@@ -280,8 +283,27 @@ def role_reference() -> None:
                     result["compile_error"], result["compile_infra"] = _compile_failure(exc)
             result["clock"] = timer.clock
             send(result)
+        elif cmd["cmd"] == "exact":
+            with LOCK.shared():
+                send(_exact(models[cmd["variant"]], cmd["inputs"], device, to_device, run))
         elif cmd["cmd"] == "ceilings":
             send(_measure_ceilings(device, cmd.get("dtype", "float32")))
+
+
+def _exact(model: Any, inputs: list, device: str, to_device: Any, run: Any) -> dict:
+    """The task's outputs computed in float64 (a copy of the model and the trial's inputs cast
+    up), to tell a candidate that is more exact than the float32 reference from a wrong one."""
+    import copy
+
+    import torch
+
+    try:
+        m = copy.deepcopy(model).double()
+        xs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in to_device(inputs, device)]
+        _, leaves = run(m, xs)
+        return {"ok": True, "outputs": [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in leaves]}
+    except BaseException as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
 
 
 def _configure_inductor() -> None:
