@@ -248,13 +248,17 @@ def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions,
     if first.status.value != "ok":
         print("  reasons:", first.reasons[:2])
         return
-    durations, medians = [], []
+    durations, medians, phases = [], [], {}
     for _ in range(evals):
         t0 = time.perf_counter()
         res = evaluate(task, files, opts)
         durations.append(time.perf_counter() - t0)
         medians.append(res.timing.candidate.median_ms if res.timing.candidate else float("nan"))
+        for k, v in res.phases_s.items():
+            phases.setdefault(k, []).append(v)
     per = statistics.median(durations)
+    print("where an evaluation's time goes (median s per step): " + ", ".join(
+        f"{k} {statistics.median(v):.2f}" for k, v in phases.items() if k != "done"))
     print(f"evaluations (correctness {len(res.trials)} trials + timing, compile and baselines cached): median {per:.2f} s each "
           f"-> {60 / per:.1f} per minute (target >= 20 per GPU-minute on ~1 ms tasks)")
     print(f"candidate median {statistics.median(medians):.4f} ms; eager {res.timing.eager.median_ms:.4f} ms; status {res.status.value}")

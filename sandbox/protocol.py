@@ -197,7 +197,12 @@ def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | Non
     res = EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, backend=backend, torch_version=_torch_version(),
                      task_hash=cache.sha256_text(task_source), candidate_hash=cache.files_hash(files), options=options.to_dict())
 
+    clock = {"step": "setup", "at": started}
+
     def progress(step: str, detail: dict | None = None) -> None:
+        now = time.perf_counter()
+        res.phases_s[clock["step"]] = res.phases_s.get(clock["step"], 0.0) + (now - clock["at"])
+        clock["step"], clock["at"] = step, now
         if on_progress is not None:
             try:
                 on_progress(step, detail or {})

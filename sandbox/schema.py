@@ -139,6 +139,7 @@ class EvalResult:
     profile: list[ProfileRow] = field(default_factory=list)
     roofline: Roofline | None = None
     duration_s: float = 0.0
+    phases_s: dict[str, float] = field(default_factory=dict)  # wall seconds per protocol step (where an evaluation's time goes)
 
     @property
     def correct(self) -> bool:
