@@ -12,10 +12,12 @@ import pytest
 from sandbox.devlock import DeviceLock, prepare_dir
 
 
-def _hold(folder: str, mode: str, seconds: float, log: str) -> None:
+def _hold(folder: str, mode: str, seconds: float, log: str, barrier=None) -> None:
     lock = DeviceLock("testdev", folder)
     with getattr(lock, mode)():
         t0 = time.time()
+        if barrier is not None:
+            barrier.wait(30)  # only passes if every holder holds the lock at the same time
         time.sleep(seconds)
         t1 = time.time()
     with open(log, "a") as f:
@@ -27,13 +29,15 @@ def _intervals(log: str) -> list[tuple[str, float, float]]:
     return [(m, float(a), float(b)) for m, a, b in rows]
 
 
-def _run(folder: str, log: str, modes: list[str], seconds: float = 0.3) -> list[tuple[str, float, float]]:
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_hold, args=(folder, m, seconds, log)) for m in modes]
+def _run(folder: str, log: str, modes: list[str], seconds: float = 0.3, together: bool = False) -> list[tuple[str, float, float]]:
+    # spawn, not fork: the test process has threads (a fork could inherit a held lock)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(modes)) if together else None
+    procs = [ctx.Process(target=_hold, args=(folder, m, seconds, log, barrier)) for m in modes]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(20)
+        p.join(60)
         assert p.exitcode == 0
     return _intervals(log)
 
@@ -50,10 +54,10 @@ def test_exclusive_holders_never_overlap_anyone(tmp_path):
 
 def test_shared_holders_overlap(tmp_path):
     folder = prepare_dir(str(tmp_path / "locks"))
-    t0 = time.time()
-    rows = _run(folder, str(tmp_path / "log"), ["shared"] * 3, seconds=1.0)
-    # three 1 s holders at once finish well before 3 s (serialised they could not)
-    assert max(b for _, _, b in rows) - t0 < 2.5, rows
+    # the holders meet at a barrier while holding the lock: were it exclusive, the barrier would
+    # time out and the holders exit non-zero
+    rows = _run(folder, str(tmp_path / "log"), ["shared"] * 3, seconds=0.1, together=True)
+    assert len(rows) == 3
 
 
 def test_exclusive_inside_shared_is_refused(tmp_path):
