@@ -18,180 +18,7 @@ from pathlib import Path
 
 from . import compile_candidate, evaluate
 from .options import EvalOptions, cuda_present
-
-CPU_KERNEL = """#include <cmath>
-#include <cstdint>
-// variant %d
-extern "C" int softmax_rows(const float* x, float* out, int64_t rows, int64_t cols, void* stream) {
-    #pragma omp parallel for
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * cols;
-        float* o = out + r * cols;
-        float m = -INFINITY;
-        for (int64_t c = 0; c < cols; ++c) m = xr[c] > m ? xr[c] : m;
-        double s = 0;
-        for (int64_t c = 0; c < cols; ++c) { o[c] = std::exp(xr[c] - m); s += o[c]; }
-        const float inv = 1.0f / (float)s;
-        for (int64_t c = 0; c < cols; ++c) o[c] *= inv;
-    }
-    return 0;
-}
-"""
-
-CUDA_KERNEL = """#include <cmath>
-#include <cstdint>
-#include <cuda_runtime.h>
-// variant %d
-__global__ void softmax_rows_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t cols) {
-    extern __shared__ float red[];
-    const float* xr = x + blockIdx.x * cols;
-    float* o = out + blockIdx.x * cols;
-    float m = -INFINITY;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, xr[c]);
-    red[threadIdx.x] = m;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
-        __syncthreads();
-    }
-    m = red[0];
-    __syncthreads();
-    float sum = 0.f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += expf(xr[c] - m);
-    red[threadIdx.x] = sum;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    const float inv = 1.f / red[0];
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = expf(xr[c] - m) * inv;
-}
-extern "C" int softmax_rows(const float* x, float* out, int64_t rows, int64_t cols, void* stream) {
-    softmax_rows_kernel<<<(unsigned)rows, 256, 256 * sizeof(float), (cudaStream_t)stream>>>(x, out, cols);
-    return (int)cudaGetLastError();
-}
-"""
-
-MODEL_NEW = """import torch
-import torch.nn as nn
-
-import kwrt
-
-lib = kwrt.load()
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        out = torch.empty_like(x)
-        lib.softmax_rows(x, out, x.shape[0], x.shape[1], kwrt.stream())
-        return out
-"""
-
-TASK = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.softmax(x, dim=1)
-
-
-rows = %d
-cols = %d
-
-
-def get_inputs():
-    return [torch.randn(rows, cols)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-# A ~1 ms task on the H200 (2048x4096 @ 4096x4096 fp32, TF32 off: 69 GFLOP at ~51 TFLOP/s):
-# the size the issue's throughput and repeatability targets are stated for. The candidate is
-# what an agent writes for it: the library GEMM plus one fused bias + ReLU kernel.
-LINEAR_TASK = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, fin, fout):
-        super().__init__()
-        self.proj = nn.Linear(fin, fout)
-
-    def forward(self, x):
-        return torch.relu(self.proj(x))
-
-
-batch = %d
-fin = %d
-fout = %d
-
-
-def get_inputs():
-    return [torch.randn(batch, fin)]
-
-
-def get_init_inputs():
-    return [fin, fout]
-"""
-
-LINEAR_MODEL_NEW = """import torch
-import torch.nn as nn
-
-import kwrt
-
-lib = kwrt.load()
-
-
-class ModelNew(nn.Module):
-    def __init__(self, fin, fout):
-        super().__init__()
-        self.proj = nn.Linear(fin, fout)
-
-    def forward(self, x):
-        h = torch.mm(x, self.proj.weight.t())  # library GEMM (cuBLAS), allowed under torch-ops=forbid
-        out = torch.empty_like(h)
-        lib.bias_relu(h, self.proj.bias, out, h.shape[0], h.shape[1], kwrt.stream())
-        return out
-"""
-
-LINEAR_CUDA = """#include <cstdint>
-#include <cuda_runtime.h>
-// fuses: + bias, relu
-__global__ void bias_relu_kernel(const float* h, const float* b, float* out, int64_t rows, int64_t cols) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i < rows * cols) { float v = h[i] + b[i % cols]; out[i] = v > 0.f ? v : 0.f; }
-}
-extern "C" int bias_relu(const float* h, const float* b, float* out, int64_t rows, int64_t cols, void* stream) {
-    int64_t n = rows * cols;
-    bias_relu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(h, b, out, rows, cols);
-    return (int)cudaGetLastError();
-}
-"""
-
-LINEAR_CPU = """#include <cstdint>
-extern "C" int bias_relu(const float* h, const float* b, float* out, int64_t rows, int64_t cols, void* stream) {
-    #pragma omp parallel for
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) { float v = h[r * cols + c] + b[c]; out[r * cols + c] = v > 0.f ? v : 0.f; }
-    return 0;
-}
-"""
-
-
-def linear_workspace(backend: str) -> dict[str, str]:
-    ext = "cu" if backend == "cuda" else "cpp"
-    return {"model_new.py": LINEAR_MODEL_NEW, f"kernels/bias_relu.{ext}": LINEAR_CUDA if backend == "cuda" else LINEAR_CPU}
-
-
-def workspace(backend: str, variant: int) -> dict[str, str]:
-    if backend == "cuda":
-        return {"model_new.py": MODEL_NEW, "kernels/softmax.cu": CUDA_KERNEL % variant}
-    return {"model_new.py": MODEL_NEW, "kernels/softmax.cpp": CPU_KERNEL % variant}
+from .workloads import linear_relu_candidate, linear_relu_task, softmax_candidate, softmax_task
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,13 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     # compile
     times = []
     for v in range(5):
-        res = compile_candidate(workspace(backend, v), opts)
+        res = compile_candidate(softmax_candidate(v, backend), opts)
         assert res.ok, res.log
         times.append(res.seconds)
     hit = []
     for _ in range(5):
         t0 = time.perf_counter()
-        res = compile_candidate(workspace(backend, 0), opts)
+        res = compile_candidate(softmax_candidate(0, backend), opts)
         hit.append(time.perf_counter() - t0)
         assert res.cached
     print(f"compile fast path ({res.mode}): median {statistics.median(times):.2f} s over 5 distinct candidates "
@@ -230,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     # throughput and repeatability: the row softmax (small, memory-bound) and the ~1 ms linear layer
     rows, cols = (args.rows, args.cols) if args.rows else ((4096, 4096) if backend == "cuda" else (1024, 1024))
     shapes = (2048, 4096, 4096) if backend == "cuda" else (256, 512, 512)
-    cases = [(f"row softmax {rows}x{cols} fp32 ({rows * cols * 4 / 1e6:.0f} MB per tensor)", TASK % (rows, cols), workspace(backend, 0)),
+    cases = [(f"row softmax {rows}x{cols} fp32 ({rows * cols * 4 / 1e6:.0f} MB per tensor)", softmax_task(rows, cols), softmax_candidate(0, backend)),
              (f"linear + relu {shapes[0]}x{shapes[1]} @ {shapes[2]}x{shapes[1]} fp32 (library GEMM + fused epilogue kernel)",
-              LINEAR_TASK % shapes, linear_workspace(backend))]
+              linear_relu_task(*shapes), linear_relu_candidate(backend))]
     for label, task, files in cases:
         _throughput(label, task, files, opts, args.evals, backend)
     return 0

@@ -33,105 +33,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sandbox.workloads import softmax_candidate
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The workload's task: the row softmax the agent's scripted runs use (KernelBench format),
 # small enough for quick CPU runs.
 TASK_SOURCE = (ROOT / "agent" / "testing" / "fixtures" / "tasks" / "row_softmax_small.py").read_text()
-
-MODEL_NEW = '''\
-import torch
-import torch.nn as nn
-import kwrt
-
-lib = kwrt.load()
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        rows, cols = x.shape
-        out = torch.empty_like(x)
-        lib.softmax_rows(x, out, rows, cols, kwrt.stream())
-        return out
-'''
-
-# Fuses max, exp, sum and scale of each row (torch.softmax(x, 1)); reads x once for the max and
-# twice more, writes out once. `correct=False` drops the final scale: a wrong result the sandbox
-# must reject, so a test can tell results apart by verdict as well as by candidate hash.
-CPU_KERNEL = '''\
-// row softmax, variant {variant}
-#include <cmath>
-#include <cstdint>
-extern "C" int softmax_rows(const float* x, float* out, int64_t rows, int64_t cols, void* stream) {{
-    #pragma omp parallel for
-    for (int64_t r = 0; r < rows; ++r) {{
-        const float* xr = x + r * cols;
-        float* o = out + r * cols;
-        float m = -INFINITY;
-        for (int64_t c = 0; c < cols; ++c) m = xr[c] > m ? xr[c] : m;
-        double s = 0;
-        for (int64_t c = 0; c < cols; ++c) {{ o[c] = std::exp(xr[c] - m); s += o[c]; }}
-        const float inv = {scale};
-        for (int64_t c = 0; c < cols; ++c) o[c] *= inv;
-    }}
-    return 0;
-}}
-'''
-
-# One block per row; max and sum reduced in shared memory. Same fusion and bytes as the CPU kernel.
-CUDA_KERNEL = '''\
-// row softmax, variant {variant}
-#include <cmath>
-#include <cstdint>
-#include <cuda_runtime.h>
-
-constexpr int kThreads = 256;
-
-__global__ void softmax_rows_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t cols) {{
-    __shared__ float red[kThreads];
-    const float* xr = x + (int64_t)blockIdx.x * cols;
-    float* o = out + (int64_t)blockIdx.x * cols;
-    float m = -INFINITY;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, xr[c]);
-    red[threadIdx.x] = m;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {{
-        if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
-        __syncthreads();
-    }}
-    m = red[0];
-    __syncthreads();
-    float sum = 0.f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += expf(xr[c] - m);
-    red[threadIdx.x] = sum;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {{
-        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }}
-    const float s = red[0];
-    const float inv = {scale};
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) o[c] = expf(xr[c] - m) * inv;
-}}
-
-extern "C" int softmax_rows(const float* x, float* out, int64_t rows, int64_t cols, void* stream) {{
-    if (rows <= 0) return 0;
-    softmax_rows_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(x, out, cols);
-    return (int)cudaGetLastError();
-}}
-'''
-
-
-def softmax_candidate(variant: int, backend: str = "cpu", correct: bool = True) -> dict[str, str]:
-    """A candidate workspace for TASK_SOURCE; each variant has its own content hash (its own build)."""
-    if backend == "cuda":
-        kernel = CUDA_KERNEL.format(variant=variant, scale="1.0f / s" if correct else "1.0f + 0.0f * s")
-        return {"model_new.py": MODEL_NEW, "kernels/softmax.cu": kernel}
-    kernel = CPU_KERNEL.format(variant=variant, scale="1.0f / (float)s" if correct else "1.0f")
-    return {"model_new.py": MODEL_NEW, "kernels/softmax.cpp": kernel}
 
 
 def quick_options(backend: str, cache_dir: str) -> dict[str, Any]:

@@ -31,13 +31,14 @@ from django.contrib.auth.models import User
 
 from sandbox.cache import files_hash
 from sandbox.schema import Status
+from sandbox.workloads import softmax_candidate
 from tests.support.processes import ROOT
 from tests.support.redis_db import claim_redis_db
 from tests.support.stack import start_worker
 from webapp.jobs import services
 from webapp.jobs.celery_evaluator import EVALUATE_TASK, CeleryEvaluator
 from webapp.pool import TaskRun, evaluate_batch, run_table, sharing_violations, task_runs, wait_for_workers
-from webapp.pool_bench import quick_options, softmax_candidate
+from webapp.pool_bench import quick_options
 
 TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()
 GPU_NODES = ("gpu0", "gpu1")
