@@ -58,26 +58,33 @@ def _open(path: str) -> int | None:
 
 
 class DeviceLock:
-    """shared() / exclusive() context managers; a no-op when the lock file cannot be opened
-    (the evaluation then runs as before, unprotected, and `available` says so)."""
+    """acquire/release, or the shared() / exclusive() context managers. A lock without a file
+    (name None, or a folder it cannot open) does nothing, and `available` says so: the
+    evaluation then runs as before, unprotected. Not re-entrant: a nested request while held
+    does nothing, except exclusive inside shared, which is refused."""
 
-    def __init__(self, name: str, folder: str = LOCK_DIR):
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "device"
-        self.path = os.path.join(folder, f"{safe}.lock")
-        self._fd = _open(self.path)
+    def __init__(self, name: str | None, folder: str = LOCK_DIR):
+        self.path = None
+        self._fd = None
+        if name is not None:
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "device"
+            self.path = os.path.join(folder, f"{safe}.lock")
+            self._fd = _open(self.path)
         self._held: int | None = None
 
     @property
     def available(self) -> bool:
         return self._fd is not None
 
-    @contextlib.contextmanager
-    def _hold(self, mode: int) -> Iterator[None]:
-        if self._fd is None or self._held is not None:
+    def acquire(self, exclusive: bool = False) -> bool:
+        """Take the lock; False when nothing was taken (no file, or already held)."""
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        if self._held is not None:
             if self._held == fcntl.LOCK_SH and mode == fcntl.LOCK_EX:
                 raise RuntimeError("DeviceLock: exclusive requested while holding it shared")
-            yield
-            return
+            return False
+        if self._fd is None:
+            return False
         while True:
             try:
                 fcntl.flock(self._fd, mode)
@@ -86,17 +93,27 @@ class DeviceLock:
                 if exc.errno != errno.EINTR:
                     raise
         self._held = mode
-        try:
-            yield
-        finally:
+        return True
+
+    def release(self) -> None:
+        if self._held is not None and self._fd is not None:
             self._held = None
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    @contextlib.contextmanager
+    def _hold(self, exclusive: bool) -> Iterator[None]:
+        took = self.acquire(exclusive)
+        try:
+            yield
+        finally:
+            if took:
+                self.release()
+
     def shared(self) -> contextlib.AbstractContextManager[None]:
-        return self._hold(fcntl.LOCK_SH)
+        return self._hold(False)
 
     def exclusive(self) -> contextlib.AbstractContextManager[None]:
-        return self._hold(fcntl.LOCK_EX)
+        return self._hold(True)
 
 
 def device_lock_name(device: str) -> str:
@@ -110,14 +127,4 @@ def device_lock_name(device: str) -> str:
     return f"gpu-{uuid}" if uuid else f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}-{torch.cuda.current_device()}"
 
 
-class _NoLock:
-    available = False
-
-    def shared(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-    def exclusive(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-
-NO_LOCK = _NoLock()
+NO_LOCK = DeviceLock(None)

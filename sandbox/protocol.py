@@ -197,12 +197,13 @@ def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | Non
     res = EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, backend=backend, torch_version=_torch_version(),
                      task_hash=cache.sha256_text(task_source), candidate_hash=cache.files_hash(files), options=options.to_dict())
 
-    clock = {"step": "setup", "at": started}
+    current, since = "setup", started  # the step under way, for res.phases_s
 
     def progress(step: str, detail: dict | None = None) -> None:
+        nonlocal current, since
         now = time.perf_counter()
-        res.phases_s[clock["step"]] = res.phases_s.get(clock["step"], 0.0) + (now - clock["at"])
-        clock["step"], clock["at"] = step, now
+        res.phases_s[current] = res.phases_s.get(current, 0.0) + (now - since)
+        current, since = step, now
         if on_progress is not None:
             try:
                 on_progress(step, detail or {})
@@ -300,10 +301,10 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
         if trial is not None:
             res.trials.append(TrialResult(index=trial, kind=trials[trial]["kind"], passed=False, message=msg.get("error", "")[:2000]))
         raise _Stop(Status.RUNTIME_ERROR, _user_error(msg, "candidate"))
-    rejections, incorrect = _judge_trials(msg, trials, options, res)
+    rejections, incorrect, values_only = _judge_trials(msg, trials, options, res)
     widen = 1.0  # the timed-call fingerprint bounds, in tolerance units (wider after a float64 pass)
-    if incorrect and not rejections:
-        incorrect, widen = _rejudge_against_float64(ref, trials, msg, options, res, incorrect)
+    if values_only and not rejections:
+        incorrect, widen = _rejudge_against_float64(ref, trials, values_only, msg, options, res, incorrect)
 
     # 7. audit
     _judge_audit(msg, options, backend, res, rejections)
@@ -373,9 +374,13 @@ def _candidate_artifacts(cand: Child, artifacts: Artifacts) -> dict:
     return setup
 
 
-def _judge_trials(msg: dict, trials: list[dict], options: EvalOptions, res: EvalResult) -> tuple[list[str], list[str]]:
+def _judge_trials(msg: dict, trials: list[dict], options: EvalOptions, res: EvalResult) -> tuple[list[str], list[str], list[int]]:
+    """(rejections, incorrect, values_only): the last lists the failing trials when every
+    failure is a value-only mismatch of a returned result (else it is empty)."""
     rejections: list[str] = []
     incorrect: list[str] = []
+    values_only: list[int] = []
+    other_failure = len(msg["results"]) < len(trials)
     for i, (trial, got) in enumerate(zip(trials, msg["results"], strict=False)):
         cmp = compare_outputs(trial["spec"], trial["expected"], got["spec"], got["outputs"], options)
         problems = [text for kind, text in got["checks"] if kind == "incorrect"]
@@ -391,21 +396,23 @@ def _judge_trials(msg: dict, trials: list[dict], options: EvalOptions, res: Eval
                 rejections.append(text)
         if not cmp.passed or problems:
             incorrect.append(f"trial {i + 1} ({kind}): {message}")
-            trial["_values_only"] = cmp.values_only and not problems and not rejects
+            if cmp.values_only and not problems and not rejects:
+                values_only.append(i)
+            else:
+                other_failure = True
     if len(msg["results"]) < len(trials):
         incorrect.append(f"the candidate returned {len(msg['results'])} of {len(trials)} trial results")
-    return rejections, incorrect
+    return rejections, incorrect, [] if other_failure else values_only
 
 
-def _rejudge_against_float64(ref: Child, trials: list[dict], msg: dict, options: EvalOptions, res: EvalResult,
-                             incorrect: list[str]) -> tuple[list[str], float]:
-    """Trials that failed only on values get a second look against the task in float64
-    (compare.within_reference_error). Any other failure stands, and so does the whole verdict
-    unless every failing trial passes this way."""
-    failing = [i for i, t in enumerate(res.trials) if not t.passed]
-    if not failing or not all(trials[i].get("_values_only") for i in failing):
-        return incorrect, 1.0
-    if any(str(getattr(leaf, "dtype", "")) in ("torch.float64",) for i in failing for leaf in trials[i]["expected"]):
+def _rejudge_against_float64(ref: Child, trials: list[dict], failing: list[int], msg: dict, options: EvalOptions,
+                             res: EvalResult, incorrect: list[str]) -> tuple[list[str], float]:
+    """The `failing` trials (value-only mismatches, and the only failures) get a second look
+    against the task in float64 (compare.within_reference_error); the verdict changes only if
+    every one of them passes that way. Returns (incorrect, fingerprint widening in units)."""
+    import torch
+
+    if any(isinstance(x, torch.Tensor) and x.dtype == torch.float64 for i in failing for x in trials[i]["expected"]):
         return incorrect, 1.0  # already float64: nothing more exact to compare with
     verdicts = []
     for i in failing:

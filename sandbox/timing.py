@@ -10,6 +10,7 @@ candidate's output fingerprints are taken there; the baselines run the same hook
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -85,37 +86,23 @@ class Timer:
         after_call: Callable[[Any, int], None] | None = None,
     ) -> tuple[dict[str, float], float]:
         """Returns (stats, wall seconds of the timed phase)."""
-        if self.lock is not None:
-            with self.lock.exclusive():
-                return self._run(fn, input_sets, budget_s, min_calls, max_calls, warmup, after_call)
-        return self._run(fn, input_sets, budget_s, min_calls, max_calls, warmup, after_call)
-
-    def _run(
-        self,
-        fn: Callable[..., Any],
-        input_sets: Sequence[Sequence[Any]],
-        budget_s: float,
-        min_calls: int,
-        max_calls: int,
-        warmup: int,
-        after_call: Callable[[Any, int], None] | None,
-    ) -> tuple[dict[str, float], float]:
-        k = len(input_sets)
-        warm_ms = []
-        for i in range(max(warmup, k)):
-            ms, out = self.one(fn, input_sets[i % k])
-            warm_ms.append(ms)
-            if after_call:
-                after_call(out, i % k)
-            del out
-        est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-3)
-        calls = int(min(max_calls, max(min_calls, budget_s * 1000.0 / est)))
-        times = []
-        wall0 = _perf_counter()
-        for i in range(calls):
-            ms, out = self.one(fn, input_sets[i % k])
-            times.append(ms)
-            if after_call:
-                after_call(out, i % k)
-            del out
-        return summarize(times), _perf_counter() - wall0
+        with self.lock.exclusive() if self.lock is not None else contextlib.nullcontext():
+            k = len(input_sets)
+            warm_ms = []
+            for i in range(max(warmup, k)):
+                ms, out = self.one(fn, input_sets[i % k])
+                warm_ms.append(ms)
+                if after_call:
+                    after_call(out, i % k)
+                del out
+            est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-3)
+            calls = int(min(max_calls, max(min_calls, budget_s * 1000.0 / est)))
+            times = []
+            wall0 = _perf_counter()
+            for i in range(calls):
+                ms, out = self.one(fn, input_sets[i % k])
+                times.append(ms)
+                if after_call:
+                    after_call(out, i % k)
+                del out
+            return summarize(times), _perf_counter() - wall0

@@ -138,8 +138,7 @@ def role_reference() -> None:
     trace("reference: got setup")
     options, backend, seeds = msg["options"], msg["backend"], msg["seeds"]
     device = setup_process(options, backend)
-    held = LOCK.shared()
-    held.__enter__()  # released before the reply below; error paths end the process (and the lock)
+    LOCK.acquire()  # shared; released before the reply below (error paths end the process, and the lock)
     trace("reference: process set up")
     roots = [str(WORKDIR) + "/"]
     task_path = WORKDIR / "task.py"
@@ -252,7 +251,7 @@ def role_reference() -> None:
         send(_error("task", exc, roots, "the reference failed while preparing trials: "))
         return
 
-    held.__exit__(None, None, None)
+    LOCK.release()
     send({"ok": True, "variants": variants, "trials": trials, "timing_sets": timing_sets, "fingerprints": fingerprints, "notes": notes, "roofline": roof,
           "device_name": _device_name(device)})
     del trials, variants
@@ -523,8 +522,7 @@ def role_candidate() -> None:
     trace("candidate: got setup")
     options, backend = msg["options"], msg["backend"]
     device = setup_process(options, backend)
-    held = LOCK.shared()
-    held.__enter__()  # released before the "ready" reply; error paths end the process
+    LOCK.acquire()  # shared; released before the "ready" reply (error paths end the process)
     cand_dir = WORKDIR / "cand"
     roots = [str(cand_dir) + "/"]
     if msg.get("library"):
@@ -577,7 +575,7 @@ def role_candidate() -> None:
         return
     _prewarm(audit, device)
     trace("candidate: ready")
-    held.__exit__(None, None, None)
+    LOCK.release()
     send({"ok": True, "stage": "ready"})
     findings: list[tuple[str, str]] = [(k, f"at import: {t}") for k, t in integrity.check()]
     integrity = audit.Integrity() if findings else integrity
@@ -587,8 +585,7 @@ def role_candidate() -> None:
         if cmd["cmd"] == "exit":
             return
         if cmd["cmd"] == "trials":
-            held = LOCK.shared()
-            held.__enter__()
+            LOCK.acquire()  # shared; released before the reply (a failing trial ends the process)
             results, ops, calls_per_forward = [], {}, []
             for i, trial in enumerate(cmd["trials"]):
                 send({"type": "progress", "trial": i + 1, "of": len(cmd["trials"])})
@@ -643,7 +640,7 @@ def role_candidate() -> None:
                 results.append({"spec": spec, "outputs": [to_cpu(x) if isinstance(x, torch.Tensor) else x for x in leaves], "checks": checks})
             found = integrity.check()
             findings.extend(found)
-            held.__exit__(None, None, None)
+            LOCK.release()
             send({"type": "trials", "results": results, "ops": ops, "custom_calls": custom_calls(),
                   "calls_per_forward": calls_per_forward, "findings": findings})
             findings = []

@@ -27,6 +27,9 @@ def test_honest_softmax_is_ok_with_all_trial_kinds(quick):
     assert res.audit.custom_kernel_ran and res.audit.torch_compute_ops == []
     assert "aten::empty_like" in res.audit.aten_ops
     assert res.roofline is not None and res.roofline.min_bytes == 2 * 64 * 256 * 4
+    # where the time went: one entry per step reported, adding up to the whole evaluation
+    assert {"compiling", "reference", "correctness", "timing"} <= set(res.phases_s)
+    assert sum(res.phases_s.values()) == pytest.approx(res.duration_s, rel=0.05)
     names = [s for s, _ in steps]
     assert names[0] == "compiling" and "timing" in names and names[-1] == "done"
     assert ("correctness", {"trial": 3, "of": 7}) in steps
