@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(args.backend)
     rows: list[dict[str, Any]] = []
     work = [(case, args.backend, args.preset, args.max_turns, args.shrink) for case in args.cases]
-    for _, (outcome, data, final) in run_parallel(_one, work, args.jobs):
+    for outcome, data, final in run_parallel(_one, work, args.jobs):
         case = outcome.name
         data["meta"] = {**env, "case": case, "policy": "builtin", "shrink": args.shrink, "preset": args.preset,
                         "task_source": shrink_source((TASKS_DIR / f"{case}.py").read_text(), args.shrink)}

@@ -116,22 +116,22 @@ def run_task(path: Path, backend: str, options: dict[str, Any] | None = None, po
     return out, res
 
 
-def run_parallel(fn: Callable[..., Any], arg_lists: list[tuple], jobs: int) -> Iterator[tuple[int, Any]]:
-    """(index, fn(*args)) as each finishes. jobs > 1 runs tasks in separate processes (spawned:
+def run_parallel(fn: Callable[..., Any], arg_lists: list[tuple], jobs: int) -> Iterator[Any]:
+    """fn(*args) for each argument tuple, as each finishes. jobs > 1 runs tasks in separate processes (spawned:
     each has its own sandbox zygote); their timed loops still never overlap on one device,
     because the sandbox holds the device lock exclusively while timing (sandbox.devlock), so
     only compiles, torch.compile builds and correctness trials run side by side."""
     if jobs <= 1:
-        for i, args in enumerate(arg_lists):
-            yield i, fn(*args)
+        for args in arg_lists:
+            yield fn(*args)
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(fn, *args): i for i, args in enumerate(arg_lists)}
+        futures = [pool.submit(fn, *args) for args in arg_lists]
         for fut in as_completed(futures):
-            yield futures[fut], fut.result()
+            yield fut.result()
 
 
 def _any_baseline(evals: list[EvaluationEvent], key: str) -> float | None:

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[TaskOutcome] = []
     work = [(path, args.backend, options, not args.no_profile, args.max_variants, args.max_turns, shrink)
             for path in task_paths(args.tasks)]
-    for _, out in run_parallel(_one, work, args.jobs):
+    for out in run_parallel(_one, work, args.jobs):
         rows.append(out)
         print(f"{out.name:<28} correct={out.correct} reward={out.reward} vs_eager={_f(out.speedup_vs_eager)} "
               f"vs_compile={_f(out.speedup_vs_compile)} ({out.turns} turns, {out.seconds:.0f} s)", flush=True)

@@ -284,7 +284,8 @@ def role_reference() -> None:
             send(result)
         elif cmd["cmd"] == "exact":
             with LOCK.shared():
-                send(_exact(models[cmd["variant"]], cmd["inputs"], device, to_device, run))
+                exact = _exact(models[cmd["variant"]], cmd["inputs"], device, to_device, run)
+            send(exact)
         elif cmd["cmd"] == "ceilings":
             send(_measure_ceilings(device, cmd.get("dtype", "float32")))
 
@@ -674,7 +675,7 @@ def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integ
 
     with LOCK.shared():
         sets = [to_device(s, device) for s in cmd["sets"]]
-    weights = fingerprint_weights([tuple(s) if s is not None else None for s in cmd["shapes"]], cmd["fingerprint_seed"], device)
+        weights = fingerprint_weights([tuple(s) if s is not None else None for s in cmd["shapes"]], cmd["fingerprint_seed"], device)
     prints: list[tuple[int, float]] = []
 
     def hook(out: Any, k: int) -> None:
