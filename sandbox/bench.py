@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inline", action="store_true", help="also time a load_inline build (slow)")
     parser.add_argument("--rows", type=int, default=0)
     parser.add_argument("--cols", type=int, default=0)
+    parser.add_argument("--trace", action="store_true", help="one more evaluation per task with the children's phase timestamps on stderr")
     args = parser.parse_args(argv or [])
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda_present() else "cpu")
     cache = tempfile.mkdtemp(prefix="kw-bench-")
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
               linear_relu_task(*shapes), linear_relu_candidate(backend))]
     for label, task, files in cases:
         _throughput(label, task, files, opts, args.evals, backend)
+        if args.trace:
+            _traced(task, files, opts)
     return 0
 
 
@@ -97,6 +100,21 @@ def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions,
             _do_bench_check(task)
         except Exception as exc:
             print(f"do_bench comparison unavailable: {type(exc).__name__}: {exc}")
+
+
+def _traced(task: str, files: dict[str, str], opts: EvalOptions) -> None:
+    """KW_TRACE makes each child log its phase timestamps; isolation.Child.close prints them."""
+    import os
+    import sys
+
+    os.environ["KW_TRACE"] = "1"
+    try:
+        t0 = time.perf_counter()
+        res = evaluate(task, files, opts)
+    finally:
+        del os.environ["KW_TRACE"]
+    print(f"traced evaluation: {time.perf_counter() - t0:.2f} s, " + ", ".join(f"{k} {v:.2f}" for k, v in res.phases_s.items()),
+          file=sys.stderr, flush=True)
 
 
 def _do_bench_check(task: str) -> None:

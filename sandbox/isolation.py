@@ -506,6 +506,10 @@ class Child:
             pass
         if self.cgroup.path is not None:
             self.cgroup.remove()
+        if os.environ.get("KW_TRACE"):  # the child's phase timestamps, for `python -m sandbox bench --trace`
+            for line in self.log_tail(20000).splitlines():
+                if line.startswith("[trace"):
+                    print(f"{self.role:>9} {line}", file=sys.stderr)
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self._private, ignore_errors=True)
 

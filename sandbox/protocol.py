@@ -260,6 +260,8 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     ref.write_files({"task.py": task_source}, subdir=".")
     cand.write_files(files)
     cand_setup = _candidate_artifacts(cand, artifacts)
+    # the candidate initialises its device and imports its module while the reference works
+    _send(cand, {"options": _opts_msg(options), "backend": backend, **cand_setup}, "the candidate", "setup")
 
     # 4. reference data
     progress("reference", {})
@@ -273,8 +275,9 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     res.device = data["device_name"]
     res.audit.findings.extend(f"protocol: {n}" for n in data["notes"])
 
-    # the candidate imports its module now; baselines wait until it is idle
-    _send(cand, {"options": _opts_msg(options), "backend": backend, "variants": data["variants"], **cand_setup}, "the candidate", "setup")
+    # the candidate builds its model with the reference's weights; baselines wait until it is idle
+    progress("import", {})
+    _send(cand, {"variants": data["variants"]}, "the candidate", "setup")
     ready = _recv(cand, "the candidate", "import")
     if not ready.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, _user_error(ready, "candidate"))
@@ -289,6 +292,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     # 6. correctness trials (the candidate's wall-time limit starts now, not while it waited)
     cand.restart_clock()
     trials = data["trials"]
+    progress("correctness", {"trial": 0, "of": len(trials)})
     _send(cand, {"cmd": "trials", "trials": [{"variant": t["variant"], "inputs": t["inputs"]} for t in trials]}, "the candidate", "trials")
     while True:
         msg = _recv(cand, "the candidate", "the correctness trials")
@@ -296,6 +300,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
             progress("correctness", {"trial": msg["trial"], "of": msg["of"]})
             continue
         break
+    progress("judging", {})
     if msg.get("ok") is False:
         trial = msg.get("trial")
         if trial is not None:

@@ -104,14 +104,15 @@ def _widen(inputs: list[Any], seed: int) -> list[Any]:
     """Same shapes and dtypes, signed heavy-tailed values (Student-t, 3 dof)."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
+    gens: dict[Any, Any] = {}
     out = []
     for x in inputs:
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
-            z = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-            chi = torch.randn((3, *x.shape), generator=gen, dtype=torch.float64).pow(2).mean(0)
+            gen = gens.get(x.device) or gens.setdefault(x.device, torch.Generator(device=x.device).manual_seed(seed))
+            z = torch.randn(x.shape, generator=gen, dtype=torch.float32, device=x.device)
+            chi = torch.randn((3, *x.shape), generator=gen, dtype=torch.float32, device=x.device).pow_(2).mean(0)
             t = z / chi.clamp_min(1e-3).sqrt()
-            scale = float(x.double().std()) if x.numel() > 1 else 1.0
+            scale = float(x.float().std()) if x.numel() > 1 else 1.0
             scale = scale if math.isfinite(scale) and scale > 0 else 1.0
             out.append((t * 2.0 * scale).clamp(-1e4, 1e4).to(dtype=x.dtype, device=x.device))
         else:
@@ -155,13 +156,17 @@ def role_reference() -> None:
     def init_inputs() -> list:
         return list(task.get_init_inputs())
 
+    # Built under the device context, so parameters and inputs are drawn on the device itself:
+    # drawing a 67 MB input on the CPU and copying it over took longer than all the GPU work.
     def make_model(init: list, seed: int) -> Any:
         torch.manual_seed(seed)
-        return task.Model(*init).eval().to(device)
+        with torch.device(device):
+            return task.Model(*init).eval().to(device)
 
     def make_inputs(seed: int) -> list:
         torch.manual_seed(seed)
-        return to_device(list(task.get_inputs()), device)
+        with torch.device(device):
+            return to_device(list(task.get_inputs()), device)
 
     def run(model: Any, inputs: list) -> tuple[Any, list]:
         with torch.no_grad():
@@ -194,10 +199,12 @@ def role_reference() -> None:
         return
 
     try:
+        trace("reference: model built, first forward done")
         for s in seeds["random"]:
             inputs = make_inputs(s)
             spec, leaves = run(base, inputs)
             trials.append({"kind": "random", "variant": 0, "inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
+        trace("reference: random trials computed")
 
         if msg["reinit"]:
             if len(variants[0]["state_dict"]) == 0:
@@ -245,6 +252,7 @@ def role_reference() -> None:
                 weights = fingerprint_weights(shapes, msg["fingerprint_seed"], device)
             fingerprints.append(_expected_fingerprint(leaves, weights, eval_options))
             timing_sets.append({"inputs": to_cpu(inputs), "spec": spec, "shapes": shapes})
+        trace("reference: timing sets computed")
         roof = _roofline_counts(base, first_inputs, run)
         trace("reference: roofline counted")
     except BaseException as exc:
@@ -254,6 +262,7 @@ def role_reference() -> None:
     LOCK.release()
     send({"ok": True, "variants": variants, "trials": trials, "timing_sets": timing_sets, "fingerprints": fingerprints, "notes": notes, "roofline": roof,
           "device_name": _device_name(device)})
+    trace("reference: data sent")
     del trials, variants
 
     from .timing import Timer
@@ -523,7 +532,7 @@ def role_candidate() -> None:
     trace("candidate: got setup")
     options, backend = msg["options"], msg["backend"]
     device = setup_process(options, backend)
-    LOCK.acquire()  # shared; released before the "ready" reply (error paths end the process)
+    LOCK.acquire()  # shared while importing; released before waiting for the variants
     cand_dir = WORKDIR / "cand"
     roots = [str(cand_dir) + "/"]
     if msg.get("library"):
@@ -540,19 +549,27 @@ def role_candidate() -> None:
         calls.update(inline_calls())
         return calls
 
+    # The import runs while the reference computes the trials (the parent sends the setup first);
+    # a failure is reported once the variants arrive, so the parent reads it where it expects it.
     trace("candidate: importing model_new")
+    failure: dict | None = None
+    ModelNew: Any = None
     try:
         mod = load_module_from_source("model_new", cand_dir / "model_new.py")
+        ModelNew = getattr(mod, "ModelNew", None)
+        if not isinstance(ModelNew, type) or not issubclass(ModelNew, torch.nn.Module):
+            failure = {"ok": False, "stage": "import", "error": "model_new.py defines no class ModelNew(nn.Module)", "file": "model_new.py", "line": None}
     except BaseException as exc:
-        send(_error("import", exc, roots, "model_new.py does not import: "))
-        return
+        failure = _error("import", exc, roots, "model_new.py does not import: ")
+    if failure is None:
+        _prewarm(audit, device)
     trace("candidate: imported")
-    ModelNew = getattr(mod, "ModelNew", None)
-    if not isinstance(ModelNew, type) or not issubclass(ModelNew, torch.nn.Module):
-        send({"ok": False, "stage": "import", "error": "model_new.py defines no class ModelNew(nn.Module)", "file": "model_new.py", "line": None})
+    LOCK.release()
+    variants = recv()["variants"]
+    if failure is not None:
+        send(failure)
         return
-
-    variants = msg["variants"]
+    LOCK.acquire()  # shared; released before the "ready" reply (error paths end the process)
     models: dict[int, Any] = {}
 
     def model_for(v: int) -> Any:
@@ -574,7 +591,6 @@ def role_candidate() -> None:
     except _Stage as st:
         send(_error(st.stage, st.exc, roots, st.prefix))
         return
-    _prewarm(audit, device)
     trace("candidate: ready")
     LOCK.release()
     send({"ok": True, "stage": "ready"})
@@ -586,6 +602,7 @@ def role_candidate() -> None:
         if cmd["cmd"] == "exit":
             return
         if cmd["cmd"] == "trials":
+            trace("candidate: trials received")
             LOCK.acquire()  # shared; released before the reply (a failing trial ends the process)
             results, ops, calls_per_forward = [], {}, []
             for i, trial in enumerate(cmd["trials"]):
@@ -642,10 +659,13 @@ def role_candidate() -> None:
             found = integrity.check()
             findings.extend(found)
             LOCK.release()
+            trace("candidate: trials run")
             send({"type": "trials", "results": results, "ops": ops, "custom_calls": custom_calls(),
                   "calls_per_forward": calls_per_forward, "findings": findings})
             findings = []
+            trace("candidate: results sent")
         elif cmd["cmd"] == "time":
+            trace("candidate: timing sets received")
             send(_time_candidate(cmd, model_for(0), device, custom_calls, integrity, Timer, to_device))
         elif cmd["cmd"] == "profile":
             with LOCK.exclusive():  # per-kernel times, undisturbed

@@ -22,7 +22,7 @@ for s in $stages; do case $s in
   # the case studies run in the `cases` stage (tests/agent/builtin/test_gpu_case_studies.py is the
   # same five runs with assertions, marked slow: run it on its own when there is device time)
   tests) run_stage tests 280 python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -q -rfE --tb=short -p no:cacheprovider ;;
-  bench) run_stage bench 280 python3 -m sandbox bench --backend cuda ;;
+  bench) run_stage bench 280 python3 -m sandbox bench --backend cuda --evals ${KW_BENCH_EVALS:-6} ;;
   cases) run_stage cases 270 python3 -m benchmarks.case_studies --backend cuda --jobs 5 --out "$WORK/cases" ;;
   suite) run_stage suite 560 python3 -m benchmarks.suite --backend cuda --jobs 8 --out "$OUT/suite.json" ;;
 esac; done

@@ -28,7 +28,7 @@ def test_honest_softmax_is_ok_with_all_trial_kinds(quick):
     assert "aten::empty_like" in res.audit.aten_ops
     assert res.roofline is not None and res.roofline.min_bytes == 2 * 64 * 256 * 4
     # where the time went: one entry per step reported, adding up to the whole evaluation
-    assert {"compiling", "reference", "correctness", "timing"} <= set(res.phases_s)
+    assert {"compiling", "reference", "import", "correctness", "judging", "timing"} <= set(res.phases_s)
     assert sum(res.phases_s.values()) == pytest.approx(res.duration_s, rel=0.05)
     names = [s for s, _ in steps]
     assert names[0] == "compiling" and "timing" in names and names[-1] == "done"
