@@ -8,7 +8,11 @@ KernelBench-format task, in isolated child processes, with the result in one ver
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# Big tensors in 2 MB pages (see isolation.scrubbed_env); effective if torch has not allocated yet.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from .options import EvalOptions
 from .protocol import Progress

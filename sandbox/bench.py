@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inline", action="store_true", help="also time a load_inline build (slow)")
     parser.add_argument("--rows", type=int, default=0)
     parser.add_argument("--cols", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, nargs="*", default=[2, 3],
+                        help="also run this many evaluations at once on the one device (timed loops hold it exclusively)")
     parser.add_argument("--trace", action="store_true", help="one more evaluation per task with the children's phase timestamps on stderr")
     args = parser.parse_args(argv or [])
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda_present() else "cpu")
@@ -62,13 +64,16 @@ def main(argv: list[str] | None = None) -> int:
              (f"linear + relu {shapes[0]}x{shapes[1]} @ {shapes[2]}x{shapes[1]} fp32 (library GEMM + fused epilogue kernel)",
               linear_relu_task(*shapes), linear_relu_candidate(backend))]
     for label, task, files in cases:
-        _throughput(label, task, files, opts, args.evals, backend)
+        medians = _throughput(label, task, files, opts, args.evals, backend)
+        for n in args.concurrency:
+            if n > 1 and medians:
+                _concurrent(task, files, opts, n, max(args.evals, 2 * n), medians)
         if args.trace:
             _traced(task, files, opts)
     return 0
 
 
-def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions, evals: int, backend: str) -> None:
+def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions, evals: int, backend: str) -> list[float]:
     print(f"\ntask: {label}")
     t0 = time.perf_counter()
     first = evaluate(task, files, opts)
@@ -77,7 +82,7 @@ def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions,
           f"eager median {first.timing.eager.median_ms if first.timing.eager else float('nan'):.4f} ms")
     if first.status.value != "ok":
         print("  reasons:", first.reasons[:2])
-        return
+        return []
     durations, medians, phases = [], [], {}
     for _ in range(evals):
         t0 = time.perf_counter()
@@ -100,6 +105,27 @@ def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions,
             _do_bench_check(task)
         except Exception as exc:
             print(f"do_bench comparison unavailable: {type(exc).__name__}: {exc}")
+    return medians
+
+
+def _concurrent(task: str, files: dict[str, str], opts: EvalOptions, n: int, total: int, alone: list[float]) -> None:
+    """`total` evaluations, `n` at a time, on the one device: evaluations per minute, and whether
+    the candidate's median moved against the evaluations run alone (it must not: each timed
+    loop holds the device lock exclusively, everything else of an evaluation holds it shared)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(lambda _: evaluate(task, files, opts), range(total)))
+    wall = time.perf_counter() - t0
+    ok = [r for r in results if r.status.value == "ok"]
+    medians = [r.timing.candidate.median_ms for r in ok]
+    base = statistics.median(alone)
+    shift = (statistics.median(medians) / base - 1) * 100 if medians else float("nan")
+    worst = max((abs(m / base - 1) * 100 for m in medians), default=float("nan"))
+    print(f"{n} at once: {total} evaluations in {wall:.1f} s -> {60 * total / wall:.1f} per minute ({len(ok)} ok); "
+          f"candidate median {statistics.median(medians) if medians else float('nan'):.4f} ms, {shift:+.2f}% against alone "
+          f"(worst single evaluation {worst:.2f}% off)")
 
 
 def _traced(task: str, files: dict[str, str], opts: EvalOptions) -> None:

@@ -5,6 +5,10 @@ numbers, booleans, None and tensors, followed by each tensor's raw bytes. Nothin
 so a hostile child cannot run code in the parent by sending a crafted message, and tensors
 are written straight from their memory and read straight into freshly allocated ones (one
 copy through the pipe each way, no archive, no checksum pass).
+
+Tried and dropped (2026-11-29): tensor bytes beside the pipe in a memfd per direction. The
+fresh shared-memory pages of each evaluation (4 KB, no huge pages for shmem) made it slower
+than the 1 MB pipe: 4.40 against 3.83 s per evaluation on the H200 host.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ def _dtypes() -> dict[str, Any]:
 
 
 def _encode_tree(obj: Any, tensors: list) -> Any:
+    """`tensors` gets (tensor, its spec) pairs, in index order."""
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -64,8 +69,9 @@ def _encode_tree(obj: Any, tensors: list) -> Any:
         if t.device.type != "cpu":
             t = t.cpu()
         t = t.contiguous()
-        tensors.append(t)
-        return {"__tensor__": len(tensors) - 1, "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
+        spec = {"__tensor__": len(tensors), "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
+        tensors.append((t, spec))
+        return spec
     if isinstance(obj, dict):
         for k in obj:
             if not isinstance(k, str):
@@ -93,10 +99,11 @@ def _write_all(fd: int, view: memoryview) -> None:
 
 
 def send(fd: int, obj: Any) -> None:
-    tensors: list = []
-    header = json.dumps(_encode_tree(obj, tensors)).encode()
+    items: list = []
+    tree = _encode_tree(obj, items)
+    header = json.dumps(tree).encode()
     _write_all(fd, memoryview(len(header).to_bytes(HEADER, "little") + header))
-    for t in tensors:
+    for t, _ in items:
         if t.numel():
             _write_all(fd, _byte_view(t))
 

@@ -32,7 +32,7 @@ from . import audit, cache, devlock
 from .build import Artifacts, build
 from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge
 from .compare import compare_outputs, within_reference_error
-from .isolation import Child, Limits
+from .isolation import Child, Limits, start_child
 from .options import PRESETS, EvalOptions
 from .schema import (
     EvalResult,
@@ -217,6 +217,8 @@ def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | Non
         res.status = stop.status
         res.reasons.append(stop.reason)
     finally:
+        for child in children:  # both at once: a CUDA context takes ~0.1 s to tear down
+            child.kill()
         for child in children:
             child.close()
     if res.status != Status.OK:
@@ -252,9 +254,9 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     progress("starting", {})
     limits = _limits(options, backend)
     env = _child_env(options, backend)
-    ref = Child("reference", limits, options, env)
+    ref = start_child("reference", limits, options, env)
     children.append(ref)
-    cand = Child("candidate", limits, options, env)
+    cand = start_child("candidate", limits, options, env)
     children.append(cand)
     res.audit.findings.append(f"isolation: {cand.isolation.describe()}")
     ref.write_files({"task.py": task_source}, subdir=".")

@@ -56,6 +56,21 @@ def recv() -> Any:
     return channel.recv(FD_IN)
 
 
+def early_device_init() -> None:
+    """A CUDA child creates its context before its setup arrives: started ahead as a spare
+    (isolation.Spares), it has done so by the time an evaluation takes it. No kernel runs and
+    no device lock is needed (creating a context launches no work)."""
+    if os.environ.get("KW_BACKEND") == "cuda":
+        import torch
+
+        try:
+            torch.cuda.init()
+            torch.cuda.set_device(0)
+        except Exception:  # reported by setup_process, where the evaluation expects it
+            pass
+        trace("device initialised")
+
+
 def setup_process(options: dict, backend: str) -> str:
     """Identical numerics for every process: thread count and precision flags."""
     import torch
@@ -134,6 +149,7 @@ def role_reference() -> None:
 
     from .harness import fingerprint_weights, flatten, load_module_from_source, to_cpu, to_device
 
+    early_device_init()
     trace("reference: waiting for setup")
     msg = recv()
     trace("reference: got setup")
@@ -527,6 +543,7 @@ def role_candidate() -> None:
     )
     from .timing import Timer
 
+    early_device_init()
     trace("candidate: waiting for setup")
     msg = recv()
     trace("candidate: got setup")

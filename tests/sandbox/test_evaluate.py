@@ -243,3 +243,21 @@ def test_compile_baseline_failure_from_a_sandbox_limit_says_so_and_is_not_cached
     assert not infra and text.startswith("torch.compile baseline failed: RuntimeError: Unsupported")
     base = {"eager": {"median_ms": 1.0}, "compile": None, "compile_error": text, "compile_infra": False}
     assert _cacheable_baseline(base) == base
+
+
+def test_spare_children_serve_the_next_evaluation_and_never_a_different_one(quick, monkeypatch):
+    """isolation.Spares (on by default on the cuda backend only; forced on here): the second
+    evaluation runs in children started during the first; one with other limits does not take
+    them (and the next with those limits takes the spares started for it)."""
+    from sandbox import isolation
+
+    monkeypatch.setenv("KERNELWRIGHT_SPARES", "1")
+    monkeypatch.setattr(isolation, "SPARES", isolation.Spares())
+    spare_note = "started ahead as a spare"
+    runs = [evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(**kw)) for kw in ({}, {}, {"eval_timeout_s": 90}, {"eval_timeout_s": 90})]
+    assert [r.status for r in runs] == [Status.OK] * 4, [r.reasons for r in runs]
+    notes = [" ".join(f for f in r.audit.findings if f.startswith("isolation:")) for r in runs]
+    assert [spare_note in n for n in notes] == [False, True, False, True]
+    assert len(isolation.SPARES._spare) == 2
+    isolation.SPARES.clear()
+    assert isolation.SPARES._spare == {}

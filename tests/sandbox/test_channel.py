@@ -1,0 +1,90 @@
+"""Messages between the parent and a child (sandbox.channel): what arrives is what was sent,
+and a hostile sender's malformed message is refused, never decoded into something else."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+import torch
+
+from sandbox import channel
+
+
+def _pipe():
+    r, w = os.pipe()
+    channel.widen_pipe(w)
+    return r, w
+
+
+def _message() -> dict:
+    return {"big": torch.randn(600, 1000), "small": torch.arange(5), "nested": [(torch.ones(2, 3, dtype=torch.float16), "x")],
+            "empty": torch.empty(0, 7), "n": 3, "none": None, "flag": True}
+
+
+def test_round_trip_keeps_structure_dtypes_and_bytes():
+    r, w = _pipe()
+    msg = _message()
+    t = threading.Thread(target=channel.send, args=(w, msg))  # 2.4 MB: more than the pipe holds
+    t.start()
+    got = channel.recv(r, timeout=10)
+    t.join()
+    assert torch.equal(msg["big"], got["big"]) and torch.equal(msg["small"], got["small"])
+    assert isinstance(got["nested"][0], tuple) and got["nested"][0][0].dtype == torch.float16
+    assert got["empty"].shape == (0, 7) and got["n"] == 3 and got["none"] is None and got["flag"] is True
+
+
+def test_non_contiguous_tensors_arrive_contiguous():
+    r, w = _pipe()
+    x = torch.arange(12.0).reshape(3, 4).t()
+    channel.send(w, {"x": x})
+    got = channel.recv(r, timeout=10)["x"]
+    assert got.is_contiguous() and torch.equal(got, x)
+
+
+def _raw(w: int, tree, payload: bytes = b"") -> None:
+    header = json.dumps(tree).encode()
+    os.write(w, len(header).to_bytes(channel.HEADER, "little") + header + payload)
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"__tensor__": 0, "dtype": "object", "shape": [1]}, "dtype"),
+    ({"__tensor__": 0, "dtype": "float32", "shape": [-1]}, "negative dimension"),
+    ({"__tensor__": 3, "dtype": "float32", "shape": [1]}, "tensor indices"),
+])
+def test_malformed_tensor_specs_are_refused(spec, match):
+    r, w = _pipe()
+    _raw(w, {"__dict__": {"x": spec}}, b"\0" * 4)
+    with pytest.raises(ValueError, match=match):
+        channel.recv(r, timeout=10)
+
+
+def test_sizes_beyond_the_limit_are_refused_before_allocating():
+    r, w = _pipe()
+    _raw(w, {"__dict__": {"x": {"__tensor__": 0, "dtype": "float32", "shape": [1 << 20, 1 << 20]}}})
+    with pytest.raises(channel.MessageTooLarge):
+        channel.recv(r, timeout=10, max_bytes=1 << 30)
+    r, w = _pipe()
+    os.write(w, (100 << 20).to_bytes(channel.HEADER, "little"))
+    with pytest.raises(channel.MessageTooLarge, match="header"):
+        channel.recv(r, timeout=10)
+
+
+def test_a_silent_sender_times_out_and_a_closed_one_is_reported():
+    r, w = _pipe()
+    with pytest.raises(channel.ChannelTimeout):
+        channel.recv(r, timeout=0.2)
+    os.write(w, (10).to_bytes(channel.HEADER, "little") + b"{")
+    os.close(w)
+    with pytest.raises(channel.ChannelClosed):
+        channel.recv(r, timeout=5)
+
+
+def test_only_plain_data_can_be_sent():
+    r, w = _pipe()
+    with pytest.raises(TypeError, match="cannot send"):
+        channel.send(w, {"f": object()})
+    with pytest.raises(TypeError, match="keys must be strings"):
+        channel.send(w, {1: 2})

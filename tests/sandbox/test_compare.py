@@ -1,0 +1,89 @@
+"""The parent's output comparison (sandbox.compare), rule by rule, on small tensors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sandbox.compare import compare_outputs
+from sandbox.options import EvalOptions
+
+T = {"t": "tensor"}
+OPTS = EvalOptions(backend="cpu")
+TOL = OPTS.tolerance("float32")
+
+
+def cmp(expected: torch.Tensor, got: torch.Tensor):
+    return compare_outputs(T, [expected], T, [got], OPTS)
+
+
+def ref(n: int = 1000) -> torch.Tensor:
+    return torch.linspace(-3, 5, n)
+
+
+def test_within_tolerance_passes_and_reports_the_worst_errors():
+    e = ref()
+    g = e + TOL.atol * 0.5
+    c = cmp(e, g)
+    assert c.passed and c.mismatched == 0 and c.total == e.numel()
+    assert c.max_abs_error == pytest.approx(TOL.atol * 0.5, rel=0.01)  # float32 rounding of e + d
+    assert c.max_rel_error > 0
+
+
+def test_outside_tolerance_fails_naming_the_worst_element_and_counting_all():
+    e = ref()
+    g = e.clone()
+    g[10] += 1.0
+    g[700] += 0.5
+    c = cmp(e, g)
+    assert not c.passed and c.values_only and c.mismatched == 2
+    assert f"expected {float(e[10]):.6g}" in c.message and "2 of 1000" in c.message
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_candidate_fails_where_the_reference_is_finite(bad):
+    e = ref()
+    g = e.clone()
+    g[3] = bad
+    c = cmp(e, g)
+    assert not c.passed and "NaN/Inf at 1 positions" in c.message and not c.values_only
+
+
+def test_reference_nan_and_inf_must_be_reproduced_exactly():
+    e = ref()
+    e[5], e[6] = math.nan, math.inf
+    g = e.clone()
+    assert cmp(e, g).passed
+    g2 = e.clone()
+    g2[6] = -math.inf
+    assert "non-finite reference values not reproduced" in cmp(e, g2).message
+    g3 = e.clone()
+    g3[7] = math.nan
+    assert "where the reference is finite" in cmp(e, g3).message
+    g4 = e.clone()
+    g4[8] += 1.0  # a finite element wrong, next to the reference's non-finite ones
+    assert not cmp(e, g4).passed and cmp(e, g4).values_only
+
+
+def test_constant_and_near_zero_outputs_never_pass_whatever_the_tolerance():
+    e = ref() * 1e-4  # every value is within a huge tolerance of zero
+    loose = EvalOptions(backend="cpu", atol=1.0, rtol=1.0)
+    c = compare_outputs(T, [e], T, [torch.full_like(e, float(e[0]))], loose)
+    assert not c.passed and "constant" in c.message
+    c = compare_outputs(T, [e], T, [torch.zeros_like(e).index_fill_(0, torch.tensor([0]), 1e-12)], loose)
+    assert not c.passed and "(near) zero" in c.message
+
+
+def test_structure_shape_dtype_and_integer_mismatches():
+    e = ref(12)
+    assert "shape" in cmp(e, e.reshape(3, 4)).message
+    assert "dtype" in cmp(e, e.double()).message
+    assert "structure" in compare_outputs(T, [e], {"t": "tuple", "items": [T]}, [e], OPTS).message
+    i = torch.arange(10)
+    j = i.clone()
+    j[4] = 0
+    c = cmp(i, j)
+    assert not c.passed and "1 of 10 integer elements differ" in c.message
+    assert cmp(torch.empty(0), torch.empty(0)).passed
