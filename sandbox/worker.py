@@ -736,6 +736,9 @@ def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integ
         return {"ok": False, "error": "ModelNew.forward raised during timing: " + text}
     calls = sum(custom_calls().values()) - calls0
     findings = integrity.check()
+    if timer.late_calls:
+        findings.append(("timing", f"{timer.late_calls} timed calls left work running on the device after their stream's last "
+                                   "event (other streams or threads); that time was added to theirs"))
     del torch
     return {"ok": True, "stats": stats, "wall": wall, "fingerprints": prints, "custom_calls": calls,
             "forwards": len(prints), "kernels": kernels, "clock": timer.clock, "findings": findings}
