@@ -97,6 +97,10 @@ def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions,
     print(f"evaluations (correctness {len(res.trials)} trials + timing, compile and baselines cached): median {per:.2f} s each "
           f"-> {60 / per:.1f} per minute (target >= 20 per GPU-minute on ~1 ms tasks)")
     print(f"candidate median {statistics.median(medians):.4f} ms; eager {res.timing.eager.median_ms:.4f} ms; status {res.status.value}")
+    c = res.timing.candidate
+    if c is not None and c.event_median_ms is not None:
+        print(f"  candidate's last evaluation: events {c.event_median_ms:.4f} ms + device tail {c.tail_median_ms:.4f} ms "
+              f"(idle synchronise {c.sync_floor_ms:.4f} ms subtracted)")
     if len(medians) >= 2:
         print(f"repeatability: consecutive evaluations' medians differ by {abs(medians[-1] / medians[-2] - 1) * 100:.2f}% "
               f"(max pairwise over {len(medians)}: {(max(medians) / min(medians) - 1) * 100:.2f}%)")

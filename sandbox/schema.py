@@ -74,6 +74,12 @@ class Stats:
     std_ms: float
     spread: float  # (p90 - p10) / median: the noise a reader should expect between runs
     trials: int
+    # cuda only (sandbox/timing.py): the median time between the call's events, the median
+    # device tail added after them (work that outlasted the stream), and the host's idle
+    # device-synchronise cost subtracted from each tail; they tell a slow kernel from a slow host
+    event_median_ms: float | None = None
+    tail_median_ms: float | None = None
+    sync_floor_ms: float | None = None
 
 
 @dataclass

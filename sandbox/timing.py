@@ -57,6 +57,7 @@ class Timer:
         self.lock = lock
         self.late_calls = 0  # calls whose work outlasted their stream (tail added to their time)
         self._sync_floor_ms = 0.0
+        self._parts: list[tuple[float, float]] = []  # (event ms, tail ms) of the calls timed so far
         self._flush_buf = None
         if device == "cuda":
             import torch
@@ -90,10 +91,12 @@ class Timer:
             end.synchronize()
             t0 = _perf_counter()
             self._sync()
-            tail = (_perf_counter() - t0) * 1000.0 - self._sync_floor_ms
+            tail = max(0.0, (_perf_counter() - t0) * 1000.0 - self._sync_floor_ms)
             if tail > LATE_MS:
                 self.late_calls += 1
-            return start.elapsed_time(end) + max(0.0, tail), out
+            event = start.elapsed_time(end)
+            self._parts.append((event, tail))
+            return event + tail, out
         t0 = _perf_counter()
         out = fn(*inputs)
         return (_perf_counter() - t0) * 1000.0, out
@@ -123,6 +126,7 @@ class Timer:
             est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-3)
             calls = int(min(max_calls, max(min_calls, budget_s * 1000.0 / est)))
             times = []
+            self._parts = []
             wall0 = _perf_counter()
             for i in range(calls):
                 ms, out = self.one(fn, input_sets[i % k])
@@ -130,4 +134,10 @@ class Timer:
                 if after_call:
                     after_call(out, i % k)
                 del out
-            return summarize(times), _perf_counter() - wall0
+            wall = _perf_counter() - wall0
+            stats = summarize(times)
+            if self._parts:
+                stats["event_median_ms"] = statistics.median(e for e, _ in self._parts)
+                stats["tail_median_ms"] = statistics.median(t for _, t in self._parts)
+                stats["sync_floor_ms"] = self._sync_floor_ms
+            return stats, wall
