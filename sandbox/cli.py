@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_main(argv[1:])
     args = parser.parse_args(argv)
+    # one evaluation per command: children started ahead for a next one would only be killed at exit
+    os.environ.setdefault("KERNELWRIGHT_SPARES", "0")
 
     from . import baseline, compile_candidate, evaluate, load_candidate, profile_candidate
 
