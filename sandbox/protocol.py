@@ -157,7 +157,8 @@ def _cacheable_baseline(base: dict) -> dict:
 # cached failure from version 1 would otherwise hide the compile baseline forever).
 # 3: the end event right after the call, plus the device's tail beyond the idle sync cost
 # (sandbox/timing.py), instead of an end event recorded after a device sync.
-BASELINE_PROTOCOL = "baseline/3"
+# 4: warm-up of at least min(0.1 s, budget / 5), not only `warmup_calls` calls.
+BASELINE_PROTOCOL = "baseline/4"
 
 
 def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str:

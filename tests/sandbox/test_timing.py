@@ -1,0 +1,38 @@
+"""The timing loop's arithmetic (sandbox/timing.py); the loop itself runs in every evaluation
+test on the CPU and in tests/sandbox/test_gpu.py on the GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox.timing import LATE_MS, Timer, call_time, summarize
+
+
+def test_an_honest_call_is_timed_by_its_events_alone():
+    ms, tail = call_time(event_ms=0.05, sync_wait_ms=0.004, idle_sync_ms=0.005)
+    assert (ms, tail) == (0.05, 0.0)
+
+
+def test_device_work_that_outlasts_the_stream_is_added():
+    # a kernel on a side stream still ran 0.3 ms after the call's end event
+    ms, tail = call_time(event_ms=0.05, sync_wait_ms=0.305, idle_sync_ms=0.005)
+    assert tail == pytest.approx(0.3) and ms == pytest.approx(0.35) and tail > LATE_MS
+
+
+def test_summary_statistics():
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median_ms"] == 3.0 and s["min_ms"] == 1.0 and s["max_ms"] == 100.0 and s["trials"] == 5
+    assert s["spread"] == pytest.approx((61.6 - 1.4) / 3.0)
+
+
+def test_warm_up_lasts_a_share_of_the_budget_then_the_calls_fit_it():
+    calls = []
+
+    def fn(x):
+        calls.append(x)
+        return x
+
+    stats, _ = Timer("cpu").run(fn, [[1], [2]], budget_s=0.05, min_calls=5, max_calls=50, warmup=1)
+    assert stats["trials"] == 50  # a no-op call: the budget allows more than max_calls
+    assert len(calls) > 50 + 2  # warm-up kept calling for 10 ms, far more than 2 calls
+    assert set(calls) == {1, 2}  # input sets rotate
