@@ -593,7 +593,8 @@ def role_candidate() -> None:
         if v not in models:
             spec = variants[v]
             try:
-                m = ModelNew(*spec["init_inputs"])
+                with torch.device(device):  # as the reference's Model: parameters initialised on the device
+                    m = ModelNew(*spec["init_inputs"])
             except BaseException as exc:
                 raise _Stage("init", exc, "ModelNew(*get_init_inputs()) failed: ") from exc
             try:
