@@ -128,3 +128,30 @@ def device_lock_name(device: str) -> str:
 
 
 NO_LOCK = DeviceLock(None)
+
+
+def timed_windows(result: dict) -> list[tuple[str, str, float, float]]:
+    """(device_id, which, start, end) of each timing run an evaluation result (EvalResult.to_dict())
+    records: the candidate's always, eager and torch.compile only when measured in that
+    evaluation (a cached baseline's window belongs to the evaluation that measured it)."""
+    timing = result.get("timing") or {}
+    which = ["candidate"] + ([] if timing.get("baseline_cached") else ["eager", "compile"])
+    out = []
+    for name in which:
+        w = (timing.get(name) or {}).get("window")
+        if w and len(w) == 2:
+            out.append((result.get("device_id", ""), name, float(w[0]), float(w[1])))
+    return out
+
+
+def overlapping_windows(results: list[dict]) -> list[tuple[tuple, tuple]]:
+    """Pairs of timing runs that overlapped in time on one device: empty when the device lock
+    did its job (evaluations may share a GPU, their timed loops may not)."""
+    windows = sorted((w for r in results for w in timed_windows(r)), key=lambda w: (w[0], w[2]))
+    bad = []
+    for i, a in enumerate(windows):
+        for b in windows[i + 1:]:
+            if b[0] != a[0] or b[2] >= a[3]:
+                break
+            bad.append((a, b))
+    return bad

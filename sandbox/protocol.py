@@ -278,6 +278,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     if not data.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
     res.device = data["device_name"]
+    res.device_id = data.get("device_id", "")
     res.audit.findings.extend(f"protocol: {n}" for n in data["notes"])
 
     # the candidate builds its model with the reference's weights; baselines wait until it is idle
@@ -568,6 +569,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         if not data.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
         res.device = data["device_name"]
+        res.device_id = data.get("device_id", "")
         base = _baseline(ref, res, options, 1)
         res.timing.eager = _stats(base.get("eager"))
         res.timing.compile = _stats(base.get("compile"))

@@ -80,6 +80,7 @@ class Stats:
     event_median_ms: float | None = None
     tail_median_ms: float | None = None
     sync_floor_ms: float | None = None
+    window: list[float] | None = None  # [start, end] wall-clock seconds of the run, device lock held exclusively
 
 
 @dataclass
@@ -131,6 +132,7 @@ class EvalResult:
     schema: str = SCHEMA_VERSION
     backend: str = ""  # "cpu" | "cuda"
     device: str = ""  # e.g. "NVIDIA H200" or the CPU model
+    device_id: str = ""  # which device exactly: "gpu-<UUID>" or "cpu" (the device lock's name)
     torch_version: str = ""
     task_hash: str = ""
     candidate_hash: str = ""

@@ -122,6 +122,7 @@ class Timer:
     ) -> tuple[dict[str, float], float]:
         """Returns (stats, wall seconds of the timed phase)."""
         with self.lock.exclusive() if self.lock is not None else contextlib.nullcontext():
+            held_from = time.time()
             if self.device == "cuda":
                 self._sync_floor_ms = self.idle_sync_ms()
             k = len(input_sets)
@@ -150,6 +151,9 @@ class Timer:
                 del out
             wall = _perf_counter() - wall0
             stats = summarize(times)
+            # wall-clock seconds (time.time) while the device lock was held: devlock.overlapping_windows
+            # checks that no two evaluations' timed loops ran at once on one device
+            stats["window"] = [held_from, time.time()]
             if self._parts:
                 stats["event_median_ms"] = statistics.median(e for e, _ in self._parts)
                 stats["tail_median_ms"] = statistics.median(t for _, t in self._parts)

@@ -277,7 +277,7 @@ def role_reference() -> None:
 
     LOCK.release()
     send({"ok": True, "variants": variants, "trials": trials, "timing_sets": timing_sets, "fingerprints": fingerprints, "notes": notes, "roofline": roof,
-          "device_name": _device_name(device)})
+          "device_name": _device_name(device), "device_id": device_lock_name(device)})
     trace("reference: data sent")
     del trials, variants
 

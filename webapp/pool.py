@@ -81,9 +81,14 @@ class TaskRun:
         return self.host == other.host and bool(self.devices & other.devices)
 
 
-def sharing_violations(runs: Iterable[TaskRun]) -> list[tuple[TaskRun, TaskRun]]:
-    """Pairs of runs that overlapped in time on one worker or one GPU: must be empty."""
-    return [(a, b) for a, b in combinations(list(runs), 2) if a.shares_device_with(b) and a.overlaps(b)]
+def sharing_violations(runs: Iterable[TaskRun], per_device: int = 1) -> list[tuple[TaskRun, ...]]:
+    """Groups of `per_device + 1` runs that overlapped in time on one worker or one GPU: must be
+    empty. With the default 1 these are pairs (one evaluation per GPU). Workers started with
+    `--evals-per-gpu N` run up to N evaluations on a GPU at once; their timed loops must still
+    never overlap, which the results show (sandbox.devlock.overlapping_windows)."""
+    runs = list(runs)
+    return [group for group in combinations(runs, per_device + 1)
+            if all(a.shares_device_with(b) and a.overlaps(b) for a, b in combinations(group, 2))]
 
 
 def runs_by_worker(runs: Iterable[TaskRun]) -> dict[str, list[TaskRun]]:

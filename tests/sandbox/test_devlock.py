@@ -104,3 +104,40 @@ def test_an_evaluation_times_only_while_no_one_else_holds_the_device(quick):
     t.join(120)
     assert done["res"].status == Status.OK, done["res"].reasons
     assert done["at"] >= released
+
+
+def test_evaluations_sharing_the_device_never_time_at_once(quick):
+    """Three evaluations at once on the cpu: their work overlaps, their timed loops (the windows
+    each result records while holding the lock exclusively) do not. Without the lock they would."""
+    import threading
+
+    from sandbox import evaluate
+    from sandbox.devlock import overlapping_windows, timed_windows
+    from sandbox.schema import Status
+    from tests.sandbox.helpers import candidate, task
+
+    def run_three(opts) -> list[dict]:
+        out: list = []
+        spans: list = []
+
+        def go() -> None:
+            t0 = time.time()
+            res = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
+            spans.append((t0, time.time()))
+            out.append(res)
+
+        threads = [threading.Thread(target=go) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        assert [r.status for r in out] == [Status.OK] * 3, [r.reasons for r in out]
+        assert max(s for s, _ in spans) < min(e for _, e in spans)  # the evaluations did run at once
+        return [r.to_dict() for r in out]
+
+    locked = run_three(quick(timing_budget_s=0.3))
+    assert all(r["device_id"] == "cpu" for r in locked)
+    assert len([w for r in locked for w in timed_windows(r)]) >= 3
+    assert overlapping_windows(locked) == []
+    unlocked = run_three(quick(timing_budget_s=0.3, device_lock=False))
+    assert overlapping_windows(unlocked)  # the check can fail: without the lock the loops collide

@@ -30,6 +30,7 @@ from celery.signals import after_task_publish
 from django.contrib.auth.models import User
 
 from sandbox.cache import files_hash
+from sandbox.devlock import overlapping_windows
 from sandbox.schema import Status
 from sandbox.workloads import softmax_candidate
 from tests.support.processes import ROOT
@@ -221,6 +222,8 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
     assert sharing_violations(runs) == [], f"two evaluations overlapped on one worker:\n{table}"
     # The two jobs really ran at the same time: evaluations on different workers overlapped.
     assert cross_worker_overlaps(runs) >= 1, f"no two evaluations ran at once:\n{table}"
+    # ... but never their timed loops on one device (the cpu backend's lock is host-wide)
+    assert overlapping_windows([r.to_dict() for job in jobs for r in results[job.pk]]) == []
     # Each job's own evaluations ran one after another (the loop waits for each result).
     for job in jobs:
         own = [r for (thread, _), r in zip(published, runs, strict=True) if thread == f"job-{job.pk}"]
@@ -251,6 +254,7 @@ def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
     assert {r.node for r in runs} == set(GPU_NODES), f"the batch did not spread over both workers:\n{table}"
     assert sharing_violations(runs) == [], f"two evaluations overlapped on one worker:\n{table}"
     assert cross_worker_overlaps(runs) >= 1, f"the batch did not run in parallel:\n{table}"
+    assert overlapping_windows([r.to_dict() for r in batch.results]) == []
 
 
 def run(worker: str, devices: str, start: float, end: float | None) -> TaskRun:
@@ -273,3 +277,13 @@ def test_overlap_on_one_worker_or_one_gpu_is_a_violation():
     assert sharing_violations([run("gpu0@h", "", 0, 2), run("gpu1@h", "", 1, 3)]) == []
     # A run that never recorded its end is still running: it overlaps everything after its start.
     assert len(sharing_violations([run("gpu0@h", "0", 0, None), run("gpu0@h", "0", 50, 51)])) == 1
+
+
+def test_several_evaluations_per_gpu_are_a_violation_only_beyond_the_limit():
+    two = [run("gpu0@h", "0", 0, 2), run("gpu0@h", "0", 1, 3)]
+    assert sharing_violations(two, per_device=2) == []
+    three = two + [run("gpu0@h", "0", 1.5, 4)]
+    assert len(sharing_violations(three, per_device=2)) == 1
+    # three runs of which no more than two overlap at any moment (Helly: pairwise overlap is the test)
+    chain = [run("gpu0@h", "0", 0, 2), run("gpu0@h", "0", 1, 3), run("gpu0@h", "0", 2.5, 4)]
+    assert sharing_violations(chain, per_device=2) == []
