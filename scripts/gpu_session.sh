@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call on the device machine (results go in docs/benchmarks.md).
 # Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests bench cases suite)
-# One device call runs at most 10 minutes: `probe tests cases`, then `suite`, then `bench`.
+# One device call runs at most 10 minutes: `probe tests bench`, then `cases`, then `suite`.
 # The device tool returns at most 8 files from $OUT, so logs and case-study fixtures come back as
 # two archives next to summary.txt (printed last) and suite.json.
 set -u
@@ -24,8 +24,9 @@ for s in $stages; do case $s in
   # the case studies run in the `cases` stage (tests/agent/builtin/test_gpu_case_studies.py is the
   # same five runs with assertions, marked slow: run it on its own when there is device time)
   tests) run_stage tests 280 python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -q -rfE --tb=short -p no:cacheprovider ;;
-  bench) run_stage bench 280 python3 -m sandbox bench --backend cuda --evals ${KW_BENCH_EVALS:-6} ;;
-  cases) run_stage cases 270 python3 -m benchmarks.case_studies --backend cuda --jobs 5 --out "$WORK/cases" ;;
+  bench) run_stage bench 280 python3 -m sandbox bench --backend cuda --evals ${KW_BENCH_EVALS:-6} --concurrency 2 --trace ;;
+  # one at a time: side by side, sub-0.2 ms candidates carried other jobs' CPU load (2026-11-29)
+  cases) run_stage cases 330 python3 -m benchmarks.case_studies --backend cuda --jobs 1 --out "$WORK/cases" ;;
   suite) run_stage suite 560 python3 -m benchmarks.suite --backend cuda --jobs 8 --out "$OUT/suite.json" ;;
 esac; done
 tar czf "$OUT/logs.tgz" -C "$WORK" logs
