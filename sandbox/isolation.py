@@ -491,6 +491,22 @@ class Child:
         except OSError:
             return ""
 
+    def pause(self, stop: bool = True) -> None:
+        """SIGSTOP (or SIGCONT) every process of this child: its group or private uid, and its
+        cgroup. The candidate is stopped while the reference times the baselines, so nothing it
+        started (a native thread launching kernels, say) can slow the baseline it is compared with."""
+        sig = signal.SIGSTOP if stop else signal.SIGCONT
+        try:
+            os.killpg(self.proc.pid, sig)
+        except OSError:
+            pass
+        pids = set(self.cgroup.pids()) | set(_processes_of(self.uid, None if self.uid is not None else self.proc.pid))
+        for pid in pids - {os.getpid()}:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
     def kill(self) -> None:
         try:
             kill_all(self.proc.pid, self.uid, self.cgroup)

@@ -166,7 +166,7 @@ def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str
 
 
 def _baseline(ref: Child, res: EvalResult, options: EvalOptions, fingerprint_seed: int,
-              progress: Progress | None = None) -> dict:
+              progress: Progress | None = None, stopped: Child | None = None) -> dict:
     """The eager (and torch.compile) baseline of the task on this device: from the cache, or
     timed now in the reference child and cached. A cached entry without the compile baseline is
     re-measured when one is asked for. Sets `res.timing.baseline_cached`."""
@@ -179,9 +179,15 @@ def _baseline(ref: Child, res: EvalResult, options: EvalOptions, fingerprint_see
         if progress:
             progress("baseline", {"compile": options.compile_baseline})
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-        _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": fingerprint_seed,
-                    **_timing_cmd(options)}, "the reference (task)", "baseline timing")
-        base = _recv(ref, "the reference (task)", "baseline timing")
+        if stopped is not None:  # the candidate's processes, stopped while the baselines are timed
+            stopped.pause(True)
+        try:
+            _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": fingerprint_seed,
+                        **_timing_cmd(options)}, "the reference (task)", "baseline timing")
+            base = _recv(ref, "the reference (task)", "baseline timing")
+        finally:
+            if stopped is not None:
+                stopped.pause(False)
         cache.write_json_atomic(path, _cacheable_baseline(base))
     return base
 
@@ -289,7 +295,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
         raise _Stop(Status.RUNTIME_ERROR, _user_error(ready, "candidate"))
 
     # 5. baselines
-    base = _baseline(ref, res, options, fp_seed, progress)
+    base = _baseline(ref, res, options, fp_seed, progress, stopped=cand)
     res.timing.eager = _stats(base.get("eager"))
     res.timing.compile = _stats(base.get("compile")) if options.compile_baseline else None
     if options.compile_baseline and base.get("compile_error"):

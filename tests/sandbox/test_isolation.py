@@ -127,3 +127,44 @@ def test_cgroup_is_removed_after_use():
     assert cg.path is not None and cg.path.exists()
     cg.remove()
     assert not cg.path.exists()
+
+
+def test_a_paused_child_runs_nothing_not_even_its_own_threads(quick):
+    """Child.pause: while the baselines are timed the candidate is stopped, threads and
+    children included (a native thread launching kernels could otherwise slow the baseline it
+    is compared with). Here a candidate's import starts a thread that stamps a file every 10 ms;
+    a one-second pause leaves a one-second hole in the stamps."""
+    from sandbox.isolation import Child
+    from sandbox.protocol import _child_env, _limits, _opts_msg
+
+    opts = quick()
+    child = Child("candidate", _limits(opts, "cpu"), opts, _child_env(opts, "cpu"))
+    try:
+        child.write_files({"model_new.py": (
+            "import threading, time\n"
+            "def stamp():\n"
+            "    while True:\n"
+            "        with open('stamps.txt', 'a') as f:\n"
+            "            f.write(f'{time.time()}\\n')\n"
+            "        time.sleep(0.01)\n"
+            "threading.Thread(target=stamp, daemon=True).start()\n"
+            "import torch.nn as nn\n"
+            "class ModelNew(nn.Module):\n"
+            "    pass\n")})
+        child.send({"options": _opts_msg(opts), "backend": "cpu", "library": None, "inline_manifest": [], "inline_dir": None})
+        stamps = child.workdir / "stamps.txt"  # the child's cwd
+        deadline = time.time() + 60
+        while not (stamps.exists() and len(stamps.read_text().split()) > 5) and time.time() < deadline:
+            time.sleep(0.05)
+        child.pause(True)
+        time.sleep(0.2)  # a stamp already being written lands now
+        paused_at = time.time()
+        time.sleep(1.0)
+        resumed_at = time.time()
+        child.pause(False)
+        time.sleep(0.3)
+        times = [float(x) for x in stamps.read_text().split()]
+        assert not [t for t in times if paused_at < t < resumed_at], "the child kept running while paused"
+        assert any(t > resumed_at for t in times), "the child did not continue after the pause"
+    finally:
+        child.close()
