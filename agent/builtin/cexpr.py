@@ -24,8 +24,8 @@ def c_float(v: float) -> str:
 
 def c_op(n: Node, a: list[str | None], cuda: bool) -> str:
     s = _c_op(n, a, cuda)
-    if not cuda:  # libm's fminf/fmaxf/expf are calls that stop vectorisation; ours are not
-        s = s.replace("fminf(", "kw_minf(").replace("fmaxf(", "kw_maxf(").replace("expf(", "kw_expf(")
+    if not cuda:  # libm's fminf/fmaxf/tanhf/expf are calls that stop vectorisation; ours are not
+        s = s.replace("fminf(", "kw_minf(").replace("fmaxf(", "kw_maxf(").replace("tanhf(", "kw_tanhf(").replace("expf(", "kw_expf(")
     return s
 
 

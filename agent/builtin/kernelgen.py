@@ -289,6 +289,17 @@ static inline float kw_expf(float x) {
     const float y = p * __builtin_bit_cast(float, b1) * __builtin_bit_cast(float, b2);
     return kw_pick(big | tiny | nan, kw_pick(big, INFINITY, kw_pick(tiny, 0.0f, x)), y);
 }
+// tanh as Cephes' tanhf with masks (vectorised like kw_expf): an odd polynomial below 0.625,
+// 1 - 2 / (exp(2|x|) + 1) with x's sign above; about 2 ulp; +-inf -> +-1, NaN -> NaN.
+static inline float kw_tanhf(float x) {
+    const int32_t sign = __builtin_bit_cast(int32_t, x) & INT32_MIN;
+    const float ax = __builtin_bit_cast(float, __builtin_bit_cast(int32_t, x) & INT32_MAX);
+    const float big = 1.0f - 2.0f / (kw_expf(2.0f * ax) + 1.0f);
+    const float z = x * x;
+    const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                          + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    return kw_pick(-(int32_t)(ax >= 0.625f), __builtin_bit_cast(float, __builtin_bit_cast(int32_t, big) | sign), small);
+}
 
 """
 
