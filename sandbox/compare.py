@@ -113,14 +113,13 @@ def compare_outputs(expected_spec: Any, expected: list[Any], got_spec: Any, got:
         tol = options.tolerance(str(e.dtype).replace("torch.", ""))
         mag = ef.abs()
         diff = gf.sub(ef).abs_()
-        outside = diff > mag.mul(tol.rtol).add_(tol.atol)
-        nbad = int(outside.sum())
+        allowed = mag.mul(tol.rtol).add_(tol.atol)
+        nbad = int((diff > allowed).sum())
         worst_abs = max(worst_abs, float(diff.max()))
         worst_rel = max(worst_rel, float(diff.div(mag.clamp_min_(1e-12)).max()))
         if nbad:
             mismatched += nbad
-            excess = diff - (ef.abs().mul_(tol.rtol).add_(tol.atol))
-            idx = int(torch.argmax(excess))
+            idx = int(torch.argmax(diff - allowed))
             messages.append(
                 f"output {i}: {nbad} of {n} elements outside atol={tol.atol:g} rtol={tol.rtol:g} "
                 f"(worst: got {float(gf[idx]):.6g}, expected {float(ef[idx]):.6g})"

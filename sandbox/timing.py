@@ -64,9 +64,8 @@ class Timer:
         included), so no other evaluation's work shares the device with a timed call."""
         self.device = device
         self.lock = lock
-        self.late_calls = 0  # calls whose work outlasted their stream (tail added to their time)
         self._sync_floor_ms = 0.0
-        self._parts: list[tuple[float, float]] = []  # (event ms, tail ms) of the calls timed so far
+        self._parts: list[tuple[float, float]] = []  # cuda: (event ms, tail ms) of the last run's timed calls
         self._flush_buf = None
         if device == "cuda":
             import torch
@@ -79,6 +78,11 @@ class Timer:
     @property
     def clock(self) -> str:
         return "cuda_events" if self.device == "cuda" else "perf_counter"
+
+    @property
+    def late_calls(self) -> int:
+        """Timed calls of the last run whose work outlasted their stream (their tail was added)."""
+        return sum(tail > LATE_MS for _, tail in self._parts)
 
     def idle_sync_ms(self, n: int = 31) -> float:
         """What a whole-device synchronise costs the host when nothing is running (median)."""
@@ -100,10 +104,9 @@ class Timer:
             end.synchronize()
             t0 = _perf_counter()
             self._sync()
+            waited = (_perf_counter() - t0) * 1000.0  # the synchronise alone, as idle_sync_ms measures it
             event = start.elapsed_time(end)
-            ms, tail = call_time(event, (_perf_counter() - t0) * 1000.0, self._sync_floor_ms)
-            if tail > LATE_MS:
-                self.late_calls += 1
+            ms, tail = call_time(event, waited, self._sync_floor_ms)
             self._parts.append((event, tail))
             return ms, out
         t0 = _perf_counter()
