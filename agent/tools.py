@@ -407,4 +407,6 @@ def format_profile(res: Any) -> str:
             f"speed of light ({rf.device}): {rf.flops:.3g} FLOP, {rf.min_bytes:.3g} bytes minimum, "
             f"{rf.bound}-bound, floor {rf.floor_ms:.4f} ms; candidate at {frac} of it"
         )
+        if rf.note:
+            lines.append(f"  ({rf.note})")
     return "\n".join(lines)

@@ -50,6 +50,8 @@ def _print(res, as_json: bool) -> None:
         r = res.roofline
         print(f"  roofline: {r.flops:.3g} FLOP, {r.min_bytes:.3g} B, floor {r.floor_ms:.4g} ms ({r.bound}-bound), "
               f"fraction of speed of light {r.fraction_of_sol}")
+        if r.note:
+            print(f"  roofline note: {r.note}")
 
 
 def main(argv: list[str] | None = None) -> int:

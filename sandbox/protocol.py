@@ -536,14 +536,25 @@ def _roofline(ref: Child, data: dict, res: EvalResult, options: EvalOptions) -> 
             return None
     bw = float(ceil["bandwidth_gbs"])
     tf = float(ceil["tflops"])
-    flops, nbytes = float(roof["flops"]), float(roof["min_bytes"])
-    t_mem = nbytes / (bw * 1e9) * 1e3 if bw else 0.0
-    t_cmp = flops / (tf * 1e12) * 1e3 if tf else 0.0
-    floor = max(t_mem, t_cmp)
-    cand = res.timing.candidate.median_ms
-    return Roofline(device=res.device, flops=flops, min_bytes=nbytes, peak_bandwidth_gbs=bw, peak_tflops=tf, floor_ms=floor,
-                    bound="compute" if t_cmp > t_mem else "memory", candidate_ms=cand,
-                    fraction_of_sol=min(1.0, floor / cand) if cand > 0 else None)
+    return roofline_of(res.device, float(roof["flops"]), float(roof["min_bytes"]), bw, tf, res.timing.candidate.median_ms)
+
+
+def roofline_of(device: str, flops: float, nbytes: float, bw_gbs: float, tflops: float, cand_ms: float) -> Roofline:
+    """The floor is max(FLOPs / peak, bytes / bandwidth) of the task as written. A candidate
+    faster than the FLOP floor computes fewer FLOPs than the reference (an algebraic rewrite:
+    diag(d) @ X as a row scaling); the FLOP count no longer bounds it, the bytes still do, so
+    it is measured against the memory floor, and the result says so."""
+    t_mem = nbytes / (bw_gbs * 1e9) * 1e3 if bw_gbs else 0.0
+    t_cmp = flops / (tflops * 1e12) * 1e3 if tflops else 0.0
+    floor, bound, note = max(t_mem, t_cmp), "compute" if t_cmp > t_mem else "memory", ""
+    if bound == "compute" and 0 < cand_ms < floor:
+        note = (f"faster than the task's FLOP floor ({t_cmp:.4g} ms for {flops:.3g} FLOP as written): the candidate "
+                "computes fewer FLOPs than the reference, so it is measured against the memory floor")
+        floor, bound = t_mem, "memory"
+    if 0 < cand_ms < floor:
+        note = (note + "; " if note else "") + "faster than the memory floor: it moves fewer bytes than the inputs, outputs and parameters"
+    return Roofline(device=device, flops=flops, min_bytes=nbytes, peak_bandwidth_gbs=bw_gbs, peak_tflops=tflops, floor_ms=floor,
+                    bound=bound, candidate_ms=cand_ms, fraction_of_sol=min(1.0, floor / cand_ms) if cand_ms > 0 else None, note=note)
 
 
 def _summary(res: EvalResult) -> str:
@@ -553,6 +564,9 @@ def _summary(res: EvalResult) -> str:
         parts.append(f"{res.speedup_vs_eager:.2f}x vs eager ({res.timing.eager.median_ms:.4g} ms)")
     if res.speedup_vs_compile:
         parts.append(f"{res.speedup_vs_compile:.2f}x vs torch.compile ({res.timing.compile.median_ms:.4g} ms)")
+    if c.host_median_ms and c.event_median_ms and c.host_median_ms >= 0.9 * c.event_median_ms:
+        parts.append(f"host-bound: the forward's Python, allocations and launches take {c.host_median_ms:.4g} ms per call, "
+                     f"as long as the timed {c.event_median_ms:.4g} ms (fewer launches or less Python per call would help)")
     return ", ".join(parts)
 
 

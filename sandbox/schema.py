@@ -76,10 +76,14 @@ class Stats:
     trials: int
     # cuda only (sandbox/timing.py): the median time between the call's events, the median
     # device tail added after them (work that outlasted the stream), and the host's idle
-    # device-synchronise cost subtracted from each tail; they tell a slow kernel from a slow host
+    # device-synchronise cost subtracted from each tail; they tell a slow kernel from a slow host.
+    # host_median_ms: the host time of the call itself (Python, allocation, launches); the L2
+    # flush before each call keeps the device busy for only part of it, so a call whose host
+    # time exceeds its kernels' time is timed as host-bound (docs/evaluation.md, "Timing")
     event_median_ms: float | None = None
     tail_median_ms: float | None = None
     sync_floor_ms: float | None = None
+    host_median_ms: float | None = None
     window: list[float] | None = None  # [start, end] wall-clock seconds of the run, device lock held exclusively
 
 
@@ -122,6 +126,7 @@ class Roofline:
     bound: str = ""  # "memory" or "compute"
     candidate_ms: float | None = None
     fraction_of_sol: float | None = None  # floor_ms / candidate_ms, in (0, 1]
+    note: str = ""  # why the floor is not max(flops / peak, bytes / bandwidth), when it is not
 
 
 @dataclass

@@ -65,7 +65,7 @@ class Timer:
         self.device = device
         self.lock = lock
         self._sync_floor_ms = 0.0
-        self._parts: list[tuple[float, float]] = []  # cuda: (event ms, tail ms) of the last run's timed calls
+        self._parts: list[tuple[float, float, float]] = []  # cuda: (event, tail, host) ms of the last run's timed calls
         self._flush_buf = None
         if device == "cuda":
             import torch
@@ -82,7 +82,7 @@ class Timer:
     @property
     def late_calls(self) -> int:
         """Timed calls of the last run whose work outlasted their stream (their tail was added)."""
-        return sum(tail > LATE_MS for _, tail in self._parts)
+        return sum(tail > LATE_MS for _, tail, _ in self._parts)
 
     def idle_sync_ms(self, n: int = 31) -> float:
         """What a whole-device synchronise costs the host when nothing is running (median)."""
@@ -99,7 +99,9 @@ class Timer:
             self._flush_buf.zero_()
             start, end = self._event(enable_timing=True), self._event(enable_timing=True)
             start.record()
+            h0 = _perf_counter()
             out = fn(*inputs)
+            host = (_perf_counter() - h0) * 1000.0  # the call's host time: Python and launches
             end.record()
             end.synchronize()
             t0 = _perf_counter()
@@ -107,7 +109,7 @@ class Timer:
             waited = (_perf_counter() - t0) * 1000.0  # the synchronise alone, as idle_sync_ms measures it
             event = start.elapsed_time(end)
             ms, tail = call_time(event, waited, self._sync_floor_ms)
-            self._parts.append((event, tail))
+            self._parts.append((event, tail, host))
             return ms, out
         t0 = _perf_counter()
         out = fn(*inputs)
@@ -158,7 +160,8 @@ class Timer:
             # checks that no two evaluations' timed loops ran at once on one device
             stats["window"] = [held_from, time.time()]
             if self._parts:
-                stats["event_median_ms"] = statistics.median(e for e, _ in self._parts)
-                stats["tail_median_ms"] = statistics.median(t for _, t in self._parts)
+                stats["event_median_ms"] = statistics.median(e for e, _, _ in self._parts)
+                stats["tail_median_ms"] = statistics.median(t for _, t, _ in self._parts)
+                stats["host_median_ms"] = statistics.median(h for _, _, h in self._parts)
                 stats["sync_floor_ms"] = self._sync_floor_ms
             return stats, wall

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call on the device machine (results go in docs/benchmarks.md).
-# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests bench cases suite)
+# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests timecheck bench cases suite)
 # One device call runs at most 10 minutes: `probe tests bench`, then `cases`, then `suite`.
 # The device tool returns at most 8 files from $OUT, so logs and case-study fixtures come back as
 # two archives next to summary.txt (printed last) and suite.json.
@@ -24,10 +24,15 @@ for s in $stages; do case $s in
   # the case studies run in the `cases` stage (tests/agent/builtin/test_gpu_case_studies.py is the
   # same five runs with assertions, marked slow: run it on its own when there is device time)
   tests) run_stage tests 280 python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -q -rfE --tb=short -p no:cacheprovider ;;
+  # where a candidate's timed ms come from: sandbox numbers, our timer vs do_bench, host vs device cost
+  # (after `cases` in the same call: this call's fresh candidates; else the gallery's)
+  timecheck) fx=webapp/jobs/fixtures/gallery; [ -f "$WORK/cases/diag_scale_matmul.json" ] && fx="$WORK/cases"
+             run_stage timecheck 200 python3 -m benchmarks.timer_check --fixtures "$fx" --out "$OUT/timecheck.json" ;;
   bench) run_stage bench 280 python3 -m sandbox bench --backend cuda --evals ${KW_BENCH_EVALS:-6} --concurrency 2 --trace ;;
   # one at a time: side by side, sub-0.2 ms candidates carried other jobs' CPU load (2026-11-29)
   cases) run_stage cases 330 python3 -m benchmarks.case_studies --backend cuda --jobs 1 --out "$WORK/cases" ;;
-  suite) run_stage suite 560 python3 -m benchmarks.suite --backend cuda --jobs 8 --out "$OUT/suite.json" ;;
+  # KW_SUITE_TASKS="name ..." runs part of the suite (39 tasks take more than one 10-minute call)
+  suite) set -f; run_stage suite 560 python3 -m benchmarks.suite --backend cuda --jobs 8 --out "$OUT/suite.json" ${KW_SUITE_TASKS:+--tasks $KW_SUITE_TASKS}; set +f ;;
 esac; done
 tar czf "$OUT/logs.tgz" -C "$WORK" logs
 tar czf "$OUT/cases.tgz" -C "$WORK" cases   # unpack into webapp/jobs/fixtures/gallery (json) and docs/case-studies (md)

@@ -26,15 +26,18 @@ def _prod(dims):
     return out
 
 
-def _bc(k, *shapes):
-    """The broadcast of operand shapes aligned to rank k (each with its trailing padding)."""
+@functools.lru_cache(maxsize=256)
+def _geom(k, sp, *shapes):
+    """(broadcast shape, rows, cols) of operand shapes aligned to rank k (each with its trailing
+    padding), split after dim sp. Cached: it runs in every call, and a few microseconds of
+    Python per call are more than a small kernel takes."""
     out = [1] * k
     for shape, rpad in shapes:
         s = [1] * (k - rpad - len(shape)) + [int(d) for d in shape] + [1] * rpad
         for i, d in enumerate(s):
             if d != 1:
                 out[i] = d
-    return out
+    return tuple(out), _prod(out[:sp]), _prod(out[sp:])
 
 
 _LIB = None
@@ -125,8 +128,7 @@ class _Emitter:
         sp = grp.split
         self.emit(f"# {grp.name}: one kernel for [{', '.join(n.op for n in grp.nodes)}]")
         shapes = ", ".join(f"({self.val(Ref(o.value))}.shape, {o.rpad})" for o in grp.operands)
-        self.emit(f"_D = _bc({k}, {shapes})")
-        self.emit(f"_rows, _cols = _prod(_D[:{sp}]), _prod(_D[{sp}:])")
+        self.emit(f"_D, _rows, _cols = _geom({k}, {sp}, {shapes})")
         outs = []
         for o in grp.outputs:
             n = self.g.node(o)
@@ -221,7 +223,7 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     if not init.startswith("    "):
         init = textwrap.indent(textwrap.dedent(init), "    ")
     parts = ['"""' + summary.strip().replace('"""', "'''") + '\n"""', ""]
-    imports = list(dict.fromkeys(src.get("imports", []) + ["import torch", "import torch.nn as nn", "import kwrt"]))
+    imports = list(dict.fromkeys(src.get("imports", []) + ["import functools", "import torch", "import torch.nn as nn", "import kwrt"]))
     parts += imports
     parts += [""] + src.get("assigns", [])
     for h in src.get("helpers", []):
@@ -234,8 +236,8 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     if em.derived_method():
         parts.append("")
     args = ", ".join(_var(n.name) for n in inputs)
-    parts += [f"    def forward(self, {args}):", "        lib = _kernels()", "        _stream = kwrt.stream()",
-              f"        _dev = {dev_src}.device"]
+    parts += [f"    def forward(self, {args}):", "        lib = _kernels()", f"        _dev = {dev_src}.device",
+              "        _stream = kwrt.stream(_dev)"]
     parts += em.lines
     return "\n".join(parts) + "\n"
 

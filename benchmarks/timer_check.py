@@ -1,0 +1,213 @@
+"""`python -m benchmarks.timer_check`: where a candidate's timed milliseconds come from.
+
+For each case (a gallery fixture's best candidate, or the sandbox bench workloads) this prints,
+in one process on one device:
+- the sandbox's own numbers (`evaluate`: median, and its split into the time between the
+  events and the device tail);
+- eager and candidate through our Timer and through `triton.testing.do_bench`, in this process
+  (the candidate loaded here, outside the sandbox: a diagnostic of trusted generated code only);
+- the host cost of one forward (calls issued back to back, one synchronise at the end, divided
+  by the calls) and the device cost (profiler kernel time per forward).
+A candidate whose host cost exceeds its device cost plus the L2 flush is host-bound: its timed
+median is Python, not its kernel. Numbers are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+GALLERY = ROOT / "webapp" / "jobs" / "fixtures" / "gallery"
+
+
+def fixture_case(name: str, folder: Path = GALLERY) -> tuple[str, dict[str, str]]:
+    """(task source, best candidate files) of a trajectory fixture (default: the gallery's)."""
+    data = json.loads((folder / f"{name}.json").read_text())
+    files = None
+    for event in data["events"]:
+        if event["type"] == "best_changed":
+            files = event["files"]
+    if files is None:
+        raise SystemExit(f"{name}: the fixture has no best candidate")
+    return data["meta"]["task_source"], files
+
+
+def _load(name: str, source: str, where: Path) -> Any:
+    path = where / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def host_ms(fn: Any, inputs: list, calls: int = 300) -> float:
+    """Host time per call when calls are issued back to back (the device catches up at the end)."""
+    import torch
+
+    for _ in range(20):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(*inputs)
+    host = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return host * 1000.0 / calls
+
+
+def kwrt_host_ms(kwrt: Any, fn: Any, inputs: list, calls: int = 300) -> dict[str, float]:
+    """Host time per forward inside each kernel function call (conversion, ctypes, the C side)."""
+    import torch
+
+    spent: dict[str, float] = {}
+    original = kwrt._Function.__call__
+
+    def timed(self: Any, *args: Any) -> None:
+        t0 = time.perf_counter()
+        original(self, *args)
+        spent[self.name] = spent.get(self.name, 0.0) + time.perf_counter() - t0
+
+    kwrt._Function.__call__ = timed
+    try:
+        for _ in range(calls):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    finally:
+        kwrt._Function.__call__ = original
+    return {k: v * 1000.0 / calls for k, v in spent.items()}
+
+
+def device_ms(fn: Any, inputs: list, calls: int = 20) -> float:
+    """Kernel time per forward from the profiler (no host time, no gaps)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    total = 0.0
+    for evt in prof.events():
+        if getattr(evt, "device_type", None) == torch.autograd.DeviceType.CUDA:
+            total += evt.time_range.elapsed_us()
+    return total / 1000.0 / calls
+
+
+def check(label: str, task: str, files: dict[str, str]) -> dict:
+    import torch
+    from triton.testing import do_bench
+
+    from sandbox import evaluate
+    from sandbox.build import build
+    from sandbox.harness import fingerprint, fingerprint_weights, flatten
+    from sandbox.options import EvalOptions
+    from sandbox.timing import Timer
+    from sandbox.worker import _no_grad
+
+    opts = EvalOptions(backend="cuda", cache_dir=os.environ.get("KERNELWRIGHT_CACHE", tempfile.mkdtemp()), timing_budget_s=0.5)
+    res = evaluate(task, files, opts)
+    row: dict[str, Any] = {"case": label, "status": res.status.value}
+    c, e = res.timing.candidate, res.timing.eager
+    if c is not None and e is not None:
+        row.update(sandbox_cand=c.median_ms, sandbox_event=c.event_median_ms, sandbox_tail=c.tail_median_ms, sandbox_host=c.host_median_ms,
+                   sandbox_floor=c.sync_floor_ms, sandbox_eager=e.median_ms, sandbox_eager_event=e.event_median_ms)
+    _, artifacts = build(files, opts)
+    where = Path(tempfile.mkdtemp(prefix="kw-timercheck-"))
+    os.environ["KW_BACKEND"] = "cuda"
+    if artifacts.library:
+        os.environ["KWRT_LIB"] = artifacts.library
+    sys.path.insert(0, str(ROOT / "sandbox" / "runtime"))
+    import kwrt
+
+    kwrt._lib = None
+    ref = _load(f"ref_{label}", task, where)
+    with torch.device("cuda"):
+        torch.manual_seed(0)
+        model = ref.Model(*ref.get_init_inputs()).eval()
+        sets = [list(ref.get_inputs()) for _ in range(3)]
+    cand_mod = _load(f"cand_{label}", files["model_new.py"], where)
+    with torch.device("cuda"):
+        cand = cand_mod.ModelNew(*ref.get_init_inputs())
+    cand.load_state_dict(model.state_dict())
+    cand = cand.eval().cuda()
+    timer = Timer("cuda")
+
+    with torch.no_grad():
+        out = cand(*sets[0])
+        leaves: list = []
+        flatten(out, leaves)
+        weights = fingerprint_weights([tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves], 1, "cuda")
+        w64 = [w.double().reshape(-1) if w is not None else None for w in weights]
+
+        def sync_hook(out: Any, k: int) -> None:  # the sandbox's per-call fingerprint (a host read each call)
+            xs: list = []
+            flatten(out, xs)
+            fingerprint(xs, weights)
+
+        def async_hook(out: Any, k: int) -> None:  # the same projection left on the device
+            xs: list = []
+            flatten(out, xs)
+            for x, w in zip(xs, w64, strict=False):
+                if w is not None:
+                    torch.dot(x.detach().reshape(-1).double(), w)
+
+        for hook_name, hook in (("sync_hook", sync_hook), ("async_hook", async_hook)):
+            stats, _ = timer.run(_no_grad(cand), sets, 1.0, 20, 2000, 3, hook)  # as the sandbox's child calls it
+            row[f"cand_timer_{hook_name}"] = stats["median_ms"]
+            row[f"cand_timer_{hook_name}_host"] = stats.get("host_median_ms")
+        for name, fn in (("eager", model), ("cand", cand)):
+            stats, _ = timer.run(fn, sets, 1.0, 20, 2000, 3)
+            row[f"{name}_timer"] = stats["median_ms"]
+            row[f"{name}_timer_event"] = stats.get("event_median_ms")
+            row[f"{name}_timer_host"] = stats.get("host_median_ms")
+            row[f"{name}_do_bench"] = do_bench(lambda fn=fn: fn(*sets[0]), warmup=25, rep=500, return_mode="median")
+            row[f"{name}_host"] = host_ms(fn, sets[0])
+            if name == "cand":
+                row["cand_kwrt_host"] = kwrt_host_ms(kwrt, fn, sets[0])
+            row[f"{name}_device"] = device_ms(fn, sets[0])
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.timer_check")
+    parser.add_argument("cases", nargs="*", default=["diag_scale_matmul", "rmsnorm_swish", "linear_gelu_residual"],
+                        help="fixture names")
+    parser.add_argument("--fixtures", default=str(GALLERY), help="folder of trajectory fixtures (python -m benchmarks.case_studies --out)")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+    rows = []
+    for name in args.cases:
+        task, files = fixture_case(name, Path(args.fixtures))
+        try:
+            rows.append(check(name, task, files))
+        except Exception as exc:  # a diagnostic: report and go on with the next case
+            rows.append({"case": name, "error": f"{type(exc).__name__}: {exc}"})
+        print(json.dumps(rows[-1]), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+    cols = ["sandbox_cand", "sandbox_event", "sandbox_tail", "sandbox_host", "cand_timer_host", "cand_timer_sync_hook",
+            "cand_timer_sync_hook_host", "cand_timer_async_hook", "cand_timer_async_hook_host", "cand_timer", "cand_do_bench", "cand_host", "cand_device",
+            "eager_timer", "eager_do_bench", "eager_host", "eager_device"]
+    print("case".ljust(22) + "".join(c.rjust(15) for c in cols))
+    for r in rows:
+        print(r["case"].ljust(22) + "".join(
+            (f"{r[c]:.4f}" if isinstance(r.get(c), float) else str(r.get(c, "-"))).rjust(15) for c in cols))
+    if rows:
+        ok = [r for r in rows if "cand_host" in r]
+        if ok:
+            bound = [r["case"] for r in ok if r["cand_host"] > r["cand_device"] + 0.03]
+            print("host-bound candidates (host per forward > device per forward + 0.03 ms flush): " + (", ".join(bound) or "none"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
