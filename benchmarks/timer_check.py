@@ -40,6 +40,21 @@ def fixture_case(name: str, folder: Path = GALLERY) -> tuple[str, dict[str, str]
     return data["meta"]["task_source"], files
 
 
+def generated_case(task_name: str) -> tuple[str, dict[str, str]]:
+    """(task source, the built-in policy's final candidate at the default launch configuration)
+    of a suite task (benchmarks/tasks), generated here without the agent loop."""
+    from agent.builtin.graph import analyze_source
+    from agent.builtin.pipeline import build_candidate
+    from agent.builtin.rewrites import all_rewrites
+
+    src = (ROOT / "benchmarks" / "tasks" / f"{task_name}.py").read_text()
+    an = analyze_source(src, profile=False)
+    if not an.ok:
+        raise SystemExit(f"{task_name}: {an.error}")
+    rw = all_rewrites(an.graph)
+    return src, build_candidate(rw[-1].graph if rw else an.graph, an.data, "cuda").files
+
+
 def _load(name: str, source: str, where: Path) -> Any:
     path = where / f"{name}.py"
     path.write_text(source)
@@ -183,8 +198,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="fixture names")
     parser.add_argument("--fixtures", default=str(GALLERY), help="folder of trajectory fixtures (python -m benchmarks.case_studies --out)")
     parser.add_argument("--out", default="")
+    parser.add_argument("--ab-unroll", nargs="*", default=None, metavar="TASK",
+                        help="suite tasks: generate each with kernelgen.ROW_UNROLL 1 and 4 and check both")
     args = parser.parse_args(argv)
     rows = []
+    if args.ab_unroll is not None:
+        from agent.builtin import kernelgen
+
+        for name in args.ab_unroll:
+            for unroll in (1, 4):
+                kernelgen.ROW_UNROLL = unroll
+                try:
+                    task, files = generated_case(name)
+                    rows.append(check(f"{name}_u{unroll}", task, files))
+                except Exception as exc:  # a diagnostic: report and go on
+                    rows.append({"case": f"{name}_u{unroll}", "error": f"{type(exc).__name__}: {exc}"})
+                print(json.dumps(rows[-1]), flush=True)
+        args.cases = []
     for name in args.cases:
         task, files = fixture_case(name, Path(args.fixtures))
         try:

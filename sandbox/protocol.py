@@ -158,7 +158,8 @@ def _cacheable_baseline(base: dict) -> dict:
 # 3: the end event right after the call, plus the device's tail beyond the idle sync cost
 # (sandbox/timing.py), instead of an end event recorded after a device sync.
 # 4: warm-up of at least min(0.1 s, budget / 5), not only `warmup_calls` calls.
-BASELINE_PROTOCOL = "baseline/4"
+# 5: outputs held and fingerprinted in batches of up to timing.HOLD_CALLS, not after every call.
+BASELINE_PROTOCOL = "baseline/5"
 
 
 def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str:

@@ -516,6 +516,9 @@ def _cuda_elementwise(plan: Plan, grp: Group, body: _Body, sig: KernelSig, confi
     return "\n".join(L)
 
 
+ROW_UNROLL = 4  # unroll factor of the float4 loops of row kernels (benchmarks.timer_check --ab-unroll compares 1)
+
+
 def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict) -> str:
     tpr = int(config.get("tpr", 256))
     block = max(tpr, 128) if tpr <= 32 else tpr
@@ -541,7 +544,9 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
 
     def loop(nodes: list[Node], emit_tail, extra: tuple[str, ...] = ()) -> list[str]:
         ks = body.operands_of(nodes, extra)
-        out = ["    if constexpr (VEC == 4) {",
+        # unrolled: a thread issues several row loads before it waits for the first (a row of
+        # 4096 floats is 4 float4 loads per thread at 256 threads per row)
+        out = ["    if constexpr (VEC == 4) {"] + ([f"        #pragma unroll {ROW_UNROLL}"] if ROW_UNROLL > 1 else []) + [
                "        for (int64_t c4 = t; c4 < ncols / 4; c4 += TPR) {",
                "            const int64_t c0 = c4 * 4, i0 = base + c0; (void)i0;"]
         out += ["            " + s for s in _lane_body(body, nodes, ks, 4, (FULL, COL))]

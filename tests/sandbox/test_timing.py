@@ -36,3 +36,28 @@ def test_warm_up_lasts_a_share_of_the_budget_then_the_calls_fit_it():
     assert stats["trials"] == 50  # a no-op call: the budget allows more than max_calls
     assert len(calls) > 50 + 2  # warm-up kept calling for 10 ms, far more than 2 calls
     assert set(calls) == {1, 2}  # input sets rotate
+
+
+def test_outputs_are_held_and_handed_to_the_hook_in_call_order():
+    import torch
+
+    seen = []
+    stats, _ = Timer("cpu").run(lambda x: torch.full((4,), x), [[1.0], [2.0], [3.0]], budget_s=0.01, min_calls=20,
+                                max_calls=20, warmup=3, after_call=lambda out, k: seen.append((float(out[0]), k)))
+    assert stats["trials"] == 20 and len(seen) >= 23
+    assert all(value == k + 1 for value, k in seen)  # every output reached the hook, with its input set
+
+
+def test_a_forward_that_rewrites_one_buffer_is_visible_to_the_hook():
+    import torch
+
+    buf = torch.zeros(4)
+    seen = []
+
+    def fn(x):
+        buf.fill_(x)  # returns the same tensor every call, rewritten: earlier outputs change
+        return buf
+
+    Timer("cpu").run(fn, [[1.0], [2.0], [3.0]], budget_s=0.01, min_calls=20, max_calls=20, warmup=3,
+                     after_call=lambda out, k: seen.append((float(out[0]), k)))
+    assert any(value != k + 1 for value, k in seen)
