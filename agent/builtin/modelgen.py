@@ -63,8 +63,8 @@ def _var(name: str) -> str:
 
 
 class _Emitter:
-    def __init__(self, plan: Plan, backend: str, sigs: dict[str, KernelSig]):
-        self.plan, self.backend, self.sigs = plan, backend, sigs
+    def __init__(self, plan: Plan, backend: str, sigs: dict[str, KernelSig], gemm: str = "cublas"):
+        self.plan, self.backend, self.sigs, self.gemm = plan, backend, sigs, gemm
         self.g = plan.graph
         self.lines: list[str] = []
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
@@ -99,7 +99,12 @@ class _Emitter:
             self.emit(f"{v} = {self.val(a[0])}.dim()")
         elif n.op == "matmul_nt":
             x, w = self.val(a[0]), self.val(a[1])
-            if self.backend == "cuda":
+            if self.backend == "cuda" and self.gemm == "aten":
+                self.emit(f"# {n.name}: GEMM x @ W^T through ATen (torch.mm: cuBLAS/cuBLASLt with PyTorch's workspace "
+                          "and heuristics), W read transposed in place")
+                self.emit(f"_x2 = {x}.reshape(-1, {x}.shape[-1])")
+                self.emit(f"{v} = torch.mm(_x2, {w}.t()).view(*{x}.shape[:-1], {w}.shape[0])")
+            elif self.backend == "cuda":
                 self.emit(f"# {n.name}: GEMM x @ W^T through cuBLAS (gemm_nt), W read transposed in place")
                 self.emit(f"_x2 = {x}.reshape(-1, {x}.shape[-1])")
                 self.emit(f"{v} = torch.empty((_x2.shape[0], {w}.shape[0]), device=_dev, dtype=torch.float32)")
@@ -200,9 +205,11 @@ class _Emitter:
         return L
 
 
-def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[KernelSig], summary: str) -> str:
+def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[KernelSig], summary: str,
+                   gemm: str = "cublas") -> str:
+    """gemm (cuda): "cublas" calls the .cu's gemm_nt (cublasSgemm), "aten" calls torch.mm."""
     src = meta["source"]
-    em = _Emitter(plan, backend, {s.name: s for s in sigs})
+    em = _Emitter(plan, backend, {s.name: s for s in sigs}, gemm)
     g = plan.graph
     inputs = g.inputs()
     tensors_in = [n for n in inputs if n.shape is not None]

@@ -64,6 +64,7 @@ class _Step:
     graph: Graph | None = None
     rewrite: Rewrite | None = None
     variant: int = 0
+    gemm: str = "cublas"  # cuda: "cublas" (the .cu's gemm_nt) or "aten" (torch.mm)
 
 
 def _x(v: float | None) -> str:
@@ -156,6 +157,11 @@ class BuiltinPolicy(Policy):
                 if self.final_plan.groups else 1
         except GenerationError:
             self.final_plan, n_variants = None, 1
+        if backend == "cuda" and self.final_plan is not None and any(
+                st.kind == "node" and st.node.op == "matmul_nt" for st in self.final_plan.steps):
+            # which GEMM is faster depends on the shape: measure both, keep the faster
+            self.steps.append(_Step("candidate", "The same kernels with the GEMM through ATen (torch.mm)",
+                                    graph=self.final_graph, gemm="aten"))
         for v in range(1, min(n_variants, self.max_variants)):
             self.steps.append(_Step("variant", f"launch configuration {v + 1}", graph=self.final_graph, variant=v))
         self.steps.append(_Step("restore"))
@@ -308,21 +314,25 @@ class BuiltinPolicy(Policy):
             head += self._sol_line()
         try:
             cand = build_candidate(step.graph, self.analysis.data, self.backend,
-                                   note=f"Step: {step.title}.")
+                                   note=f"Step: {step.title}.", gemm=step.gemm)
         except GenerationError as e:
             msg = head + f"{step.title}: " + (step.rewrite.detail + "\n\n" if step.rewrite else "") + \
                 f"This graph cannot be generated yet: {e}. Moving on."
             return Action(message=msg, tool_calls=[self._call("list_files")])
-        if step.graph is self.final_graph:
+        if step.graph is self.final_graph and step.gemm == "cublas":
             self.final_candidate = cand
         self.pending = _Tried(step.title, cand.files, graph=step.graph)
         parts = [head]
         if step.rewrite is not None:
             parts.append(f"Rewrite: {step.rewrite.title}.\n{step.rewrite.detail}\n\nGraph after the rewrite:\n"
                          f"{step.graph.summary()}\n")
+        elif step.gemm == "aten":
+            parts.append(f"{step.title}: our GEMM calls cublasSgemm with cuBLAS's default workspace and heuristics; "
+                         "torch.mm reaches cuBLAS (or cuBLASLt) with PyTorch's workspace and its own algorithm choice, "
+                         "which is faster for some shapes. The fused epilogue kernels stay the same; the timing decides.\n")
         else:
             parts.append(f"{step.title}: generate one kernel per fusable group straight from the captured graph.\n")
-        parts.append(_describe_candidate(cand, self.backend))
+        parts.append(_describe_candidate(cand, self.backend, step.gemm))
         parts.append("Compile, then check correctness and time it against eager and torch.compile.")
         calls = self._write(cand.files) + [self._call("compile"), self._call("evaluate")]
         return Action(message="\n".join(parts), tool_calls=calls)
@@ -452,7 +462,7 @@ def _fmt_cfg(cfg: dict) -> str:
     return "serial (no OpenMP)" if pm >= 1 << 60 else f"OpenMP from {pm} elements, schedule({cfg.get('schedule')})"
 
 
-def _describe_candidate(c: Candidate, backend: str) -> str:
+def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str:
     lines = [f"Generated {c.kernel_path} ({len(c.plan.groups)} fused kernel(s)) and model_new.py:"]
     for s in c.sigs:
         grp = next(g for g in c.plan.groups if g.name == s.name)
@@ -462,7 +472,9 @@ def _describe_candidate(c: Candidate, backend: str) -> str:
                      + f", {s.bytes_moved / 1e6:.2f} MB moved, config {_fmt_cfg(c.configs.get(s.name, {}))}")
     for st in c.plan.steps:
         if st.kind == "node" and st.node.op in ("matmul", "matmul_nt", "conv2d"):
-            lib = {"matmul_nt": "cuBLAS gemm_nt from the .cu" if backend == "cuda" else "torch.matmul (oneDNN/MKL)",
+            nt = ("torch.mm (ATen's cuBLAS)" if gemm == "aten" else "cuBLAS gemm_nt from the .cu") if backend == "cuda" \
+                else "torch.matmul (oneDNN/MKL)"
+            lib = {"matmul_nt": nt,
                    "matmul": "torch.matmul (library GEMM)", "conv2d": "F.conv2d (cuDNN)" if backend == "cuda" else "F.conv2d (oneDNN)"}
             lines.append(f"  - {st.node.name}: {lib[st.node.op]}")
         if st.kind == "node" and st.node.op == "derived":

@@ -269,3 +269,14 @@ def test_bundled_gallery_holds_the_five_h200_case_studies():
     for j in jobs:
         assert j.name in page
         assert Client().get(f"/jobs/{j.pk}/").status_code == 200
+
+
+def test_a_turn_shows_the_host_time_and_why_the_floor_is_the_memory_floor(client, owner):
+    """The diag case study (H200): its candidate beats the task's FLOP floor (an algebraic
+    rewrite) and is host-bound; both are said where its evaluation is shown."""
+    fixture = Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    job = import_trajectory(owner, json.loads(fixture.read_text()))
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "computes fewer FLOPs than the reference, so it is measured against the memory floor" in html
+    assert "host-bound: the forward&#x27;s Python" in html
+    assert '<th title="host time of the call itself' in html

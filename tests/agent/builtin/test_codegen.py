@@ -78,6 +78,19 @@ def test_cuda_source_has_vectorised_loads_and_one_block_per_row():
     assert "cublasSgemm" in lin.files["kernels/fused.cu"] and "lib.gemm_nt(" in lin.files["model_new.py"]
 
 
+def test_the_gemm_can_go_through_aten_instead_of_the_cu():
+    src = task_source("linear_gelu_residual", batch=32, features=64)
+    an = analyze_source(src, profile=False)
+    g = all_rewrites(an.graph)[-1].graph if all_rewrites(an.graph) else an.graph
+    ours = build_candidate(g, an.data, "cuda")
+    aten = build_candidate(g, an.data, "cuda", gemm="aten")
+    fwd = aten.files["model_new.py"].split("def forward", 1)[1]
+    assert "torch.mm(_x2, self.proj.weight.t())" in fwd and "lib.gemm_nt" not in fwd
+    assert "lib.fused_0(" in fwd  # the epilogue is still the generated kernel
+    assert aten.files["kernels/fused.cu"] == ours.files["kernels/fused.cu"]
+    compile(aten.files["model_new.py"], "model_new.py", "exec")
+
+
 def test_launch_variants_change_only_the_kernel_file():
     src = task_source("rmsnorm_swish", rows=64, hidden=4096)
     base = _candidate(src, "cuda")

@@ -70,3 +70,20 @@ def test_an_uncapturable_task_finishes_with_a_plain_explanation():
     fin = res.trajectory.finished()
     assert isinstance(fin, Finished) and "could not be captured" in fin.summary
     assert "data-dependent control flow" in fin.summary
+
+
+def test_on_cuda_a_task_with_a_gemm_also_tries_the_aten_gemm(monkeypatch):
+    """Planning only (no GPU needed): the capture runs on the CPU, the steps are those of cuda."""
+    import agent.builtin.policy as policy_mod
+    from agent.policy import TaskInfo
+
+    real = policy_mod.analyze_source
+    monkeypatch.setattr(policy_mod, "analyze_source", lambda src, device, **kw: real(src, device="cpu", **kw))
+    steps = {}
+    for name in ("linear_gelu_residual", "rmsnorm_swish"):
+        pol = BuiltinPolicy(max_variants=1)
+        pol.reset(TaskInfo(name, task_source(name, **SMALL[name]), "cuda"), [], [])
+        steps[name] = [(s.kind, s.gemm) for s in pol.steps]
+    assert ("candidate", "aten") in steps["linear_gelu_residual"]
+    assert steps["linear_gelu_residual"].index(("candidate", "aten")) < steps["linear_gelu_residual"].index(("restore", "cublas"))
+    assert all(g == "cublas" for _, g in steps["rmsnorm_swish"])  # no GEMM, no such step
