@@ -86,6 +86,19 @@ class _Body:
             stack += self.plan.graph.node(t).refs()
         return [n for n in self.grp.nodes if n.name in need]
 
+    def cone_from(self, targets: list[str], stop: str) -> list[Node]:
+        """cone(targets) with `stop` taken as given: its own inputs are not needed again."""
+        need: set[str] = set()
+        stack = list(targets)
+        while stack:
+            t = stack.pop()
+            if t in need or not self.grp.member(t) or self.grp.space[t] == "row":
+                continue
+            need.add(t)
+            if t != stop:
+                stack += self.plan.graph.node(t).refs()
+        return [n for n in self.grp.nodes if n.name in need]
+
     def operands_of(self, nodes: list[Node], extra: tuple[str, ...] = ()) -> list[int]:
         ks = set()
         for refs in [n.refs() for n in nodes] + [list(extra)]:
@@ -176,6 +189,29 @@ def _phases(body: _Body) -> list[tuple[Node | None, list[Node], list[Node]]]:
     return phases
 
 
+# ops whose recomputation in the final loop costs more than storing and re-reading one float
+_COSTLY = {"exp", "log", "tanh", "sigmoid", "silu", "pow", "erf", "log1p", "expm1", "gelu", "mish", "softplus", "elu",
+           "sin", "cos", "rsqrt", "sqrt"}
+
+
+def _kept_in_output(body: _Body, phases: list, full_out: list[str], final_nodes: list[Node]) -> str | None:
+    """CPU rows: a value the last reduction loop computes and the final loop would compute again
+    (softmax's exp(x - max)) is stored in the output row there and read back, instead of being
+    recomputed, when that recomputation includes a costly op. One full-size output only (it is
+    the scratch row); the values are the same bits as recomputing them."""
+    reds = [(red, loop) for red, loop, _ in phases if red is not None]
+    if len(full_out) != 1 or not reds:
+        return None
+    last_loop = {n.name for n in reds[-1][1]}
+    shared = [n for n in final_nodes if n.name in last_loop]
+    if not shared:
+        return None
+    keep = shared[-1].name
+    if keep == full_out[0] or not any(n.op in _COSTLY for n in body.cone([keep])):
+        return None
+    return keep
+
+
 def _final_targets(grp: Group) -> tuple[list[str], list[str]]:
     full = [o for o in grp.outputs if grp.space[o] == "full"]
     row = [o for o in grp.outputs if grp.space[o] == "row"]
@@ -214,12 +250,16 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
             L.append(f"        out{out_index[o]}[i] = {body.arg(Ref(o), '')};")
         L += ["    }", "    return 0;", "}"]
         return "\n".join(L), sig
+    keep = _kept_in_output(body, phases, full_out, final_nodes)
+    if keep is not None:
+        final_nodes = [n for n in body.cone_from(full_out, stop=keep) if n.name != keep]
     L.append(f"    #pragma omp parallel for {par}schedule({sched})")
     L.append("    for (int64_t r = 0; r < rows; ++r) {")
     L.append("        const int64_t base = r * cols;")
     for k in row_operands:
         L.append(f"        const float a{k} = {body.row_load(k)};")
-    for red, loop, after in phases:
+    last_red = max((i for i, (red, _, _) in enumerate(phases) if red is not None), default=-1)
+    for phase_no, (red, loop, after) in enumerate(phases):
         if red is not None:
             acc = f"acc_{red.name}"
             clause = "+" if red.op in ("sum", "mean") else ("max" if red.op == "amax" else "min")
@@ -231,6 +271,8 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
                 L.append(f"            const float a{k} = {body.load(k)};")
             L += ["            " + s for s in body.compute(loop, "")]
             L.append("            " + c_accumulate(red.op, acc, _src_expr(body, red, "")))
+            if keep is not None and phase_no == last_red:
+                L.append(f"            out{out_index[full_out[0]]}[i] = v_{keep};  // kept for the final loop")
             L.append("        }")
             val = f"(float)({acc} / (double)cols)" if red.op == "mean" else f"(float){acc}"
             L.append(f"        const float v_{red.name} = {val};")
@@ -241,6 +283,8 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
         L.append("            const int64_t i = base + c; (void)i;")
         for k in body.operands_of(final_nodes):
             L.append(f"            const float a{k} = {body.load(k)};")
+        if keep is not None:
+            L.append(f"            const float v_{keep} = out{out_index[full_out[0]]}[i];")
         L += ["            " + s for s in body.compute(final_nodes, "")]
         for o in full_out:
             L.append(f"            out{out_index[o]}[i] = {body.arg(Ref(o), '')};")

@@ -78,6 +78,31 @@ def test_cuda_source_has_vectorised_loads_and_one_block_per_row():
     assert "cublasSgemm" in lin.files["kernels/fused.cu"] and "lib.gemm_nt(" in lin.files["model_new.py"]
 
 
+@pytest.mark.parametrize("name, kept", [("row_softmax_small", True), ("norm_log_softmax", False)])
+def test_cpu_rows_keep_a_costly_value_in_the_output_instead_of_recomputing_it(name, kept, tmp_path):
+    """Softmax's exp(x - max) is stored in the output row by the sum loop and read back by the
+    final loop (no second exp per element); log-softmax's final loop needs only x - max - log(sum),
+    nothing costly, so it reads x again. Either way the kernel's result is softmax's."""
+    import ctypes
+
+    import torch
+
+    src = shrink_source(task_source(name), 16)
+    code = _candidate(src, "cpu").files["kernels/fused.cpp"]
+    final_loop = code[code.index("#pragma omp simd\n"):code.index("return 0;")]
+    assert ("kept for the final loop" in code) == kept
+    if kept:
+        assert "kw_expf" not in final_loop and "in0[" not in final_loop
+    _gxx(code, tmp_path)
+    lib = ctypes.CDLL(str(tmp_path / "fused.so"))
+    x = torch.randn(37, 256) * 4
+    out = torch.empty_like(x)
+    p = ctypes.c_void_p
+    assert lib.fused_0(p(x.data_ptr()), p(out.data_ptr()), ctypes.c_int64(37), ctypes.c_int64(256), p(0)) == 0
+    expect = torch.softmax(x, -1) if name == "row_softmax_small" else torch.log_softmax(x, -1)
+    torch.testing.assert_close(out, expect, rtol=1e-5, atol=1e-6)
+
+
 def test_the_gemm_can_go_through_aten_instead_of_the_cu():
     src = task_source("linear_gelu_residual", batch=32, features=64)
     an = analyze_source(src, profile=False)
