@@ -76,18 +76,10 @@ class _Body:
 
     def cone(self, targets: list[str]) -> list[Node]:
         """Full-space group nodes needed to compute targets inside a column loop, in order."""
-        need: set[str] = set()
-        stack = list(targets)
-        while stack:
-            t = stack.pop()
-            if t in need or not self.grp.member(t) or self.grp.space[t] == "row":
-                continue
-            need.add(t)
-            stack += self.plan.graph.node(t).refs()
-        return [n for n in self.grp.nodes if n.name in need]
+        return self.cone_from(targets, stop=None)
 
-    def cone_from(self, targets: list[str], stop: str) -> list[Node]:
-        """cone(targets) with `stop` taken as given: its own inputs are not needed again."""
+    def cone_from(self, targets: list[str], stop: str | None) -> list[Node]:
+        """cone(targets) with `stop` taken as given (its own inputs are not needed again)."""
         need: set[str] = set()
         stack = list(targets)
         while stack:
