@@ -129,6 +129,7 @@ class _Function:
     def _reject(self, args: tuple) -> None:
         for i, a in enumerate(args):
             _convert(self.name, i, a)
+        raise KernelError(f"{self.name}: a tensor argument is not contiguous or not on {_BACKEND}")  # never reached
 
 
 class _Library:
