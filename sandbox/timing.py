@@ -10,7 +10,8 @@ off the timed stream still counts, while an honest kernel's time is the event ti
 end event recorded only after the device sync carried the host's wake-up latency, +0.017 ms per
 call, 29% of a 0.06 ms softmax). (cpu) perf_counter around the call. Inputs rotate among several
 fresh sets, so no call can replay the previous result. `after_call` runs outside the timed
-region (the candidate's output fingerprints are taken there; the baselines run the same hook).
+region, on batches of held outputs (the candidate's output fingerprints are taken there; the
+baselines run the same hook).
 """
 
 from __future__ import annotations
