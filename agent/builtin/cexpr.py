@@ -1,12 +1,14 @@
 """C expressions for the elementwise vocabulary, shared by the C++ (OpenMP) and CUDA generators.
 
-Every op computes in float32, as the eager op does; transcendental functions are the C
-library's single-precision ones (CUDA's device versions on the GPU).
+Every op computes in float32, as the eager op does; transcendental functions are CUDA's device
+versions on the GPU, and on the CPU our vectorisable kw_expf/kw_tanhf/kw_logf/kw_log1pf
+(kernelgen.CPU_PRELUDE) or the C library's single-precision ones (erff, expm1f, powf, ...).
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 from agent.builtin.graph import Node, Scalar
 
@@ -24,9 +26,21 @@ def c_float(v: float) -> str:
 
 def c_op(n: Node, a: list[str | None], cuda: bool) -> str:
     s = _c_op(n, a, cuda)
-    if not cuda:  # libm's fminf/fmaxf/tanhf/expf are calls that stop vectorisation; ours are not
-        s = s.replace("fminf(", "kw_minf(").replace("fmaxf(", "kw_maxf(").replace("tanhf(", "kw_tanhf(").replace("expf(", "kw_expf(")
+    if not cuda:  # libm's fminf/fmaxf/tanhf/expf/logf/log1pf are calls that stop vectorisation; ours are not
+        s = _KW_MATH.sub(lambda m: "kw_" + {"fminf": "minf", "fmaxf": "maxf"}.get(m.group(1), m.group(1)) + "(", s)
     return s
+
+
+_KW_MATH = re.compile(r"\b(fminf|fmaxf|tanhf|expf|logf|log1pf)\(")
+
+
+def _select(cond: str, a: str, b: str, cuda: bool) -> str:
+    """cond ? a : b. On the CPU as an integer-mask select (kw_pick): GCC does not if-convert a
+    ?: whose branches compute (they might trap under its default trapping math), and a loop with
+    control flow is not vectorised. Both sides are computed; the result is the same."""
+    if cuda:
+        return f"({cond} ? {a} : {b})"
+    return f"kw_pick(-(int32_t)({cond}), {a}, {b})"
 
 
 def _c_op(n: Node, a: list[str | None], cuda: bool) -> str:
@@ -100,13 +114,13 @@ def _c_op(n: Node, a: list[str | None], cuda: bool) -> str:
             return f"(0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))"
         return f"(0.5f * {x} * (1.0f + erff({x} * 0.7071067811865476f)))"
     if op == "mish":
-        return f"({x} * tanhf({x} > 20.0f ? {x} : log1pf(expf({x}))))"
+        return f"({x} * tanhf({_select(f'{x} > 20.0f', x, f'log1pf(expf({x}))', cuda)}))"
     if op == "hardswish":
         return f"({x} * fminf(fmaxf({x} + 3.0f, 0.0f), 6.0f) / 6.0f)"
     if op == "hardsigmoid":
         return f"fminf(fmaxf({x} / 6.0f + 0.5f, 0.0f), 1.0f)"
     if op == "leaky_relu":
-        return f"({x} > 0.0f ? {x} : {x} * {a[1]})"
+        return _select(f"{x} > 0.0f", x, f"{x} * {a[1]}", cuda)
     if op == "clamp":
         out = x
         if a[1] is not None:
@@ -117,7 +131,7 @@ def _c_op(n: Node, a: list[str | None], cuda: bool) -> str:
     if op == "elu":
         return f"({x} > 0.0f ? {x} : {a[1]} * expm1f({x}))"
     if op == "softplus":
-        return f"({x} * {a[1]} > {a[2]} ? {x} : log1pf(expf({x} * {a[1]})) / {a[1]})"
+        return _select(f"{x} * {a[1]} > {a[2]}", x, f"log1pf(expf({x} * {a[1]})) / {a[1]}", cuda)
     raise ValueError(f"no C expression for {op}")
 
 

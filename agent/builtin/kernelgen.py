@@ -336,6 +336,40 @@ static inline float kw_tanhf(float x) {
                           + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
     return kw_pick(-(int32_t)(ax >= 0.625f), __builtin_bit_cast(float, __builtin_bit_cast(int32_t, big) | sign), small);
 }
+// log as Cephes' logf with masks: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), a degree-9
+// polynomial in m - 1, e * ln2 added in two parts; about 1 ulp. Denormals are scaled first;
+// log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN -> NaN.
+static inline float kw_logf(float x) {
+    const int32_t den = -(int32_t)(x < 1.17549435e-38f), zero = -(int32_t)(x == 0.0f), neg = -(int32_t)(x < 0.0f);
+    const int32_t inf = -(int32_t)(x == INFINITY), nan = -(int32_t)(x != x);
+    const int32_t b = __builtin_bit_cast(int32_t, kw_pick(den, x * 8388608.0f, x));
+    int32_t e = ((b >> 23) & 0xff) - 126 - (den & 23);
+    float m = __builtin_bit_cast(float, (b & 0x007fffff) | 0x3f000000);  // [0.5, 1)
+    const int32_t low = -(int32_t)(m < 0.707106781186547524f);
+    e -= low & 1;
+    m = kw_pick(low, m + m - 1.0f, m - 1.0f);
+    const float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = y * m - 1.1514610310e-1f;
+    y = y * m + 1.1676998740e-1f;
+    y = y * m - 1.2420140846e-1f;
+    y = y * m + 1.4249322787e-1f;
+    y = y * m - 1.6668057665e-1f;
+    y = y * m + 2.0000714765e-1f;
+    y = y * m - 2.4999993993e-1f;
+    y = y * m + 3.3333331174e-1f;
+    const float fe = (float)e;
+    y = y * m * z - 2.12194440e-4f * fe - 0.5f * z;
+    const float r = m + y + 0.693359375f * fe;
+    return kw_pick(zero | inf | neg | nan, kw_pick(zero, -INFINITY, kw_pick(inf, INFINITY, kw_pick(nan, x, __builtin_nanf("")))), r);
+}
+// log1p(x) = log(u) * x / (u - 1) with u = 1 + x (exact where u - 1 is 0: log1p(x) = x for
+// tiny x); about 2 ulp; -1 -> -inf, below -1 NaN, inf -> inf.
+static inline float kw_log1pf(float x) {
+    const float u = 1.0f + x, d = u - 1.0f;
+    const int32_t keep = -(int32_t)(d == 0.0f) | -(int32_t)(x == INFINITY);
+    return kw_pick(keep, x, kw_logf(u) * (x / kw_pick(keep, 1.0f, d)));
+}
 
 """
 
