@@ -69,22 +69,6 @@ def _convert(name: str, index: int, value: Any) -> Any:
     raise KernelError(f"{name}: argument {index} has unsupported type {type(value).__name__} (use tensors, int, float, bool, None)")
 
 
-_CTYPES = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float, ctypes.c_double)
-
-
-def _kind(value: Any) -> Any:
-    """The ctypes type an argument is passed as (after a tensor became its data pointer)."""
-    if isinstance(value, torch.Tensor) or value is None:
-        return ctypes.c_void_p
-    if isinstance(value, bool | int):
-        return ctypes.c_int64
-    if isinstance(value, float):
-        return ctypes.c_float
-    if isinstance(value, _CTYPES):
-        return type(value)
-    return None
-
-
 class _Function:
     """One exported kernel function. The argument types are bound (ctypes argtypes) from the
     first call's Python types and rebound when a call's types differ, so a call converts in C:
@@ -94,24 +78,17 @@ class _Function:
         self.name = name
         self._fn = fn
         self._fn.restype = ctypes.c_int
-        self._bound: tuple | None = None
 
     def _bind(self, args: tuple) -> None:
-        kinds = []
-        for i, a in enumerate(args):
-            kind = _kind(a)
-            if kind is None:
-                _convert(self.name, i, a)  # raises the explanatory error
-            kinds.append(kind)
-        self._bound = tuple(kinds)
-        self._fn.argtypes = list(kinds)
+        """argtypes: the ctypes type _convert gives each argument (it raises for a bad one)."""
+        self._fn.argtypes = [type(_convert(self.name, i, a)) for i, a in enumerate(args)]
 
     def __call__(self, *args: Any) -> None:
         # one comprehension, no call per argument: tensors become data pointers, the rest is
         # converted by ctypes in C; a bad tensor goes to _convert for the explanatory error
         raw = [(a.data_ptr() if a.is_contiguous() and a.is_cuda is _ON_CUDA else self._reject(args))
                if isinstance(a, _Tensor) else a for a in args]
-        if self._bound is None or len(self._bound) != len(args):
+        if self._fn.argtypes is None or len(self._fn.argtypes) != len(args):
             self._bind(args)
         _calls[self.name] = _calls.get(self.name, 0) + 1
         try:
@@ -136,19 +113,18 @@ class _Library:
     def __init__(self, path: str):
         self.path = path
         self._cdll = ctypes.CDLL(path)
-        self._functions: dict[str, _Function] = {}
 
     def __getattr__(self, name: str) -> _Function:
+        """Only for a function not looked up before: it is then stored on the instance, so later
+        lookups (one per kernel call) never come here."""
         if name.startswith("_"):
             raise AttributeError(name)
-        if name not in self._functions:
-            try:
-                fn = getattr(self._cdll, name)
-            except AttributeError:
-                raise AttributeError(f"the compiled kernels export no function {name!r} (declare it extern \"C\")") from None
-            self._functions[name] = _Function(name, fn)
-            self.__dict__[name] = self._functions[name]  # later lookups skip __getattr__
-        return self._functions[name]
+        try:
+            fn = getattr(self._cdll, name)
+        except AttributeError:
+            raise AttributeError(f"the compiled kernels export no function {name!r} (declare it extern \"C\")") from None
+        self.__dict__[name] = _Function(name, fn)
+        return self.__dict__[name]
 
 
 def load() -> _Library:
