@@ -27,11 +27,13 @@ def c_float(v: float) -> str:
 def c_op(n: Node, a: list[str | None], cuda: bool) -> str:
     s = _c_op(n, a, cuda)
     if not cuda:  # libm's fminf/fmaxf/tanhf/expf/logf/log1pf are calls that stop vectorisation; ours are not
-        s = _KW_MATH.sub(lambda m: "kw_" + {"fminf": "minf", "fmaxf": "maxf"}.get(m.group(1), m.group(1)) + "(", s)
+        s = _CPU_MATH_CALL.sub(lambda m: _CPU_MATH[m.group(1)] + "(", s)
     return s
 
 
-_KW_MATH = re.compile(r"\b(fminf|fmaxf|tanhf|expf|logf|log1pf)\(")
+_CPU_MATH = {"fminf": "kw_minf", "fmaxf": "kw_maxf", "tanhf": "kw_tanhf", "expf": "kw_expf", "logf": "kw_logf",
+             "log1pf": "kw_log1pf"}  # kernelgen.CPU_PRELUDE
+_CPU_MATH_CALL = re.compile(r"\b(" + "|".join(_CPU_MATH) + r")\(")
 
 
 def _select(cond: str, a: str, b: str, cuda: bool) -> str:

@@ -250,7 +250,6 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
     L.append("        const int64_t base = r * cols;")
     for k in row_operands:
         L.append(f"        const float a{k} = {body.row_load(k)};")
-    last_red = max((i for i, (red, _, _) in enumerate(phases) if red is not None), default=-1)
     for phase_no, (red, loop, after) in enumerate(phases):
         if red is not None:
             acc = f"acc_{red.name}"
@@ -263,7 +262,7 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
                 L.append(f"            const float a{k} = {body.load(k)};")
             L += ["            " + s for s in body.compute(loop, "")]
             L.append("            " + c_accumulate(red.op, acc, _src_expr(body, red, "")))
-            if keep is not None and phase_no == last_red:
+            if keep is not None and phase_no == len(phases) - 1:  # the last reduction's loop (_phases: one per reduction, in order)
                 L.append(f"            out{out_index[full_out[0]]}[i] = v_{keep};  // kept for the final loop")
             L.append("        }")
             val = f"(float)({acc} / (double)cols)" if red.op == "mean" else f"(float){acc}"
