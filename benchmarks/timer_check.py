@@ -15,7 +15,6 @@ median is Python, not its kernel. Numbers are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -30,14 +29,12 @@ GALLERY = ROOT / "webapp" / "jobs" / "fixtures" / "gallery"
 
 def fixture_case(name: str, folder: Path = GALLERY) -> tuple[str, dict[str, str]]:
     """(task source, best candidate files) of a trajectory fixture (default: the gallery's)."""
-    data = json.loads((folder / f"{name}.json").read_text())
-    files = None
-    for event in data["events"]:
-        if event["type"] == "best_changed":
-            files = event["files"]
-    if files is None:
-        raise SystemExit(f"{name}: the fixture has no best candidate")
-    return data["meta"]["task_source"], files
+    from agent.trajectory import Trajectory
+
+    traj = Trajectory.from_dict(json.loads((folder / f"{name}.json").read_text()))
+    if traj.best() is None or traj.task() is None:
+        raise SystemExit(f"{name}: the fixture has no task or no best candidate")
+    return traj.task().source, dict(traj.best().files)
 
 
 def generated_case(task_name: str) -> tuple[str, dict[str, str]]:
@@ -56,12 +53,11 @@ def generated_case(task_name: str) -> tuple[str, dict[str, str]]:
 
 
 def _load(name: str, source: str, where: Path) -> Any:
+    from sandbox.harness import load_module_from_source
+
     path = where / f"{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module_from_source(name, path)
 
 
 def host_ms(fn: Any, inputs: list, calls: int = 300) -> float:
