@@ -100,7 +100,8 @@ def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions,
     c = res.timing.candidate
     if c is not None and c.event_median_ms is not None:
         print(f"  candidate's last evaluation: events {c.event_median_ms:.4f} ms + device tail {c.tail_median_ms:.4f} ms "
-              f"(idle synchronise {c.sync_floor_ms:.4f} ms subtracted); host time of the call {c.host_median_ms or 0:.4f} ms")
+              f"(idle synchronise {c.sync_floor_ms:.4f} ms subtracted); host time of the call {c.host_median_ms or 0:.4f} ms; "
+              f"back to back {c.loop_ms or 0:.4f} ms per call; {c.host_limited_calls or 0} calls outlasted the head start")
     if len(medians) >= 2:
         print(f"repeatability: consecutive evaluations' medians differ by {abs(medians[-1] / medians[-2] - 1) * 100:.2f}% "
               f"(max pairwise over {len(medians)}: {(max(medians) / min(medians) - 1) * 100:.2f}%)")

@@ -159,7 +159,7 @@ def _cacheable_baseline(base: dict) -> dict:
 # (sandbox/timing.py), instead of an end event recorded after a device sync.
 # 4: warm-up of at least min(0.1 s, budget / 5), not only `warmup_calls` calls.
 # 5: outputs held and fingerprinted in batches of up to timing.HOLD_CALLS, not after every call.
-BASELINE_PROTOCOL = "baseline/5"
+BASELINE_PROTOCOL = "baseline/6"
 
 
 def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str:
@@ -565,9 +565,10 @@ def _summary(res: EvalResult) -> str:
         parts.append(f"{res.speedup_vs_eager:.2f}x vs eager ({res.timing.eager.median_ms:.4g} ms)")
     if res.speedup_vs_compile:
         parts.append(f"{res.speedup_vs_compile:.2f}x vs torch.compile ({res.timing.compile.median_ms:.4g} ms)")
-    if c.host_median_ms and c.event_median_ms and c.host_median_ms >= 0.9 * c.event_median_ms:
-        parts.append(f"host-bound: the forward's Python, allocations and launches take {c.host_median_ms:.4g} ms per call, "
-                     f"as long as the timed {c.event_median_ms:.4g} ms (fewer launches or less Python per call would help)")
+    if c.loop_ms and c.device_median_ms and c.loop_ms > c.device_median_ms:
+        parts.append(f"host-bound: called back to back it takes {c.loop_ms:.4g} ms per call against {c.device_median_ms:.4g} ms "
+                     f"of device time, so the forward's Python, allocations and launches ({c.host_median_ms or 0:.4g} ms) set its "
+                     "time (fewer launches or less Python per call would help)")
     return ", ".join(parts)
 
 

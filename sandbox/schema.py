@@ -77,13 +77,19 @@ class Stats:
     # cuda only (sandbox/timing.py): the median time between the call's events, the median
     # device tail added after them (work that outlasted the stream), and the host's idle
     # device-synchronise cost subtracted from each tail; they tell a slow kernel from a slow host.
-    # host_median_ms: the host time of the call itself (Python, allocation, launches); the L2
-    # flush before each call keeps the device busy for only part of it, so a call whose host
-    # time exceeds its kernels' time is timed as host-bound (docs/evaluation.md, "Timing")
+    # host_median_ms: the host time of the call itself (Python, allocation, launches), which a
+    # head start of device work before each call hides from the events; loop_ms: the median time
+    # per call of the same function called back to back, the floor of every call's time (a call
+    # whose host side outlasts its kernels costs its host time); device_median_ms: the median
+    # before that floor; host_limited_calls: timed calls whose host side outlasted the head start
+    # (docs/evaluation.md, "Timing")
     event_median_ms: float | None = None
     tail_median_ms: float | None = None
     sync_floor_ms: float | None = None
     host_median_ms: float | None = None
+    loop_ms: float | None = None
+    device_median_ms: float | None = None
+    host_limited_calls: int | None = None
     window: list[float] | None = None  # [start, end] wall-clock seconds of the run, device lock held exclusively
 
 

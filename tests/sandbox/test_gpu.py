@@ -109,3 +109,47 @@ class ModelNew(nn.Module):
     res = evaluate(task("relu_rand.py"), files, opts)
     assert res.status == Status.OK, res.reasons
     assert res.compile.cached
+
+
+def _timer_stats(fn, inputs):
+    from sandbox.timing import Timer
+
+    stats, _ = Timer("cuda").run(fn, [inputs], budget_s=0.05, min_calls=20, max_calls=200, warmup=3)
+    return stats
+
+
+def test_host_time_hidden_by_the_head_start_is_charged():
+    """0.1 ms of host work per call, then a tiny kernel: the head start hides the host work from
+    the events (the device time is the kernel's), and the back-to-back pass charges it."""
+    from sandbox.timing import HEAD_START_MS, _perf_counter
+
+    def busy(x):
+        t0 = _perf_counter()
+        while _perf_counter() - t0 < 1e-4:
+            pass
+        return x + 1
+
+    assert HEAD_START_MS > 0.1
+    stats = _timer_stats(busy, [torch.ones(256, device="cuda")])
+    assert stats["device_median_ms"] < 0.05, stats
+    assert stats["loop_ms"] >= 0.09 and stats["median_ms"] >= 0.09, stats
+
+
+def test_device_bound_call_is_timed_by_its_device_work():
+    x = torch.empty(1 << 26, device="cuda")  # 256 MB copy: far more device time than host time
+    stats = _timer_stats(lambda t: t.clone(), [x])
+    assert stats["median_ms"] == pytest.approx(stats["device_median_ms"], rel=0.05), stats
+    assert stats["host_limited_calls"] == 0 and stats["host_median_ms"] < stats["median_ms"], stats
+
+
+def test_a_forward_that_synchronises_is_not_charged_the_head_start():
+    """Its wait for the head start falls before the start event; the work after it is timed."""
+    from sandbox.timing import HEAD_START_MS
+
+    def syncing(x):
+        torch.cuda.synchronize()
+        return x + 1
+
+    stats = _timer_stats(syncing, [torch.ones(256, device="cuda")])
+    assert stats["host_limited_calls"] > 0, stats
+    assert stats["median_ms"] < HEAD_START_MS / 2, stats

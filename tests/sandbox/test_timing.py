@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.timing import LATE_MS, Timer, call_time, summarize
+from sandbox.timing import LATE_MS, Timer, call_time, charge_loop, summarize
 
 
 def test_an_honest_call_is_timed_by_its_events_alone():
@@ -61,3 +61,11 @@ def test_a_forward_that_rewrites_one_buffer_is_visible_to_the_hook():
     Timer("cpu").run(fn, [[1.0], [2.0], [3.0]], budget_s=0.01, min_calls=20, max_calls=20, warmup=3,
                      after_call=lambda out, k: seen.append((float(out[0]), k)))
     assert any(value != k + 1 for value, k in seen)
+
+
+def test_each_call_costs_at_least_the_back_to_back_loop():
+    """A host-bound forward: its events time 0.004 ms of kernels, back to back it runs at
+    0.03 ms per call; every call is charged the loop's time. A device-bound one is unchanged."""
+    assert charge_loop([0.004, 0.005, 0.2], 0.03) == [0.03, 0.03, 0.2]
+    assert charge_loop([0.5, 0.6], 0.45) == [0.5, 0.6]
+    assert charge_loop([0.5], None) == [0.5]  # cpu: perf_counter already times the host
