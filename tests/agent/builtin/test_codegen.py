@@ -196,3 +196,47 @@ cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t);
 cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*,
                            const float*, int, const float*, int, const float*, float*, int);
 """
+
+
+def test_folded_weights_are_recomputed_when_a_source_changes_and_only_then():
+    """The derived-weights check runs in every forward: it reads the sources through dict slots
+    looked up once, and still notices an in-place update, a replaced buffer and a changed eps."""
+    import sys
+    import types
+
+    import torch
+
+    model_src = _candidate(task_source("basic_residual_block", batch=2, cin=8, cout=16, size=12), "cpu").files["model_new.py"]
+    assert "_slot(self, p)" in model_src and ".running_var._version" not in model_src
+
+    class Lib:
+        folds = 0
+
+        def bn_fold(self, *args):
+            Lib.folds += 1
+
+    fake = types.ModuleType("kwrt")
+    fake.load = Lib
+    saved = sys.modules.get("kwrt")
+    sys.modules["kwrt"] = fake
+    try:
+        ns: dict = {}
+        exec(compile(model_src, "model_new.py", "exec"), ns)
+    finally:
+        if saved is not None:
+            sys.modules["kwrt"] = saved
+        else:
+            del sys.modules["kwrt"]
+    m, lib = ns["ModelNew"](8, 16, 1), Lib()
+    first = m._kw_derived(lib, "cpu", None)
+    per_call = Lib.folds
+    assert per_call == 3 and m._kw_derived(lib, "cpu", None) is first and Lib.folds == 3
+    with torch.no_grad():
+        m.bn1.running_var.add_(1.0)  # in place: its version moves
+    assert m._kw_derived(lib, "cpu", None) is not first and Lib.folds == 6
+    m.bn2.running_mean = torch.ones(16)  # a new buffer object in the module's _buffers
+    m._kw_derived(lib, "cpu", None)
+    assert Lib.folds == 9
+    m.shortcut[1].eps = 1e-3
+    m._kw_derived(lib, "cpu", None)
+    assert Lib.folds == 12
