@@ -91,6 +91,24 @@ class _Body:
                 stack += self.plan.graph.node(t).refs()
         return [n for n in self.grp.nodes if n.name in need]
 
+    def cone_avail(self, targets: list[str], avail: set[str]) -> tuple[list[Node], set[str]]:
+        """(cone(targets) without the values in `avail`, the values of `avail` it reads): what a
+        phase computes when earlier phases kept their values in registers."""
+        need: set[str] = set()
+        used: set[str] = set()
+        stack = list(targets)
+        while stack:
+            t = stack.pop()
+            if not self.grp.member(t) or self.grp.space[t] == "row":
+                continue
+            if t in avail:
+                used.add(t)
+                continue
+            if t not in need:
+                need.add(t)
+                stack += self.plan.graph.node(t).refs()
+        return [n for n in self.grp.nodes if n.name in need], used
+
     def operands_of(self, nodes: list[Node], extra: tuple[str, ...] = ()) -> list[int]:
         ks = set()
         for refs in [n.refs() for n in nodes] + [list(extra)]:
@@ -513,15 +531,25 @@ def cuda_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
     return _cuda_elementwise(plan, grp, body, sig, config), sig
 
 
-def _lane_body(body: _Body, nodes: list[Node], ks: list[int], vec: int, vector_kinds: tuple) -> list[str]:
-    """Statements for `vec` consecutive elements (lanes .x .y .z .w) starting at i0 / c0."""
+def _lane_body(body: _Body, nodes: list[Node], ks: list[int], vec: int, vector_kinds: tuple,
+               cached: tuple[set[int], set[int]] = (set(), set())) -> list[str]:
+    """Statements for `vec` consecutive elements (lanes .x .y .z .w) starting at i0 / c0.
+    cached (register-cached rows): operands read from their register copy ra{k}[j], and operands
+    loaded here and stored there for a later phase."""
     L = []
     comps = "xyzw"
+    from_regs, to_regs = cached
     for k in ks:
         o = body.grp.operands[k]
-        if vec == 4 and o.kind in vector_kinds:
+        if vec == 4 and k in from_regs:
+            L.append(f"const float4 a{k}v = ra{k}[j];")
+            for ln in range(4):
+                L.append(f"const float a{k}_{ln} = a{k}v.{comps[ln]};")
+        elif vec == 4 and o.kind in vector_kinds:
             idx = "i0" if o.kind == FULL else "c0"
             L.append(f"const float4 a{k}v = *reinterpret_cast<const float4*>(in{k} + {idx});")
+            if k in to_regs:
+                L.append(f"ra{k}[j] = a{k}v;")
             for ln in range(4):
                 L.append(f"const float a{k}_{ln} = a{k}v.{comps[ln]};")
         else:
@@ -588,8 +616,40 @@ def _cuda_elementwise(plan: Plan, grp: Group, body: _Body, sig: KernelSig, confi
 ROW_UNROLL = 4  # unroll factor of the float4 loops of row kernels (benchmarks.timer_check --ab-unroll compares 1)
 
 
+def _register_plan(body: _Body, phases: list, full_out: list[str]) -> list[dict]:
+    """Register-cached rows: per loop (each reduction's, then the final one) the nodes it still
+    computes, the kept values it reads (`used`) and stores for later loops (`stores`), and the
+    row operands it reads from registers (`from_regs`) or loads and keeps (`to_regs`)."""
+    loops: list[dict] = []
+    computed: set[str] = set()
+    for red, _, _ in phases:
+        if red is None:
+            continue
+        nodes, used = body.cone_avail([red.args[0].name], computed)
+        loops.append({"nodes": nodes, "used": used, "extra": (red.args[0].name,)})
+        computed |= {n.name for n in nodes}
+    if full_out:
+        nodes, used = body.cone_avail(full_out, computed)
+        loops.append({"nodes": nodes, "used": used, "extra": ()})
+    kept = set().union(*(lp["used"] for lp in loops)) if loops else set()
+    first: dict[int, int] = {}
+    uses: dict[int, int] = {}
+    for i, lp in enumerate(loops):
+        lp["stores"] = [n.name for n in lp["nodes"] if n.name in kept]
+        lp["ks"] = body.operands_of(lp["nodes"], lp["extra"])
+        for k in lp["ks"]:
+            if body.grp.operands[k].kind == FULL:
+                first.setdefault(k, i)
+                uses[k] = uses.get(k, 0) + 1
+    for i, lp in enumerate(loops):
+        lp["from_regs"] = {k for k in lp["ks"] if k in first and first[k] < i}
+        lp["to_regs"] = {k for k in lp["ks"] if first.get(k) == i and uses[k] > 1}
+    return loops
+
+
 def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict) -> str:
     tpr = int(config.get("tpr", 256))
+    nc = int(config.get("cache", 0))  # float4 chunks of a row per thread kept in registers (0: none)
     block = max(tpr, 128) if tpr <= 32 else tpr
     rows_per_block = block // tpr
     full_out, row_out = _final_targets(grp)
@@ -598,8 +658,16 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
     row_ks = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
     L = [_header_comment(plan, grp, sig),
          f"//   launch: {tpr} threads per row ({'one warp' if tpr == 32 else 'sub-warp' if tpr < 32 else 'one block'}"
-         f" per row), {rows_per_block} row(s) per block of {block}; float4 loads when cols % 4 == 0 and aligned",
-         "template <int VEC>",
+         f" per row), {rows_per_block} row(s) per block of {block}; float4 loads when cols % 4 == 0 and aligned"]
+    regs = _register_plan(body, _phases(body), full_out) if nc else []
+    if nc:
+        kept = sorted({n for lp in regs for n in lp["stores"]})
+        held = sorted({k for lp in regs for k in lp["to_regs"]})
+        L += [f"//   register-cached rows (rows of at most {nc * 4 * tpr} columns): each thread loads its {nc} float4",
+              f"//   chunks of a row once and keeps them, and the values later loops reuse ({', '.join(kept) or 'none'}),",
+              "//   in registers, so the reduction loops after the first read no memory and recompute nothing;",
+              "//   longer rows take the uncached loops"]
+    L += ["template <int VEC, int NC>" if nc else "template <int VEC>",
          f"__global__ void __launch_bounds__({block}) {grp.name}_kernel({_params(grp, sig)}) {{",
          f"    constexpr int TPR = {tpr};",
          "    __shared__ double smem[32];",
@@ -610,12 +678,30 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
          "    const int64_t base = r * cols; (void)base;"]
     for k in row_ks:
         L.append(f"    const float a{k} = valid ? {body.row_load(k)} : 0.0f;")
+    if nc:
+        for k in held:
+            L.append(f"    float4 ra{k}[NC > 0 ? NC : 1]; (void)ra{k};")
+        for n in kept:
+            L.append(f"    float4 kv_{n}[NC > 0 ? NC : 1]; (void)kv_{n};")
+    reg_loops = iter(regs)
+
+    def cached_loop(lp: dict, emit_tail) -> list[str]:
+        comps = "xyzw"
+        inner = [f"const float v_{n}_{ln} = kv_{n}[j].{comps[ln]};" for n in sorted(lp["used"]) for ln in range(4)]
+        inner += _lane_body(body, lp["nodes"], lp["ks"], 4, (FULL, COL), (lp["from_regs"], lp["to_regs"]))
+        inner += [f"kv_{n}[j] = make_float4({', '.join(f'v_{n}_{ln}' for ln in range(4))});" for n in lp["stores"]]
+        inner += emit_tail(4)
+        return (["    if constexpr (VEC == 4 && NC > 0) {", "        #pragma unroll", "        for (int j = 0; j < NC; ++j) {",
+                 "            const int64_t c4 = t + (int64_t)j * TPR;", "            if (c4 < ncols / 4) {",
+                 "                const int64_t c0 = c4 * 4, i0 = base + c0; (void)i0;"]
+                + ["                " + x for x in inner] + ["            }", "        }", "    } else"])
 
     def loop(nodes: list[Node], emit_tail, extra: tuple[str, ...] = ()) -> list[str]:
         ks = body.operands_of(nodes, extra)
         # unrolled: a thread issues several row loads before it waits for the first (a row of
         # 4096 floats is 4 float4 loads per thread at 256 threads per row)
-        out = ["    if constexpr (VEC == 4) {"] + ([f"        #pragma unroll {ROW_UNROLL}"] if ROW_UNROLL > 1 else []) + [
+        out = cached_loop(next(reg_loops), emit_tail) if nc else []
+        out += ["    if constexpr (VEC == 4) {"] + ([f"        #pragma unroll {ROW_UNROLL}"] if ROW_UNROLL > 1 else []) + [
                "        for (int64_t c4 = t; c4 < ncols / 4; c4 += TPR) {",
                "            const int64_t c0 = c4 * 4, i0 = base + c0; (void)i0;"]
         out += ["            " + s for s in _lane_body(body, nodes, ks, 4, (FULL, COL))]
@@ -658,9 +744,15 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
     L += [f'extern "C" int {grp.name}({_params(grp, sig)}, void* stream) {{',
           "    if (rows == 0) return 0;",
           f"    const bool vec = {cond};",
-          f"    const unsigned grid = (unsigned)((rows + {rows_per_block} - 1) / {rows_per_block});",
-          f"    if (vec) {grp.name}_kernel<4><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
-          f"    else {grp.name}_kernel<1><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+          f"    const unsigned grid = (unsigned)((rows + {rows_per_block} - 1) / {rows_per_block});"]
+    launch = f"<<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});"
+    if nc:
+        L += [f"    if (vec && cols <= {nc * 4 * tpr}) {grp.name}_kernel<4, {nc}>{launch}",
+              f"    else if (vec) {grp.name}_kernel<4, 0>{launch}",
+              f"    else {grp.name}_kernel<1, 0>{launch}"]
+    else:
+        L += [f"    if (vec) {grp.name}_kernel<4>{launch}", f"    else {grp.name}_kernel<1>{launch}"]
+    L += [
           "    return (int)cudaGetLastError();",
           "}"]
     return "\n".join(L)
@@ -689,6 +781,20 @@ def default_config(grp: Group, backend: str) -> dict:
     return {"block": 256}
 
 
+def _cached_variant(grp: Group, cols: int, first: int) -> list[dict]:
+    """The register-cached row kernel ({"tpr", "cache": float4 chunks per thread}) where a row fits:
+    about one float4 per chunk for each row operand and each value a later loop reuses, within
+    64 floats per thread (32 at 1024 threads per block, where a thread has at most 64 registers)."""
+    if cols % 4:
+        return []
+    slots = sum(1 for o in grp.operands if o.kind == FULL) + len(grp.reductions)
+    for tpr in dict.fromkeys((first, 512, 1024)):
+        nc = -(-cols // (4 * tpr))
+        if nc * 4 * slots <= (32 if tpr == 1024 else 64):
+            return [{"tpr": tpr, "cache": nc}]
+    return []
+
+
 def config_variants(grp: Group, backend: str) -> list[dict]:
     """A few launch configurations worth timing for this group (the default first)."""
     if backend == "cpu":
@@ -703,5 +809,5 @@ def config_variants(grp: Group, backend: str) -> list[dict]:
         if rows < 264 and cols > 4096:
             opts = [1024, 512]
         first = default_config(grp, backend)["tpr"]
-        return [{"tpr": first}] + [{"tpr": t} for t in opts if t != first]
+        return [{"tpr": first}] + _cached_variant(grp, cols, first) + [{"tpr": t} for t in opts if t != first]
     return [{"block": 256}, {"block": 128}, {"block": 512}]

@@ -455,7 +455,8 @@ def _fmt_in(i: dict[str, Any]) -> str:
 def _fmt_cfg(cfg: dict) -> str:
     if "tpr" in cfg:
         t = cfg["tpr"]
-        return f"{t} threads per row" + (" (one warp per row)" if t == 32 else " (one block per row)" if t > 32 else "")
+        return (f"{t} threads per row" + (" (one warp per row)" if t == 32 else " (one block per row)" if t > 32 else "")
+                + (f", the row held in registers ({cfg['cache']} float4 per thread)" if cfg.get("cache") else ""))
     if "block" in cfg:
         return f"{cfg['block']} threads per block"
     pm = cfg.get("parallel_min", 0)

@@ -161,6 +161,26 @@ def test_launch_variants_change_only_the_kernel_file():
     assert other.files["kernels/fused.cu"] != base.files["kernels/fused.cu"]
 
 
+def test_register_cached_rows_read_the_row_once_and_keep_what_later_loops_reuse():
+    """Softmax with a temperature: the first loop loads x and keeps x / T, the second keeps
+    exp(x / T - max), the final loop divides; longer rows than the registers hold take the
+    uncached loops (a shape trial with wider rows stays correct)."""
+    src = task_source("norm_softmax_temperature")
+    grp = _candidate(src, "cuda").plan.groups[0]
+    variants = config_variants(grp, "cuda")
+    assert variants[1] == {"tpr": 256, "cache": 4}  # 4096 columns: 4 float4 per thread at 256 threads
+    code = _candidate(src, "cuda", {grp.name: variants[1]}).files["kernels/fused.cu"]
+    kernel = code[code.index("// fused_0:"):code.index('extern "C" int fused_0(')]
+    cached = [part.split("} else", 1)[0] for part in kernel.split("if constexpr (VEC == 4 && NC > 0) {")[1:]]
+    assert len(cached) == 3  # the max loop, the sum loop, the final loop
+    assert [c.count("reinterpret_cast<const float4*>(in0") for c in cached] == [1, 0, 0]
+    assert "kv_truediv[j] = make_float4" in cached[0] and "expf(" in cached[1] and "kv_exp_0[j] = make_float4" in cached[1]
+    assert "expf(" not in cached[2] and "/ s0" not in cached[2]
+    assert "if (vec && cols <= 4096) fused_0_kernel<4, 4>" in code and "else if (vec) fused_0_kernel<4, 0>" in code
+    wide = config_variants(_candidate(task_source("norm_softmax_temperature", cols=1 << 16), "cuda").plan.groups[0], "cuda")
+    assert not any(v.get("cache") for v in wide)  # 65536 columns do not fit
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_generated_cuda_passes_nvcc(tmp_path):
@@ -169,13 +189,17 @@ def test_generated_cuda_passes_nvcc(tmp_path):
     real = any(Path(p, "cublas_v2.h").exists() for p in ("/usr/local/cuda/include", "/usr/include"))
     if not real:  # a declaration-only stand-in: enough for nvcc to check our code
         (include / "cublas_v2.h").write_text(_CUBLAS_STANDIN)
-    for name in QUICK + ["linear_gelu_residual", "attn_small"]:
-        code = _candidate(shrink_source(task_source(name), 16), "cuda").files["kernels/fused.cu"]
-        src = tmp_path / f"{name}.cu"
-        src.write_text(code)
-        r = subprocess.run(["nvcc", "-O3", "-arch=sm_90", f"-I{include}", "-c", str(src), "-o", str(tmp_path / "o.o")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, f"{name}: {r.stderr[-3000:]}"
+    for name in QUICK + ["linear_gelu_residual", "attn_small", "norm_layernorm", "red_l2_normalize"]:
+        src = shrink_source(task_source(name), 16)
+        base = _candidate(src, "cuda")
+        cached = {g.name: v for g in base.plan.groups for v in config_variants(g, "cuda") if v.get("cache")}
+        codes = [base.files["kernels/fused.cu"]] + ([_candidate(src, "cuda", cached).files["kernels/fused.cu"]] if cached else [])
+        for i, code in enumerate(codes):
+            path = tmp_path / f"{name}_{i}.cu"
+            path.write_text(code)
+            r = subprocess.run(["nvcc", "-O3", "-arch=sm_90", f"-I{include}", "-c", str(path), "-o", str(tmp_path / "o.o")],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, f"{name} ({'register-cached' if i else 'default'}): {r.stderr[-3000:]}"
 
 
 def test_an_inexpressible_graph_says_why():
