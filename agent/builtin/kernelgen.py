@@ -579,6 +579,8 @@ def _cuda_elementwise(plan: Plan, grp: Group, body: _Body, sig: KernelSig, confi
          "        const IT r = i0 / cols, c0 = i0 - r * cols; (void)r; (void)c0;"]
     for k in row_ks:
         L.append(f"        const float a{k} = {body.row_load(k)};")
+    # per-row values (batch norm's rsqrt(var + eps) per channel): once per element group, not per lane
+    L += ["        " + s for s in body.compute(body.row_nodes_ready(set()), "")]
     L.append("        if constexpr (VEC == 4) {")
     L += ["            " + s for s in _lane_body(body, nodes, ks, 4, (FULL, COL))]
     for o in full_out:
