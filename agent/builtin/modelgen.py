@@ -82,10 +82,14 @@ class _Emitter:
         self.g = plan.graph
         self.lines: list[str] = []
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
+        self.used_params: dict[str, str] = {}  # forward's parameters: graph name -> local variable
 
     def val(self, a: Any) -> str:
         if isinstance(a, Ref):
-            return self.params.get(a.name, _var(a.name))
+            if a.name in self.params:  # bound once at the top of forward (see generate_model)
+                local = re.sub(r"\W", "_", a.name)
+                return self.used_params.setdefault(a.name, local if local.startswith("p_") else "p_" + local)
+            return _var(a.name)
         if isinstance(a, Scalar):
             return f"float({a.expr})" if a.runtime else repr(a.value)
         if isinstance(a, Lit):
@@ -265,6 +269,14 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     args = ", ".join(_var(n.name) for n in inputs)
     parts += [f"    def forward(self, {args}):", "        lib = _kernels()", f"        _dev = {dev_src}.device",
               "        _stream = kwrt.stream(_dev)"]
+    if em.used_params:
+        # parameters through (dict, name) slots looked up once: each self.a.b is two
+        # nn.Module.__getattr__ calls, microseconds of host time per call that a small kernel notices
+        paths = tuple(g.node(n).attrs["path"] for n in em.used_params)
+        parts += ['        _ps = self.__dict__.get("_kw_pslots")',
+                  "        if _ps is None:",
+                  f'            _ps = self.__dict__["_kw_pslots"] = [_slot(self, p) for p in {paths!r}]',
+                  f"        {', '.join(em.used_params.values())}, = [d[n] for d, n in _ps]"]
     parts += em.lines
     return "\n".join(parts) + "\n"
 

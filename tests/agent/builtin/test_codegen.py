@@ -179,7 +179,8 @@ def test_the_gemm_can_go_through_aten_instead_of_the_cu():
     ours = build_candidate(g, an.data, "cuda")
     aten = build_candidate(g, an.data, "cuda", gemm="aten")
     fwd = aten.files["model_new.py"].split("def forward", 1)[1]
-    assert "torch.mm(_x2, self.proj.weight.t())" in fwd and "lib.gemm_nt" not in fwd
+    assert "torch.mm(_x2, p_proj_weight.t())" in fwd and "lib.gemm_nt" not in fwd
+    assert "[_slot(self, p) for p in ('proj.weight', 'proj.bias')]" in fwd  # parameters bound once, not per use
     assert "lib.fused_0(" in fwd  # the epilogue is still the generated kernel
     assert aten.files["kernels/fused.cu"] == ours.files["kernels/fused.cu"]
     compile(aten.files["model_new.py"], "model_new.py", "exec")
@@ -299,3 +300,45 @@ def test_folded_weights_are_recomputed_when_a_source_changes_and_only_then():
     m.shortcut[1].eps = 1e-3
     m._kw_derived(lib, "cpu", None)
     assert Lib.folds == 12
+
+
+def test_forward_binds_parameters_once_and_sees_a_replaced_one():
+    """The forward reads parameters through slots ((dict, name) looked up once), not through
+    self.proj.weight chains; a parameter replaced in its module is what the next call passes."""
+    import sys
+    import types
+
+    import torch
+
+    model_src = _candidate(task_source("linear_gelu_residual", batch=4, features=8), "cuda").files["model_new.py"]
+    fwd = model_src.split("def forward", 1)[1]
+    assert "self.proj" not in fwd
+
+    seen: list = []
+
+    class Lib:
+        def gemm_nt(self, x, w, out, *rest):
+            seen.append(w)
+
+        def fused_0(self, *args):
+            pass
+
+    fake = types.ModuleType("kwrt")
+    fake.load, fake.stream = Lib, (lambda dev=None: None)
+    saved = sys.modules.get("kwrt")
+    sys.modules["kwrt"] = fake
+    try:
+        ns: dict = {}
+        exec(compile(model_src, "model_new.py", "exec"), ns)
+        m = ns["ModelNew"](8, 0.5)
+        x = torch.randn(4, 8)
+        m(x)
+        assert seen[-1] is m.proj.weight
+        m.proj.weight = torch.nn.Parameter(torch.zeros(8, 8))
+        m(x)
+        assert seen[-1] is m.proj.weight and seen[0] is not seen[-1]
+    finally:
+        if saved is not None:
+            sys.modules["kwrt"] = saved
+        else:
+            del sys.modules["kwrt"]
