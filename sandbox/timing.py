@@ -2,7 +2,7 @@
 so all three are measured by exactly the same code in the same process setup.
 
 Per timed call: (cuda) flush L2 by writing a buffer twice its size, queue a spin kernel of
-HEAD_START_MS (`torch.cuda._sleep`, calibrated once), record the start event, call, record the
+HEAD_START_MS (`torch.cuda._sleep`, calibrated after each warm-up), record the start event, call, record the
 end event on the same stream, wait for it, then synchronise the WHOLE device and time that wait
 on the host: on an idle device it costs a fixed few microseconds (measured before the loop), and
 anything beyond that is device work still running on other streams or from other threads after
@@ -127,7 +127,7 @@ class Timer:
         self._sync_floor_ms = 0.0
         self._parts: list[tuple[float, float, float]] = []  # cuda: (event, tail, host) ms of the last run's timed calls
         self._flush_buf = None
-        self._head_cycles = 0  # spin-kernel cycles of HEAD_START_MS, calibrated after the first warm-up
+        self._head_cycles = 0  # spin-kernel cycles of HEAD_START_MS, calibrated after each run's warm-up
         self._limited = 0  # calls of the last run whose host side outlasted the head start
         if device == "cuda":
             import torch
@@ -161,7 +161,9 @@ class Timer:
         return statistics.median(xs)
 
     def _calibrate_head_start(self) -> None:
-        """Spin cycles per HEAD_START_MS, measured with the clocks up (after a warm-up)."""
+        """Spin cycles per HEAD_START_MS, measured with the clocks up (after a warm-up): the spin
+        kernel counts SM cycles, so a calibration at idle clocks (345 MHz against 1980 on the H200)
+        would give a head start several times shorter than intended."""
         import torch
 
         n = 200_000
@@ -242,7 +244,7 @@ class Timer:
                 del out
                 i += 1
             batch.settle()
-            if self.device == "cuda" and not self._head_cycles:
+            if self.device == "cuda":  # every run, after its warm-up: the cycles per ms follow the SM clock
                 self._calibrate_head_start()
             est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-3)
             calls = int(min(max_calls, max(min_calls, budget_s * 1000.0 / est)))
