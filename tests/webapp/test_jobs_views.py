@@ -280,3 +280,21 @@ def test_a_turn_shows_the_host_time_and_why_the_floor_is_the_memory_floor(client
     assert "computes fewer FLOPs than the reference, so it is measured against the memory floor" in html
     assert "host-bound: the forward&#x27;s Python" in html
     assert '<th title="host time of the call itself' in html
+
+
+def test_a_turn_shows_device_time_and_the_back_to_back_floor(client, owner):
+    """An evaluation under the head-start timer (cuda) carries the device median and the
+    back-to-back time per call; the turn's timing table shows both next to the host time."""
+    fixture = Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    data = json.loads(fixture.read_text())
+    marked = 0
+    for e in data["events"]:
+        cand = ((e.get("result") or {}).get("timing") or {}).get("candidate") if e["type"] == "evaluation" else None
+        if cand:
+            cand.update(device_median_ms=0.01234, loop_ms=0.03789, host_limited_calls=3)
+            marked += 1
+    assert marked
+    job = import_trajectory(owner, data)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert ">back to back</th>" in html and ">device</th>" in html
+    assert "0.01234" in html and "0.03789" in html
