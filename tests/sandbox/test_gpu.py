@@ -140,6 +140,7 @@ def test_device_bound_call_is_timed_by_its_device_work():
     stats = _timer_stats(lambda t: t.clone(), [x])
     assert stats["median_ms"] == pytest.approx(stats["device_median_ms"], rel=0.05), stats
     assert stats["host_limited_calls"] == 0 and stats["host_median_ms"] < stats["median_ms"], stats
+    assert stats["loop_ms"] is None  # host time far below device time: the back-to-back pass cannot bind, skipped
 
 
 def test_a_forward_that_synchronises_is_not_charged_the_head_start():
