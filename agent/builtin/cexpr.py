@@ -1,8 +1,8 @@
 """C expressions for the elementwise vocabulary, shared by the C++ (OpenMP) and CUDA generators.
 
 Every op computes in float32, as the eager op does; transcendental functions are CUDA's device
-versions on the GPU, and on the CPU our vectorisable kw_expf/kw_tanhf/kw_logf/kw_log1pf
-(kernelgen.CPU_PRELUDE) or the C library's single-precision ones (erff, expm1f, powf, ...).
+versions on the GPU, and on the CPU our vectorisable kw_expf/kw_tanhf/kw_logf/kw_log1pf/kw_erff
+(kernelgen.CPU_PRELUDE) or the C library's single-precision ones (expm1f, powf, ...).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def c_op(n: Node, a: list[str | None], cuda: bool) -> str:
 
 
 _CPU_MATH = {"fminf": "kw_minf", "fmaxf": "kw_maxf", "tanhf": "kw_tanhf", "expf": "kw_expf", "logf": "kw_logf",
-             "log1pf": "kw_log1pf"}  # kernelgen.CPU_PRELUDE
+             "log1pf": "kw_log1pf", "erff": "kw_erff"}  # kernelgen.CPU_PRELUDE
 _CPU_MATH_CALL = re.compile(r"\b(" + "|".join(_CPU_MATH) + r")\(")
 
 

@@ -387,6 +387,39 @@ static inline float kw_log1pf(float x) {
     const int32_t keep = -(int32_t)(d == 0.0f) | -(int32_t)(x == INFINITY);
     return kw_pick(keep, x, kw_logf(u) * (x / kw_pick(keep, 1.0f, d)));
 }
+// erf, fitted for this file (least squares in double, relative weights): |x| < 1: x + x * P(x^2),
+// P of degree 6 with 2/sqrt(pi) - 1 as its constant term (relative error 1e-9); 1 <= |x| < 4:
+// 1 - exp(-x^2) * Q(1/|x|), Q of degree 9 fitting erfc(x) * exp(x^2) (relative error 2e-8);
+// 4 and above: 1 (erfc(4) = 1.5e-8 is below half an ulp of 1). About 1-2 ulp, sign by symmetry;
+// +-inf -> +-1, NaN -> NaN. Vectorises like kw_expf (libm's erff is a call, which kept exact-GELU
+// kernels scalar).
+static inline float kw_erff(float x) {
+    const int32_t sign = __builtin_bit_cast(int32_t, x) & INT32_MIN, nan = -(int32_t)(x != x);
+    const float ax = __builtin_bit_cast(float, __builtin_bit_cast(int32_t, x) & INT32_MAX);
+    const float t = ax * ax;
+    float p = 7.847259258e-05f;
+    p = p * t - 8.008189034e-04f;
+    p = p * t + 5.188099109e-03f;
+    p = p * t - 2.685369179e-02f;
+    p = p * t + 1.128358245e-01f;
+    p = p * t - 3.761262596e-01f;
+    p = p * t + 1.283791661e-01f;
+    const float small = ax + ax * p;
+    const float s = 1.0f / kw_pick(-(int32_t)(ax > 1.0f), ax, 1.0f);
+    float q = 2.967723645e-02f;
+    q = q * s - 1.740014404e-01f;
+    q = q * s + 4.245884418e-01f;
+    q = q * s - 5.183950067e-01f;
+    q = q * s + 2.225583047e-01f;
+    q = q * s + 2.390853763e-01f;
+    q = q * s - 3.789607584e-01f;
+    q = q * s + 2.122417279e-02f;
+    q = q * s + 5.616815090e-01f;
+    q = q * s + 1.257577824e-04f;
+    const float mid = 1.0f - kw_expf(-t) * q;
+    const float r = kw_pick(-(int32_t)(ax < 1.0f), small, kw_pick(-(int32_t)(ax < 4.0f), mid, 1.0f));
+    return kw_pick(nan, x, __builtin_bit_cast(float, __builtin_bit_cast(int32_t, r) | sign));
+}
 
 """
 

@@ -1,5 +1,5 @@
-"""The cpu backend's own exp, tanh, log and log1p (kernelgen.CPU_PRELUDE's kw_expf, kw_tanhf,
-kw_logf, kw_log1pf): about as exact as libm's, right at the edges (denormals, overflow, +-inf,
+"""The cpu backend's own exp, tanh, log, log1p and erf (kernelgen.CPU_PRELUDE's kw_expf, kw_tanhf,
+kw_logf, kw_log1pf, kw_erff): about as exact as libm's, right at the edges (denormals, overflow, +-inf,
 NaN), and vectorised by g++ in an `omp simd` loop (libm's are calls, which kept generated softmax kernels 9x slower than eager)."""
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ CASES = {
                      special="{-INFINITY, INFINITY, NAN, 0.0f, -1e-20f, 50.0f}", expect=["-1", "1", "nan", "0", "-1e-20", "1"]),
     "kw_logf": dict(ref="std::log", lo="0.001f", hi="1000.0f", step="0.0025f",
                     special="{0.0f, -1.0f, INFINITY, NAN, 1.0f, 1e-45f}", expect=["-inf", "nan", "inf", "nan", "0", "-103.279"]),
+    "kw_erff": dict(ref="std::erf", lo="-6.0f", hi="6.0f", step="0.00004f",
+                    special="{-INFINITY, INFINITY, NAN, 0.0f, 1e-20f, -0.5f}", expect=["-1", "1", "nan", "0", "1.12838e-20", "-0.5205"]),
     "kw_log1pf": dict(ref="std::log1p", lo="-0.9999f", hi="28.0f", step="0.00007f",
                       special="{-1.0f, -2.0f, INFINITY, NAN, 0.0f, 1e-20f}", expect=["-inf", "nan", "inf", "nan", "0", "1e-20"]),
 }
