@@ -165,12 +165,10 @@ class Timer:
         """Spin cycles per HEAD_START_MS, measured with the clocks up (after a warm-up): the spin
         kernel counts SM cycles, so a calibration at idle clocks (345 MHz against 1980 on the H200)
         would give a head start several times shorter than intended."""
-        import torch
-
         n = 200_000
-        torch.cuda._sleep(1000)
+        self._sleep(1000)
         self._start.record()
-        torch.cuda._sleep(n)
+        self._sleep(n)
         self._end.record()
         self._end.synchronize()
         ms = self._start.elapsed_time(self._end)
