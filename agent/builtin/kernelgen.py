@@ -718,7 +718,7 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
             L.append(f"    float4 ra{k}[NC > 0 ? NC : 1]; (void)ra{k};")
         for n in kept:
             L.append(f"    float4 kv_{n}[NC > 0 ? NC : 1]; (void)kv_{n};")
-    reg_loops = iter(regs)
+    reg_loops = iter(regs)  # one plan per loop() below, in its call order: each reduction's loop, then the final one
 
     def cached_loop(lp: dict, emit_tail) -> list[str]:
         comps = "xyzw"
