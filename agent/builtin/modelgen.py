@@ -44,7 +44,9 @@ def _geom(k, sp, *shapes):
 def _slot(module, path):
     """(dict, name) that holds module.<path>: a parameter, a buffer or a plain attribute. Looked
     up once, so the per-call check of derived weights reads dicts instead of walking
-    nn.Module.__getattr__ chains (57 us per call for the ResNet block's 15 tensors, measured)."""
+    nn.Module.__getattr__ chains (57 us per call for the ResNet block's 15 tensors, measured).
+    A parameter or buffer replaced in its module is seen (the dict is the module's own); a whole
+    submodule replaced after the first call is not (the sandbox loads weights in place)."""
     *mods, leaf = path.split(".")
     for name in mods:
         module = module._modules[name]
