@@ -159,7 +159,7 @@ def _cacheable_baseline(base: dict) -> dict:
 # (sandbox/timing.py), instead of an end event recorded after a device sync.
 # 4: warm-up of at least min(0.1 s, budget / 5), not only `warmup_calls` calls.
 # 5: outputs held and fingerprinted in batches of up to timing.HOLD_CALLS, not after every call.
-BASELINE_PROTOCOL = "baseline/6"
+BASELINE_PROTOCOL = "baseline/7"
 
 
 def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str:

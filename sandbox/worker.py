@@ -293,8 +293,7 @@ def role_reference() -> None:
             with LOCK.shared():
                 sets = [to_device(s["inputs"], device) for s in timing_sets]
             result: dict[str, Any] = {"eager": None, "compile": None, "compile_error": None}
-            eager_fn = _no_grad(base)
-            result["eager"], result["eager_wall"] = timer.run(eager_fn, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
+            result["eager"], result["eager_wall"] = _timed_without_grad(timer, base, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
             if cmd["compile"]:
                 try:
                     _configure_inductor()
@@ -302,7 +301,7 @@ def role_reference() -> None:
                     with LOCK.shared(), torch.no_grad():  # the first call compiles: minutes of CPU, not timed
                         compiled(*sets[0])
                         sync(device)
-                    result["compile"], _ = timer.run(_no_grad(compiled), sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], max(cmd["warmup"], 3), _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
+                    result["compile"], _ = _timed_without_grad(timer, compiled, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], max(cmd["warmup"], 3), _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
                 except BaseException as exc:
                     result["compile_error"], result["compile_infra"] = _compile_failure(exc)
             result["clock"] = timer.clock
@@ -397,14 +396,14 @@ def _expected_fingerprint(leaves: list, weights: list, options: Any) -> tuple[fl
     return fingerprint_bound(leaves, weights, options)
 
 
-def _no_grad(fn: Any) -> Any:
+def _timed_without_grad(timer: Any, fn: Any, *args: Any) -> Any:
+    """timer.run(fn, ...) with autograd off for the whole run (warm-up, timed calls, back-to-back
+    pass), the same for eager, torch.compile and the candidate. Not a no_grad context per call:
+    entering one costs 1-3 us of host time, which a host-bound call's time would carry."""
     import torch
 
-    def call(*inputs: Any) -> Any:
-        with torch.no_grad():
-            return fn(*inputs)
-
-    return call
+    with torch.no_grad():
+        return timer.run(fn, *args)
 
 
 def _fingerprint_hook(timing_sets: list[dict], seed: int, device: str) -> Any:
@@ -727,9 +726,8 @@ def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integ
             kernels = _cuda_kernel_names(model, sets[0])
     timer = Timer(device, LOCK)
     calls0 = sum(custom_calls().values())
-    forward = _no_grad(model)
     try:
-        stats, wall = timer.run(forward, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], hook)
+        stats, wall = _timed_without_grad(timer, model, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], hook)
     except BaseException as exc:
         from .harness import where
 

@@ -261,3 +261,18 @@ def test_spare_children_serve_the_next_evaluation_and_never_a_different_one(quic
     assert len(isolation.SPARES._spare) == 2
     isolation.SPARES.clear()
     assert isolation.SPARES._spare == {}
+
+
+def test_timing_runs_with_autograd_off_for_baselines_and_candidate(quick):
+    """Eager, torch.compile and the candidate are timed with autograd off for the whole run: a
+    forward that needs grad mode off (here: it raises otherwise) is timed in all three."""
+    ref = (
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        if torch.is_grad_enabled():\n            raise RuntimeError('timed with autograd on')\n"
+        "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(256)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    cand = ref.replace("class Model(", "class ModelNew(")
+    res = evaluate(ref, {"model_new.py": cand}, quick(torch_ops="allow"))
+    assert res.status == Status.OK, res.reasons
+    assert res.timing.candidate and res.timing.eager and res.timing.eager.trials >= 20
