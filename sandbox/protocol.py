@@ -159,6 +159,9 @@ def _cacheable_baseline(base: dict) -> dict:
 # (sandbox/timing.py), instead of an end event recorded after a device sync.
 # 4: warm-up of at least min(0.1 s, budget / 5), not only `warmup_calls` calls.
 # 5: outputs held and fingerprinted in batches of up to timing.HOLD_CALLS, not after every call.
+# 6: a head start of device work before each timed call, and the back-to-back time per call as
+# every call's floor.
+# 7: autograd off for the whole timing run, not a no_grad context per call.
 BASELINE_PROTOCOL = "baseline/7"
 
 

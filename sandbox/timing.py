@@ -126,10 +126,11 @@ class Timer:
         self.device = device
         self.lock = lock
         self._sync_floor_ms = 0.0
-        self._parts: list[tuple[float, float, float]] = []  # cuda: (event, tail, host) ms of the last run's timed calls
+        # cuda, the last run's timed calls: (event ms, tail ms, host ms, whether the device reached the
+        # start event before the host had queued the call, i.e. the host outlasted the head start)
+        self._parts: list[tuple[float, float, float, bool]] = []
         self._flush_buf = None
         self._head_cycles = 0  # spin-kernel cycles of HEAD_START_MS, calibrated after each run's warm-up
-        self._limited = 0  # calls of the last run whose host side outlasted the head start
         if device == "cuda":
             import torch
 
@@ -149,7 +150,7 @@ class Timer:
     @property
     def late_calls(self) -> int:
         """Timed calls of the last run whose work outlasted their stream (their tail was added)."""
-        return sum(tail > LATE_MS for _, tail, _ in self._parts)
+        return sum(tail > LATE_MS for _, tail, _, _ in self._parts)
 
     def idle_sync_ms(self, n: int = 31) -> float:
         """What a whole-device synchronise costs the host when nothing is running (median)."""
@@ -201,14 +202,14 @@ class Timer:
             out = fn(*inputs)
             host = (_perf_counter() - h0) * 1000.0  # the call's host time: Python and launches
             end.record()
-            self._limited += start.query()  # the device reached the call before the host had queued it
+            limited = start.query()  # the device reached the call before the host had queued it
             end.synchronize()
             t0 = _perf_counter()
             self._sync()
             waited = (_perf_counter() - t0) * 1000.0  # the synchronise alone, as idle_sync_ms measures it
             event = start.elapsed_time(end)
             ms, tail = call_time(event, waited, self._sync_floor_ms)
-            self._parts.append((event, tail, host))
+            self._parts.append((event, tail, host, limited))
             return ms, out
         t0 = _perf_counter()
         out = fn(*inputs)
@@ -248,7 +249,7 @@ class Timer:
             est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-3)
             calls = int(min(max_calls, max(min_calls, budget_s * 1000.0 / est)))
             times = []
-            self._parts, self._limited = [], 0
+            self._parts = []
             wall0 = _perf_counter()
             for i in range(calls):
                 ms, out = self.one(fn, input_sets[i % k])
@@ -257,22 +258,24 @@ class Timer:
                 del out
             batch.settle()
             loop = None
-            # the back-to-back pass only where it can bind: a call whose host time (hidden work
-            # included: it is measured on the host) is under half its device time runs back to back
-            # at about its device time, and a long call is not timed twice
-            if self.device == "cuda" and statistics.median(h for _, _, h in self._parts) >= LOOP_HOST_SHARE * statistics.median(times):
-                loop = self.loop_ms(fn, input_sets, calls)
+            if self._parts:
+                device_ms, host_ms = statistics.median(times), statistics.median(h for _, _, h, _ in self._parts)
+                # the back-to-back pass only where it can bind: a call whose host time (hidden work
+                # included: it is measured on the host) is under half its device time runs back to
+                # back at about its device time, and a long call is not timed twice
+                if host_ms >= LOOP_HOST_SHARE * device_ms:
+                    loop = self.loop_ms(fn, input_sets, calls)
             wall = _perf_counter() - wall0
             stats = summarize(charge_loop(times, loop))
             # wall-clock seconds (time.time) while the device lock was held: devlock.overlapping_windows
             # checks that no two evaluations' timed loops ran at once on one device
             stats["window"] = [held_from, time.time()]
             if self._parts:
-                stats["event_median_ms"] = statistics.median(e for e, _, _ in self._parts)
-                stats["tail_median_ms"] = statistics.median(t for _, t, _ in self._parts)
-                stats["host_median_ms"] = statistics.median(h for _, _, h in self._parts)
+                stats["event_median_ms"] = statistics.median(e for e, _, _, _ in self._parts)
+                stats["tail_median_ms"] = statistics.median(t for _, t, _, _ in self._parts)
+                stats["host_median_ms"] = host_ms
                 stats["sync_floor_ms"] = self._sync_floor_ms
                 stats["loop_ms"] = loop
-                stats["device_median_ms"] = statistics.median(times)
-                stats["host_limited_calls"] = self._limited
+                stats["device_median_ms"] = device_ms
+                stats["host_limited_calls"] = sum(lim for _, _, _, lim in self._parts)
             return stats, wall
