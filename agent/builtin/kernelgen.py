@@ -76,24 +76,12 @@ class _Body:
 
     def cone(self, targets: list[str]) -> list[Node]:
         """Full-space group nodes needed to compute targets inside a column loop, in order."""
-        return self.cone_from(targets, stop=None)
-
-    def cone_from(self, targets: list[str], stop: str | None) -> list[Node]:
-        """cone(targets) with `stop` taken as given (its own inputs are not needed again)."""
-        need: set[str] = set()
-        stack = list(targets)
-        while stack:
-            t = stack.pop()
-            if t in need or not self.grp.member(t) or self.grp.space[t] == "row":
-                continue
-            need.add(t)
-            if t != stop:
-                stack += self.plan.graph.node(t).refs()
-        return [n for n in self.grp.nodes if n.name in need]
+        return self.cone_avail(targets, set())[0]
 
     def cone_avail(self, targets: list[str], avail: set[str]) -> tuple[list[Node], set[str]]:
         """(cone(targets) without the values in `avail`, the values of `avail` it reads): what a
-        phase computes when earlier phases kept their values in registers."""
+        loop computes when some values are already at hand (kept in registers by earlier loops on
+        cuda, or in the output row on the cpu)."""
         need: set[str] = set()
         used: set[str] = set()
         stack = list(targets)
@@ -262,7 +250,7 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
         return "\n".join(L), sig
     keep = _kept_in_output(body, phases, full_out, final_nodes)
     if keep is not None:
-        final_nodes = [n for n in body.cone_from(full_out, stop=keep) if n.name != keep]
+        final_nodes = body.cone_avail(full_out, {keep})[0]
     L.append(f"    #pragma omp parallel for {par}schedule({sched})")
     L.append("    for (int64_t r = 0; r < rows; ++r) {")
     L.append("        const int64_t base = r * cols;")
@@ -694,7 +682,8 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
     L = [_header_comment(plan, grp, sig),
          f"//   launch: {tpr} threads per row ({'one warp' if tpr == 32 else 'sub-warp' if tpr < 32 else 'one block'}"
          f" per row), {rows_per_block} row(s) per block of {block}; float4 loads when cols % 4 == 0 and aligned"]
-    regs = _register_plan(body, _phases(body), full_out) if nc else []
+    phases = _phases(body)
+    regs = _register_plan(body, phases, full_out) if nc else []
     if nc:
         kept = sorted({n for lp in regs for n in lp["stores"]})
         held = sorted({k for lp in regs for k in lp["to_regs"]})
@@ -749,7 +738,7 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
         out += ["        }", "    }"]
         return out
 
-    for red, nodes, after in _phases(body):
+    for red, nodes, after in phases:
         if red is not None:
             acc = f"acc_{red.name}"
             L.append(f"    {_acc_type(red.op)} {acc} = {REDUCE_INIT[red.op]};")
