@@ -56,6 +56,15 @@ def _slot(module, path):
     raise AttributeError(f"the model has no {path}")
 
 
+def _read(module, cache, paths):
+    """The current values at `paths` of module, through slots looked up on the first call and
+    kept in module.__dict__[cache]."""
+    slots = module.__dict__.get(cache)
+    if slots is None:
+        slots = module.__dict__[cache] = [_slot(module, p) for p in paths]
+    return [d[n] for d, n in slots]
+
+
 _LIB = None
 
 
@@ -189,10 +198,7 @@ class _Emitter:
         scal = [a for n in ders for a in n.args if isinstance(a, Scalar) and a.runtime]
         simple = [a for a in scal if re.fullmatch(r"self(\.\w+|\[\d+\])+", a.expr)]
         paths += list(dict.fromkeys(re.sub(r"\[(\d+)\]", r".\1", a.expr)[len("self."):] for a in simple))
-        L.append('        slots = self.__dict__.get("_kw_slots")')
-        L.append("        if slots is None:  # where each source lives, looked up once")
-        L.append(f'            slots = self.__dict__["_kw_slots"] = [_slot(self, p) for p in {tuple(paths)!r}]')
-        L.append("        vals = [d[n] for d, n in slots]")
+        L.append(f'        vals = _read(self, "_kw_slots", {tuple(paths)!r})')
         other = "".join(f" + [{self.val(a)}]" for a in dict.fromkeys(scal) if a not in simple)
         L.append(f"        key = [(t.data_ptr(), t._version) for t in vals[:{len(srcs)}]] + vals[{len(srcs)}:]{other}")
         L.append('        cache = self.__dict__.get("_kw_cache")')
@@ -275,10 +281,7 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
         # parameters through (dict, name) slots looked up once: each self.a.b is two
         # nn.Module.__getattr__ calls, microseconds of host time per call that a small kernel notices
         paths = tuple(g.node(n).attrs["path"] for n in em.used_params)
-        parts += ['        _ps = self.__dict__.get("_kw_pslots")',
-                  "        if _ps is None:",
-                  f'            _ps = self.__dict__["_kw_pslots"] = [_slot(self, p) for p in {paths!r}]',
-                  f"        {', '.join(em.used_params.values())}, = [d[n] for d, n in _ps]"]
+        parts += [f"        {', '.join(em.used_params.values())}, = _read(self, \"_kw_pslots\", {paths!r})"]
     parts += em.lines
     return "\n".join(parts) + "\n"
 

@@ -180,7 +180,7 @@ def test_the_gemm_can_go_through_aten_instead_of_the_cu():
     aten = build_candidate(g, an.data, "cuda", gemm="aten")
     fwd = aten.files["model_new.py"].split("def forward", 1)[1]
     assert "torch.mm(_x2, p_proj_weight.t())" in fwd and "lib.gemm_nt" not in fwd
-    assert "[_slot(self, p) for p in ('proj.weight', 'proj.bias')]" in fwd  # parameters bound once, not per use
+    assert "_read(self, \"_kw_pslots\", ('proj.weight', 'proj.bias'))" in fwd  # parameters bound once, not per use
     assert "lib.fused_0(" in fwd  # the epilogue is still the generated kernel
     assert aten.files["kernels/fused.cu"] == ours.files["kernels/fused.cu"]
     compile(aten.files["model_new.py"], "model_new.py", "exec")
@@ -258,16 +258,28 @@ cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t, cublasOperation_t,
 """
 
 
+def _exec_model(model_src: str, lib: type) -> dict:
+    """model_new.py's namespace, with a stand-in kwrt whose load() gives `lib` (no compiled kernels:
+    these tests look at the Python the generator writes)."""
+    import sys
+    import types
+    from unittest import mock
+
+    fake = types.ModuleType("kwrt")
+    fake.load, fake.stream = lib, (lambda dev=None: None)
+    ns: dict = {}
+    with mock.patch.dict(sys.modules, {"kwrt": fake}):
+        exec(compile(model_src, "model_new.py", "exec"), ns)
+    return ns
+
+
 def test_folded_weights_are_recomputed_when_a_source_changes_and_only_then():
     """The derived-weights check runs in every forward: it reads the sources through dict slots
     looked up once, and still notices an in-place update, a replaced buffer and a changed eps."""
-    import sys
-    import types
-
     import torch
 
     model_src = _candidate(task_source("basic_residual_block", batch=2, cin=8, cout=16, size=12), "cpu").files["model_new.py"]
-    assert "_slot(self, p)" in model_src and ".running_var._version" not in model_src
+    assert 'vals = _read(self, "_kw_slots", (' in model_src and ".running_var._version" not in model_src
 
     class Lib:
         folds = 0
@@ -275,18 +287,7 @@ def test_folded_weights_are_recomputed_when_a_source_changes_and_only_then():
         def bn_fold(self, *args):
             Lib.folds += 1
 
-    fake = types.ModuleType("kwrt")
-    fake.load = Lib
-    saved = sys.modules.get("kwrt")
-    sys.modules["kwrt"] = fake
-    try:
-        ns: dict = {}
-        exec(compile(model_src, "model_new.py", "exec"), ns)
-    finally:
-        if saved is not None:
-            sys.modules["kwrt"] = saved
-        else:
-            del sys.modules["kwrt"]
+    ns = _exec_model(model_src, Lib)
     m, lib = ns["ModelNew"](8, 16, 1), Lib()
     first = m._kw_derived(lib, "cpu", None)
     per_call = Lib.folds
@@ -305,9 +306,6 @@ def test_folded_weights_are_recomputed_when_a_source_changes_and_only_then():
 def test_forward_binds_parameters_once_and_sees_a_replaced_one():
     """The forward reads parameters through slots ((dict, name) looked up once), not through
     self.proj.weight chains; a parameter replaced in its module is what the next call passes."""
-    import sys
-    import types
-
     import torch
 
     model_src = _candidate(task_source("linear_gelu_residual", batch=4, features=8), "cuda").files["model_new.py"]
@@ -323,22 +321,10 @@ def test_forward_binds_parameters_once_and_sees_a_replaced_one():
         def fused_0(self, *args):
             pass
 
-    fake = types.ModuleType("kwrt")
-    fake.load, fake.stream = Lib, (lambda dev=None: None)
-    saved = sys.modules.get("kwrt")
-    sys.modules["kwrt"] = fake
-    try:
-        ns: dict = {}
-        exec(compile(model_src, "model_new.py", "exec"), ns)
-        m = ns["ModelNew"](8, 0.5)
-        x = torch.randn(4, 8)
-        m(x)
-        assert seen[-1] is m.proj.weight
-        m.proj.weight = torch.nn.Parameter(torch.zeros(8, 8))
-        m(x)
-        assert seen[-1] is m.proj.weight and seen[0] is not seen[-1]
-    finally:
-        if saved is not None:
-            sys.modules["kwrt"] = saved
-        else:
-            del sys.modules["kwrt"]
+    m = _exec_model(model_src, Lib)["ModelNew"](8, 0.5)
+    x = torch.randn(4, 8)
+    m(x)
+    assert seen[-1] is m.proj.weight
+    m.proj.weight = torch.nn.Parameter(torch.zeros(8, 8))
+    m(x)
+    assert seen[-1] is m.proj.weight and seen[0] is not seen[-1]
