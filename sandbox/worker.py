@@ -720,10 +720,6 @@ def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integ
         flatten(out, leaves)
         prints.append((k, fingerprint(leaves, weights)))
 
-    kernels: list[str] = []
-    if device == "cuda":
-        with LOCK.shared():
-            kernels = _cuda_kernel_names(model, sets[0])
     timer = Timer(device, LOCK)
     calls0 = sum(custom_calls().values())
     try:
@@ -734,6 +730,13 @@ def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integ
         _, _, text = where(exc, [str(WORKDIR / "cand") + "/"])
         return {"ok": False, "error": "ModelNew.forward raised during timing: " + text}
     calls = sum(custom_calls().values()) - calls0
+    # Kernel names come from the profiler, so only after the timed loop: once CUPTI has been set up,
+    # kineto leaves it subscribed (no cuptiFinalize), and every later launch pays its callbacks; the
+    # eager and torch.compile baselines are timed in a process that never profiled.
+    kernels: list[str] = []
+    if device == "cuda":
+        with LOCK.shared():
+            kernels = _cuda_kernel_names(model, sets[0])
     findings = integrity.check()
     if timer.late_calls:
         findings.append(("timing", f"{timer.late_calls} timed calls left work running on the device after their stream's last "

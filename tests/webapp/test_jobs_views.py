@@ -278,7 +278,7 @@ def test_a_turn_shows_the_host_time_and_why_the_floor_is_the_memory_floor(client
     job = import_trajectory(owner, json.loads(fixture.read_text()))
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "computes fewer FLOPs than the reference, so it is measured against the memory floor" in html
-    assert "host-bound: the forward&#x27;s Python" in html
+    assert "host-bound: called back to back it takes" in html and "so the forward&#x27;s Python, allocations and launches" in html
     assert '<th title="host time of the call itself' in html
 
 
