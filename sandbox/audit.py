@@ -243,6 +243,19 @@ _NATIVE_RULES: list[tuple[str, str]] = [
 ]
 
 
+def kernel_names(files: dict[str, str]) -> set[str]:
+    """Names of the __global__ functions in the candidate's sources (.cu files and load_inline
+    strings alike): the kernels that are its own when the profiler lists what a forward ran."""
+    names = set()
+    for text in files.values():
+        for m in re.finditer(r"__global__([^;{]*)", text):
+            head = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", m.group(1))
+            first = re.search(r"(\w+)\s*\(", head)
+            if first:
+                names.add(first.group(1))
+    return names
+
+
 def scan_native(files: dict[str, str]) -> list[str]:
     findings = []
     for name in sorted(files):

@@ -347,12 +347,13 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     timed = _recv(cand, "the candidate", "timing")
     if not timed.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, "candidate: " + timed.get("error", "timing failed"))
-    problems = _judge_timing(timed, data["fingerprints"], msg, options, backend, res, widen)
+    problems = _judge_timing(timed, data["fingerprints"], msg, options, backend, res, audit.kernel_names(files), widen)
     res.timing.candidate = _stats(timed["stats"])
     res.timing.clock = timed["clock"]
     res.timing.l2_flush = backend == "cuda"
     res.timing.input_sets = len(sets)
     res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))
+    res.audit.graph_launches = int(timed.get("graph_launches", 0))
     if problems:
         res.status = Status.REJECTED
         res.reasons.extend(problems)
@@ -479,7 +480,7 @@ def _judge_audit(msg: dict, options: EvalOptions, backend: str, res: EvalResult,
                 rejections.append("torch-ops=forbid: no custom kernel ran in the forward (call your kernels through kwrt or the load_inline module)")
 
 
-def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptions, backend: str, res: EvalResult,
+def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptions, backend: str, res: EvalResult, own_kernels: set[str],
                   widen: float = 1.0) -> list[str]:
     """Fingerprints of every timed call against the reference's (computed in the reference
     child on the same kind of device, from the same weights), custom-kernel counts, flags."""
@@ -504,6 +505,11 @@ def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptio
         custom = [n for n in names if _is_custom_cuda_kernel(n)]
         if not custom:
             problems.append("no custom CUDA kernel was launched by the forward (profiler saw only: " + ", ".join(names[:8]) + ")")
+        foreign = [n for n in names if not _may_run_in_a_graph(n, own_kernels)]
+        if timed.get("graph_launches") and foreign:
+            problems.append("the forward replayed a CUDA graph, and kernels that are neither the candidate's own (a "
+                            "__global__ function in its sources) nor cuBLAS/cuDNN ran in it; inside a CUDA graph the op "
+                            "audit cannot see which torch operator launched them: " + ", ".join(foreign[:3]))
     for kind, text in timed.get("findings", []):
         res.audit.findings.append(f"{kind} (timing): {text}")
         if kind in ("tamper", "flags", "thread"):
@@ -513,7 +519,35 @@ def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptio
 
 _LIBRARY_KERNEL_HINTS = ("at::native", "at::cuda", "cublas", "cutlass", "sm90_xmma", "sm80_xmma", "gemm", "gemv", "cudnn",
                          "cask_", "xmma", "nchwToNhwc", "nhwcToNchw", "convolve_", "implicit_convolve", "Memcpy", "Memset",
-                         "triton_", "void at::", "cuda_gemm", "splitKreduce", "fft")
+                         "triton_", "void at::", "cuda_gemm", "splitKreduce", "fft", "softmax_warp_", "cunn_", "at_cuda_detail",
+                         "c10::")
+
+
+# What may run in a forward that replays a CUDA graph, besides the candidate's own kernels: the
+# libraries torch-ops=forbid allows (cuBLAS/cuBLASLt, cuDNN and their helpers), copies and fills.
+_GRAPH_LIBRARY_HINTS = ("cublas", "cutlass", "xmma", "nvjet", "gemm", "gemv", "splitKreduce", "cudnn", "cask_",
+                        "nchwToNhwc", "nhwcToNchw", "convolve_", "Memcpy", "Memset", "FillFunctor")
+_TORCH_NAMESPACES = ("at::", "c10::", "at_cuda_detail", "torch::", "triton_")
+
+
+def _kernel_base(name: str) -> str:
+    """'void ns::fused_0_kernel<4>(float*)' -> 'ns::fused_0_kernel'."""
+    head = name[5:] if name.startswith("void ") else name
+    for stop in "<(":
+        head = head.split(stop, 1)[0]
+    return head.strip()
+
+
+def _may_run_in_a_graph(name: str, own: set[str]) -> bool:
+    """A kernel that may run in a forward that replays a CUDA graph (torch-ops=forbid): one of the
+    candidate's own (its __global__ functions, outside torch's namespaces) or an allowed library's.
+    By name, so an allowlist: torch's kernels have no single namespace (its warp softmax,
+    `softmax_warp_forward`, has none)."""
+    if any(t in name for t in _TORCH_NAMESPACES):
+        return "FillFunctor" in name
+    if any(h.lower() in name.lower() for h in _GRAPH_LIBRARY_HINTS):
+        return True
+    return _kernel_base(name).split("::")[-1] in own
 
 
 def _is_custom_cuda_kernel(name: str) -> bool:

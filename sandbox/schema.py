@@ -110,6 +110,7 @@ class Audit:
     torch_compute_ops: list[str] = field(default_factory=list)  # the subset that computes
     kernels: list[str] = field(default_factory=list)  # device kernels / native calls that ran
     custom_kernel_ran: bool = False
+    graph_launches: int = 0  # CUDA graph launches in the profiled forward (cuda)
     findings: list[str] = field(default_factory=list)  # each suspicious thing, in words
 
 

@@ -734,19 +734,22 @@ def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integ
     # kineto leaves it subscribed (no cuptiFinalize), and every later launch pays its callbacks; the
     # eager and torch.compile baselines are timed in a process that never profiled.
     kernels: list[str] = []
+    graphs = 0
     if device == "cuda":
         with LOCK.shared():
-            kernels = _cuda_kernel_names(model, sets[0])
+            kernels, graphs = _cuda_kernel_names(model, sets[0])
     findings = integrity.check()
     if timer.late_calls:
         findings.append(("timing", f"{timer.late_calls} timed calls left work running on the device after their stream's last "
                                    "event (other streams or threads); that time was added to theirs"))
     del torch
     return {"ok": True, "stats": stats, "wall": wall, "fingerprints": prints, "custom_calls": calls,
-            "forwards": len(prints), "kernels": kernels, "clock": timer.clock, "findings": findings}
+            "forwards": len(prints), "kernels": kernels, "graph_launches": graphs, "clock": timer.clock, "findings": findings}
 
 
-def _cuda_kernel_names(model: Any, inputs: list) -> list[str]:
+def _cuda_kernel_names(model: Any, inputs: list) -> tuple[list[str], int]:
+    """The device kernels one forward launched, and how many CUDA graph launches it made (the
+    kernels a graph replays are listed too; the dispatcher audit cannot see inside a graph)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -755,10 +758,13 @@ def _cuda_kernel_names(model: Any, inputs: list) -> list[str]:
             model(*inputs)
         torch.cuda.synchronize()
     names = []
+    graphs = 0
     for evt in prof.events():
         if getattr(evt, "device_type", None) == torch.autograd.DeviceType.CUDA:
             names.append(evt.name)
-    return sorted(set(names))
+        elif "GraphLaunch" in evt.name:  # cudaGraphLaunch / cuGraphLaunch (runtime or driver API)
+            graphs += 1
+    return sorted(set(names)), graphs
 
 
 def _profile(cmd: dict, model: Any, device: str, to_device: Any) -> dict:

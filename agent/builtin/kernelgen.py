@@ -515,6 +515,12 @@ extern "C" int colsum(const float* w, float* out, int64_t n_rows, int64_t n_cols
     return (int)cudaGetLastError();
 }
 
+// kw_copy: a stream-ordered device-to-device copy; the CUDA-graph forward copies its inputs into the
+// graph's buffers and its result out with it (model_new.py, _graphed).
+extern "C" int kw_copy(void* dst, const void* src, int64_t nbytes, void* stream) {
+    return (int)cudaMemcpyAsync(dst, src, (size_t)nbytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+}
+
 // gemm_nt: out[M, N] = x[M, K] @ W[N, K]^T through cuBLAS (full FP32, no TF32), the handle created
 // once per process and bound to the caller's stream. Row-major out^T = W x^T in cuBLAS's column-major.
 static cublasHandle_t kw_cublas() {

@@ -76,6 +76,56 @@ def _kernels():
 '''
 
 
+_GRAPH_HELPERS = '''
+
+def _graphed(module, eager, inputs, paths, scalars):
+    """The forward as one CUDA graph replay: where launching it op by op costs more host time than
+    its kernels take, a replay issues them all with one launch. The inputs are copied into the
+    graph's own buffers and the result out of them (stream-ordered copies, so every call computes
+    afresh and returns a new tensor). A graph is kept per input shape and recaptured when a
+    parameter's storage or version changes or a scalar attribute the kernels read (`scalars`, its
+    current values) changes; inputs that are not contiguous CUDA tensors take the eager path."""
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    if not all(t.is_cuda and t.is_contiguous() for t in tensors):
+        return eager(*inputs)
+    wkey = [(w.data_ptr(), w._version) for w in _read(module, "_kw_gslots", paths)] + list(scalars)
+    key = tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for t in inputs)
+    graphs = module.__dict__.setdefault("_kw_graphs", {})
+    entry = graphs.get(key)
+    if entry is None or entry[0] != wkey:
+        entry = graphs[key] = (wkey, *_capture(eager, inputs))
+    _, graph, static_in, static_out = entry
+    lib, stream = _kernels(), kwrt.stream(static_out.device)
+    for dst, src in zip(static_in, inputs):
+        if isinstance(src, torch.Tensor):
+            lib.kw_copy(dst, src, src.numel() * src.element_size(), stream)
+    graph.replay()
+    out = torch.empty_like(static_out)
+    lib.kw_copy(out, static_out, out.numel() * out.element_size(), stream)
+    return out
+
+
+def _capture(eager, inputs):
+    """(graph, its input buffers, its output buffer). One eager call on a side stream first, as
+    PyTorch's CUDA-graph notes ask: cuBLAS and cuDNN set up handles, workspaces and algorithms
+    outside the capture, and derived weights are computed then and read by the graph."""
+    lib, stream = _kernels(), kwrt.stream()
+    static_in = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+    for dst, src in zip(static_in, inputs):
+        if isinstance(src, torch.Tensor):
+            lib.kw_copy(dst, src, src.numel() * src.element_size(), stream)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager(*static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = eager(*static_in)
+    return graph, static_in, static_out
+'''
+
+
 def param_expr(path: str) -> str:
     out = "self"
     for part in path.split("."):
@@ -238,8 +288,11 @@ class _Emitter:
 
 
 def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[KernelSig], summary: str,
-                   gemm: str = "cublas") -> str:
-    """gemm (cuda): "cublas" calls the .cu's gemm_nt (cublasSgemm), "aten" calls torch.mm."""
+                   gemm: str = "cublas", graph: bool = False) -> str:
+    """gemm (cuda): "cublas" calls the .cu's gemm_nt (cublasSgemm), "aten" calls torch.mm.
+    graph (cuda): forward replays a CUDA graph of the generated forward (`_graphed`)."""
+    if graph and (backend != "cuda" or len(plan.graph.output.args) != 1):
+        raise ValueError("a CUDA-graph forward needs the cuda backend and a single output tensor")
     src = meta["source"]
     em = _Emitter(plan, backend, {s.name: s for s in sigs}, gemm)
     g = plan.graph
@@ -268,6 +321,8 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     for h in src.get("helpers", []):
         parts += ["", "", h]
     parts.append(_HELPERS)
+    if graph:
+        parts.append(_GRAPH_HELPERS)
     parts += ["", "class ModelNew(nn.Module):",
               '    """Same constructor as the reference Model (copied verbatim); forward runs the generated kernels."""',
               "", init.rstrip(), ""]
@@ -275,7 +330,18 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     if em.derived_method():
         parts.append("")
     args = ", ".join(_var(n.name) for n in inputs)
-    parts += [f"    def forward(self, {args}):", "        lib = _kernels()", f"        _dev = {dev_src}.device",
+    if graph:
+        # every parameter the forward or the derived weights read: a change recaptures the graph
+        weights = tuple(n.attrs["path"] for n in g.nodes if n.op == "param")
+        scalars = sorted({a.expr for n in g.nodes for a in n.args if isinstance(a, Scalar) and a.runtime})
+        scal = "(" + "".join(f"{e}, " for e in scalars).rstrip() + ")"
+        parts += [f"    def forward(self, {args}):",
+                  f"        return _graphed(self, self._kw_eager, ({args}{',' if len(inputs) == 1 else ''}), {weights!r}, {scal})", "",
+                  '    def _kw_eager(self, ' + args + '):',
+                  '        """The forward launched op by op: what the graph captures."""']
+    else:
+        parts += [f"    def forward(self, {args}):"]
+    parts += ["        lib = _kernels()", f"        _dev = {dev_src}.device",
               "        _stream = kwrt.stream(_dev)"]
     if em.used_params:
         # parameters through (dict, name) slots looked up once: each self.a.b is two

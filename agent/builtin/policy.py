@@ -48,6 +48,9 @@ class _Tried:
     fraction_of_sol: float | None = None
     reasons: list[str] = field(default_factory=list)
     graph: Graph | None = None  # the graph this candidate was generated from
+    gemm: str = "cublas"
+    host_ms: float | None = None  # host time of one timed call (the timer's host median)
+    device_ms: float | None = None  # device time of one timed call
 
     @property
     def correct(self) -> bool:
@@ -59,7 +62,7 @@ class _Tried:
 
 @dataclass
 class _Step:
-    kind: str  # "analyse", "candidate", "variant", "restore", "finish"
+    kind: str  # "analyse", "candidate", "variant", "graph", "restore", "finish"
     title: str = ""
     graph: Graph | None = None
     rewrite: Rewrite | None = None
@@ -130,6 +133,8 @@ class BuiltinPolicy(Policy):
             return self._candidate_action(step)
         if step.kind == "variant":
             return self._variant_action(step)
+        if step.kind == "graph":
+            return self._graph_action()
         if step.kind == "restore":
             return self._restore_action()
         return self._finish_action()
@@ -164,6 +169,9 @@ class BuiltinPolicy(Policy):
                                     graph=self.final_graph, gemm="aten"))
         for v in range(1, min(n_variants, self.max_variants)):
             self.steps.append(_Step("variant", f"launch configuration {v + 1}", graph=self.final_graph, variant=v))
+        if backend == "cuda" and self.final_plan is not None:
+            # taken only if the best candidate turns out host-bound (decided when its turn comes)
+            self.steps.append(_Step("graph", "Replay the forward as one CUDA graph"))
         self.steps.append(_Step("restore"))
         self.steps.append(_Step("finish"))
 
@@ -182,7 +190,8 @@ class BuiltinPolicy(Policy):
                 label = step.title if step is not None and step.title else f"turn {e.turn}"
                 t = _Tried(label, {}, str(r.get("status")), int(r.get("reward", -1)),
                            _median(r), r.get("speedup_vs_eager"), r.get("speedup_vs_compile"),
-                           graph=step.graph if step is not None else None)
+                           graph=step.graph if step is not None else None, gemm=step.gemm if step is not None else "cublas")
+                _host_and_device(t, r)
                 self.tried.append(t)
         if best is not None:
             ok = [t for t in self.tried if t.correct]
@@ -214,6 +223,7 @@ class BuiltinPolicy(Policy):
                     t.compile_ms = (tim.get("compile") or {}).get("median_ms")
                     t.fraction_of_sol = (res.get("roofline") or {}).get("fraction_of_sol")
                     t.reasons = list(res.get("reasons") or [])
+                    _host_and_device(t, res)
                     if res.get("roofline"):
                         self.roofline = res["roofline"]
                 self.tried.append(t)
@@ -321,7 +331,7 @@ class BuiltinPolicy(Policy):
             return Action(message=msg, tool_calls=[self._call("list_files")])
         if step.graph is self.final_graph and step.gemm == "cublas":
             self.final_candidate = cand
-        self.pending = _Tried(step.title, cand.files, graph=step.graph)
+        self.pending = _Tried(step.title, cand.files, graph=step.graph, gemm=step.gemm)
         parts = [head]
         if step.rewrite is not None:
             parts.append(f"Rewrite: {step.rewrite.title}.\n{step.rewrite.detail}\n\nGraph after the rewrite:\n"
@@ -367,17 +377,50 @@ class BuiltinPolicy(Policy):
             return self._next_or_finish(head)
         if "model_new.py" in best.files:  # the forward does not depend on launch parameters
             cand.files["model_new.py"] = best.files["model_new.py"]
-        self.pending = _Tried(f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]", cand.files, graph=graph)
+        self.pending = _Tried(f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]", cand.files, graph=graph,
+                              gemm=best.gemm)
         changed = {p: c for p, c in cand.files.items() if best.files.get(p) != c}
         msg = (head + f"Try {step.title}: " + "; ".join(desc) +
                ". Same arithmetic, different launch parameters: only the kernel file changes.")
         calls = self._write(changed or cand.files) + [self._call("compile"), self._call("evaluate")]
         return Action(message=msg, tool_calls=calls)
 
+    def _graph_action(self, head: str | None = None) -> Action:
+        """A CUDA graph of the best candidate's forward, if launches dominate its time."""
+        assert self.analysis is not None
+        head = self._report_last() if head is None else head
+        best = self._best()
+        if best is None or best.graph is None:
+            return self._next_or_finish(head)
+        try:
+            cand = build_candidate(best.graph, self.analysis.data, self.backend, gemm=best.gemm, graph=True,
+                                   note="The forward replays one CUDA graph of the generated kernels.")
+        except GenerationError as e:
+            return self._next_or_finish(head + f"No CUDA graph: {e}.\n\n")
+        launches = len(cand.plan.groups) + sum(1 for st in cand.plan.steps if st.kind == "node"
+                                               and st.node.op in ("matmul", "matmul_nt", "conv2d"))
+        why = _graph_skip_reason(best, launches)
+        if why:
+            return self._next_or_finish(head + why + "\n\n")
+        kernel = cand.kernel_path
+        if "kw_copy" in best.files.get(kernel, ""):
+            cand.files[kernel] = best.files[kernel]  # the best's launch configuration; only the forward changes
+        self.pending = _Tried(f"{best.label.split(' [')[0]} [CUDA graph]", cand.files, graph=best.graph, gemm=best.gemm)
+        msg = (head + f"{self.steps[self.pos - 1].title}: the best candidate ('{best.label}') is host-bound: each call "
+               f"spends {_ms(best.host_ms)} on the host (Python, allocations and {launches} launches) against "
+               f"{_ms(best.device_ms)} of device work. Capture its forward once as a CUDA graph and replay it: one "
+               "launch per call, plus a copy into the graph's buffers per input and a copy of the result out, so every "
+               "call still computes afresh and returns a new tensor. The kernels are the same; the timing decides.")
+        calls = self._write({p: c for p, c in cand.files.items() if best.files.get(p) != c} or cand.files)
+        return Action(message=msg, tool_calls=calls + [self._call("compile"), self._call("evaluate")])
+
     def _next_or_finish(self, head: str) -> Action:
         """Skip a step that has nothing to do (no group has that many configurations)."""
         while self.pos < len(self.steps) and self.steps[self.pos].kind == "variant":
             self.pos += 1
+        if self.pos < len(self.steps) and self.steps[self.pos].kind == "graph":
+            self.pos += 1
+            return self._graph_action(head)
         if self.pos < len(self.steps) and self.steps[self.pos].kind == "restore":
             self.pos += 1
             return self._restore_action(head)
@@ -437,6 +480,24 @@ class BuiltinPolicy(Policy):
                           for t in steps)
         msg = head + "Summary of the candidates:\n" + table + "\n\n" + summary
         return Action(message=msg, tool_calls=[self._call("finish", summary=summary)])
+
+
+def _host_and_device(t: _Tried, res: dict[str, Any]) -> None:
+    cand = (res.get("timing") or {}).get("candidate") or {}
+    t.host_ms, t.device_ms = cand.get("host_median_ms"), cand.get("device_median_ms")
+
+
+def _graph_skip_reason(best: _Tried, launches: int) -> str:
+    """Why the best candidate gets no CUDA graph ('' when it should try one)."""
+    if launches < 2:
+        return ("One launch per call: a CUDA graph would replace it with a graph launch and add the copies in and "
+                "out, so no CUDA graph.")
+    if best.host_ms is None or best.device_ms is None:
+        return "No host and device times were measured for the best candidate, so no CUDA graph."
+    if best.host_ms <= best.device_ms:
+        return (f"Launch overhead does not dominate the best candidate ({_ms(best.host_ms)} of host time per call "
+                f"against {_ms(best.device_ms)} on the device), so no CUDA graph.")
+    return ""
 
 
 def _median(res: dict[str, Any]) -> float | None:

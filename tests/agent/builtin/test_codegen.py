@@ -303,15 +303,8 @@ def test_folded_weights_are_recomputed_when_a_source_changes_and_only_then():
     assert Lib.folds == 12
 
 
-def test_forward_binds_parameters_once_and_sees_a_replaced_one():
-    """The forward reads parameters through slots ((dict, name) looked up once), not through
-    self.proj.weight chains; a parameter replaced in its module is what the next call passes."""
-    import torch
-
-    model_src = _candidate(task_source("linear_gelu_residual", batch=4, features=8), "cuda").files["model_new.py"]
-    fwd = model_src.split("def forward", 1)[1]
-    assert "self.proj" not in fwd
-
+def _gemm_recorder() -> tuple[type, list]:
+    """A stand-in kernel library for the linear forward: records the weight each gemm_nt call gets."""
     seen: list = []
 
     class Lib:
@@ -321,6 +314,20 @@ def test_forward_binds_parameters_once_and_sees_a_replaced_one():
         def fused_0(self, *args):
             pass
 
+    return Lib, seen
+
+
+def test_forward_binds_parameters_once_and_sees_a_replaced_one():
+    """The forward reads parameters through slots ((dict, name) looked up once), not through
+    self.proj.weight chains; a parameter replaced in its module is what the next call passes."""
+    import torch
+
+    model_src = _candidate(task_source("linear_gelu_residual", batch=4, features=8), "cuda").files["model_new.py"]
+    fwd = model_src.split("def forward", 1)[1]
+    assert "self.proj" not in fwd
+
+    Lib, seen = _gemm_recorder()
+
     m = _exec_model(model_src, Lib)["ModelNew"](8, 0.5)
     x = torch.randn(4, 8)
     m(x)
@@ -328,3 +335,30 @@ def test_forward_binds_parameters_once_and_sees_a_replaced_one():
     m.proj.weight = torch.nn.Parameter(torch.zeros(8, 8))
     m(x)
     assert seen[-1] is m.proj.weight and seen[0] is not seen[-1]
+
+
+def test_a_cuda_graph_forward_wraps_the_same_forward():
+    """graph=True: forward replays a CUDA graph of `_kw_eager`, which is the op-by-op forward
+    unchanged; the kernels are the same; every parameter and scalar attribute is in the recapture key; tensors that
+    are not on a CUDA device take the eager path (here: CPU tensors, a stand-in kwrt)."""
+    import torch
+
+    src = task_source("linear_gelu_residual", batch=4, features=8)
+    plain = _candidate(src, "cuda")
+    an = analyze_source(src, profile=False)
+    rw = all_rewrites(an.graph)
+    graphed = build_candidate(rw[-1].graph if rw else an.graph, an.data, "cuda", graph=True)
+    assert graphed.files["kernels/fused.cu"] == plain.files["kernels/fused.cu"]
+    assert 'extern "C" int kw_copy(' in plain.files["kernels/fused.cu"]
+    body = plain.files["model_new.py"].split("def forward(self, v_x):\n", 1)[1]
+    g_src = graphed.files["model_new.py"]
+    assert g_src.split('"""The forward launched op by op: what the graph captures."""\n', 1)[1] == body
+    assert "return _graphed(self, self._kw_eager, (v_x,), ('proj.bias', 'proj.weight'), (self.scale,))" in g_src
+    with pytest.raises(GenerationError, match="cuda backend"):
+        build_candidate(an.graph, an.data, "cpu", graph=True)
+
+    Lib, seen = _gemm_recorder()
+
+    m = _exec_model(g_src, Lib)["ModelNew"](8, 0.5)
+    m(torch.randn(4, 8))
+    assert seen == [m.proj.weight] and "_kw_graphs" not in m.__dict__

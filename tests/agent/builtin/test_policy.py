@@ -87,3 +87,23 @@ def test_on_cuda_a_task_with_a_gemm_also_tries_the_aten_gemm(monkeypatch):
     assert ("candidate", "aten") in steps["linear_gelu_residual"]
     assert steps["linear_gelu_residual"].index(("candidate", "aten")) < steps["linear_gelu_residual"].index(("restore", "cublas"))
     assert all(g == "cublas" for _, g in steps["rmsnorm_swish"])  # no GEMM, no such step
+
+
+def test_a_cuda_graph_is_tried_only_where_launches_dominate():
+    """The graph turn's decision, from the best candidate's measured host and device time per
+    call and the number of launches its forward makes."""
+    from agent.builtin.policy import _graph_skip_reason, _Tried
+
+    def best(host, device):
+        return _Tried("b", {"model_new.py": ""}, "ok", 3, 0.05, host_ms=host, device_ms=device)
+
+    assert _graph_skip_reason(best(0.08, 0.04), 3) == ""
+    assert "One launch per call" in _graph_skip_reason(best(0.08, 0.04), 1)
+    assert "does not dominate" in _graph_skip_reason(best(0.03, 0.04), 3)
+    assert "No host and device times" in _graph_skip_reason(best(None, 0.04), 3)
+
+
+def test_the_cpu_plan_has_no_graph_turn():
+    pol = BuiltinPolicy()
+    pol.reset(task_from_source(task_source("rmsnorm_swish", **SMALL["rmsnorm_swish"]), "rmsnorm_swish", "cpu"), [], [])
+    assert "graph" not in [s.kind for s in pol.steps] and pol.steps[-2].kind == "restore"
