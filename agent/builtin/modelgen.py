@@ -95,6 +95,8 @@ def _graphed(module, eager, inputs, paths, scalars):
     if entry is None or entry[0] != wkey:
         entry = graphs[key] = (wkey, *_capture(eager, inputs))
     _, graph, static_in, static_out = entry
+    if graph is None:  # an output the byte copy cannot take (not contiguous): op by op
+        return eager(*inputs)
     lib, stream = _kernels(), kwrt.stream(static_out.device)
     for dst, src in zip(static_in, inputs):
         if isinstance(src, torch.Tensor):
@@ -122,6 +124,8 @@ def _capture(eager, inputs):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         static_out = eager(*static_in)
+    if not (isinstance(static_out, torch.Tensor) and static_out.is_contiguous()):
+        return None, None, None
     return graph, static_in, static_out
 '''
 

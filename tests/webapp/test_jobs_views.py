@@ -298,3 +298,13 @@ def test_a_turn_shows_device_time_and_the_back_to_back_floor(client, owner):
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert ">back to back</th>" in html and ">device</th>" in html
     assert "0.01234" in html and "0.03789" in html
+
+
+def test_a_turn_says_when_its_kernels_ran_from_a_cuda_graph(client, owner):
+    """linear_gelu_residual's case study (H200) tried its forward as one CUDA graph; that turn's
+    kernel list says the kernels were launched from a graph replay, the other turns do not."""
+    fixture = Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "linear_gelu_residual.json"
+    job = import_trajectory(owner, json.loads(fixture.read_text()))
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert html.count("launched from 1 CUDA graph replay per forward") == 1
+    assert "[CUDA graph]" in html
