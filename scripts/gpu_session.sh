@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call on the device machine (results go in docs/benchmarks.md).
-# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests timecheck bench cases suite)
+# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests timecheck cores bench cases suite)
 # One device call runs at most 10 minutes: `probe tests bench`, then `cases`, then `suite`.
 # The device tool returns at most 8 files from $OUT, so logs and case-study fixtures come back as
 # two archives next to summary.txt (printed last) and suite.json.
@@ -28,6 +28,9 @@ for s in $stages; do case $s in
   # (after `cases` in the same call: this call's fresh candidates; else the gallery's)
   timecheck) fx=webapp/jobs/fixtures/gallery; [ -f "$WORK/cases/diag_scale_matmul.json" ] && fx="$WORK/cases"
              run_stage timecheck 200 python3 -m benchmarks.timer_check --fixtures "$fx" --out "$OUT/timecheck.json" ;;
+  # host time per launch pinned to each CPU, with the NUMA layout: is the 2x host-time spread
+  # between evaluation processes (2026-11-30) a matter of which CPU they run on?
+  cores) run_stage cores 150 bash -c 'nvidia-smi topo -m; lscpu | grep -i -E "numa|^cpu\(s\)|thread|core"; python3 -m benchmarks.launch_by_core --out "$0/cores.json"' "$OUT" ;;
   bench) run_stage bench 280 python3 -m sandbox bench --backend cuda --evals ${KW_BENCH_EVALS:-6} --concurrency 2 --trace ;;
   # one at a time: side by side, sub-0.2 ms candidates carried other jobs' CPU load (2026-11-29)
   cases) run_stage cases 330 python3 -m benchmarks.case_studies --backend cuda --jobs 1 --out "$WORK/cases" ;;
