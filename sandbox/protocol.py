@@ -23,6 +23,7 @@ states the same in prose).
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -517,17 +518,23 @@ def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptio
     return problems
 
 
-_LIBRARY_KERNEL_HINTS = ("at::native", "at::cuda", "cublas", "cutlass", "sm90_xmma", "sm80_xmma", "gemm", "gemv", "cudnn",
-                         "cask_", "xmma", "nchwToNhwc", "nhwcToNchw", "convolve_", "implicit_convolve", "Memcpy", "Memset",
-                         "triton_", "void at::", "cuda_gemm", "splitKreduce", "fft", "softmax_warp_", "cunn_", "at_cuda_detail",
-                         "c10::")
+# Kernel names, by what launched them. torch's own (ATen, c10, CUB through ATen, Inductor's Triton,
+# and kernels in no namespace: the warp softmax, THCUNN's): never a candidate's.
+_TORCH_KERNEL = re.compile(r"(?<![\w:])(?:at|c10|torch|at_cuda_detail)::|\b(?:triton_|softmax_warp_|cunn_)")
+# Libraries torch-ops=forbid allows (cuBLAS/cuBLASLt, cuDNN and their helpers), copies and fills.
+_ALLOWED_LIBRARY_KERNEL_HINTS = ("cublas", "cutlass", "xmma", "nvjet", "gemm", "gemv", "splitKreduce", "cudnn", "cask_",
+                                 "nchwToNhwc", "nhwcToNchw", "convolve_", "memcpy", "memset")
+_OTHER_LIBRARY_KERNEL_HINTS = ("fft",)  # libraries that are not custom work, nor allowed under forbid
 
 
-# What may run in a forward that replays a CUDA graph, besides the candidate's own kernels: the
-# libraries torch-ops=forbid allows (cuBLAS/cuBLASLt, cuDNN and their helpers), copies and fills.
-_GRAPH_LIBRARY_HINTS = ("cublas", "cutlass", "xmma", "nvjet", "gemm", "gemv", "splitKreduce", "cudnn", "cask_",
-                        "nchwToNhwc", "nhwcToNchw", "convolve_", "Memcpy", "Memset", "FillFunctor")
-_TORCH_NAMESPACES = ("at::", "c10::", "at_cuda_detail", "torch::", "triton_")
+def _is_allowed_library_kernel(name: str) -> bool:
+    low = name.lower()
+    return any(h.lower() in low for h in _ALLOWED_LIBRARY_KERNEL_HINTS)
+
+
+def _is_custom_cuda_kernel(name: str) -> bool:
+    return not (_TORCH_KERNEL.search(name) or _is_allowed_library_kernel(name)
+                or any(h in name.lower() for h in _OTHER_LIBRARY_KERNEL_HINTS))
 
 
 def _kernel_base(name: str) -> str:
@@ -540,19 +547,12 @@ def _kernel_base(name: str) -> str:
 
 def _may_run_in_a_graph(name: str, own: set[str]) -> bool:
     """A kernel that may run in a forward that replays a CUDA graph (torch-ops=forbid): one of the
-    candidate's own (its __global__ functions, outside torch's namespaces) or an allowed library's.
-    By name, so an allowlist: torch's kernels have no single namespace (its warp softmax,
-    `softmax_warp_forward`, has none)."""
-    if any(t in name for t in _TORCH_NAMESPACES):
+    candidate's own (its __global__ functions, outside torch's namespaces), an allowed library's,
+    or a fill (allocation ops launch those). By name, so an allowlist: torch's kernels have no
+    single namespace (its warp softmax, `softmax_warp_forward`, has none)."""
+    if _TORCH_KERNEL.search(name):
         return "FillFunctor" in name
-    if any(h.lower() in name.lower() for h in _GRAPH_LIBRARY_HINTS):
-        return True
-    return _kernel_base(name).split("::")[-1] in own
-
-
-def _is_custom_cuda_kernel(name: str) -> bool:
-    low = name.lower()
-    return not any(h.lower() in low for h in _LIBRARY_KERNEL_HINTS)
+    return _is_allowed_library_kernel(name) or _kernel_base(name).split("::")[-1] in own
 
 
 def _roofline(ref: Child, data: dict, res: EvalResult, options: EvalOptions) -> Roofline | None:

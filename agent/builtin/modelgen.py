@@ -110,12 +110,9 @@ def _graphed(module, eager, inputs, paths, scalars):
 def _capture(eager, inputs):
     """(graph, its input buffers, its output buffer). One eager call on a side stream first, as
     PyTorch's CUDA-graph notes ask: cuBLAS and cuDNN set up handles, workspaces and algorithms
-    outside the capture, and derived weights are computed then and read by the graph."""
-    lib, stream = _kernels(), kwrt.stream()
+    outside the capture, and derived weights are computed then and read by the graph. The input
+    buffers' contents do not matter here: _graphed copies the inputs in before every replay."""
     static_in = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in inputs]
-    for dst, src in zip(static_in, inputs):
-        if isinstance(src, torch.Tensor):
-            lib.kw_copy(dst, src, src.numel() * src.element_size(), stream)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

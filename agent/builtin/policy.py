@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.builtin.fusion import Plan
-from agent.builtin.graph import Analysis, Graph, analyze_source
+from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
 from agent.builtin.kernelgen import config_variants
 from agent.builtin.modelgen import speed_of_light
 from agent.builtin.pipeline import Candidate, GenerationError, build_candidate, make_plan
@@ -302,8 +302,7 @@ class BuiltinPolicy(Policy):
         if self.final_plan is not None:
             for grp in self.final_plan.groups:
                 lines.append(f"  - kernel {grp.name}: fuse [{grp.describe()}] over {grp.full}")
-            lib = [st.node for st in self.final_plan.steps if st.kind == "node" and st.node.op in ("matmul", "matmul_nt", "conv2d")]
-            for n in lib:
+            for n in _library_calls(self.final_plan):
                 lines.append(f"  - {n.op} {n.name}: library call ({'cuBLAS' if n.op == 'matmul_nt' and self.backend == 'cuda' else 'cuDNN/cuBLAS' if self.backend == 'cuda' else 'oneDNN/MKL'}), its epilogue fused")
         lines.append("  - then a few launch configurations, keeping the fastest correct candidate")
         calls = [self._call("read_file", path="reference.py")]
@@ -397,8 +396,7 @@ class BuiltinPolicy(Policy):
                                    note="The forward replays one CUDA graph of the generated kernels.")
         except GenerationError as e:
             return self._next_or_finish(head + f"No CUDA graph: {e}.\n\n")
-        launches = len(cand.plan.groups) + sum(1 for st in cand.plan.steps if st.kind == "node"
-                                               and st.node.op in ("matmul", "matmul_nt", "conv2d"))
+        launches = len(cand.plan.groups) + len(_library_calls(cand.plan))
         why = _graph_skip_reason(best, launches)
         if why:
             return self._next_or_finish(head + why + "\n\n")
@@ -482,6 +480,11 @@ class BuiltinPolicy(Policy):
         return Action(message=msg, tool_calls=[self._call("finish", summary=summary)])
 
 
+def _library_calls(plan: Plan) -> list[Node]:
+    """The plan's GEMM and convolution calls (each one launch or more, outside the fused kernels)."""
+    return [st.node for st in plan.steps if st.kind == "node" and st.node.op in LIBRARY]
+
+
 def _host_and_device(t: _Tried, res: dict[str, Any]) -> None:
     cand = (res.get("timing") or {}).get("candidate") or {}
     t.host_ms, t.device_ms = cand.get("host_median_ms"), cand.get("device_median_ms")
@@ -533,7 +536,7 @@ def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str
                      + (f" with row reduction(s) {red}" if red else " (elementwise)")
                      + f", {s.bytes_moved / 1e6:.2f} MB moved, config {_fmt_cfg(c.configs.get(s.name, {}))}")
     for st in c.plan.steps:
-        if st.kind == "node" and st.node.op in ("matmul", "matmul_nt", "conv2d"):
+        if st.kind == "node" and st.node.op in LIBRARY:
             nt = ("torch.mm (ATen's cuBLAS)" if gemm == "aten" else "cuBLAS gemm_nt from the .cu") if backend == "cuda" \
                 else "torch.matmul (oneDNN/MKL)"
             lib = {"matmul_nt": nt,

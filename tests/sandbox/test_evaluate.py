@@ -300,3 +300,8 @@ def test_only_own_and_library_kernels_may_run_in_a_forward_that_replays_a_cuda_g
     for name in (warp_softmax, cunn, "triton_poi_fused_add_0", ours.replace("fused_0", "fused_9")):
         assert not _may_run_in_a_graph(name, own), name
     assert not _is_custom_cuda_kernel(warp_softmax) and not _is_custom_cuda_kernel(cunn) and _is_custom_cuda_kernel(ours)
+    # torch's namespaces are whole names: a candidate's own namespace that merely ends in "at" is its own
+    flat = "void flat::inline_k<4>(float*)"
+    assert _is_custom_cuda_kernel(flat) and _may_run_in_a_graph(flat, own)
+    assert not _is_custom_cuda_kernel("void at::native::reduce_kernel<512, 1>(float*)")
+    assert not _is_custom_cuda_kernel("void fft_radix4_kernel(float2*)") and not _may_run_in_a_graph("void fft_radix4_kernel(float2*)", own)
