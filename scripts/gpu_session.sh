@@ -23,7 +23,7 @@ for s in $stages; do case $s in
   probe) run_stage probe 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv; python3 -c "import torch; from triton.testing import do_bench; a=torch.randn(4096,4096,device=\"cuda\"); x=torch.empty(1<<26,device=\"cuda\"); print(\"fixed workload: fp32 GEMM 4096^3 %.3f ms, 256 MB copy %.3f ms\" % (do_bench(lambda: a@a), do_bench(lambda: x.clone())))"; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nvcc --version | tail -2' ;;
   # the case studies run in the `cases` stage (tests/agent/builtin/test_gpu_case_studies.py is the
   # same five runs with assertions, marked slow: run it on its own when there is device time)
-  tests) run_stage tests 280 python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -q -rfE --tb=short -p no:cacheprovider ;;
+  tests) run_stage tests 280 python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -v -rfE --tb=short -p no:cacheprovider ;;
   # where a candidate's timed ms come from: sandbox numbers, our timer vs do_bench, host vs device cost
   # (after `cases` in the same call: this call's fresh candidates; else the gallery's)
   timecheck) fx=webapp/jobs/fixtures/gallery; [ -f "$WORK/cases/diag_scale_matmul.json" ] && fx="$WORK/cases"
