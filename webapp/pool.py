@@ -50,6 +50,10 @@ class TaskRun:
     started: float
     finished: float | None = None
     state: str = "STARTED"  # Celery's state after the task: SUCCESS, FAILURE, ...
+    # The device the evaluation itself ran on, from its result (EvalResult.device_id: "gpu-<UUID>"
+    # as the sandbox child's torch saw it, or "cpu"): the pinning says where it should run, this
+    # says where it did. "" when the task returned no result (a failure) or is not an evaluation.
+    device_id: str = ""
 
     @property
     def node(self) -> str:
@@ -140,11 +144,13 @@ def _record_start(task_id: str | None = None, task: Any = None, **_: Any) -> Non
 
 
 @task_postrun.connect
-def _record_end(task_id: str | None = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+def _record_end(task_id: str | None = None, task: Any = None, state: str | None = None, retval: Any = None,
+                **_: Any) -> None:
     if task is None or not task_id or not str(getattr(task, "name", "")).startswith(GPU_TASK_PREFIX):
         return
     try:
-        _write(task.app, task_id, {"finished": time.time(), "state": state or ""})
+        device = retval.get("device_id", "") if isinstance(retval, dict) else ""
+        _write(task.app, task_id, {"finished": time.time(), "state": state or "", "device_id": str(device or "")})
     except Exception:  # noqa: BLE001
         logger.exception("could not record the end of %s", task_id)
 
@@ -248,15 +254,17 @@ def evaluate_batch(task_source: str, candidates: Sequence[dict[str, str]], optio
 
 
 def run_table(runs: Iterable[TaskRun], origin: float | None = None) -> str:
-    """A plain-text table of runs (worker, CUDA_VISIBLE_DEVICES, start and end in seconds from
-    `origin`), for logs, test failures and docs."""
+    """A plain-text table of runs (worker, CUDA_VISIBLE_DEVICES, the device the evaluation reported,
+    start and end in seconds from `origin`), for logs, test failures and docs. GPU UUIDs are cut
+    to their first 8 hex digits, enough to tell a host's GPUs apart."""
     runs = sorted(runs, key=lambda r: r.started)
     if not runs:
         return "(no runs)"
     origin = runs[0].started if origin is None else origin
-    lines = [f"{'worker':<28} {'CUDA_VISIBLE_DEVICES':<20} {'start_s':>8} {'end_s':>8}  task_id"]
+    lines = [f"{'worker':<28} {'CUDA_VISIBLE_DEVICES':<20} {'device':<12} {'start_s':>8} {'end_s':>8}  task_id"]
     for r in runs:
         end = f"{r.finished - origin:8.2f}" if r.finished is not None else "     ..."
-        lines.append(f"{r.worker:<28} {r.cuda_visible_devices or '-':<20} {r.started - origin:8.2f} {end}  {r.task_id}")
+        lines.append(f"{r.worker:<28} {r.cuda_visible_devices or '-':<20} {r.device_id[:12] or '-':<12} "
+                     f"{r.started - origin:8.2f} {end}  {r.task_id}")
     return "\n".join(lines)
 

@@ -65,7 +65,10 @@ class Row:
     #                          it must match 1 worker's, or the workers disturb each other's timing
     per_worker: dict[str, int]  # evaluations each worker ran
     gpu_of_worker: dict[str, str]  # CUDA_VISIBLE_DEVICES of each worker ("" on cpu)
-    sharing_violations: int  # pairs of evaluations that overlapped on one worker or GPU: must be 0
+    devices_of_worker: dict[str, list[str]]  # the device ids its evaluations reported: one GPU UUID each
+    evals_per_gpu: int  # each gpu worker's concurrency (-c): evaluations it may run at once
+    sharing_violations: int  # evaluations that overlapped on one worker or GPU beyond evals_per_gpu: must be 0
+    timing_overlaps: int  # pairs of timed loops that overlapped on one device (sandbox.devlock): must be 0
     incorrect: int  # evaluations whose verdict was not the expected one: must be 0
     runs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -78,9 +81,9 @@ class Pool:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, node: str, queue: str, extra_env: dict[str, str]) -> None:
+    def start(self, node: str, queue: str, extra_env: dict[str, str], concurrency: int = 1) -> None:
         argv = [sys.executable, "-m", "celery", "-A", "webapp.celery:app", "worker", "-Q", queue, "-n", f"{node}@%h",
-                "-c", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+                "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
         with open(self.log_dir / f"{node}.log", "wb") as log:
             self.procs[node] = subprocess.Popen(argv, cwd=ROOT, env=self.env | extra_env, stdin=subprocess.DEVNULL,
                                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -131,6 +134,7 @@ def make_app(redis_url: str):
 
 
 def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir: Path, round_no: int) -> Row:
+    from sandbox.devlock import overlapping_windows
     from sandbox.schema import Status
     from webapp.jobs.celery_evaluator import CeleryEvaluator
     from webapp.pool import sharing_violations, task_runs, wait_for_workers
@@ -141,10 +145,10 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
         raise SystemExit(f"--workers {n} on cuda needs {n} GPUs; this host shows {len(ids)}")
     lock = threading.Lock()
     try:
-        pool.start("compile", "compile", {"KERNELWRIGHT_BACKEND": args.backend})
+        pool.start("compile", "compile", {"KERNELWRIGHT_BACKEND": args.backend}, concurrency=args.compile_concurrency)
         for i in range(n):
             pin = {"CUDA_VISIBLE_DEVICES": ids[i]} if args.backend == "cuda" else {}
-            pool.start(f"gpu{i}", "gpu", {"KERNELWRIGHT_BACKEND": args.backend, **pin})
+            pool.start(f"gpu{i}", "gpu", {"KERNELWRIGHT_BACKEND": args.backend, **pin}, concurrency=args.evals_per_gpu)
         wait_for_workers(["compile", *[f"gpu{i}" for i in range(n)]], app=app, timeout=180, alive=pool.check_alive)
         options = quick_options(args.backend, args.cache_dir)
         # Warm each worker (its sandbox zygote imports torch once per process), off the clock.
@@ -152,11 +156,12 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
 
         warm = softmax_candidate(10_000 * round_no, args.backend)
         CeleryEvaluator(app=app).compile(TASK_SOURCE, warm, options)
-        evaluate_batch(TASK_SOURCE, [warm] * (2 * n), options, app=app, timeout=600)
+        evaluate_batch(TASK_SOURCE, [warm] * (2 * n * args.evals_per_gpu), options, app=app, timeout=600)
 
         errors: list[BaseException] = []
         verdicts: list[bool] = []
         kernel_ms: list[float] = []
+        results: list[dict[str, Any]] = []
 
         def job(j: int) -> None:
             evaluator = CeleryEvaluator(app=app, timeouts={"compile": 600, "evaluate": 600})
@@ -167,6 +172,7 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
                     built = evaluator.compile(TASK_SOURCE, files, options)
                     res = evaluator.evaluate(TASK_SOURCE, files, options)
                     with lock:
+                        results.append(res.to_dict())
                         verdicts.append(built.ok and (res.status == Status.OK) == correct)
                         if res.status == Status.OK and res.timing.candidate is not None:
                             kernel_ms.append(res.timing.candidate.median_ms)
@@ -186,9 +192,11 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
         runs = [r for r in task_runs(list(_sent_ids(app)), app=app) if r is not None]
         per_worker: dict[str, int] = {}
         gpu_of: dict[str, str] = {}
+        devices_of: dict[str, set[str]] = {}
         for r in runs:
             per_worker[r.node] = per_worker.get(r.node, 0) + 1
             gpu_of[r.node] = r.cuda_visible_devices
+            devices_of.setdefault(r.node, set()).add(r.device_id)
         times = sorted(r.seconds for r in runs if r.seconds is not None)
         total_evals = args.jobs * args.evals_per_job
         origin = min((r.started for r in runs), default=0.0)
@@ -196,10 +204,12 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
                    jobs_per_hour=round(args.jobs / wall * 3600, 1), evals_per_hour=round(total_evals / wall * 3600, 1),
                    eval_median_s=round(times[len(times) // 2], 3) if times else 0.0,
                    kernel_median_ms=round(sorted(kernel_ms)[len(kernel_ms) // 2], 4) if kernel_ms else 0.0,
-                   per_worker=per_worker,
-                   gpu_of_worker=gpu_of, sharing_violations=len(sharing_violations(runs)),
+                   per_worker=per_worker, gpu_of_worker=gpu_of,
+                   devices_of_worker={k: sorted(v) for k, v in devices_of.items()}, evals_per_gpu=args.evals_per_gpu,
+                   sharing_violations=len(sharing_violations(runs, per_device=args.evals_per_gpu)),
+                   timing_overlaps=len(overlapping_windows(results)),
                    incorrect=sum(1 for ok in verdicts if not ok),
-                   runs=[{"worker": r.worker, "cuda_visible_devices": r.cuda_visible_devices,
+                   runs=[{"worker": r.worker, "cuda_visible_devices": r.cuda_visible_devices, "device_id": r.device_id,
                           "start_s": round(r.started - origin, 3),
                           "end_s": round(r.finished - origin, 3) if r.finished else None} for r in runs])
     finally:
@@ -250,13 +260,16 @@ def table(rows: list[Row], backend: str) -> str:
     base = rows[0].jobs_per_hour if rows else 0.0
     lines = [f"backend {backend}: {rows[0].jobs if rows else 0} jobs at once, "
              f"{rows[0].evals_per_job if rows else 0} build+evaluate each",
-             f"{'gpu workers':>11} {'wall s':>8} {'jobs/h':>8} {'evals/h':>8} {'x vs first':>10} "
-             f"{'eval med s':>10} {'kernel med ms':>13} {'evals per worker':<24} {'overlaps':>8} {'wrong':>5}"]
+             f"{'gpu workers':>11} {'per gpu':>7} {'wall s':>8} {'jobs/h':>8} {'evals/h':>8} {'x vs first':>10} "
+             f"{'eval med s':>10} {'kernel med ms':>13} {'evals per worker':<24} {'overlaps':>8} {'timed overlaps':>14} "
+             f"{'wrong':>5}"]
     for r in rows:
         spread = ", ".join(f"{k}:{v}" for k, v in sorted(r.per_worker.items()))
-        lines.append(f"{r.workers:>11} {r.wall_s:>8.1f} {r.jobs_per_hour:>8.1f} {r.evals_per_hour:>8.1f} "
+        lines.append(f"{r.workers:>11} {r.evals_per_gpu:>7} {r.wall_s:>8.1f} {r.jobs_per_hour:>8.1f} {r.evals_per_hour:>8.1f} "
                      f"{(r.jobs_per_hour / base if base else 0):>10.2f} {r.eval_median_s:>10.2f} {r.kernel_median_ms:>13.3f} {spread:<24} "
-                     f"{r.sharing_violations:>8} {r.incorrect:>5}")
+                     f"{r.sharing_violations:>8} {r.timing_overlaps:>14} {r.incorrect:>5}")
+    devices = sorted({f"{node}={','.join(d[:12] for d in ids)}" for r in rows for node, ids in r.devices_of_worker.items()})
+    lines.append("devices the evaluations reported: " + "  ".join(devices))
     return "\n".join(lines)
 
 
@@ -266,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--jobs", type=int, default=None, help="concurrent jobs (default: 2 x the largest worker count)")
     parser.add_argument("--evals-per-job", type=int, default=3)
+    parser.add_argument("--compile-concurrency", type=int, default=max(1, min(4, os.cpu_count() or 1)),
+                        help="the compile worker's concurrency (default as `./kw run`)")
+    parser.add_argument("--evals-per-gpu", type=int, default=1,
+                        help="each gpu worker's concurrency, as `./kw run --evals-per-gpu` (timed loops stay exclusive)")
     parser.add_argument("--redis-url", default=None,
                         help="an EMPTY Redis database for the bench, flushed afterwards "
                              "(default: the highest empty database of REDIS_URL's server)")
@@ -309,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps({**meta, "table": text, "rows": [asdict(r) for r in rows]}, indent=2))
     print(f"[pool_bench] wrote {out}")
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(r.sharing_violations == 0 and r.incorrect == 0 for r in rows) else 1
+    return 0 if all(r.sharing_violations == 0 and r.timing_overlaps == 0 and r.incorrect == 0 for r in rows) else 1
 
 
 if __name__ == "__main__":

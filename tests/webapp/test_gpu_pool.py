@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -68,6 +69,22 @@ def gpu_pins(backend) -> dict[str, str]:
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     ids = visible or [str(i) for i in range(len(GPU_NODES))]
     return dict(zip(GPU_NODES, ids, strict=False))
+
+
+@pytest.fixture(scope="module")
+def gpu_devices(backend, gpu_pins) -> dict[str, str]:
+    """The device id each gpu worker's evaluations must report (EvalResult.device_id): "cpu" on
+    cpu; on cuda "gpu-<UUID>" of the GPU its CUDA_VISIBLE_DEVICES names, as nvidia-smi lists it
+    (read here, independently of the sandbox)."""
+    if backend == "cpu":
+        return {node: "cpu" for node in GPU_NODES}
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout
+    uuid_of = {}
+    for line in out.splitlines():
+        index, uuid = (part.strip() for part in line.split(",", 1))
+        uuid_of[index] = uuid_of[uuid] = "gpu-" + uuid.removeprefix("GPU-")
+    return {node: uuid_of[pin] for node, pin in gpu_pins.items()}
 
 
 @pytest.fixture(scope="module")
@@ -151,21 +168,23 @@ def save_runs(name: str, runs: list[TaskRun]) -> str:
     origin = min(r.started for r in runs)
     (ARTIFACTS / f"{name}.json").write_text(json.dumps([
         {"task_id": r.task_id, "worker": r.worker, "cuda_visible_devices": r.cuda_visible_devices,
-         "pid": r.pid, "start_s": round(r.started - origin, 3), "end_s": round(r.finished - origin, 3)}
+         "device_id": r.device_id, "pid": r.pid, "start_s": round(r.started - origin, 3), "end_s": round(r.finished - origin, 3)}
         for r in runs], indent=2))
     (ARTIFACTS / f"{name}.txt").write_text(table + "\n")
     return table
 
 
-def check_runs(runs: list[TaskRun | None], workers, app, backend: str, gpu_pins: dict[str, str]) -> list[TaskRun]:
+def check_runs(runs: list[TaskRun | None], workers, app, backend: str, gpu_pins: dict[str, str],
+               gpu_devices: dict[str, str]) -> list[TaskRun]:
     """Every evaluation has a complete record from the worker that Celery says ran it, pinned to
-    that worker's GPU (none on cpu)."""
+    that worker's GPU (none on cpu), and the evaluation itself reports having run on that GPU."""
     assert all(r is not None for r in runs), "a worker did not record an evaluation"
     for run in runs:
         assert run.finished is not None and run.finished > run.started
         assert run.state == "SUCCESS"
         assert run.node in GPU_NODES
         assert run.cuda_visible_devices == gpu_pins[run.node] and run.backend == backend
+        assert run.device_id == gpu_devices[run.node], (run.worker, run.device_id, gpu_devices)
         # The record is the truth about which process ran it: a pool process of that worker...
         assert parent_pid(run.pid) == workers[run.node].proc.pid
         # ...and Celery's own result (result_extended) names the same worker.
@@ -179,7 +198,7 @@ def cross_worker_overlaps(runs: list[TaskRun]) -> int:
 
 @pytest.mark.slow
 def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
-        backend, gpu_pins, pool_workers, pool_app, options, owner, published):
+        backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published):
     jobs = [new_job(owner, "softmax A", backend), new_job(owner, "softmax B", backend)]
     # Each job builds and evaluates its own new candidates in turn, as the agent loop does;
     # every third one is wrong, so each verdict also says the result belongs to its candidate.
@@ -215,7 +234,7 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
 
     assert len(published) == 6
     ids = [task_id for _, task_id in published]
-    runs = check_runs(task_runs(ids, app=pool_app), pool_workers, pool_app, backend, gpu_pins)
+    runs = check_runs(task_runs(ids, app=pool_app), pool_workers, pool_app, backend, gpu_pins, gpu_devices)
     table = save_runs(f"two-jobs-{backend}", runs)
     print("\n" + table)
     assert {r.node for r in runs} == set(GPU_NODES), f"evaluations did not spread over both workers:\n{table}"
@@ -233,7 +252,7 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
 
 @pytest.mark.slow
 def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
-        backend, gpu_pins, pool_workers, pool_app, options, owner, published):
+        backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published):
     job = new_job(owner, "softmax batch", backend)
     expected_ok = [True, False, True, True, False]
     candidates = [softmax_candidate(5000 + i, backend, correct=ok) for i, ok in enumerate(expected_ok)]
@@ -248,13 +267,76 @@ def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
         [r.reasons for r in batch.results]
     assert [task_id for _, task_id in published] == batch.task_ids
     assert {r.backend for r in batch.results} == {backend}
-    runs = check_runs(task_runs(batch.task_ids, app=pool_app), pool_workers, pool_app, backend, gpu_pins)
+    runs = check_runs(task_runs(batch.task_ids, app=pool_app), pool_workers, pool_app, backend, gpu_pins, gpu_devices)
     table = save_runs(f"batch-{backend}", runs)
     print("\n" + table)
     assert {r.node for r in runs} == set(GPU_NODES), f"the batch did not spread over both workers:\n{table}"
     assert sharing_violations(runs) == [], f"two evaluations overlapped on one worker:\n{table}"
     assert cross_worker_overlaps(runs) >= 1, f"the batch did not run in parallel:\n{table}"
     assert overlapping_windows([r.to_dict() for r in batch.results]) == []
+
+
+@pytest.mark.slow
+def test_two_jobs_and_a_batch_at_once_spread_over_both_gpus_and_never_share_one(
+        backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published):
+    """What a team's pool sees: two agent runs evaluating their candidates one after another while
+    a third job sends a batch of candidates, all at the same time."""
+    jobs = [new_job(owner, "mixed A", backend), new_job(owner, "mixed B", backend)]
+    batch_job = new_job(owner, "mixed batch", backend)
+    streams = {job.pk: [softmax_candidate(7000 + 100 * s + k, backend) for k in range(2)]
+               for s, job in enumerate(jobs)}
+    batch_candidates = [softmax_candidate(7500 + i, backend, correct=i != 2) for i in range(4)]
+    builder = CeleryEvaluator(batch_job.pk, app=pool_app, timeouts={"compile": 300})
+    for files in [*batch_candidates, *(f for stream in streams.values() for f in stream)]:
+        assert builder.compile(TASK, files, options).ok  # built first: the gpu workers only evaluate
+    published.clear()
+
+    results: dict[str, list] = {}
+    errors: list[BaseException] = []
+
+    def one_after_another(job_id: int) -> None:
+        evaluator = CeleryEvaluator(job_id, app=pool_app, timeouts={"evaluate": 300})
+        try:
+            results[f"job-{job_id}"] = [evaluator.evaluate(TASK, files, options) for files in streams[job_id]]
+        except BaseException as exc:  # reported below, in the test thread
+            errors.append(exc)
+
+    def batch() -> None:
+        try:
+            results["batch"] = evaluate_batch(TASK, batch_candidates, options, job_id=batch_job.pk, app=pool_app,
+                                              timeout=300).results
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one_after_another, args=(job.pk,), name=f"job-{job.pk}") for job in jobs]
+    threads.append(threading.Thread(target=batch, name="batch"))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads), "the evaluations did not finish in 10 minutes"
+    assert not errors, errors
+
+    for job in jobs:
+        assert [r.status for r in results[f"job-{job.pk}"]] == [Status.OK, Status.OK], \
+            [r.reasons for r in results[f"job-{job.pk}"]]
+    assert [r.status for r in results["batch"]] == [Status.OK, Status.OK, Status.INCORRECT, Status.OK]
+    assert [r.candidate_hash for r in results["batch"]] == [files_hash(f) for f in batch_candidates]
+
+    assert len(published) == 8
+    runs = check_runs(task_runs([task_id for _, task_id in published], app=pool_app), pool_workers, pool_app,
+                      backend, gpu_pins, gpu_devices)
+    table = save_runs(f"jobs-and-batch-{backend}", runs)
+    print("\n" + table)
+    assert {r.node for r in runs} == set(GPU_NODES), f"evaluations did not spread over both workers:\n{table}"
+    assert sharing_violations(runs) == [], f"two evaluations overlapped on one worker:\n{table}"
+    assert cross_worker_overlaps(runs) >= 1, f"no two evaluations ran at once:\n{table}"
+    # the batch's evaluations and the jobs' evaluations interleaved on the pool
+    threads_of_node = {r.node: set() for r in runs}
+    for (thread, _), r in zip(published, runs, strict=True):
+        threads_of_node[r.node].add(thread)
+    assert any(len(names) > 1 for names in threads_of_node.values()), table
+    assert overlapping_windows([r.to_dict() for rs in results.values() for r in rs]) == []
 
 
 def run(worker: str, devices: str, start: float, end: float | None) -> TaskRun:

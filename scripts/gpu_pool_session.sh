@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 7 on a device machine with two or more GPUs (nvidia-h200-x2): the gpu worker pool, one
+# Celery worker per GPU, with the real sandbox on the cuda backend. Prepare here first:
+#   bash scripts/device_bundle.sh        # .whl (Django, Celery, Channels, ... for Python 3.12), .redis
+# then, in one device call with carry [".whl", ".redis"]:  bash scripts/gpu_pool_session.sh
+# Stages (each time-boxed; summary.txt printed last, logs and run tables under $OUT):
+#   tests  pytest -m gpu tests/webapp/test_gpu_pool.py: two jobs, a batch, and both at once,
+#          spread over gpu0/gpu1 pinned with CUDA_VISIBLE_DEVICES; each evaluation's GPU UUID
+#   bench  webapp.pool_bench --backend cuda: jobs/hour with 1 and 2 gpu workers (one evaluation per
+#          GPU), then 2 workers with two evaluations per GPU (the `./kw run` default)
+set -u
+OUT=${OUT:-/tmp/kw-out}; mkdir -p "$OUT/logs"
+# KINDS.md: NVLink multicast stays off on the multi-GPU kinds, in every process we start too.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 KERNELWRIGHT_CACHE=/tmp/kw-cache
+summary="$OUT/summary.txt"; : > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+run_stage() {  # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  local t0; t0=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/logs/$name.log" 2>&1; local rc=$?
+  note "$(printf '%-8s rc=%-4s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(grep -v '^\s*$' "$OUT/logs/$name.log" | tail -n 1 | cut -c1-150)")"
+}
+if [ -z "${KW_NO_WHEELS:-}" ]; then  # KW_NO_WHEELS=1: a dry run where python3 already has the web stack
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    || { note "wheel install failed"; exit 1; }
+  export PYTHONPATH=/tmp/site
+fi
+export PATH="$PWD/.redis:$PATH"
+port=${KW_REDIS_PORT:-6379}
+note "$(nvidia-smi --query-gpu=index,name,uuid,pci.bus_id --format=csv,noheader | tr '\n' ';')"
+note "$(python3 -c 'import torch, django, celery, channels, daphne; print("torch", torch.__version__, "gpus", torch.cuda.device_count(), "django", django.__version__, "celery", celery.__version__)' 2>&1 | tail -1)"
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --logfile "$OUT/logs/redis.log" \
+  || { note "redis-server did not start"; exit 1; }
+for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.2; done
+export REDIS_URL=redis://127.0.0.1:$port/0
+stages=${*:-"tests bench"}
+for s in $stages; do case $s in
+  tests) run_stage tests 330 python3 -m pytest -m gpu tests/webapp/test_gpu_pool.py -v -s -rs --tb=short -p no:cacheprovider
+         cp artifacts/gpu-pool/*.txt "$OUT/logs/" 2>/dev/null ;;
+  bench) run_stage bench1 170 python3 -m webapp.pool_bench --backend cuda --workers 1 2 --jobs ${KW_POOL_JOBS:-8} \
+           --evals-per-job 4 --out "$OUT/pool-bench-1-per-gpu.json"
+         run_stage bench2 100 python3 -m webapp.pool_bench --backend cuda --workers 2 --evals-per-gpu 2 \
+           --jobs ${KW_POOL_JOBS:-8} --evals-per-job 4 --out "$OUT/pool-bench-2-per-gpu.json" ;;
+esac; done
+pkill -f "redis-server.bin.*:$port" || true
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
+echo "==== summary"; cat "$summary"
