@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sandbox.placement import gpu_local_cpus
+
 _CHILD = r"""
 import json, os, sys, time, torch
 os.sched_setaffinity(0, {{{cpu}}})
@@ -47,25 +49,6 @@ def numa_node(cpu: int) -> str:
     return "?"
 
 
-def gpu_local_cpus() -> set[int] | None:
-    """CPUs the kernel lists as local to GPU 0's PCI device (None when unknown)."""
-    try:
-        bus = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", "0"],
-                             capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if not bus:
-        return None
-    path = Path("/sys/bus/pci/devices") / bus.lower()[-12:] / "local_cpulist"  # "00000000:19:00.0" -> "0000:19:00.0"
-    if not path.exists():
-        return None
-    cpus: set[int] = set()
-    for part in path.read_text().strip().split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
 def measure(cpu: int, calls: int) -> list[float]:
     out = subprocess.run([sys.executable, "-c", _CHILD.format(cpu=cpu, calls=calls)], capture_output=True, text=True,
                          timeout=120)
@@ -81,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     cpus = args.cpus or sorted(os.sched_getaffinity(0))
-    local = gpu_local_cpus()
+    local = gpu_local_cpus("0")
     rows = []
     print(f"{'cpu':>4} {'node':>4} {'gpu-local':>9} {'median us':>10} {'min us':>8} {'max us':>8}")
     for cpu in cpus:

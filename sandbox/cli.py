@@ -26,6 +26,8 @@ def _options(args: argparse.Namespace) -> EvalOptions:
         kw["correctness_trials"] = args.trials
     if getattr(args, "budget", None):
         kw["timing_budget_s"] = args.budget
+    if getattr(args, "timing_cpu", None) is not None:
+        kw["timing_cpu"] = args.timing_cpu
     return EvalOptions(**kw)
 
 
@@ -41,7 +43,8 @@ def _print(res, as_json: bool) -> None:
     tm = res.timing
     for name, s in (("candidate", tm.candidate), ("eager", tm.eager), ("torch.compile", tm.compile)):
         if s:
-            print(f"  {name:14s} median {s.median_ms:.4f} ms  min {s.min_ms:.4f}  max {s.max_ms:.4f}  spread {s.spread:.3f}  n={s.trials}")
+            cpu = f"  cpu {s.cpu}" if s.cpu is not None else ""
+            print(f"  {name:14s} median {s.median_ms:.4f} ms  min {s.min_ms:.4f}  max {s.max_ms:.4f}  spread {s.spread:.3f}  n={s.trials}{cpu}")
     if res.audit.torch_compute_ops:
         print(f"  torch compute ops: {', '.join(res.audit.torch_compute_ops)}")
     for row in res.profile[:15]:
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
         p.add_argument("--cache-dir")
         p.add_argument("--budget", type=float, help="timing budget per callable in seconds")
+        p.add_argument("--timing-cpu", type=int, help="pin every timed loop to this CPU (default: $KERNELWRIGHT_TIMING_CPU)")
         p.add_argument("--json", action="store_true")
 
     for name in ("evaluate", "profile"):

@@ -69,6 +69,18 @@ def default_cache_dir() -> str:
     return os.environ.get("KERNELWRIGHT_CACHE") or str(Path.home() / ".cache" / "kernelwright")
 
 
+def default_timing_cpu() -> int | None:
+    """The host's timing CPU, set per gpu worker by `./kw run` (sandbox.placement): unset, timed
+    loops run wherever the scheduler puts them."""
+    value = os.environ.get("KERNELWRIGHT_TIMING_CPU", "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"KERNELWRIGHT_TIMING_CPU must be a CPU number, got {value!r}") from None
+
+
 @dataclass
 class EvalOptions:
     backend: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -97,6 +109,11 @@ class EvalOptions:
     atol: float | None = None
     profile: bool = False  # per-kernel table and roofline (profile_candidate sets it)
     device_lock: bool = True  # timed loops hold the device exclusively (sandbox.devlock), so evaluations can share it
+    # Every timed loop (eager, torch.compile, candidate) pins its thread to this CPU while it
+    # holds the device lock: a host-bound call's time is its launch path on the CPU, which other
+    # processes' work on that CPU slows (docs/gpu-pool.md). `./kw run` keeps every other process
+    # of ours off it. None: not pinned.
+    timing_cpu: int | None = field(default_factory=default_timing_cpu)
 
     def validate(self) -> None:
         if self.backend not in BACKENDS:
@@ -111,6 +128,8 @@ class EvalOptions:
             raise ValueError("need 1 <= min_timed_calls <= max_timed_calls")
         if self.input_sets < 1:
             raise ValueError("input_sets must be at least 1")
+        if self.timing_cpu is not None and not 0 <= self.timing_cpu < (os.cpu_count() or 1):
+            raise ValueError(f"timing_cpu must be a CPU of this host (0..{(os.cpu_count() or 1) - 1}), got {self.timing_cpu}")
 
     def resolved_backend(self) -> str:
         """"auto" means cuda when this host has a GPU; resolved in the parent without initialising
@@ -151,6 +170,9 @@ class EvalOptions:
             "max_timed_calls": self.max_timed_calls,
             "warmup_calls": self.warmup_calls,
             "input_sets": self.input_sets,
+            # CPUs of one host differ in launch cost (1.53x between the H200 host's 16 CPUs,
+            # docs/benchmarks.md): a baseline timed on one CPU is not a candidate's yardstick on another
+            "timing_cpu": self.timing_cpu,
         }
 
 

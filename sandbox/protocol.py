@@ -85,6 +85,8 @@ def _child_env(options: EvalOptions, backend: str) -> dict[str, str]:
     # fresh `python -m sandbox.worker` reads this; zygote children inherit inductor's config from
     # the zygote, so worker._configure_inductor sets it (and the other settings) in-process.
     env = {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "KW_BACKEND": backend, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    if options.device_lock:  # a cuda child creates its context under the device lock (worker.early_device_init)
+        env["KW_LOCK_DIR"] = devlock.prepare_dir()
     if os.environ.get("KW_TRACE"):
         env["KW_TRACE"] = "1"
     return env
@@ -199,7 +201,7 @@ def _baseline(ref: Child, res: EvalResult, options: EvalOptions, fingerprint_see
 
 def _timing_cmd(options: EvalOptions) -> dict:
     return {"budget_s": options.timing_budget_s, "min_calls": options.min_timed_calls, "max_calls": options.max_timed_calls,
-            "warmup": options.warmup_calls}
+            "warmup": options.warmup_calls, "cpu": options.timing_cpu}
 
 
 def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | None = None,

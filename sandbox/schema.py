@@ -91,6 +91,7 @@ class Stats:
     device_median_ms: float | None = None
     host_limited_calls: int | None = None
     window: list[float] | None = None  # [start, end] wall-clock seconds of the run, device lock held exclusively
+    cpu: int | None = None  # the CPU the timing thread was pinned to for the run (EvalOptions.timing_cpu); None: not pinned
 
 
 @dataclass

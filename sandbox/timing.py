@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 # Bound before any candidate code runs, so patching time.perf_counter later changes nothing here.
@@ -119,12 +120,35 @@ def call_time(event_ms: float, sync_wait_ms: float, idle_sync_ms: float) -> tupl
     return event_ms + tail, tail
 
 
+@contextlib.contextmanager
+def pinned(cpu: int | None) -> Iterator[None]:
+    """This thread on `cpu` alone for the block (sched_setaffinity of pid 0 is the calling thread),
+    then back on the CPUs it had. A CPU this process may not use (offline, outside its cpuset)
+    is an error: a timing that silently ran elsewhere would be labelled with the wrong CPU."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError as exc:
+        raise RuntimeError(f"cannot pin the timed loop to CPU {cpu} ({exc.strerror}); "
+                           f"fix KERNELWRIGHT_TIMING_CPU / timing_cpu") from exc
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 class Timer:
-    def __init__(self, device: str, lock: Any = None):
+    def __init__(self, device: str, lock: Any = None, cpu: int | None = None):
         """`lock`: a sandbox.devlock.DeviceLock, held exclusively for each whole run (warm-up
-        included), so no other evaluation's work shares the device with a timed call."""
+        included), so no other evaluation's work shares the device with a timed call. `cpu`: the
+        CPU this thread is pinned to for each whole run (EvalOptions.timing_cpu), so that eager,
+        torch.compile and candidate launch from the same, otherwise idle, CPU."""
         self.device = device
         self.lock = lock
+        self.cpu = cpu
         self._sync_floor_ms = 0.0
         # cuda, the last run's timed calls: (event ms, tail ms, host ms, whether the device reached the
         # start event before the host had queued the call, i.e. the host outlasted the head start)
@@ -226,7 +250,7 @@ class Timer:
         after_call: Callable[[Any, int], None] | None = None,
     ) -> tuple[dict[str, float], float]:
         """Returns (stats, wall seconds of the timed phase)."""
-        with self.lock.exclusive() if self.lock is not None else contextlib.nullcontext():
+        with self.lock.exclusive() if self.lock is not None else contextlib.nullcontext(), pinned(self.cpu):
             held_from = time.time()
             if self.device == "cuda":
                 self._sync_floor_ms = self.idle_sync_ms()
@@ -270,6 +294,8 @@ class Timer:
             # wall-clock seconds (time.time) while the device lock was held: devlock.overlapping_windows
             # checks that no two evaluations' timed loops ran at once on one device
             stats["window"] = [held_from, time.time()]
+            if self.cpu is not None:
+                stats["cpu"] = self.cpu
             if self._parts:
                 stats["event_median_ms"] = statistics.median(e for e, _, _, _ in self._parts)
                 stats["tail_median_ms"] = statistics.median(t for _, t, _, _ in self._parts)

@@ -8,6 +8,7 @@
 #          spread over gpu0/gpu1 pinned with CUDA_VISIBLE_DEVICES; each evaluation's GPU UUID
 #   bench  webapp.pool_bench --backend cuda: jobs/hour with 1 and 2 gpu workers (one evaluation per
 #          GPU), then 2 workers with two evaluations per GPU (the `./kw run` default)
+#   pinning the same without and with --timing-cpus (a timing CPU per GPU, as `./kw run` sets up)
 set -u
 OUT=${OUT:-/tmp/kw-out}; mkdir -p "$OUT/logs"
 # KINDS.md: NVLink multicast stays off on the multi-GPU kinds, in every process we start too.
@@ -42,6 +43,20 @@ for s in $stages; do case $s in
            --evals-per-job 4 --out "$OUT/pool-bench-1-per-gpu.json"
          run_stage bench2 100 python3 -m webapp.pool_bench --backend cuda --workers 2 --evals-per-gpu 2 \
            --jobs ${KW_POOL_JOBS:-8} --evals-per-job 4 --out "$OUT/pool-bench-2-per-gpu.json" ;;
+  # the host-load effect on host-bound timing, without and with a timing CPU per GPU (sandbox.placement)
+  pinning) for variant in "1 2|" "1 2|--timing-cpus" "2|--evals-per-gpu 2 --timing-cpus" "2|--evals-per-gpu 2"; do
+             workers=${variant%%|*}; extra=${variant#*|}; tag=$(echo "w${workers}${extra}" | tr -cd 'a-z0-9')
+             run_stage "pin-$tag" 150 python3 -m webapp.pool_bench --backend cuda --workers $workers $extra \
+               --jobs ${KW_POOL_JOBS:-8} --evals-per-job 4 --out "$OUT/pool-$tag.json"
+           done ;;
+  # spares create their CUDA context under the device lock (sandbox/worker.py early_device_init):
+  # one vs two evaluations per GPU again, and the sandbox's GPU tests with that change
+  ctxlock) run_stage gputests 200 python3 -m pytest -m "gpu and not slow" tests/sandbox -q -x -rfE --tb=short -p no:cacheprovider
+           for variant in "2|--evals-per-gpu 2" "2|" "2|--evals-per-gpu 2 --timing-cpus"; do
+             workers=${variant%%|*}; extra=${variant#*|}; tag=$(echo "w${workers}${extra}" | tr -cd 'a-z0-9')
+             run_stage "ctx-$tag" 120 python3 -m webapp.pool_bench --backend cuda --workers $workers $extra \
+               --jobs ${KW_POOL_JOBS:-8} --evals-per-job 4 --out "$OUT/ctx-$tag.json"
+           done ;;
 esac; done
 pkill -f "redis-server.bin.*:$port" || true
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"

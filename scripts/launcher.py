@@ -9,7 +9,8 @@ pool processes), and nothing is left behind.
 `test`: the same Redis logic (an existing one on 127.0.0.1:6379 is fine for tests), then pytest on
 the whole tests/ tree with the given arguments; its exit code is ours.
 
-Standard library only: it runs before anything is known about the environment.
+Standard library only (and sandbox.placement, itself standard library only): it runs before
+anything is known about the environment.
 """
 
 from __future__ import annotations
@@ -172,6 +173,21 @@ def gpu_ids(requested: int | None, backend: str) -> list[str]:
     return ids[:requested] if requested is not None else ids
 
 
+def place_timing(ids: list[str]):
+    """Give each GPU a CPU of its own for timed loops (sandbox.placement) and move this process,
+    so every process it starts, to the other CPUs. None (and nothing moved) on a host with too
+    few CPUs."""
+    from sandbox.placement import timing_plan
+
+    plan = timing_plan(ids)
+    if plan is None:
+        say("too few CPUs to give each GPU a timing CPU of its own: timed loops are not pinned")
+        return None
+    os.sched_setaffinity(0, plan.others)
+    say(plan.describe())
+    return plan
+
+
 def worker_argv(queue: str, name: str, concurrency: int) -> list[str]:
     return [PY, "-m", "celery", "-A", "webapp.celery:app", "worker", "-Q", queue, "-n", f"{name}@%h",
             "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
@@ -208,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
     env.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     env["PYTHONUNBUFFERED"] = "1"
     try:
+        backend = env.get("KERNELWRIGHT_BACKEND", "auto")
+        ids = gpu_ids(args.gpu_workers, backend)
+        plan = place_timing(ids) if ids and args.timing_cpus else None
         if not env.get("REDIS_URL"):
             env["REDIS_URL"] = start_private_redis(stack)
         else:
@@ -223,11 +242,11 @@ def run(args: argparse.Namespace) -> int:
         stack.start("web", [PY, "-m", "daphne", "-b", args.host, "-p", str(port), "webapp.asgi:application"], env)
         stack.start("agent", worker_argv("agent", "agent", args.agent_concurrency), env)
         stack.start("compile", worker_argv("compile", "compile", args.compile_concurrency), env)
-        backend = env.get("KERNELWRIGHT_BACKEND", "auto")
-        ids = gpu_ids(args.gpu_workers, backend)
         if ids:
             for i, gpu in enumerate(ids):
                 genv = env | {"CUDA_VISIBLE_DEVICES": gpu, "KERNELWRIGHT_BACKEND": "cuda"}
+                if plan is not None:
+                    genv["KERNELWRIGHT_TIMING_CPU"] = str(plan.timing_cpu[gpu])
                 stack.start(f"gpu{i}", worker_argv("gpu", f"gpu{i}", max(1, args.evals_per_gpu)), genv)
         else:
             count = max(1, args.gpu_workers or 1)
@@ -304,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="evaluations at once on each GPU (cuda only): timed loops still take the GPU alone "
                         "(sandbox device lock); 2 measured 1.5-1.6x the evaluations per minute of 1, medians "
                         "within 1.6%% (docs/gpu-pool.md)")
+    r.add_argument("--timing-cpus", action="store_true",
+                   help="give each GPU a CPU of its own for timed loops and keep every other process off it "
+                        "(sandbox.placement; no measured effect on the two-H200 host, docs/gpu-pool.md)")
     r.add_argument("--agent-concurrency", type=int, default=2)
     r.add_argument("--compile-concurrency", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     r.add_argument("--ready-timeout", type=float, default=90.0)

@@ -67,6 +67,8 @@ class Row:
     gpu_of_worker: dict[str, str]  # CUDA_VISIBLE_DEVICES of each worker ("" on cpu)
     devices_of_worker: dict[str, list[str]]  # the device ids its evaluations reported: one GPU UUID each
     evals_per_gpu: int  # each gpu worker's concurrency (-c): evaluations it may run at once
+    timing_cpus: dict[str, int]  # --timing-cpus: each GPU's timing CPU (sandbox.placement); {} when not pinned
+    eager_median_ms: float  # median of the eager baselines the evaluations compared with
     sharing_violations: int  # evaluations that overlapped on one worker or GPU beyond evals_per_gpu: must be 0
     timing_overlaps: int  # pairs of timed loops that overlapped on one device (sandbox.devlock): must be 0
     incorrect: int  # evaluations whose verdict was not the expected one: must be 0
@@ -144,10 +146,23 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
     if args.backend == "cuda" and len(ids) < n:
         raise SystemExit(f"--workers {n} on cuda needs {n} GPUs; this host shows {len(ids)}")
     lock = threading.Lock()
+    cpus_before = os.sched_getaffinity(0)
+    plan = None
+    if args.timing_cpus and args.backend == "cuda":
+        from sandbox.placement import timing_plan
+
+        # as `./kw run` does: this process (so every worker it starts) off the timing CPUs
+        plan = timing_plan(ids[:n])
+        if plan is None:
+            raise SystemExit("--timing-cpus: too few CPUs on this host")
+        os.sched_setaffinity(0, plan.others)
+        print(f"[pool_bench] {plan.describe()}", flush=True)
     try:
         pool.start("compile", "compile", {"KERNELWRIGHT_BACKEND": args.backend}, concurrency=args.compile_concurrency)
         for i in range(n):
             pin = {"CUDA_VISIBLE_DEVICES": ids[i]} if args.backend == "cuda" else {}
+            if plan is not None:
+                pin["KERNELWRIGHT_TIMING_CPU"] = str(plan.timing_cpu[ids[i]])
             pool.start(f"gpu{i}", "gpu", {"KERNELWRIGHT_BACKEND": args.backend, **pin}, concurrency=args.evals_per_gpu)
         wait_for_workers(["compile", *[f"gpu{i}" for i in range(n)]], app=app, timeout=180, alive=pool.check_alive)
         options = quick_options(args.backend, args.cache_dir)
@@ -203,17 +218,25 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
         return Row(workers=n, jobs=args.jobs, evals_per_job=args.evals_per_job, wall_s=round(wall, 2),
                    jobs_per_hour=round(args.jobs / wall * 3600, 1), evals_per_hour=round(total_evals / wall * 3600, 1),
                    eval_median_s=round(times[len(times) // 2], 3) if times else 0.0,
-                   kernel_median_ms=round(sorted(kernel_ms)[len(kernel_ms) // 2], 4) if kernel_ms else 0.0,
+                   kernel_median_ms=_median(kernel_ms),
                    per_worker=per_worker, gpu_of_worker=gpu_of,
                    devices_of_worker={k: sorted(v) for k, v in devices_of.items()}, evals_per_gpu=args.evals_per_gpu,
                    sharing_violations=len(sharing_violations(runs, per_device=args.evals_per_gpu)),
                    timing_overlaps=len(overlapping_windows(results)),
+                   timing_cpus=dict(plan.timing_cpu) if plan else {},
+                   eager_median_ms=_median([r["timing"]["eager"]["median_ms"] for r in results
+                                            if (r.get("timing") or {}).get("eager")]),
                    incorrect=sum(1 for ok in verdicts if not ok),
                    runs=[{"worker": r.worker, "cuda_visible_devices": r.cuda_visible_devices, "device_id": r.device_id,
                           "start_s": round(r.started - origin, 3),
                           "end_s": round(r.finished - origin, 3) if r.finished else None} for r in runs])
     finally:
         pool.stop()
+        os.sched_setaffinity(0, cpus_before)
+
+
+def _median(xs: list[float]) -> float:
+    return round(sorted(xs)[len(xs) // 2], 5) if xs else 0.0
 
 
 _SENT: dict[int, list[str]] = {}
@@ -260,13 +283,14 @@ def table(rows: list[Row], backend: str) -> str:
     base = rows[0].jobs_per_hour if rows else 0.0
     lines = [f"backend {backend}: {rows[0].jobs if rows else 0} jobs at once, "
              f"{rows[0].evals_per_job if rows else 0} build+evaluate each",
-             f"{'gpu workers':>11} {'per gpu':>7} {'wall s':>8} {'jobs/h':>8} {'evals/h':>8} {'x vs first':>10} "
-             f"{'eval med s':>10} {'kernel med ms':>13} {'evals per worker':<24} {'overlaps':>8} {'timed overlaps':>14} "
-             f"{'wrong':>5}"]
+             f"{'gpu workers':>11} {'per gpu':>7} {'pinned':>6} {'wall s':>8} {'jobs/h':>8} {'evals/h':>8} "
+             f"{'x vs first':>10} {'eval med s':>10} {'kernel med ms':>13} {'eager med ms':>12} {'evals per worker':<24} "
+             f"{'overlaps':>8} {'timed overlaps':>14} {'wrong':>5}"]
     for r in rows:
         spread = ", ".join(f"{k}:{v}" for k, v in sorted(r.per_worker.items()))
-        lines.append(f"{r.workers:>11} {r.evals_per_gpu:>7} {r.wall_s:>8.1f} {r.jobs_per_hour:>8.1f} {r.evals_per_hour:>8.1f} "
-                     f"{(r.jobs_per_hour / base if base else 0):>10.2f} {r.eval_median_s:>10.2f} {r.kernel_median_ms:>13.3f} {spread:<24} "
+        lines.append(f"{r.workers:>11} {r.evals_per_gpu:>7} {'yes' if r.timing_cpus else 'no':>6} {r.wall_s:>8.1f} "
+                     f"{r.jobs_per_hour:>8.1f} {r.evals_per_hour:>8.1f} {(r.jobs_per_hour / base if base else 0):>10.2f} "
+                     f"{r.eval_median_s:>10.2f} {r.kernel_median_ms:>13.4f} {r.eager_median_ms:>12.4f} {spread:<24} "
                      f"{r.sharing_violations:>8} {r.timing_overlaps:>14} {r.incorrect:>5}")
     devices = sorted({f"{node}={','.join(d[:12] for d in ids)}" for r in rows for node, ids in r.devices_of_worker.items()})
     lines.append("devices the evaluations reported: " + "  ".join(devices))
@@ -279,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--jobs", type=int, default=None, help="concurrent jobs (default: 2 x the largest worker count)")
     parser.add_argument("--evals-per-job", type=int, default=3)
+    parser.add_argument("--timing-cpus", action="store_true",
+                        help="cuda: give each GPU a timing CPU and keep every worker off it, as `./kw run` does")
     parser.add_argument("--compile-concurrency", type=int, default=max(1, min(4, os.cpu_count() or 1)),
                         help="the compile worker's concurrency (default as `./kw run`)")
     parser.add_argument("--evals-per-gpu", type=int, default=1,

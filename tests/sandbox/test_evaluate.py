@@ -169,6 +169,33 @@ def test_baseline_is_cached_and_compile_baseline_measured(quick, tmp_path):
     assert second.timing.eager == first.timing.eager
 
 
+def test_timed_loops_run_on_the_timing_cpu_and_baselines_are_kept_per_cpu(quick, tmp_path, monkeypatch):
+    import os
+
+    cpu = max(os.sched_getaffinity(0))
+    unpinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path)))
+    assert unpinned.status == Status.OK, unpinned.reasons
+    assert unpinned.timing.candidate.cpu is None and unpinned.timing.eager.cpu is None
+    # the host's timing CPU comes from the environment `./kw run` gives each gpu worker
+    monkeypatch.setenv("KERNELWRIGHT_TIMING_CPU", str(cpu))
+    pinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path)))
+    assert pinned.status == Status.OK, pinned.reasons
+    assert pinned.options["timing_cpu"] == cpu
+    assert pinned.timing.candidate.cpu == cpu and pinned.timing.eager.cpu == cpu
+    assert not pinned.timing.baseline_cached  # the unpinned baseline is not this one's yardstick
+    again = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path)))
+    assert again.timing.baseline_cached and again.timing.eager == pinned.timing.eager
+
+
+def test_a_timing_cpu_outside_the_host_is_refused(monkeypatch):
+    monkeypatch.setenv("KERNELWRIGHT_TIMING_CPU", "not-a-cpu")
+    with pytest.raises(ValueError, match="KERNELWRIGHT_TIMING_CPU must be a CPU number"):
+        EvalOptions()
+    monkeypatch.delenv("KERNELWRIGHT_TIMING_CPU")
+    with pytest.raises(ValueError, match="timing_cpu must be a CPU of this host"):
+        EvalOptions(timing_cpu=100_000).validate()
+
+
 def test_two_evaluations_in_parallel(quick):
     results = {}
 

@@ -69,3 +69,27 @@ def test_each_call_costs_at_least_the_back_to_back_loop():
     assert charge_loop([0.004, 0.005, 0.2], 0.03) == [0.03, 0.03, 0.2]
     assert charge_loop([0.5, 0.6], 0.45) == [0.5, 0.6]
     assert charge_loop([0.5], None) == [0.5]  # cpu: perf_counter already times the host
+
+
+def test_a_pinned_run_times_on_its_cpu_alone_and_gives_the_thread_its_cpus_back():
+    import os
+
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    seen = []
+    stats, _ = Timer("cpu", cpu=cpu).run(lambda x: seen.append(os.sched_getaffinity(0)) or x, [[1]], budget_s=0.01,
+                                        min_calls=5, max_calls=10, warmup=1)
+    assert seen and all(mask == {cpu} for mask in seen)  # warm-up and timed calls alike
+    assert stats["cpu"] == cpu
+    assert os.sched_getaffinity(0) == before
+    unpinned, _ = Timer("cpu").run(lambda x: x, [[1]], budget_s=0.01, min_calls=5, max_calls=10, warmup=1)
+    assert "cpu" not in unpinned
+
+
+def test_a_cpu_the_process_cannot_use_is_an_error_not_a_silent_unpinned_run():
+    import os
+
+    before = os.sched_getaffinity(0)
+    with pytest.raises(RuntimeError, match="cannot pin the timed loop to CPU 100000"):
+        Timer("cpu", cpu=100_000).run(lambda x: x, [[1]], budget_s=0.01, min_calls=5, max_calls=10, warmup=1)
+    assert os.sched_getaffinity(0) == before
