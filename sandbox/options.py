@@ -114,6 +114,9 @@ class EvalOptions:
     # processes' work on that CPU slows (docs/gpu-pool.md). `./kw run` keeps every other process
     # of ours off it. None: not pinned.
     timing_cpu: int | None = field(default_factory=default_timing_cpu)
+    # The cached baseline is the median of this many samples, each timed in its own reference
+    # process by one of the task's first evaluations (sandbox.protocol._baseline).
+    baseline_samples: int = 3
 
     def validate(self) -> None:
         if self.backend not in BACKENDS:
@@ -128,6 +131,8 @@ class EvalOptions:
             raise ValueError("need 1 <= min_timed_calls <= max_timed_calls")
         if self.input_sets < 1:
             raise ValueError("input_sets must be at least 1")
+        if self.baseline_samples < 1:
+            raise ValueError("baseline_samples must be at least 1")
         if self.timing_cpu is not None and not 0 <= self.timing_cpu < (os.cpu_count() or 1):
             raise ValueError(f"timing_cpu must be a CPU of this host (0..{(os.cpu_count() or 1) - 1}), got {self.timing_cpu}")
 

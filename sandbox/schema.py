@@ -92,6 +92,9 @@ class Stats:
     host_limited_calls: int | None = None
     window: list[float] | None = None  # [start, end] wall-clock seconds of the run, device lock held exclusively
     cpu: int | None = None  # the CPU the timing thread was pinned to for the run (EvalOptions.timing_cpu); None: not pinned
+    # baselines: the median of every sample of this baseline (one reference process each); these
+    # stats are those of the sample with the median of them
+    samples_ms: list[float] | None = None
 
 
 @dataclass

@@ -158,7 +158,7 @@ def test_shape_mismatch_message(quick):
 
 
 def test_baseline_is_cached_and_compile_baseline_measured(quick, tmp_path):
-    opts = quick(cache_dir=str(tmp_path), compile_baseline=True)
+    opts = quick(cache_dir=str(tmp_path), compile_baseline=True, baseline_samples=1)
     first = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
     assert first.status == Status.OK, first.reasons
     assert not first.timing.baseline_cached
@@ -166,25 +166,42 @@ def test_baseline_is_cached_and_compile_baseline_measured(quick, tmp_path):
     assert first.speedup_vs_compile is not None
     second = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
     assert second.timing.baseline_cached and second.compile.cached
-    assert second.timing.eager == first.timing.eager
+    assert second.timing.eager.samples_ms == [first.timing.eager.median_ms]
+    assert second.timing.eager.window is None  # the window belongs to the evaluation that timed it
+    assert second.timing.eager.median_ms == first.timing.eager.median_ms
+
+
+def test_the_baseline_is_the_median_of_samples_from_the_first_evaluations(quick, tmp_path):
+    """Each of the task's first `baseline_samples` evaluations times the eager baseline in its own
+    reference process; from then on the cached baseline is the sample with the median time."""
+    opts = quick(cache_dir=str(tmp_path), baseline_samples=3)
+    runs = [evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts) for _ in range(4)]
+    assert all(r.status == Status.OK for r in runs), [r.reasons for r in runs]
+    assert [r.timing.baseline_cached for r in runs] == [False, False, False, True]
+    assert [len(r.timing.eager.samples_ms) for r in runs] == [1, 2, 3, 3]
+    samples = runs[3].timing.eager.samples_ms
+    assert samples == sorted(samples) and runs[3].timing.eager.median_ms == samples[1]
+    assert runs[3].speedup_vs_eager == pytest.approx(samples[1] / runs[3].timing.candidate.median_ms, rel=1e-6)
+    # lock windows (devlock.overlapping_windows) only of a baseline timed in that evaluation
+    assert runs[0].timing.eager.window is not None and runs[3].timing.eager.window is None
 
 
 def test_timed_loops_run_on_the_timing_cpu_and_baselines_are_kept_per_cpu(quick, tmp_path, monkeypatch):
     import os
 
     cpu = max(os.sched_getaffinity(0))
-    unpinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path)))
+    unpinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), baseline_samples=1))
     assert unpinned.status == Status.OK, unpinned.reasons
     assert unpinned.timing.candidate.cpu is None and unpinned.timing.eager.cpu is None
     # the host's timing CPU comes from the environment `./kw run` gives each gpu worker
     monkeypatch.setenv("KERNELWRIGHT_TIMING_CPU", str(cpu))
-    pinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path)))
+    pinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), baseline_samples=1))
     assert pinned.status == Status.OK, pinned.reasons
     assert pinned.options["timing_cpu"] == cpu
     assert pinned.timing.candidate.cpu == cpu and pinned.timing.eager.cpu == cpu
     assert not pinned.timing.baseline_cached  # the unpinned baseline is not this one's yardstick
-    again = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path)))
-    assert again.timing.baseline_cached and again.timing.eager == pinned.timing.eager
+    again = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), baseline_samples=1))
+    assert again.timing.baseline_cached and again.timing.eager.median_ms == pinned.timing.eager.median_ms
 
 
 def test_a_timing_cpu_outside_the_host_is_refused(monkeypatch):
