@@ -113,7 +113,9 @@ def run_task(path: Path, backend: str, options: dict[str, Any] | None = None, po
         candidate_ms=med("candidate"), eager_ms=med("eager") or _any_baseline(evals, "eager"),
         compile_ms=med("compile") or _any_baseline(evals, "compile"),
         fraction_of_sol=((best_eval or {}).get("roofline") or {}).get("fraction_of_sol"),
-        turns=res.turns, seconds=secs, reason=res.reason, summary=fin.summary if fin else "", evaluations=len(evals))
+        turns=res.turns, seconds=secs, reason=res.reason, summary=fin.summary if fin else "", evaluations=len(evals),
+        # every sample behind the best evaluation's baselines (sandbox: one per reference process)
+        extra={f"{k}_samples_ms": (timing.get(k) or {}).get("samples_ms") for k in ("eager", "compile")})
     return out, res
 
 
