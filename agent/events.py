@@ -92,6 +92,11 @@ class EvaluationEvent(Event):
     type: ClassVar[str] = "evaluation"
     version: int
     result: dict[str, Any]  # sandbox.schema.EvalResult.to_dict()
+    # "": the policy's evaluation; "confirmation": the loop evaluating the best candidate again
+    # after the last turn; "final": the one of the best's evaluations reported as the result (the
+    # median candidate time), repeated from the evaluation it came from (agent.loop._Run.confirm)
+    purpose: str = ""
+    draws_ms: list[float] = field(default_factory=list)  # final: the candidate medians of every evaluation of it
 
 
 @dataclass(kw_only=True)
@@ -125,7 +130,7 @@ class BestChanged(Event):
 @dataclass(kw_only=True)
 class ErrorEvent(Event):
     type: ClassVar[str] = "error"
-    kind: str  # "model", "tool", "budget", "internal"
+    kind: str  # "model", "tool", "budget", "internal", "confirmation" (the best failed a re-evaluation)
     message: str
 
 

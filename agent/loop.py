@@ -37,7 +37,7 @@ from agent.events import (
     TurnStarted,
 )
 from agent.policy import Action, Observation, Policy, TaskInfo
-from agent.tools import ToolOutcome, ToolRunner, tool_specs
+from agent.tools import ToolOutcome, ToolRunner, as_eval_result, tool_specs
 from agent.trajectory import Totals, Trajectory
 from agent.workspace import Workspace
 
@@ -53,6 +53,10 @@ class Budgets:
     max_tokens: int | None = None
     max_wall_time_s: float | None = None
     max_cost_usd: float | None = None
+    # After the last turn the best candidate is evaluated this many more times, and the
+    # evaluation with the median candidate time is the result (`_Run.confirm`): the best of many
+    # noisy evaluations is biased towards a lucky one, and its baseline may predate the last samples.
+    confirmations: int = 2
 
     def __post_init__(self) -> None:
         self.max_turns = max(1, min(int(self.max_turns), MAX_TURNS_LIMIT))
@@ -67,6 +71,7 @@ class BestCandidate:
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     candidate_ms: float | None = None
+    result: dict[str, Any] | None = field(default=None, repr=False)  # its EvalResult dict
 
     def beats(self, other: BestCandidate | None) -> bool:
         """Higher reward wins; at equal reward the faster candidate (lower median time,
@@ -182,6 +187,7 @@ class _Run:
                     speedup_vs_eager=e.speedup_vs_eager,
                     speedup_vs_compile=e.speedup_vs_compile,
                     candidate_ms=_median_ms(evals.get(e.version)),
+                    result=evals.get(e.version),
                 )
         self.totals = self.traj.totals()
         self.turn = self.traj.turns()
@@ -328,6 +334,7 @@ class _Run:
                 speedup_vs_eager=res.speedup_vs_eager,
                 speedup_vs_compile=res.speedup_vs_compile,
                 candidate_ms=_median_ms(result),
+                result=result,
             )
             if cand.beats(self.best):
                 self.best = cand
@@ -354,8 +361,53 @@ class _Run:
         out.content += note
         out.model_content += note
 
+    def confirm(self, reason: str) -> str:
+        """Evaluate the best candidate `Budgets.confirmations` more times and report the evaluation
+        with the median candidate time. A confirmation that is not correct removes the best: a
+        kernel that passes once and fails on fresh inputs is not verified. Returns a line for the
+        summary ("" when nothing was confirmed: no best, no evaluator, or the run was stopped)."""
+        b, n = self.best, self.budgets.confirmations
+        if b is None or n <= 0 or self.runner.evaluator is None or reason == "stopped" or b.result is None:
+            return ""
+        draws = [b.result]
+        for i in range(n):
+            if self.stop_requested():
+                return f"confirmation stopped after {i} of {n} evaluations"
+            try:
+                res = as_eval_result(self.runner.evaluator.evaluate(self.task.source, b.files, self.runner.options))
+            except Exception as exc:  # an evaluator failure is not the candidate's; the best stays unconfirmed
+                self.record(ErrorEvent(turn=self.turn, kind="tool", message=f"confirmation: {type(exc).__name__}: {exc}"))
+                return f"not confirmed ({type(exc).__name__})"
+            result = res.to_dict()
+            self.record(EvaluationEvent(turn=self.turn, version=b.version, result=result, purpose="confirmation"))
+            self.record(RewardEvent(turn=self.turn, version=b.version, reward=int(res.reward),
+                                    speedup_vs_eager=res.speedup_vs_eager, speedup_vs_compile=res.speedup_vs_compile))
+            if res.status.value != "ok" or int(res.reward) < 1:
+                why = "; ".join(res.reasons[:2]) or res.status.value
+                self.record(ErrorEvent(turn=self.turn, kind="confirmation",
+                                       message=f"version {b.version} failed its confirmation {i + 1} of {n}: {why}"))
+                self.best = None
+                return f"version {b.version} failed its confirmation ({res.status.value}): no verified candidate"
+            draws.append(result)
+        pick = sorted(draws, key=lambda r: _median_ms(r) or float("inf"))[(len(draws) - 1) // 2]
+        self.record(EvaluationEvent(turn=self.turn, version=b.version, result=pick, purpose="final",
+                                    draws_ms=[m for m in (_median_ms(r) for r in draws) if m is not None]))
+        self.best = BestCandidate(version=b.version, reward=int(pick.get("reward") or 0), files=b.files, turn=b.turn,
+                                  speedup_vs_eager=pick.get("speedup_vs_eager"),
+                                  speedup_vs_compile=pick.get("speedup_vs_compile"), candidate_ms=_median_ms(pick),
+                                  result=pick)
+        nb = self.best
+        self.record(BestChanged(turn=self.turn, version=nb.version, reward=nb.reward, speedup_vs_eager=nb.speedup_vs_eager,
+                                speedup_vs_compile=nb.speedup_vs_compile, files=dict(nb.files)))
+        return f"confirmed: median of {len(draws)} evaluations"
+
     def finish(self, reason: str, summary: str) -> RunResult:
+        confirmed = self.confirm(reason)
         b = self.best
+        if confirmed and b is not None and summary:
+            summary = f"{summary} ({confirmed})"
+        elif confirmed and b is None:
+            summary = confirmed
         if not summary:
             summary = "no verified candidate" if b is None else f"best: version {b.version}, reward {b.reward}"
         self.record(

@@ -292,7 +292,7 @@ class ToolRunner:
             return ToolOutcome(
                 call.call_id, call.name, False, "nothing to evaluate: write model_new.py (class ModelNew) first"
             )
-        res = _as_eval_result(
+        res = as_eval_result(
             self._require_evaluator().evaluate(self.task.source, files, self.options, on_progress=self.on_progress)
         )
         return ToolOutcome(
@@ -304,7 +304,7 @@ class ToolRunner:
         files = self.workspace.snapshot()
         if "model_new.py" not in files:
             return ToolOutcome(call.call_id, call.name, False, "nothing to profile: write model_new.py first")
-        res = _as_eval_result(self._require_evaluator().profile(self.task.source, files, self.options))
+        res = as_eval_result(self._require_evaluator().profile(self.task.source, files, self.options))
         ok = res.status.value == "ok" or bool(res.profile)
         return ToolOutcome(call.call_id, call.name, ok, format_profile(res), profile=res, data={"profile": res.to_dict()})
 
@@ -320,7 +320,7 @@ def _asdict(obj: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(obj), default=lambda v: getattr(v, "value", str(v))))
 
 
-def _as_eval_result(res: Any) -> Any:
+def as_eval_result(res: Any) -> Any:
     from sandbox.schema import EvalResult
 
     return EvalResult.from_dict(res) if isinstance(res, dict) else res

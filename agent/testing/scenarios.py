@@ -19,6 +19,14 @@ def candidate(backend: str = "cpu") -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def wrong_candidate(backend: str = "cpu") -> dict[str, str]:
+    """The softmax candidate with its normalisation removed: compiles, runs, and is incorrect."""
+    files = dict(candidate(backend))
+    k = kernel_path(backend)
+    files[k] = files[k].replace(*(CUDA_WRONG_BREAK if backend == "cuda" else WRONG_BREAK))
+    return files
+
+
 def kernel_path(backend: str = "cpu") -> str:
     return "kernels/softmax.cu" if backend == "cuda" else "kernels/softmax.cpp"
 

@@ -22,7 +22,8 @@ def evaluator(tmp_path_factory):
 
 
 def statuses(traj):
-    return [e.result["status"] for e in traj.of_type(EvaluationEvent)]
+    """The policy's evaluations (not the loop's confirmations of the best after the last turn)."""
+    return [e.result["status"] for e in traj.of_type(EvaluationEvent) if not e.purpose]
 
 
 def test_good_run_produces_a_verified_candidate_and_a_loadable_trajectory(scripted, softmax_task, evaluator, tmp_path):
@@ -37,9 +38,53 @@ def test_good_run_produces_a_verified_candidate_and_a_loadable_trajectory(script
     assert traj.of_type(CompileEvent)[0].result["ok"] is True
     assert statuses(traj) == ["ok"]
     assert traj.finished().best_version == res.best.version
+    # after the last turn the best was evaluated twice more; the result is the median of the three
+    evals = traj.of_type(EvaluationEvent)
+    assert [e.purpose for e in evals] == ["", "confirmation", "confirmation", "final"]
+    assert all(e.version == res.best.version and e.result["status"] == "ok" for e in evals)
+    draws = [e.result["timing"]["candidate"]["median_ms"] for e in evals[:3]]
+    assert evals[-1].draws_ms == draws
+    assert evals[-1].result["timing"]["candidate"]["median_ms"] == sorted(draws)[1] == res.best.candidate_ms
+    assert res.best.speedup_vs_eager == evals[-1].result["speedup_vs_eager"]
+    assert traj.best().speedup_vs_eager == res.best.speedup_vs_eager  # the last best_changed
+    assert "confirmed: median of 3 evaluations" in traj.finished().summary
     back = Trajectory.load(traj.save(tmp_path / "t.json"))
     assert back.best().files == res.best.files and back.finished().reason == "model_finished"
     assert steps, "the sandbox's per-step progress reaches on_progress"
+
+
+class FlakyCandidate(LocalEvaluator):
+    """The real sandbox, evaluating from the `broken_from`-th call on a wrong variant of whatever
+    it is given: a kernel that passed once and then fails on fresh inputs."""
+
+    def __init__(self, broken_from: int, **defaults):
+        super().__init__(**defaults)
+        self.calls, self.broken_from = 0, broken_from
+
+    def evaluate(self, task_source, files, options, on_progress=None):
+        self.calls += 1
+        if self.calls >= self.broken_from:
+            files = S.wrong_candidate("cpu")
+        return super().evaluate(task_source, files, options, on_progress)
+
+
+def test_a_best_candidate_that_fails_its_confirmation_is_not_the_result(scripted, softmax_task, tmp_path):
+    srv = scripted(S.good_run("cpu"))
+    evaluator = FlakyCandidate(broken_from=2, cache_dir=str(tmp_path / "cache"))
+    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=10))
+    traj = res.trajectory
+    assert statuses(traj) == ["ok"] and not res.verified and res.best is None
+    evals = traj.of_type(EvaluationEvent)
+    assert [e.purpose for e in evals] == ["", "confirmation"] and evals[1].result["status"] == "incorrect"
+    assert traj.finished().best_version is None
+    assert "failed its confirmation" in traj.finished().summary
+    assert evaluator.calls == 2  # the second confirmation is not needed
+
+
+def test_no_confirmation_when_the_budget_asks_for_none(scripted, softmax_task, evaluator):
+    srv = scripted(S.good_run("cpu"))
+    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=10, confirmations=0))
+    assert res.verified and [e.purpose for e in res.trajectory.of_type(EvaluationEvent)] == [""]
 
 
 def test_run_that_fixes_a_compile_error(scripted, softmax_task, evaluator):
@@ -65,7 +110,8 @@ def test_incorrect_kernel_then_correct_one(scripted, softmax_task, evaluator):
     first_eval = [m for m in srv.requests[2]["messages"] if m["role"] == "tool"][-1]["content"]
     assert "status: incorrect" in first_eval and "FAIL" in first_eval
     assert res.verified and res.best.version == 3
-    assert len(res.trajectory.of_type(BestChanged)) == 1
+    # the best changed once during the run, and once more to its confirmed numbers
+    assert [b.version for b in res.trajectory.of_type(BestChanged)] == [3, 3]
 
 
 def test_result_is_the_best_candidate_not_the_last(scripted, softmax_task, evaluator):

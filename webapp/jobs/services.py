@@ -145,6 +145,8 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]]) -> Turn:
     turn.refresh_from_db(fields=["revision"])
     if s.best is not None:
         _apply_best(job, s.best, events)
+    if s.finished is not None and s.finished.get("best_version") is None:
+        _clear_best(job)  # the run ended without a verified candidate (its best failed the confirmation)
     _after_commit(JobNotification(Kind.TURN_READY, job.pk, turn=index))
     transaction.on_commit(lambda: warm_turn_html(turn))
     return turn
@@ -179,6 +181,13 @@ def _apply_best(job: Job, best: dict[str, Any], events: list[dict[str, Any]]) ->
         Artifact.objects.bulk_create(
             [Artifact(job=job, path=path, content=content, version=version or 0) for path, content in sorted(files.items())]
         )
+
+
+def _clear_best(job: Job) -> None:
+    if Job.objects.filter(pk=job.pk, best_version__isnull=False).update(
+        best_version=None, best_reward=None, best_speedup_eager=None, best_speedup_compile=None, best_evaluation=None
+    ):
+        Artifact.objects.filter(job=job).delete()
 
 
 def set_step(job_id: int, step: str) -> None:
