@@ -81,6 +81,18 @@ def test_store_turn_summarises_and_updates_the_best(owner):
     assert {a.path for a in job.artifacts.all()} == {"model_new.py", "kernels/softmax.cpp"}
 
 
+def test_a_run_whose_best_failed_its_confirmation_leaves_the_job_without_a_best(owner):
+    job = make_job(owner)
+    events = build(turns=5)["events"]
+    finished = next(e for e in events if e["type"] == "finished")
+    finished.update(best_version=None, best_reward=None, speedup_vs_eager=None, speedup_vs_compile=None)
+    for index, turn_events in group_by_turn(events).items():
+        services.store_turn(job, index, turn_events)
+    job.refresh_from_db()
+    assert job.best_version is None and job.best_reward is None and job.best_evaluation is None
+    assert not job.artifacts.exists()
+
+
 def test_store_turn_is_idempotent_per_index(owner):
     job = make_job(owner)
     events = group_by_turn(build(turns=1)["events"])[1]

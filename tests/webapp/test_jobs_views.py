@@ -308,3 +308,37 @@ def test_a_turn_says_when_its_kernels_ran_from_a_cuda_graph(client, owner):
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert html.count("launched from 1 CUDA graph replay per forward") == 1
     assert "[CUDA graph]" in html
+
+
+def test_the_last_turn_shows_the_confirmations_and_which_evaluation_is_the_result(client, owner):
+    """After the last turn the loop evaluates the best twice more and repeats the median one as
+    the result (agent.loop._Run.confirm); the job's best is that one, and the page says so."""
+    fixture = Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    data = json.loads(fixture.read_text())
+    best = [e for e in data["events"] if e["type"] == "best_changed"][-1]
+    first = next(e for e in data["events"] if e["type"] == "evaluation" and e["version"] == best["version"])
+    last_turn = max(e["turn"] for e in data["events"])
+    draws = []
+    for scale in (1.02, 1.10):  # the candidate medians are then 1.00, 1.02, 1.10 x: the first confirmation is the median
+        again = json.loads(json.dumps(first["result"]))
+        again["timing"]["candidate"]["median_ms"] *= scale
+        again["speedup_vs_eager"] = again["timing"]["eager"]["median_ms"] / again["timing"]["candidate"]["median_ms"]
+        draws.append(again)
+    ms = [first["result"]["timing"]["candidate"]["median_ms"], *(d["timing"]["candidate"]["median_ms"] for d in draws)]
+    chosen = draws[0]
+    finished = next(e for e in data["events"] if e["type"] == "finished")
+    data["events"].remove(finished)
+    data["events"] += [
+        {"type": "evaluation", "turn": last_turn, "ts": 0, "version": best["version"], "result": d, "purpose": "confirmation",
+         "draws_ms": []} for d in draws]
+    data["events"] += [
+        {"type": "evaluation", "turn": last_turn, "ts": 0, "version": best["version"], "result": chosen, "purpose": "final",
+         "draws_ms": ms},
+        {**best, "turn": last_turn, "speedup_vs_eager": chosen["speedup_vs_eager"]}, finished]
+    job = import_trajectory(owner, data)
+    html = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert html.count("confirmation: evaluation v") == 2
+    assert "result: evaluation v" in html and "the median of 3 evaluations of the best candidate" in html
+    job.refresh_from_db()
+    assert job.best_evaluation["timing"]["candidate"]["median_ms"] == chosen["timing"]["candidate"]["median_ms"]
+    assert job.best_speedup_eager == pytest.approx(chosen["speedup_vs_eager"])
