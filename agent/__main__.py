@@ -204,7 +204,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     policy = make_policy(args)
     budgets = Budgets(
-        max_turns=args.max_turns, max_tokens=args.max_tokens, max_wall_time_s=args.max_wall_time, max_cost_usd=args.max_cost
+        max_turns=args.max_turns, max_tokens=args.max_tokens, max_wall_time_s=args.max_wall_time, max_cost_usd=args.max_cost,
+        confirmations=args.confirmations
     )
     progress = Progress(budgets.max_turns)
     stop = {"requested": False}
@@ -277,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--context-window", type=int, default=None)
     o.add_argument("--retries", type=int, default=6, help="retries on 429, 5xx and timeouts (exponential backoff)")
     o.add_argument("--max-turns", type=int, default=30, help="1..200 (default 30)")
+    o.add_argument("--confirmations", type=int, default=2,
+                   help="evaluations of the best candidate after the last turn; the median one is the result (default 2)")
     o.add_argument("--max-tokens", type=int, default=None, help="stop after this many prompt+completion tokens")
     o.add_argument("--max-wall-time", type=float, default=None, help="seconds")
     o.add_argument("--max-cost", type=float, default=None, help="USD")
