@@ -404,12 +404,12 @@ class _Run:
     def finish(self, reason: str, summary: str) -> RunResult:
         confirmed = self.confirm(reason)
         b = self.best
-        if confirmed and b is not None and summary:
-            summary = f"{summary} ({confirmed})"
-        elif confirmed and b is None:
-            summary = confirmed
-        if not summary:
+        if b is None and confirmed:
+            summary = confirmed  # the best failed its confirmation: that is the outcome
+        elif not summary:
             summary = "no verified candidate" if b is None else f"best: version {b.version}, reward {b.reward}"
+        if b is not None and confirmed:
+            summary = f"{summary} ({confirmed})"
         self.record(
             Finished(
                 turn=self.turn,
