@@ -374,7 +374,8 @@ class _Run:
             if self.stop_requested():
                 return f"confirmation stopped after {i} of {n} evaluations"
             try:
-                res = as_eval_result(self.runner.evaluator.evaluate(self.task.source, b.files, self.runner.options))
+                res = as_eval_result(self.runner.evaluator.evaluate(self.task.source, b.files, self.runner.options,
+                                                                    on_progress=self.runner.on_progress))
             except Exception as exc:  # an evaluator failure is not the candidate's; the best stays unconfirmed
                 self.record(ErrorEvent(turn=self.turn, kind="tool", message=f"confirmation: {type(exc).__name__}: {exc}"))
                 return f"not confirmed ({type(exc).__name__})"
