@@ -5,6 +5,7 @@ one is missing; the gpu tests build and run it for real)."""
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -61,9 +62,14 @@ def _suite_analyses() -> list:
 
 
 def test_every_suite_task_generates_compilable_cpp(tmp_path):
-    for _, an, rw in _suite_analyses():
-        cand = build_candidate(rw[-1].graph if rw else an.graph, an.data, "cpu")
-        _gxx(cand.files["kernels/fused.cpp"], tmp_path)
+    from concurrent.futures import ThreadPoolExecutor
+
+    codes = {name: build_candidate(rw[-1].graph if rw else an.graph, an.data, "cpu").files["kernels/fused.cpp"]
+             for name, an, rw in _suite_analyses()}
+    for name in codes:
+        (tmp_path / name).mkdir()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # g++ -O3 is the slow part: one per core
+        list(pool.map(lambda name: _gxx(codes[name], tmp_path / name), codes))
 
 
 def test_every_value_a_cuda_kernel_reads_is_defined():
@@ -201,7 +207,7 @@ def test_register_cached_rows_read_the_row_once_and_keep_what_later_loops_reuse(
     """Softmax with a temperature: the first loop loads x and keeps x / T, the second keeps
     exp(x / T - max), the final loop divides; longer rows than the registers hold take the
     uncached loops (a shape trial with wider rows stays correct)."""
-    src = task_source("norm_softmax_temperature")
+    src = task_source("norm_softmax_temperature", rows=64)  # the plan depends on the row length; fewer rows capture faster
     grp = _candidate(src, "cuda").plan.groups[0]
     variants = config_variants(grp, "cuda")
     assert variants[1] == {"tpr": 256, "cache": 4}  # 4096 columns: 4 float4 per thread at 256 threads
@@ -213,7 +219,7 @@ def test_register_cached_rows_read_the_row_once_and_keep_what_later_loops_reuse(
     assert "kv_truediv[j] = make_float4" in cached[0] and "expf(" in cached[1] and "kv_exp_0[j] = make_float4" in cached[1]
     assert "expf(" not in cached[2] and "/ s0" not in cached[2]
     assert "if (vec && cols <= 4096) fused_0_kernel<4, 4>" in code and "else if (vec) fused_0_kernel<4, 0>" in code
-    wide = config_variants(_candidate(task_source("norm_softmax_temperature", cols=1 << 16), "cuda").plan.groups[0], "cuda")
+    wide = config_variants(_candidate(task_source("norm_softmax_temperature", rows=64, cols=1 << 16), "cuda").plan.groups[0], "cuda")
     assert not any(v.get("cache") for v in wide)  # 65536 columns do not fit
 
 
