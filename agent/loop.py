@@ -73,6 +73,13 @@ class BestCandidate:
     candidate_ms: float | None = None
     result: dict[str, Any] | None = field(default=None, repr=False)  # its EvalResult dict
 
+    @classmethod
+    def of(cls, version: int, files: dict[str, str], turn: int, result: dict[str, Any]) -> BestCandidate:
+        """The candidate as one of its evaluations (an EvalResult dict) measured it."""
+        return cls(version=version, reward=int(result.get("reward") or 0), files=files, turn=turn,
+                   speedup_vs_eager=result.get("speedup_vs_eager"), speedup_vs_compile=result.get("speedup_vs_compile"),
+                   candidate_ms=_median_ms(result), result=result)
+
     def beats(self, other: BestCandidate | None) -> bool:
         """Higher reward wins; at equal reward the faster candidate (lower median time,
         else higher speedup vs eager) wins. A tie keeps the earlier one."""
@@ -311,43 +318,28 @@ class _Run:
             )
         )
 
+    def record_result(self, version: int, result: dict[str, Any], purpose: str = "") -> None:
+        """An evaluation and its reward, as the trajectory records every evaluation."""
+        self.record(EvaluationEvent(turn=self.turn, version=version, result=result, purpose=purpose))
+        self.record(RewardEvent(turn=self.turn, version=version, reward=int(result.get("reward") or 0),
+                                speedup_vs_eager=result.get("speedup_vs_eager"),
+                                speedup_vs_compile=result.get("speedup_vs_compile")))
+
+    def set_best(self, cand: BestCandidate) -> None:
+        self.best = cand
+        self.record(BestChanged(turn=self.turn, version=cand.version, reward=cand.reward,
+                                speedup_vs_eager=cand.speedup_vs_eager, speedup_vs_compile=cand.speedup_vs_compile,
+                                files=dict(cand.files)))
+
     def record_evaluation(self, out: ToolOutcome) -> None:
-        res, t, v = out.evaluation, self.turn, self.workspace.version
+        res, v = out.evaluation, self.workspace.version
         result = out.data["evaluation"]
-        self.record(EvaluationEvent(turn=t, version=v, result=result))
-        self.record(
-            RewardEvent(
-                turn=t,
-                version=v,
-                reward=int(res.reward),
-                speedup_vs_eager=res.speedup_vs_eager,
-                speedup_vs_compile=res.speedup_vs_compile,
-            )
-        )
+        self.record_result(v, result)
         note = ""
         if res.status.value == "ok" and int(res.reward) >= 1:
-            cand = BestCandidate(
-                version=v,
-                reward=int(res.reward),
-                files=self.workspace.snapshot(),
-                turn=t,
-                speedup_vs_eager=res.speedup_vs_eager,
-                speedup_vs_compile=res.speedup_vs_compile,
-                candidate_ms=_median_ms(result),
-                result=result,
-            )
+            cand = BestCandidate.of(v, self.workspace.snapshot(), self.turn, result)
             if cand.beats(self.best):
-                self.best = cand
-                self.record(
-                    BestChanged(
-                        turn=t,
-                        version=v,
-                        reward=cand.reward,
-                        speedup_vs_eager=cand.speedup_vs_eager,
-                        speedup_vs_compile=cand.speedup_vs_compile,
-                        files=dict(cand.files),
-                    )
-                )
+                self.set_best(cand)
                 note = f"\nthis is now the best verified candidate (workspace version {v})."
                 out.data = {**(out.data or {}), "best": _best_dict(cand)}
         if not note and self.best is not None:
@@ -380,9 +372,7 @@ class _Run:
                 self.record(ErrorEvent(turn=self.turn, kind="tool", message=f"confirmation: {type(exc).__name__}: {exc}"))
                 return f"not confirmed ({type(exc).__name__})"
             result = res.to_dict()
-            self.record(EvaluationEvent(turn=self.turn, version=b.version, result=result, purpose="confirmation"))
-            self.record(RewardEvent(turn=self.turn, version=b.version, reward=int(res.reward),
-                                    speedup_vs_eager=res.speedup_vs_eager, speedup_vs_compile=res.speedup_vs_compile))
+            self.record_result(b.version, result, purpose="confirmation")
             if res.status.value != "ok" or int(res.reward) < 1:
                 why = "; ".join(res.reasons[:2]) or res.status.value
                 self.record(ErrorEvent(turn=self.turn, kind="confirmation",
@@ -393,13 +383,7 @@ class _Run:
         pick = sorted(draws, key=lambda r: _median_ms(r) or float("inf"))[(len(draws) - 1) // 2]
         self.record(EvaluationEvent(turn=self.turn, version=b.version, result=pick, purpose="final",
                                     draws_ms=[m for m in (_median_ms(r) for r in draws) if m is not None]))
-        self.best = BestCandidate(version=b.version, reward=int(pick.get("reward") or 0), files=b.files, turn=b.turn,
-                                  speedup_vs_eager=pick.get("speedup_vs_eager"),
-                                  speedup_vs_compile=pick.get("speedup_vs_compile"), candidate_ms=_median_ms(pick),
-                                  result=pick)
-        nb = self.best
-        self.record(BestChanged(turn=self.turn, version=nb.version, reward=nb.reward, speedup_vs_eager=nb.speedup_vs_eager,
-                                speedup_vs_compile=nb.speedup_vs_compile, files=dict(nb.files)))
+        self.set_best(BestCandidate.of(b.version, b.files, b.turn, pick))
         return f"confirmed: median of {len(draws)} evaluations"
 
     def finish(self, reason: str, summary: str) -> RunResult:

@@ -388,7 +388,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     timed = _recv(cand, "the candidate", "timing")
     if not timed.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, "candidate: " + timed.get("error", "timing failed"))
-    problems = _judge_timing(timed, data["fingerprints"], msg, options, backend, res, audit.kernel_names(files), widen)
+    problems = _judge_timing(timed, data["fingerprints"], msg, options, backend, res, files, widen)
     res.timing.candidate = _stats(timed["stats"])
     res.timing.clock = timed["clock"]
     res.timing.l2_flush = backend == "cuda"
@@ -521,8 +521,8 @@ def _judge_audit(msg: dict, options: EvalOptions, backend: str, res: EvalResult,
                 rejections.append("torch-ops=forbid: no custom kernel ran in the forward (call your kernels through kwrt or the load_inline module)")
 
 
-def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptions, backend: str, res: EvalResult, own_kernels: set[str],
-                  widen: float = 1.0) -> list[str]:
+def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptions, backend: str, res: EvalResult,
+                  files: dict[str, str], widen: float = 1.0) -> list[str]:
     """Fingerprints of every timed call against the reference's (computed in the reference
     child on the same kind of device, from the same weights), custom-kernel counts, flags."""
     problems: list[str] = []
@@ -546,8 +546,11 @@ def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptio
         custom = [n for n in names if _is_custom_cuda_kernel(n)]
         if not custom:
             problems.append("no custom CUDA kernel was launched by the forward (profiler saw only: " + ", ".join(names[:8]) + ")")
-        foreign = [n for n in names if not _may_run_in_a_graph(n, own_kernels)]
-        if timed.get("graph_launches") and foreign:
+        foreign = []
+        if timed.get("graph_launches"):  # the candidate's own kernels: the __global__ names in its sources
+            own = audit.kernel_names(files)
+            foreign = [n for n in names if not _may_run_in_a_graph(n, own)]
+        if foreign:
             problems.append("the forward replayed a CUDA graph, and kernels that are neither the candidate's own (a "
                             "__global__ function in its sources) nor cuBLAS/cuDNN ran in it; inside a CUDA graph the op "
                             "audit cannot see which torch operator launched them: " + ", ".join(foreign[:3]))

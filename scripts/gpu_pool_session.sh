@@ -14,14 +14,7 @@ OUT=${OUT:-/tmp/kw-out}; mkdir -p "$OUT/logs"
 # KINDS.md: NVLink multicast stays off on the multi-GPU kinds, in every process we start too.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 KERNELWRIGHT_CACHE=/tmp/kw-cache
-summary="$OUT/summary.txt"; : > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-run_stage() {  # name, timeout seconds, command...
-  local name=$1 limit=$2; shift 2
-  local t0; t0=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/logs/$name.log" 2>&1; local rc=$?
-  note "$(printf '%-8s rc=%-4s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(grep -v '^\s*$' "$OUT/logs/$name.log" | tail -n 1 | cut -c1-150)")"
-}
+LOGS="$OUT/logs"; . "$(dirname "$0")/stages.sh"
 if [ -z "${KW_NO_WHEELS:-}" ]; then  # KW_NO_WHEELS=1: a dry run where python3 already has the web stack
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     || { note "wheel install failed"; exit 1; }

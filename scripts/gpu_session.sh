@@ -9,14 +9,7 @@ OUT=${OUT:-/tmp/kw-out}; mkdir -p "$OUT"
 WORK=/tmp/kw-run; rm -rf "$WORK"; mkdir -p "$WORK/logs" "$WORK/cases"
 export PYTHONUNBUFFERED=1 KERNELWRIGHT_CACHE=/tmp/kw-cache PYTHONDONTWRITEBYTECODE=1
 stages=${*:-"probe tests bench cases suite"}
-summary="$OUT/summary.txt"; : > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-run_stage() {  # name, timeout seconds, command...
-  local name=$1 limit=$2; shift 2
-  local t0; t0=$(date +%s)
-  timeout "$limit" "$@" > "$WORK/logs/$name.log" 2>&1; local rc=$?
-  note "$(printf '%-6s rc=%-4s %4ss  %s' "$name" "$rc" "$(( $(date +%s) - t0 ))" "$(tail -n 1 "$WORK/logs/$name.log" | cut -c1-150)")"
-}
+LOGS="$WORK/logs"; . "$(dirname "$0")/stages.sh"
 for s in $stages; do case $s in
   # clocks, power and a fixed workload: machines differ from call to call (eager times of one
   # task differed by up to 2x between calls on 2026-11-29), so compare ratios within a call only

@@ -18,10 +18,12 @@ database; they would take some of these evaluations and make "which worker ran i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -192,6 +194,26 @@ def check_runs(runs: list[TaskRun | None], workers, app, backend: str, gpu_pins:
     return runs
 
 
+def run_at_once(work: dict[str, Callable[[], None]], timeout: float = 600) -> None:
+    """Each function in a thread of that name (the published-task record names the thread), all
+    at once; an exception in one is raised here, in the test thread."""
+    errors: list[BaseException] = []
+
+    def guarded(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(fn,), name=name) for name, fn in work.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), f"the evaluations did not finish in {timeout:.0f} s"
+    assert not errors, errors
+
+
 def cross_worker_overlaps(runs: list[TaskRun]) -> int:
     return sum(1 for i, a in enumerate(runs) for b in runs[i + 1:] if a.worker != b.worker and a.overlaps(b))
 
@@ -205,25 +227,15 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
     streams = {job.pk: [(softmax_candidate(1000 * s + k, backend, correct=k != 1), k != 1) for k in range(3)]
                for s, job in enumerate(jobs, start=1)}
     results: dict[int, list] = {job.pk: [] for job in jobs}
-    errors: list[BaseException] = []
 
     def run_job_evaluations(job_id: int) -> None:
         evaluator = CeleryEvaluator(job_id, app=pool_app, timeouts={"compile": 300, "evaluate": 300})
-        try:
-            for files, _ in streams[job_id]:
-                built = evaluator.compile(TASK, files, options)
-                assert built.ok, built.log[-2000:]
-                results[job_id].append(evaluator.evaluate(TASK, files, options))
-        except BaseException as exc:  # reported below, in the test thread
-            errors.append(exc)
+        for files, _ in streams[job_id]:
+            built = evaluator.compile(TASK, files, options)
+            assert built.ok, built.log[-2000:]
+            results[job_id].append(evaluator.evaluate(TASK, files, options))
 
-    threads = [threading.Thread(target=run_job_evaluations, args=(job.pk,), name=f"job-{job.pk}") for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    assert not any(t.is_alive() for t in threads), "a job's evaluations did not finish in 10 minutes"
-    assert not errors, errors
+    run_at_once({f"job-{job.pk}": functools.partial(run_job_evaluations, job.pk) for job in jobs})
 
     for job in jobs:
         got = results[job.pk]
@@ -292,30 +304,16 @@ def test_two_jobs_and_a_batch_at_once_spread_over_both_gpus_and_never_share_one(
     published.clear()
 
     results: dict[str, list] = {}
-    errors: list[BaseException] = []
 
     def one_after_another(job_id: int) -> None:
         evaluator = CeleryEvaluator(job_id, app=pool_app, timeouts={"evaluate": 300})
-        try:
-            results[f"job-{job_id}"] = [evaluator.evaluate(TASK, files, options) for files in streams[job_id]]
-        except BaseException as exc:  # reported below, in the test thread
-            errors.append(exc)
+        results[f"job-{job_id}"] = [evaluator.evaluate(TASK, files, options) for files in streams[job_id]]
 
     def batch() -> None:
-        try:
-            results["batch"] = evaluate_batch(TASK, batch_candidates, options, job_id=batch_job.pk, app=pool_app,
-                                              timeout=300).results
-        except BaseException as exc:
-            errors.append(exc)
+        results["batch"] = evaluate_batch(TASK, batch_candidates, options, job_id=batch_job.pk, app=pool_app,
+                                          timeout=300).results
 
-    threads = [threading.Thread(target=one_after_another, args=(job.pk,), name=f"job-{job.pk}") for job in jobs]
-    threads.append(threading.Thread(target=batch, name="batch"))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    assert not any(t.is_alive() for t in threads), "the evaluations did not finish in 10 minutes"
-    assert not errors, errors
+    run_at_once({**{f"job-{job.pk}": functools.partial(one_after_another, job.pk) for job in jobs}, "batch": batch})
 
     for job in jobs:
         assert [r.status for r in results[f"job-{job.pk}"]] == [Status.OK, Status.OK], \
