@@ -59,14 +59,20 @@ def redis_settings(redis_url: str) -> dict:
                 "BACKEND": "channels_redis.core.RedisChannelLayer",
                 # socket_timeout None: redis-py 8 defaults to 5 s, which drops idle websocket
                 # consumers blocked on the layer (webapp.bench: 197/200 viewers kept, 200/200 with this).
-                "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": None}], "capacity": 1000, "expiry": 60},
+                # msgpack (channels_redis's default, named here so it stays): data only, no code.
+                "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": None}], "capacity": 1000, "expiry": 60,
+                           "serializer_format": "msgpack"},
             }
         },
         # Shared by the web process and the workers: workers render a turn's HTML once after
         # storing it and the pages reuse it (a per-process cache would never be shared).
+        # Values are JSON, never pickles (webapp/cache.py): Django's RedisCache unpickles what it
+        # reads, so anything able to write to Redis could otherwise run code in the web server.
+        # Nothing else in Redis is a pickle either: Celery messages and results are JSON only
+        # (webapp/queues.py, accept_content), channels_redis packs messages with msgpack.
         "CACHES": {
             "default": {
-                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "BACKEND": "webapp.cache.JSONRedisCache",
                 "LOCATION": redis_url,
                 "KEY_PREFIX": "kw",
             }
