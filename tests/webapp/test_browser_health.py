@@ -25,7 +25,7 @@ def test_healthz_in_chromium_shows_every_part_green(live_asgi_server, browser_pa
     rows = page.locator("tr.part")
     names = [rows.nth(i).get_attribute("data-part") for i in range(rows.count())]
     assert names == ["database", "redis", "channel_layer", "workers.agent", "workers.compile", "workers.gpu",
-                     "sandbox", "model_endpoint"]
+                     "sandbox", "sandbox.containment", "model_endpoint"]
     for i in range(rows.count()):
         assert rows.nth(i).get_attribute("class") == "part ok", rows.nth(i).inner_text()
     # Green as a person sees it, not only as a class name.

@@ -8,7 +8,8 @@ import pytest
 
 from webapp.core.health import collect_health
 
-REQUIRED = {"database", "redis", "channel_layer", "workers.agent", "workers.compile", "workers.gpu"}
+REQUIRED = {"database", "redis", "channel_layer", "workers.agent", "workers.compile", "workers.gpu",
+            "sandbox.containment"}
 DEAD_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 
 
@@ -93,7 +94,7 @@ def test_health_page_shows_one_row_per_part_and_the_overall_state(client, redis_
     html = response.content.decode()
     assert response.status_code == 503
     assert 'id="overall">unavailable' in html
-    assert html.count('data-part="') == 8
+    assert html.count('data-part="') == 9
     assert 'class="part down" data-part="redis"' in html
     assert 'class="part ok" data-part="database"' in html
 

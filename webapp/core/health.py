@@ -2,7 +2,9 @@
 
 The view is a thin wrapper around `collect_health()`, which tests call directly. A part is
 required when the product cannot work without it (database, Redis, channel layer, at least one
-live worker per queue); any required part down makes the report not ok (HTTP 503).
+live worker per queue, the sandbox's containment); any required part down makes the report not
+ok (HTTP 503). A part can be up and still carry a warning (containment switched off on purpose),
+which the page shows in large letters and the JSON lists under "warnings".
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class PartStatus:
     detail: dict = field(default_factory=dict)
     error: str | None = None
     elapsed_ms: float = 0.0
+    warning: str | None = None  # up, but a person must know: shown loudly on /health/
 
 
 @dataclass
@@ -47,18 +50,35 @@ class HealthReport:
             "schema": SCHEMA,
             "status": "ok" if self.ok else "unavailable",
             "ok": self.ok,
+            "warnings": [f"{p.name}: {p.warning}" for p in self.parts if p.warning],
             "parts": {p.name: asdict(p) for p in self.parts},
         }
 
 
-def _timed(name: str, required: bool, check: Callable[[], tuple[str, dict]]) -> PartStatus:
+class Down(Exception):
+    """A check's finding that its part is down, with the summary and detail to show anyway."""
+
+    def __init__(self, error: str, summary: str = "down", detail: dict | None = None) -> None:
+        super().__init__(error)
+        self.summary, self.detail = summary, detail or {}
+
+
+# A check returns (summary, detail) or (summary, detail, warning), and raises when its part is down.
+Check = Callable[[], tuple[str, dict] | tuple[str, dict, str | None]]
+
+
+def _timed(name: str, required: bool, check: Check) -> PartStatus:
     start = time.perf_counter()
+    warning = None
     try:
-        summary, detail = check()
-        ok, error = True, None
+        summary, detail, *rest = check()
+        ok, error, warning = True, None, (rest[0] if rest else None)
+    except Down as down:
+        summary, detail, ok, error = down.summary, down.detail, False, str(down)
     except Exception as exc:  # each failure becomes a red part, never a 500
         summary, detail, ok, error = "down", {}, False, f"{type(exc).__name__}: {exc}"
-    return PartStatus(name, ok, required, summary, detail, error, round((time.perf_counter() - start) * 1000, 1))
+    elapsed = round((time.perf_counter() - start) * 1000, 1)
+    return PartStatus(name, ok, required, summary, detail, error, elapsed, warning)
 
 
 def check_database() -> tuple[str, dict]:
@@ -149,6 +169,22 @@ def check_sandbox() -> tuple[str, dict]:
     return summary, info.to_dict()
 
 
+def check_containment() -> tuple[str, dict, str | None]:
+    """Whether this host can run untrusted code inside its wall (sandbox.containment, which
+    starts one real sandbox per process, then remembers; it never imports torch). Red when it
+    cannot: evaluations then refuse to run. Up with a warning when switched off on purpose."""
+    from sandbox.containment import status
+
+    st = status()
+    detail = st.to_dict()
+    if not st.ok:
+        raise Down(f"{st.detail}. To enable: {st.how_to_enable}", f"{st.mode}: untrusted code will not run", detail)
+    if st.mode == "uncontained":
+        return "UNCONTAINED", detail, (f"{st.detail}. Untrusted code (uploads, candidates) runs with this "
+                                       "service's own rights: only for one person's own machine.")
+    return st.mode, detail, None
+
+
 def check_model_endpoint() -> tuple[str, dict]:
     """Configuration only (never the key, never a call to the model): calls cost money and time."""
     base_url = settings.OPENAI_BASE_URL or ("https://api.openai.com/v1" if settings.OPENAI_API_KEY else "")
@@ -167,6 +203,7 @@ def collect_health(worker_timeout: float | None = None) -> HealthReport:
         _timed("channel_layer", True, check_channel_layer),
         *worker_parts(timeout),
         _timed("sandbox", False, check_sandbox),
+        _timed("sandbox.containment", True, check_containment),
         _timed("model_endpoint", False, check_model_endpoint),
     ]
     return HealthReport(parts)
