@@ -180,13 +180,14 @@ def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> 
         if reply.get("ok"):
             ok = True
             for entry in reply["manifest"]:
-                src = Path(entry["so_path"])
+                src = child.to_host(entry["so_path"])
                 dest = staging / f"{entry['arg_hash']}{src.suffix}"
                 shutil.copyfile(src, dest)
                 manifest.append({"name": entry["name"], "arg_hash": entry["arg_hash"], "file": dest.name,
                                  "is_python_module": entry["is_python_module"]})
         else:
-            errors = parse_errors(log, [str(child.workdir / "ext"), str(child.workdir)])
+            errors = parse_errors(log, [str(child.workdir / "ext"), str(child.workdir), f"{child.inside_root}/ext",
+                                        str(child.inside_root)])
             if not errors:
                 errors.append(CompileError(file=reply.get("file", "model_new.py"), line=reply.get("line"), column=None,
                                            message=reply.get("error", "load_inline build failed")))

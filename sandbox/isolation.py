@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import channel
+from . import channel, containment
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -208,8 +208,8 @@ class Cgroup:
     """One evaluation child's pids cgroup: a hard process/thread cap and a way to find (and
     kill) every process it started, whatever session or uid they moved to."""
 
-    def __init__(self, limit: int):
-        root = cgroup_root()
+    def __init__(self, limit: int, enabled: bool = True):
+        root = cgroup_root() if enabled else None
         self.path: Path | None = None
         if root is None:
             return
@@ -335,81 +335,55 @@ def new_uid() -> int:
 
 
 class Child:
-    """A Python child running `python -m sandbox.worker ROLE` with a message channel."""
+    """A Python child running `python -m sandbox.worker ROLE` with a message channel.
+
+    Contained (the default): forked by the evaluator's zygote inside its bubblewrap sandbox,
+    or (zygote off) started by bubblewrap itself; either way it sees its folder at
+    containment.INSIDE_WORK. Uncontained (KERNELWRIGHT_UNCONTAINED=1 only): the older
+    hardening of `_preexec`, labelled as such in every result."""
 
     def __init__(self, role: str, limits: Limits, options: Any, env_extra: dict[str, str] | None = None):
         self.role = role
         self.limits = limits
         self.isolation = Isolation()
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"kw-{role}-"))
+        self.gpu = options.resolved_backend() == "cuda"
+        self.contained = not containment.opted_out()
+        if self.contained:
+            self.isolation.notes.append(containment.require(self.gpu).detail)
         self._private = Path(tempfile.mkdtemp(prefix=f"kw-{role}-log-"))
         self.log_path = self._private / "output.log"
-        uid = None
-        gpu_ok = options.resolved_backend() != "cuda" or _gpu_devices_world_accessible()
-        if options.drop_privileges and uid_drop_available() and gpu_ok:
-            uid = new_uid()
-            os.chown(self.workdir, uid, uid)
-            self.isolation.nproc_enforced = True
-        elif os.geteuid() != 0:
-            self.isolation.nproc_enforced = True
+        self.uid: int | None = None  # the host uid that owns the child's files
+        self._kill_uid: int | None = None  # every process of this uid is the child's (never the zygote's)
+        client = None
+        if getattr(options, "zygote", True):
+            from .zygote import get_client
+
+            client = get_client(scrubbed_env(), gpu=self.gpu, contained=self.contained)
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"kw-{role}-", dir=client.jobs_dir if client and self.contained else None))
+        self.inside_root = Path(containment.INSIDE_WORK) if self.contained else self.workdir
+        self._choose_uid(options, client)
+        if self.uid is not None:
+            os.chown(self.workdir, self.uid, self.uid)
         os.chmod(self.workdir, 0o700)
-        self.isolation.uid = uid
-        self.cgroup = Cgroup(limits.nproc)
+        self.isolation.uid = containment.INSIDE_UID if self.contained else self.uid
+        # a contained zygote's child is capped by RLIMIT_NPROC in its own user namespace instead
+        self.cgroup = Cgroup(limits.nproc, enabled=not (self.contained and client is not None))
         if self.cgroup.path is not None:
-            self.isolation.nproc_enforced = True
             self.isolation.notes.append("pids cgroup")
-        netns = bool(options.network_namespace) and netns_available()
-        self.isolation.network_namespace = netns
-        self.uid = uid
+        netns = not self.contained and bool(options.network_namespace) and netns_available()
+        self.isolation.network_namespace = self.contained or netns
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         channel.widen_pipe(p2c_w)
         channel.widen_pipe(c2p_w)
-        repo_root = str(Path(__file__).resolve().parent.parent)
-        env = scrubbed_env(
-            {
-                "HOME": str(self.workdir),
-                "TMPDIR": str(self.workdir),
-                # a throwaway uid has no passwd entry: getpass.getuser() (inductor, triton) reads these first
-                "USER": "kernelwright",
-                "LOGNAME": "kernelwright",
-                "TORCHINDUCTOR_CACHE_DIR": str(self.workdir / ".inductor"),
-                "TRITON_CACHE_DIR": str(self.workdir / ".triton"),
-                "PYTHONPATH": repo_root,
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONUNBUFFERED": "1",
-                "KW_FD_IN": str(p2c_r),
-                "KW_FD_OUT": str(c2p_w),
-                "KW_WORKDIR": str(self.workdir),
-                **(env_extra or {}),
-            }
-        )
+        env = scrubbed_env(self._env(p2c_r, c2p_w, env_extra))
         log = open(self.log_path, "wb")
         self.proc = None
-        if getattr(options, "zygote", True):
-            from .zygote import get_client
-
-            client = get_client(scrubbed_env())
-            if client is not None:
-                req = {"role": role, "env": env, "cwd": str(self.workdir), "uid": uid, "netns": netns,
-                       "limits": dataclasses.asdict(limits), "cgroup": str(self.cgroup.path) if self.cgroup.path else None}
-                try:
-                    self.proc = client.spawn(req, [p2c_r, c2p_w, log.fileno()])
-                    self.isolation.notes.append("forked from the zygote")
-                except (OSError, ValueError):
-                    self.proc = None
         try:
+            if client is not None:
+                self.proc = self._spawn_from(client, env, netns, [p2c_r, c2p_w, log.fileno()])
             if self.proc is None:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "sandbox.worker", role],
-                    cwd=self.workdir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(p2c_r, c2p_w),
-                    preexec_fn=_preexec(limits, uid, netns, self.cgroup.path),
-                )
+                self.proc = self._popen(env, log, (p2c_r, c2p_w), netns)
         finally:
             log.close()
             os.close(p2c_r)
@@ -418,6 +392,81 @@ class Child:
         self._from_child = c2p_r
         self.started = time.monotonic()
         self.deadline = self.started + limits.wall_s
+
+    def _choose_uid(self, options: Any, client: Any) -> None:
+        if self.contained:
+            if client is not None:
+                self.uid = client.host_uid  # the zygote's; its children are told apart by namespaces
+            else:
+                self.uid = self._kill_uid = containment.host_uid_for_sandbox()
+            self.isolation.nproc_enforced = True
+            if self.gpu and self.uid is not None and not _gpu_devices_world_accessible():
+                raise containment.Unavailable("the NVIDIA device files are not open to other users (mode 0666 needed "
+                                              "for the sandbox's throwaway uid)")
+            return
+        gpu_ok = not self.gpu or _gpu_devices_world_accessible()
+        if options.drop_privileges and uid_drop_available() and gpu_ok:
+            self.uid = self._kill_uid = new_uid()
+            self.isolation.nproc_enforced = True
+        elif os.geteuid() != 0:
+            self.isolation.nproc_enforced = True
+        self.isolation.notes.append(containment.status().label)
+
+    def _env(self, fd_in: int, fd_out: int, extra: dict[str, str] | None) -> dict[str, str]:
+        inside = str(self.inside_root)
+        return {
+            "HOME": inside,
+            "TMPDIR": inside,
+            # a throwaway uid has no passwd entry: getpass.getuser() (inductor, triton) reads these first
+            "USER": "kernelwright",
+            "LOGNAME": "kernelwright",
+            "TORCHINDUCTOR_CACHE_DIR": f"{inside}/.inductor",
+            "TRITON_CACHE_DIR": f"{inside}/.triton",
+            "PYTHONPATH": str(containment.REPO_ROOT),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "KW_FD_IN": str(fd_in),
+            "KW_FD_OUT": str(fd_out),
+            "KW_WORKDIR": inside,
+            **(extra or {}),
+        }
+
+    def _spawn_from(self, client: Any, env: dict[str, str], netns: bool, fds: list[int]) -> Any:
+        req = {"role": self.role, "env": env, "cwd": str(self.inside_root), "uid": self._kill_uid, "netns": netns,
+               "limits": dataclasses.asdict(self.limits), "cgroup": str(self.cgroup.path) if self.cgroup.path else None}
+        if self.contained:
+            req.update(uid=None, cgroup=None, job_dir=f"{containment.INSIDE_JOBS}/{self.workdir.name}")
+        try:
+            proc = client.spawn(req, fds)
+        except (OSError, ValueError):
+            return None
+        self.isolation.notes.append("forked from the zygote")
+        return proc
+
+    def _popen(self, env: dict[str, str], log: Any, fds: tuple[int, int], netns: bool) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "sandbox.worker", self.role]
+        if not self.contained:
+            return subprocess.Popen(argv, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, pass_fds=fds,
+                                    preexec_fn=_preexec(self.limits, self._kill_uid, netns, self.cgroup.path))
+        filt = containment.seccomp_fd()
+        try:
+            args = containment.bwrap_args([(str(self.workdir), containment.INSIDE_WORK)], gpu=self.gpu,
+                                          seccomp_fd=filt) + argv
+            plan = containment.reachable_view(containment.sources_of(args), self.uid) if self.uid is not None else []
+            return subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    pass_fds=(*fds, filt), preexec_fn=containment.preexec(
+                                        self.uid, plan, _preexec(self.limits, None, False, self.cgroup.path)))
+        finally:
+            os.close(filt)
+
+    def inside(self, host_path: str | Path) -> str:
+        """A path under the child's folder as the child sees it."""
+        return str(self.inside_root / Path(host_path).relative_to(self.workdir))
+
+    def to_host(self, inside_path: str | Path) -> Path:
+        """A path the child reported, under its folder, as this process sees it."""
+        return self.workdir / Path(inside_path).relative_to(self.inside_root)
 
     def write_files(self, files: dict[str, str], subdir: str = "cand") -> Path:
         """Put the candidate's workspace into the child's folder, owned by the child's uid."""
@@ -429,12 +478,13 @@ class Child:
         self.give_ownership(base)
         return base
 
-    def copy_in(self, src: str, name: str) -> Path:
+    def copy_in(self, src: str, name: str) -> str:
+        """Copy a file into the child's folder; returns its path as the child sees it."""
         dest = self.workdir / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
         self.give_ownership(dest.parent)
-        return dest
+        return self.inside(dest)
 
     def give_ownership(self, path: Path) -> None:
         if self.uid is None:
@@ -492,15 +542,18 @@ class Child:
             return ""
 
     def pause(self, stop: bool = True) -> None:
-        """SIGSTOP (or SIGCONT) every process of this child: its group or private uid, and its
-        cgroup. The candidate is stopped while the reference times the baselines, so nothing it
-        started (a native thread launching kernels, say) can slow the baseline it is compared with."""
+        """SIGSTOP (or SIGCONT) every process of this child. The candidate is stopped while the
+        reference times the baselines, so nothing it started (a native thread launching
+        kernels, say) can slow the baseline it is compared with."""
         sig = signal.SIGSTOP if stop else signal.SIGCONT
+        if hasattr(self.proc, "signal_tree"):  # forked by the zygote: it signals what it forked
+            self.proc.signal_tree(sig)
+            return
         try:
             os.killpg(self.proc.pid, sig)
         except OSError:
             pass
-        pids = set(self.cgroup.pids()) | set(_processes_of(self.uid, None if self.uid is not None else self.proc.pid))
+        pids = set(self.cgroup.pids()) | set(_processes_of(self._kill_uid, None if self._kill_uid is not None else self.proc.pid))
         for pid in pids - {os.getpid()}:
             try:
                 os.kill(pid, sig)
@@ -509,7 +562,10 @@ class Child:
 
     def kill(self) -> None:
         try:
-            kill_all(self.proc.pid, self.uid, self.cgroup)
+            if hasattr(self.proc, "signal_tree"):
+                self.proc.signal_tree(signal.SIGKILL)
+            else:
+                kill_all(self.proc.pid, self._kill_uid, self.cgroup)
         except Exception:
             pass
 
@@ -536,11 +592,16 @@ class Child:
 
 
 def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_extra: dict[str, str] | None = None) -> tuple[int, str, bool]:
-    """Run a build command (g++, nvcc) isolated like a child: a crafted #include cannot read
+    """Run a build command (g++, nvcc) in a sandbox of its own: a crafted #include cannot read
     the evaluator's secrets, and a compiler bomb is cut off. Returns (rc, log, timed_out).
-    `cwd` is handed to the build's uid for the duration; temp files go to a private folder
-    under /tmp (the cache may sit under a directory the build uid cannot traverse)."""
-    uid = new_uid() if options.drop_privileges and uid_drop_available() else None
+    `cwd` (bound writable at the same path) is handed to the build's uid for the duration."""
+    contained = not containment.opted_out()
+    gpu = options.resolved_backend() == "cuda"
+    if contained:
+        containment.require(gpu)
+        uid = containment.host_uid_for_sandbox()
+    else:
+        uid = new_uid() if options.drop_privileges and uid_drop_available() else None
     tmp = Path(tempfile.mkdtemp(prefix="kw-build-tmp-"))
 
     def chown_tree(path: Path, owner: int, group: int) -> None:
@@ -553,16 +614,25 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
         chown_tree(cwd, uid, uid)
         chown_tree(tmp, uid, uid)
     env = scrubbed_env({"HOME": str(tmp), "TMPDIR": str(tmp), **(env_extra or {})})
-    netns = bool(options.network_namespace) and netns_available()
+    netns = not contained and bool(options.network_namespace) and netns_available()
     log_dir = Path(tempfile.mkdtemp(prefix="kw-cmd-log-"))
     cg = Cgroup(limits.nproc)
     log_path = log_dir / "output.log"
+    filt = containment.seccomp_fd() if contained else None
     try:
+        if contained:
+            full = containment.bwrap_args([(str(cwd), str(cwd)), (str(tmp), str(tmp))], gpu=gpu, seccomp_fd=filt,
+                                          chdir=str(cwd)) + argv
+            plan = containment.reachable_view(containment.sources_of(full), uid) if uid is not None else []
+            pre, fds = containment.preexec(uid, plan, _preexec(limits, None, False, cg.path)), (filt,)
+        else:
+            full, pre, fds = argv, _preexec(limits, uid, netns, cg.path), ()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_preexec(limits, uid, netns, cg.path),
-            )
+            proc = subprocess.Popen(full, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    pass_fds=fds, preexec_fn=pre)
+        if filt is not None:
+            os.close(filt)
+            filt = None
         timed_out = False
         try:
             rc = proc.wait(timeout=limits.wall_s)
@@ -577,6 +647,8 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
             chown_tree(cwd, os.geteuid(), os.getegid())
         return rc, text, timed_out
     finally:
+        if filt is not None:
+            os.close(filt)
         cg.remove()
         shutil.rmtree(log_dir, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import audit, cache, devlock
+from . import audit, cache, containment, devlock
 from .build import Artifacts, build
 from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge
 from .compare import compare_outputs, within_reference_error
@@ -266,10 +266,14 @@ def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | Non
 
     children: list[Child] = []
     try:
+        res.containment = containment.require(backend == "cuda").label
         _run(task_source, files, options, backend, res, progress, children, profile or options.profile)
     except _Stop as stop:
         res.status = stop.status
         res.reasons.append(stop.reason)
+    except containment.Unavailable as exc:  # fail closed: nothing untrusted ran
+        res.status = Status.RUNTIME_ERROR
+        res.reasons.append(str(exc))
     finally:
         for child in children:  # both at once: a CUDA context takes ~0.1 s to tear down
             child.kill()
@@ -433,7 +437,7 @@ def _candidate_artifacts(cand: Child, artifacts: Artifacts) -> dict:
         for entry in artifacts.inline_manifest:
             cand.copy_in(f"{artifacts.inline_dir}/{entry['file']}", f"inline/{entry['file']}")
         setup["inline_manifest"] = artifacts.inline_manifest
-        setup["inline_dir"] = str(cand.workdir / "inline")
+        setup["inline_dir"] = cand.inside(cand.workdir / "inline")
     return setup
 
 

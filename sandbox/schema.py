@@ -150,6 +150,8 @@ class EvalResult:
     device: str = ""  # e.g. "NVIDIA H200" or the CPU model
     device_id: str = ""  # which device exactly: "gpu-<UUID>" or "cpu" (the device lock's name)
     torch_version: str = ""
+    # how the untrusted code was contained: "bubblewrap", or "uncontained (...)" under the opt-out
+    containment: str = ""
     task_hash: str = ""
     candidate_hash: str = ""
     options: dict[str, Any] = field(default_factory=dict)

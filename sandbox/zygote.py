@@ -2,23 +2,30 @@
 (but never initialised CUDA or started a thread pool), and forks a fresh child for every
 reference/candidate process. A fork costs milliseconds; a cold `import torch` 1.5-3 s.
 
-Each forked child applies exactly the isolation of isolation.Child (session, pids cgroup,
-network namespace, rlimits, throwaway uid, scrubbed environment, its own folder) before any
-user code runs. The zygote itself holds no secrets: it is started with the scrubbed
-environment and receives only spawn requests (JSON) and the child's three pipe/log fds.
+Contained (the default), the zygote runs inside a bubblewrap sandbox of its own
+(sandbox.containment: no network, no capabilities, a non-root uid, only the runtime and a
+folder of children's folders) and each forked child takes namespaces of its own inside it
+(containment.isolate_forked_child) before any user code runs: it sees neither the zygote nor
+its siblings. Uncontained (KERNELWRIGHT_UNCONTAINED=1), a child applies isolation._preexec.
+The zygote holds no secrets: it is started with the scrubbed environment and receives only
+spawn, wait and signal requests (JSON) and the child's three pipe/log fds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from . import containment
 
 MAX_MSG = 1 << 16
 
@@ -37,6 +44,10 @@ def _child_main(req: dict, fds: list[int], sock: socket.socket) -> None:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         p2c_r, c2p_w, log_fd = fds
         limits = Limits(**req["limits"])
+        if req.get("job_dir"):
+            from .containment import isolate_forked_child
+
+            isolate_forked_child(req["job_dir"])
         cgroup = Path(req["cgroup"]) if req.get("cgroup") else None
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -123,6 +134,8 @@ def serve(fd: int) -> None:
                     break
                 time.sleep(0.005)
             reply = {"returncode": exited.pop(pid, None)}
+        elif req["op"] == "signal":
+            reply = {"signalled": _signal_tree(int(req["pid"]), int(req["sig"]))}
         elif req["op"] == "ping":
             reply = {"pong": os.getpid()}
         # reap anything else that exited, so no zombie piles up
@@ -135,6 +148,37 @@ def serve(fd: int) -> None:
                 break
             exited[got] = os.waitstatus_to_exitcode(status)
         sock.sendall(json.dumps(reply).encode())
+
+
+def _signal_tree(root: int, sig: int) -> int:
+    """Signal a forked child and every process below it (its namespace's included: this /proc
+    shows them all). SIGKILL needs only the root: its namespace dies with it."""
+    targets = [root] if sig == 9 else [root, *_descendants(root)]
+    sent = 0
+    for pid in targets:
+        try:
+            os.kill(pid, sig)
+            sent += 1
+        except OSError:
+            pass
+    return sent
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 # ---- parent side ------------------------------------------------------------------------
@@ -159,17 +203,49 @@ class ZygoteProcess:
         return self.returncode
 
 
+class ContainedZygoteProcess(ZygoteProcess):
+    """A child of a contained zygote: its pid means something only to the zygote, which
+    therefore also delivers its signals."""
+
+    def signal_tree(self, sig: int) -> None:
+        if self.returncode is None and self.client.alive():
+            self.client.signal(self.pid, sig)
+
+
 class ZygoteClient:
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], gpu: bool = False, contained: bool = True):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = parent
         self.lock = threading.Lock()
         self.owner = os.getpid()
-        repo_root = str(Path(__file__).resolve().parent.parent)
-        env = dict(env, PYTHONPATH=repo_root, KW_ZYGOTE_FD=str(child.fileno()))
-        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox.zygote"], env=env, pass_fds=(child.fileno(),),
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        child.close()
+        self.contained = contained
+        self.host_uid: int | None = None
+        self.jobs_dir: str | None = None
+        env = dict(env, PYTHONPATH=str(containment.REPO_ROOT), KW_ZYGOTE_FD=str(child.fileno()))
+        argv = [sys.executable, "-m", "sandbox.zygote"]
+        try:
+            if contained:
+                self.proc = self._start_contained(argv, env, child.fileno(), gpu)
+            else:
+                self.proc = subprocess.Popen(argv, env=env, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+                                             start_new_session=True)
+        finally:
+            child.close()
+
+    def _start_contained(self, argv: list[str], env: dict[str, str], sock_fd: int, gpu: bool) -> subprocess.Popen:
+        self.host_uid = containment.host_uid_for_sandbox()
+        self.jobs_dir = tempfile.mkdtemp(prefix="kw-jobs-")
+        if self.host_uid is not None:
+            os.chown(self.jobs_dir, self.host_uid, self.host_uid)
+        filt = containment.seccomp_fd(allow_namespaces=True)
+        try:
+            args = containment.bwrap_args([(self.jobs_dir, containment.INSIDE_JOBS)], gpu=gpu, seccomp_fd=filt,
+                                          zygote=True) + argv
+            plan = containment.reachable_view(containment.sources_of(args), self.host_uid) if self.host_uid else []
+            return subprocess.Popen(args, env=env, pass_fds=(sock_fd, filt), stdin=subprocess.DEVNULL,
+                                    preexec_fn=containment.preexec(self.host_uid, plan, os.setsid))
+        finally:
+            os.close(filt)
 
     def _call(self, req: dict, fds: list[int] = (), timeout: float = 120) -> dict:
         with self.lock:
@@ -185,7 +261,10 @@ class ZygoteClient:
 
     def spawn(self, req: dict, fds: list[int]) -> ZygoteProcess:
         reply = self._call(dict(req, op="spawn"), fds)
-        return ZygoteProcess(self, int(reply["pid"]))
+        return (ContainedZygoteProcess if self.contained else ZygoteProcess)(self, int(reply["pid"]))
+
+    def signal(self, pid: int, sig: int) -> None:
+        self._call({"op": "signal", "pid": pid, "sig": int(sig)}, timeout=30)
 
     def wait(self, pid: int, timeout: float) -> int | None:
         reply = self._call({"op": "wait", "pid": pid, "timeout": timeout}, timeout=timeout + 30)
@@ -202,37 +281,50 @@ class ZygoteClient:
             self.sock.close()
         finally:
             if self.proc.poll() is None:
-                self.proc.kill()
+                try:
+                    os.killpg(self.proc.pid, 9)
+                except OSError:
+                    self.proc.kill()
                 self.proc.wait()
+            if self.jobs_dir:
+                shutil.rmtree(self.jobs_dir, ignore_errors=True)
 
 
-_client: ZygoteClient | None = None
+_clients: dict[tuple[bool, bool], ZygoteClient] = {}
 _client_lock = threading.Lock()
 
 
-def get_client(env: dict[str, str]) -> ZygoteClient | None:
-    """The evaluator's zygote, started on first use (and again if it died or we forked)."""
-    global _client
+def get_client(env: dict[str, str], gpu: bool = False, contained: bool = True) -> ZygoteClient | None:
+    """The evaluator's zygote for this backend and containment, started on first use (and
+    again if it died or we forked)."""
     if os.environ.get("KERNELWRIGHT_NO_ZYGOTE"):
         return None
+    key = (gpu, contained)
     with _client_lock:
-        if _client is None or not _client.alive():
+        client = _clients.get(key)
+        if client is None or not client.alive():
+            if client is not None:
+                client.close()
             try:
-                _client = ZygoteClient(env)
-                if not _client.ping():
-                    _client.close()
-                    _client = None
+                client = ZygoteClient(env, gpu, contained)
+                if not client.ping():
+                    client.close()
+                    client = None
             except OSError:
-                _client = None
-        return _client
+                client = None
+            if client is None:
+                _clients.pop(key, None)
+            else:
+                _clients[key] = client
+        return client
 
 
 def shutdown() -> None:
-    global _client
     with _client_lock:
-        if _client is not None:
-            _client.close()
-            _client = None
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()
 
 
 if __name__ == "__main__":
