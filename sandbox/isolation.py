@@ -591,10 +591,12 @@ class Child:
         shutil.rmtree(self._private, ignore_errors=True)
 
 
-def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_extra: dict[str, str] | None = None) -> tuple[int, str, bool]:
+def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_extra: dict[str, str] | None = None,
+                with_agent: bool = False) -> tuple[int, str, bool]:
     """Run a build command (g++, nvcc) in a sandbox of its own: a crafted #include cannot read
     the evaluator's secrets, and a compiler bomb is cut off. Returns (rc, log, timed_out).
-    `cwd` (bound writable at the same path) is handed to the build's uid for the duration."""
+    `cwd` (bound writable at the same path) is handed to the build's uid for the duration.
+    with_agent: the `agent` package is visible too (the built-in policy's analysis of a task)."""
     contained = not containment.opted_out()
     gpu = options.resolved_backend() == "cuda"
     if contained:
@@ -622,7 +624,7 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
     try:
         if contained:
             full = containment.bwrap_args([(str(cwd), str(cwd)), (str(tmp), str(tmp))], gpu=gpu, seccomp_fd=filt,
-                                          chdir=str(cwd)) + argv
+                                          chdir=str(cwd), with_agent=with_agent) + argv
             plan = containment.reachable_view(containment.sources_of(full), uid) if uid is not None else []
             pre, fds = containment.preexec(uid, plan, _preexec(limits, None, False, cg.path)), (filt,)
         else:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 UNARY = {"exp", "log", "tanh", "sigmoid", "relu", "rsqrt", "sqrt", "abs", "erf", "sin", "cos", "neg", "silu",
@@ -211,26 +211,31 @@ class Analysis:
 
 
 def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeout: float = 300.0) -> Analysis:
-    """Run the capture in a child process: the task is user code and must not run in ours."""
+    """Run the capture in the sandbox: the task is user code and must not run in ours (the
+    same wall as an evaluation's children, sandbox.isolation.run_command)."""
+    from sandbox import EvalOptions
+    from sandbox.containment import REPO_ROOT, Unavailable
+    from sandbox.isolation import Limits, run_command
+
     with tempfile.TemporaryDirectory(prefix="kw-analyze-") as d:
+        os.chmod(d, 0o755)
         path = os.path.join(d, "task.py")
         with open(path, "w") as f:
             f.write(source)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = {k: v for k, v in os.environ.items() if not any(s in k.upper() for s in ("KEY", "TOKEN", "SECRET",
-                                                                                      "PASSWORD"))}
-        env["PYTHONPATH"] = root
         cmd = [sys.executable, "-m", "agent.builtin.analyze", path, "--device", device]
         if not profile:
             cmd.append("--no-profile")
+        limits = Limits(wall_s=timeout, cpu_s=int(timeout * 4) + 60, fsize_mb=64, nproc=1024)
         try:
-            proc = subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return Analysis(False, f"the analysis of the task did not finish within {timeout:.0f} s")
-    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
+            rc, log, timed_out = run_command(cmd, Path(d), limits, EvalOptions(backend=device), with_agent=True,
+                                             env_extra={"PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1"})
+        except Unavailable as exc:
+            return Analysis(False, str(exc))
+    if timed_out:
+        return Analysis(False, f"the analysis of the task did not finish within {timeout:.0f} s")
+    line = next((ln for ln in reversed(log.splitlines()) if ln.startswith("{")), None)
     if line is None:
-        tail = (proc.stderr or proc.stdout)[-800:]
-        return Analysis(False, f"the analysis process failed (exit {proc.returncode}): {tail}")
+        return Analysis(False, f"the analysis process failed (exit {rc}): {log[-800:]}")
     data = json.loads(line)
     if not data.get("ok"):
         return Analysis(False, data.get("error", "unknown analysis failure"), data=data)
