@@ -42,6 +42,41 @@ def route_task(name: str, args: Any = None, kwargs: Any = None, options: Any = N
     return {"queue": queue.value, "routing_key": queue.value} if queue else None
 
 
+# -- a task whose worker dies ------------------------------------------------------------------
+# acks_late + reject_on_worker_lost hand a task back to Redis when the process running it dies,
+# and Redis delivers it again: a task that kills its worker (a hostile upload or candidate) would
+# come back forever and block its queue. So every delivery of a task is counted in Redis (by
+# webapp.celery.DeliveryLimitedTask, the base of every task), and a task delivered more than
+# MAX_DELIVERIES times is not run again: it does what its `on_worker_died_too_often` says (the
+# job fails, the evaluation returns an error result) or fails with WorkerDiedTooOften.
+# Not Celery's own retry_on_worker_lost: that covers only a lost pool process (a dead worker's
+# main process leaves its task unacknowledged, and Redis hands it back after the visibility
+# timeout with the same retry count), and it fails the task in the worker's main process, where
+# the job or evaluation cannot record why. Redis has no delivery count of its own (kombu marks a
+# restored message only "redelivered"), hence the counter.
+MAX_DELIVERIES = 3  # a first run and at most two more after its worker died
+DELIVERY_KEY = "kernelwright:deliveries:{task_id}:{retries}"
+
+
+def worker_died_reason(what: str) -> str:
+    """What a job, evaluation or task stopped this way says."""
+    return f"the worker running this {what} died {MAX_DELIVERIES} times; the {what} was stopped"
+
+
+def count_delivery(client: Any, task_id: str, retries: int, ttl_s: int) -> int:
+    """This delivery's number (1 for the first) of a task, counted in Redis. The count lives
+    `ttl_s` after the latest delivery: longer than a task can wait to be delivered again."""
+    key = DELIVERY_KEY.format(task_id=task_id, retries=retries)
+    with client.pipeline() as pipe:
+        count, _ = pipe.incr(key).expire(key, ttl_s).execute()
+    return int(count)
+
+
+def forget_deliveries(client: Any, task_id: str, retries: int) -> None:
+    """The task ran to its end (whatever it returned or raised): no later delivery to count."""
+    client.delete(DELIVERY_KEY.format(task_id=task_id, retries=retries))
+
+
 @dataclass(frozen=True)
 class QueueTimeLimits:
     """A Celery task annotation: hard and soft time limits by queue, for tasks that set none.
@@ -82,9 +117,13 @@ def celery_queue_settings(agent_time_limit: int, compile_time_limit: int, gpu_ti
         # https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
         "CELERY_BROKER_TRANSPORT_OPTIONS": {"visibility_timeout": max(hard.values()) + 3600},
         "CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP": True,
+        # JSON only, never pickle, in both directions (issue 16): a worker or the web server must
+        # not run code that someone able to write to Redis put into a message or a result.
         "CELERY_TASK_SERIALIZER": "json",
         "CELERY_RESULT_SERIALIZER": "json",
+        "CELERY_EVENT_SERIALIZER": "json",
         "CELERY_ACCEPT_CONTENT": ["json"],
+        "CELERY_RESULT_ACCEPT_CONTENT": ["json"],
         "CELERY_RESULT_EXPIRES": 24 * 3600,
         "CELERY_RESULT_EXTENDED": True,
         "CELERY_TASK_TRACK_STARTED": True,

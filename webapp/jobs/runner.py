@@ -17,10 +17,11 @@ from django.conf import settings
 from agent.events import Event, event_from_dict
 from webapp.jobs import services
 from webapp.jobs.models import Job, Turn
+from webapp.queues import MAX_DELIVERIES, worker_died_reason
 
 logger = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3  # starts of one job (first run + resumes after lost workers)
+MAX_ATTEMPTS = MAX_DELIVERIES  # starts of one job (first run + resumes after lost workers)
 SANDBOX_OPTION_KEYS = ("backend", "torch_ops", "preset")
 TOOL_STEPS = {"compile": "compiling", "evaluate": "evaluating", "profile": "profiling"}
 
@@ -116,9 +117,9 @@ def run_job(job_id: int) -> None:
         services.finish_job(job, Job.State.CANCELLED, "cancelled before it started")
         return
     if job.attempts >= MAX_ATTEMPTS:
-        services.finish_job(
-            job, Job.State.FAILED, f"the worker running this job was lost {job.attempts} times; giving up"
-        )
+        # Started that often and never finished: each worker running it died (the delivery
+        # count in Redis usually stops the task first; this holds even when that count is gone).
+        stop_lost_job(job_id)
         return
     resumed = job.attempts > 0
     job = services.start_job(job)
@@ -132,6 +133,14 @@ def run_job(job_id: int) -> None:
         return
     recorder.flush()
     _finish_from_trajectory(job, finished)
+
+
+def stop_lost_job(job_id: int) -> None:
+    """End a job whose worker died on each of its starts (the upload killed it, say)."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is not None and not job.is_terminal:
+        logger.error("job %s: %s", job_id, worker_died_reason("job"))
+        services.finish_job(job, Job.State.FAILED, worker_died_reason("job"))
 
 
 def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool):

@@ -3,7 +3,9 @@
 Names route the work (webapp.queues): `kernelwright.agent.*` runs on the agent queue,
 `kernelwright.compile.*` on compile hosts, `kernelwright.gpu.*` on one worker per GPU.
 The agent task is acks_late + reject_on_worker_lost: if its worker dies, the broker hands the
-job to another worker, which resumes it from the turns already stored.
+job to another worker, which resumes it from the turns already stored. A task whose worker died
+under it webapp.queues.MAX_DELIVERIES times is not run again (webapp.celery.DeliveryLimitedTask):
+the job fails, the build or evaluation returns a failed result saying so.
 """
 
 from __future__ import annotations
@@ -14,14 +16,34 @@ from typing import Any
 from celery import shared_task
 
 
-@shared_task(name="kernelwright.agent.run_job", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def _stop_job(task, job_id: int) -> None:
+    from webapp.jobs.runner import stop_lost_job
+
+    stop_lost_job(job_id)
+
+
+def _failed_build(task, *args, **kwargs) -> dict[str, Any]:
+    from webapp.jobs.worker_side import worker_died_build
+
+    return worker_died_build()
+
+
+def _failed_evaluation(task, *args, **kwargs) -> dict[str, Any]:
+    from webapp.jobs.worker_side import worker_died_result
+
+    return worker_died_result()
+
+
+@shared_task(name="kernelwright.agent.run_job", acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+             on_worker_died_too_often=_stop_job)
 def run_job(job_id: int) -> None:
     from webapp.jobs.runner import run_job as _run
 
     _run(job_id)
 
 
-@shared_task(name="kernelwright.compile.build", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name="kernelwright.compile.build", acks_late=True, reject_on_worker_lost=True,
+             on_worker_died_too_often=_failed_build)
 def build(files: dict[str, str], options: dict[str, Any], job_id: int | None = None) -> dict[str, Any]:
     from agent.evaluator import LocalEvaluator
 
@@ -29,14 +51,16 @@ def build(files: dict[str, str], options: dict[str, Any], job_id: int | None = N
     return dataclasses.asdict(result)
 
 
-@shared_task(name="kernelwright.gpu.evaluate", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name="kernelwright.gpu.evaluate", acks_late=True, reject_on_worker_lost=True,
+             on_worker_died_too_often=_failed_evaluation)
 def evaluate(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None) -> dict[str, Any]:
     from webapp.jobs.worker_side import evaluate_for_job
 
     return evaluate_for_job(task_source, files, options, job_id)
 
 
-@shared_task(name="kernelwright.gpu.profile", acks_late=True, reject_on_worker_lost=True)
+@shared_task(name="kernelwright.gpu.profile", acks_late=True, reject_on_worker_lost=True,
+             on_worker_died_too_often=_failed_evaluation)
 def profile(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None) -> dict[str, Any]:
     from webapp.jobs.worker_side import profile_for_job
 

@@ -7,9 +7,12 @@ step ("checking correctness 3/5") through services.set_step, which writes and an
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
+
+from webapp.queues import worker_died_reason
 
 STEP_WORDS = {
     "compile": "compiling",
@@ -68,6 +71,20 @@ def profile_for_job(task_source: str, files: dict[str, str], options: dict[str, 
 
         set_step(job_id, "profiling")
     return LocalEvaluator().profile(task_source, files, options).to_dict()
+
+
+def worker_died_result() -> dict[str, Any]:
+    """The result of an evaluation or profile whose worker died on every delivery (the candidate
+    killed it, say): a failed evaluation like any candidate fault, so the agent loop goes on."""
+    from sandbox.schema import EvalResult, Status, Verdict
+
+    return EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, reasons=[worker_died_reason("evaluation")]).to_dict()
+
+
+def worker_died_build() -> dict[str, Any]:
+    from sandbox.schema import CompileResult
+
+    return dataclasses.asdict(CompileResult(ok=False, mode="none", log=worker_died_reason("build")))
 
 
 def options_key(options: dict[str, Any]) -> str:
