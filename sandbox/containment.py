@@ -123,11 +123,25 @@ def runtime_paths(with_agent: bool = False) -> list[str]:
         if os.environ.get(var):
             paths.add(os.environ[var])
     paths.update(p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p)
+    paths.update(_toolchain_prefixes())
     paths.update(glob.glob("/usr/local/cuda*"))
     real = {os.path.realpath(p) for p in paths if os.path.exists(p)}
     real = {p for p in real if not p.startswith("/usr/") and p != "/usr"}
     # drop folders inside another one already bound
     return sorted(p for p in real if not any(p != q and p.startswith(q + "/") for q in real))
+
+
+def _toolchain_prefixes() -> set[str]:
+    """Where the compilers live when not under /usr (the H200 image's CC is /opt/gcc/bin/gcc):
+    inductor, triton and load_inline run them inside the sandbox."""
+    found = set()
+    names = [os.environ.get(v, "").split()[0] for v in ("CC", "CXX", "CUDAHOSTCXX") if os.environ.get(v, "").strip()]
+    for name in [*names, "gcc", "g++", "cc", "c++", "nvcc", "ninja"]:
+        path = shutil.which(name)
+        if path:
+            real = os.path.realpath(path)
+            found.add(os.path.dirname(os.path.dirname(real)))  # .../bin/gcc -> ...
+    return {p for p in found if p not in ("/", "/usr")}
 
 
 def gpu_devices() -> list[str]:
