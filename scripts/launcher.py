@@ -6,6 +6,17 @@ CUDA_VISIBLE_DEVICES; on a host without a GPU one worker on the cpu backend). Ev
 its own process group, so Ctrl-C or SIGTERM stops each group, grandchildren included (Celery's
 pool processes), and nothing is left behind.
 
+Faults stay local: a worker or daphne that dies is started again (its whole process group killed
+first), after 1 s, then 2, 5, 10 and at most 30 s while it keeps dying within a minute of its
+start; each restart is logged with why the child ended. Only the private redis-server dying stops
+everything, since every other part depends on it (its data lives on under var/redis).
+
+Secrets (issue 16): the private redis-server listens on 127.0.0.1 only and requires a random
+password of this run (in REDIS_URL, never on a command line); each child gets only the secrets
+it needs: the model endpoint (OPENAI_API_KEY, OPENAI_BASE_URL) reaches daphne and the agent
+worker only, the real SECRET_KEY daphne only, and the compile and gpu workers, which run
+untrusted code, get no variable named like a secret (`worker_env`).
+
 `test`: the same Redis logic (an existing one on 127.0.0.1:6379 is fine for tests), then pytest on
 the whole tests/ tree with the given arguments; its exit code is ours.
 
@@ -18,6 +29,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -59,13 +72,69 @@ def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
     raise RuntimeError("no free port")
 
 
-def redis_answers(host: str, port: int, timeout: float = 1.0) -> bool:
+def _resp(*words: str) -> bytes:
+    """One Redis command in RESP, the protocol's array form (safe for any password)."""
+    return f"*{len(words)}\r\n".encode() + b"".join(f"${len(w.encode())}\r\n".encode() + w.encode() + b"\r\n" for w in words)
+
+
+def redis_answers(host: str, port: int, timeout: float = 1.0, password: str | None = None) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            s.sendall((_resp("AUTH", password) if password else b"") + _resp("PING"))
+            reply = b""
+            while b"\r\n" not in reply or (password and reply.count(b"\r\n") < 2):
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                reply += chunk
+            return reply.endswith(b"+PONG\r\n") and (not password or reply.startswith(b"+OK\r\n"))
     except OSError:
         return False
+
+
+# -- what each child may know -------------------------------------------------------------------
+MODEL_SECRETS = ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+# Names that look like a credential (AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, HF_TOKEN, ...). libpq's
+# own PG* variables stay: every worker needs the database.
+SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.IGNORECASE)
+
+
+def throwaway_secret_key(env: dict[str, str]) -> dict[str, str]:
+    """Django wants a SECRET_KEY; a process that signs nothing gets a random one of its own."""
+    return env | {"SECRET_KEY": "throwaway-" + secrets.token_urlsafe(32)}
+
+
+def agent_env(env: dict[str, str]) -> dict[str, str]:
+    """The agent worker calls the model: it keeps the endpoint, not the web server's SECRET_KEY."""
+    return throwaway_secret_key(env)
+
+
+def worker_env(env: dict[str, str]) -> dict[str, str]:
+    """The compile and gpu workers run untrusted code (inside the sandbox, but a wall is no reason
+    to hand it the keys): no model endpoint, no SECRET_KEY of the web server, nothing else named
+    like a secret."""
+    kept = {k: v for k, v in env.items()
+            if k not in MODEL_SECRETS and (k.upper().startswith("PG") or not SECRET_NAME.search(k))}
+    return throwaway_secret_key(kept)
+
+
+def minimal_env(env: dict[str, str]) -> dict[str, str]:
+    """For redis-server: a program of its own that needs nothing of ours."""
+    return {k: env[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TZ") if k in env}
+
+
+def web_secret_key(env: dict[str, str]) -> str:
+    """SECRET_KEY for daphne: the configured one, else a random one kept under var/ (0600), so a
+    fresh machine does not sign sessions with the public development key."""
+    if env.get("SECRET_KEY"):
+        return env["SECRET_KEY"]
+    path = VAR / "secret-key"
+    if not path.exists():
+        VAR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
 
 
 try:  # loaded here, not in the forked child: a child of a threaded parent should do as little as possible
@@ -81,11 +150,32 @@ def _die_with_parent() -> None:
         _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+BACKOFF_S = (1, 2, 5, 10, 30)  # before restart 1, 2, ... of a child that keeps dying
+STABLE_S = 60.0  # a child that ran this long before it died starts the backoff afresh
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
 @dataclass
 class Child:
     name: str
-    proc: subprocess.Popen
+    argv: list[str]
+    env: dict[str, str]
+    prefix_output: bool
+    restart: bool  # start it again when it dies (else its death stops everything)
+    proc: subprocess.Popen | None = None
     pump: threading.Thread | None = None
+    started: float = 0.0
+    quick_deaths: int = 0  # deaths in a row, each within STABLE_S of its start
+    restarts: int = 0
+    restart_at: float | None = None  # dead, and due to start again then (monotonic)
 
 
 @dataclass
@@ -94,19 +184,53 @@ class Stack:
 
     children: list[Child] = field(default_factory=list)
 
-    def start(self, name: str, argv: list[str], env: dict[str, str], prefix_output: bool = True) -> Child:
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if prefix_output else None,
-            stderr=subprocess.STDOUT if prefix_output else None,
-            preexec_fn=_die_with_parent,
-        )
-        child = Child(name, proc)
-        if prefix_output:
-            child.pump = threading.Thread(target=self._pump, args=(name, proc), daemon=True)
-            child.pump.start()
+    def start(self, name: str, argv: list[str], env: dict[str, str], prefix_output: bool = True,
+              restart: bool = False) -> Child:
+        child = Child(name, argv, env, prefix_output, restart)
+        self._spawn(child)
         self.children.append(child)
         return child
+
+    def _spawn(self, child: Child) -> None:
+        child.proc = subprocess.Popen(
+            child.argv, cwd=ROOT, env=child.env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if child.prefix_output else None,
+            stderr=subprocess.STDOUT if child.prefix_output else None,
+            preexec_fn=_die_with_parent,
+        )
+        child.started, child.restart_at = time.monotonic(), None
+        if child.prefix_output:
+            child.pump = threading.Thread(target=self._pump, args=(child.name, child.proc), daemon=True)
+            child.pump.start()
+
+    def supervise(self) -> Child | None:
+        """Restart dead children that may be restarted, each after its backoff; the first dead
+        child that may not be (the private redis-server) is returned, and the caller stops."""
+        now = time.monotonic()
+        for child in self.children:
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    child.restarts += 1
+                    say(f"restarting {child.name} (restart {child.restarts})")
+                    self._spawn(child)
+                continue
+            code = child.proc.poll()
+            if code is None:
+                continue
+            if not child.restart:
+                return child
+            # Whatever the dead leader left in its group (a pool process) goes with it.
+            _signal_group(child.proc, signal.SIGKILL)
+            ran = now - child.started
+            child.quick_deaths = child.quick_deaths + 1 if ran < STABLE_S else 1
+            delay = BACKOFF_S[min(child.quick_deaths, len(BACKOFF_S)) - 1]
+            child.restart_at = now + delay
+            say(f"{child.name} {describe_exit(code)} after {ran:.0f} s: starting it again in {delay} s"
+                + (f" ({child.quick_deaths} quick deaths in a row)" if child.quick_deaths > 1 else ""))
+        return None
+
+    def first_exited(self) -> Child | None:
+        return next((c for c in self.children if c.restart_at is None and c.proc.poll() is not None), None)
 
     @staticmethod
     def _pump(name: str, proc: subprocess.Popen) -> None:
@@ -114,11 +238,10 @@ class Stack:
             sys.stdout.write(f"{name:>9} | {raw.decode(errors='replace')}")
             sys.stdout.flush()
 
-    def first_exited(self) -> Child | None:
-        return next((c for c in self.children if c.proc.poll() is not None), None)
-
     def stop(self, timeout: float = 20.0) -> None:
         for child in reversed(self.children):
+            if child.restart_at is not None:
+                continue  # dead, its group already killed, waiting for a restart that will not come
             _signal_group(child.proc, signal.SIGTERM)
             deadline = time.monotonic() + (timeout if child.name.startswith(("agent", "compile", "gpu")) else 10)
             while child.proc.poll() is None and time.monotonic() < deadline:
@@ -142,23 +265,37 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def start_private_redis(stack: Stack) -> str:
+    """A redis-server of this run: loopback only, a random password (given in a 0600 config file
+    that is removed once the server has read it, so it is on no command line and no disk)."""
     server = shutil.which("redis-server")
     if server is None:
         print(REDIS_MISSING, file=sys.stderr)
         raise SystemExit(2)
     data = VAR / "redis"
     data.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    stack.start("redis", [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
-                          "--save", "60 1", "--appendonly", "no", "--daemonize", "no",
-                          "--logfile", str(data / "redis.log")], os.environ.copy())
-    deadline = time.monotonic() + 15
-    while not redis_answers("127.0.0.1", port):
-        if stack.first_exited() or time.monotonic() > deadline:
-            raise SystemExit(f"redis-server did not start: see {data / 'redis.log'}")
-        time.sleep(0.1)
-    say(f"started redis-server on 127.0.0.1:{port} (data in {data})")
-    return f"redis://127.0.0.1:{port}/0"
+    data.chmod(0o700)
+    port, password = free_port(), secrets.token_hex(24)
+    conf = data / "redis.conf"
+    conf.unlink(missing_ok=True)
+    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"port {port}\nbind 127.0.0.1\nprotected-mode yes\nrequirepass {password}\n"
+                f'dir "{data}"\nsave "60 1"\nappendonly no\ndaemonize no\nlogfile "{data / "redis.log"}"\n')
+    try:
+        stack.start("redis", [server, str(conf)], minimal_env(dict(os.environ)))
+        deadline = time.monotonic() + 15
+        while not redis_answers("127.0.0.1", port, password=password):
+            if stack.first_exited() or time.monotonic() > deadline:
+                raise SystemExit(f"redis-server did not start: see {data / 'redis.log'}")
+            time.sleep(0.1)
+    finally:
+        conf.unlink(missing_ok=True)
+    say(f"started redis-server on 127.0.0.1:{port}, password required (data in {data})")
+    return f"redis://:{password}@127.0.0.1:{port}/0"
+
+
+def redacted(url: str) -> str:
+    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
 
 
 def gpu_ids(requested: int | None, backend: str) -> list[str]:
@@ -196,7 +333,7 @@ def worker_argv(queue: str, name: str, concurrency: int) -> list[str]:
 def wait_healthy(url: str, stack: Stack, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if stack.first_exited():
+        if stack.supervise():
             return False
         try:
             with urllib.request.urlopen(url + "/healthz", timeout=10) as resp:
@@ -230,24 +367,27 @@ def run(args: argparse.Namespace) -> int:
         if not env.get("REDIS_URL"):
             env["REDIS_URL"] = start_private_redis(stack)
         else:
-            say(f"using REDIS_URL={env['REDIS_URL']}")
+            say(f"using REDIS_URL={redacted(env['REDIS_URL'])}")
+        web = env | {"SECRET_KEY": web_secret_key(env)}
         say("migrating the database")
-        subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
+        subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=web, check=True)
         # The gallery's case studies ship as trajectory fixtures; loading is idempotent.
-        subprocess.run([PY, "manage.py", "load_gallery"], cwd=ROOT, env=env, check=True)
+        subprocess.run([PY, "manage.py", "load_gallery"], cwd=ROOT, env=web, check=True)
 
         port = free_port(args.host, args.port)
         if port != args.port:
             say(f"port {args.port} is busy: using {port}")
-        stack.start("web", [PY, "-m", "daphne", "-b", args.host, "-p", str(port), "webapp.asgi:application"], env)
-        stack.start("agent", worker_argv("agent", "agent", args.agent_concurrency), env)
-        stack.start("compile", worker_argv("compile", "compile", args.compile_concurrency), env)
+        stack.start("web", [PY, "-m", "daphne", "-b", args.host, "-p", str(port), "webapp.asgi:application"], web,
+                    restart=True)
+        stack.start("agent", worker_argv("agent", "agent", args.agent_concurrency), agent_env(env), restart=True)
+        untrusted = worker_env(env)
+        stack.start("compile", worker_argv("compile", "compile", args.compile_concurrency), untrusted, restart=True)
         if ids:
             for i, gpu in enumerate(ids):
-                genv = env | {"CUDA_VISIBLE_DEVICES": gpu, "KERNELWRIGHT_BACKEND": "cuda"}
+                genv = untrusted | {"CUDA_VISIBLE_DEVICES": gpu, "KERNELWRIGHT_BACKEND": "cuda"}
                 if plan is not None:
                     genv["KERNELWRIGHT_TIMING_CPU"] = str(plan.timing_cpu[gpu])
-                stack.start(f"gpu{i}", worker_argv("gpu", f"gpu{i}", max(1, args.evals_per_gpu)), genv)
+                stack.start(f"gpu{i}", worker_argv("gpu", f"gpu{i}", max(1, args.evals_per_gpu)), genv, restart=True)
         else:
             count = max(1, args.gpu_workers or 1)
             say(f"no GPU visible: {count} gpu-queue worker(s) on the cpu backend")
@@ -257,7 +397,8 @@ def run(args: argparse.Namespace) -> int:
                 say("warning: several cpu-backend evaluation workers time on the same cores; "
                     "their speedups disturb each other. Use one unless this host has many cores.")
             for i in range(count):
-                stack.start(f"gpu{i}", worker_argv("gpu", f"gpu{i}", 1), env | {"KERNELWRIGHT_BACKEND": "cpu"})
+                stack.start(f"gpu{i}", worker_argv("gpu", f"gpu{i}", 1), untrusted | {"KERNELWRIGHT_BACKEND": "cpu"},
+                            restart=True)
 
         url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
         say(f"Kernelwright is starting at {url}/  (health: {url}/health/)")
@@ -266,9 +407,9 @@ def run(args: argparse.Namespace) -> int:
         elif not stack.first_exited():
             say(f"{url}/healthz is not green yet: see {url}/health/")
         while True:
-            dead = stack.first_exited()
+            dead = stack.supervise()
             if dead:
-                say(f"{dead.name} exited with code {dead.proc.returncode}: stopping everything")
+                say(f"{dead.name} {describe_exit(dead.proc.returncode)}: stopping everything")
                 return 1
             time.sleep(0.5)
     except Stop as stop:
