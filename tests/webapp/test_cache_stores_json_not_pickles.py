@@ -114,3 +114,38 @@ def test_a_planted_pickle_over_a_rendered_turn_is_rendered_afresh(redis_url, tmp
     assert not marker.exists()
     for turn in job.turns.all():  # overwritten with the honest rendering
         assert isinstance(json.loads(r.get(cache.make_key(turn_html._key(turn)))), str)
+
+
+def test_celery_and_the_channel_layer_accept_no_pickle(settings) -> None:
+    from webapp.celery import app
+
+    assert app.conf.task_serializer == app.conf.result_serializer == app.conf.event_serializer == "json"
+    assert list(app.conf.accept_content) == ["json"] and list(app.conf.result_accept_content) == ["json"]
+    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["serializer_format"] == "msgpack"
+
+
+def test_a_worker_refuses_a_pickled_task_message_without_running_it(live_workers, redis_url, tmp_path) -> None:
+    """A task message planted in a queue as a pickle (what a worker accepting pickle would run)."""
+    import uuid
+
+    from kombu import Connection, Producer
+
+    from tests.support.processes import wait_for
+    from webapp.celery import app
+    from webapp.core.tasks import PING_TASKS
+    from webapp.queues import Queue
+
+    marker = tmp_path / "pickle-ran"
+    queue = next(q for q in app.conf.task_queues if q.name == "compile")
+    task_id = uuid.uuid4().hex
+    with Connection(redis_url) as conn:
+        Producer(conn).publish(
+            Planted(str(marker)), serializer="pickle", exchange=queue.exchange, routing_key="compile", declare=[queue],
+            headers={"task": "kernelwright.compile.ping", "id": task_id, "lang": "py", "argsrepr": "", "kwargsrepr": ""},
+        )
+
+    worker = live_workers["compile"]
+    wait_for(lambda: "Refusing to deserialize untrusted content of type pickle" in worker.log_tail(200_000), 30,
+             what="the worker to refuse the pickle")
+    assert not marker.exists()
+    assert PING_TASKS[Queue.COMPILE].delay(payload="after").get(timeout=60)["payload"] == "after"
