@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import seccomp
+from . import devlock, seccomp
 
 OPT_OUT_ENV = "KERNELWRIGHT_UNCONTAINED"
 BWRAP_ENV = "KERNELWRIGHT_BWRAP"
@@ -161,6 +161,8 @@ def bwrap_args(binds: Iterable[tuple[str, str]] = (), *, gpu: bool, with_agent: 
     args += _system_args() + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/kw"]
     for path in runtime_paths(with_agent):
         args += ["--ro-bind", path, path]
+    lock_dir = devlock.prepare_dir()  # the device locks every evaluation shares (read-only)
+    args += ["--ro-bind", lock_dir, lock_dir]
     if gpu:
         for dev in gpu_devices():
             args += ["--dev-bind", dev, dev]
@@ -389,7 +391,8 @@ def isolate_forked_child(job_dir: str) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount(job_dir, INSIDE_WORK, None, MS_BIND | MS_REC)
     _mount("tmpfs", INSIDE_JOBS, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0555")
-    _cover("/tmp", [p for p in runtime_paths() if p.startswith("/tmp/")], "1777")  # a clone under /tmp stays visible
+    shared = [*runtime_paths(), devlock.LOCK_DIR]  # a clone of the project under /tmp, the device locks
+    _cover("/tmp", [p for p in shared if p.startswith("/tmp/") and os.path.exists(p)], "1777")
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     alive_r, alive_w = os.pipe()  # M holds the write end: C sees EOF when M is gone

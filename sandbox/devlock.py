@@ -9,9 +9,8 @@ another evaluation's work. A child holds the lock only while it works on a comma
 it waits for the parent, so one evaluation's idle reference child cannot block the timing of
 its own candidate.
 
-The lock is flock(2) on a file under /tmp/kernelwright-locks (one per GPU UUID, or "cpu"):
-children run under throwaway uids, so the folder is world-writable with the sticky bit and a
-file is opened read-only (flock works on any open file). Processes outside Kernelwright are not
+The lock is flock(2) on a file under /tmp/kernelwright-locks (one per GPU UUID, or "cpu"), made
+by the parent and opened read-only by the children (flock works on any open file). Processes outside Kernelwright are not
 covered; a candidate that releases or takes the lock itself can only spoil its own timing or
 hold up others until its wall-time limit kills it.
 """
@@ -28,14 +27,44 @@ LOCK_DIR = "/tmp/kernelwright-locks"
 
 
 def prepare_dir(path: str = LOCK_DIR) -> str:
-    """Create the lock folder (called by the parent, which may be root, before any child runs)."""
+    """Create the lock folder and a lock file for every device of this host (called by the
+    parent, which may be root, before any child runs). Sandboxed children see the folder
+    read-only (sandbox.containment): they can take the locks but neither add, remove nor
+    replace a file, so no evaluation can break another's exclusion."""
     try:
         os.makedirs(path, exist_ok=True)
         if os.stat(path).st_uid == os.geteuid():
-            os.chmod(path, 0o1777)
+            os.chmod(path, 0o755)
+        for name in ["cpu", *(f"gpu-{uuid}" for uuid in host_gpu_uuids())]:
+            target = os.path.join(path, f"{name}.lock")
+            if not os.path.exists(target):
+                fd = _open(target)
+                if fd is not None:
+                    os.close(fd)
     except OSError:
         pass
     return path
+
+
+def _normal_uuid(text: str) -> str:
+    """nvidia-smi says GPU-0a1b..., torch says 0a1b...: one spelling for both."""
+    text = text.strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
+
+
+def host_gpu_uuids() -> list[str]:
+    """The UUIDs of this host's GPUs without initialising CUDA (the driver's /proc files)."""
+    import glob
+
+    uuids = []
+    for info in glob.glob("/proc/driver/nvidia/gpus/*/information"):
+        try:
+            for line in open(info):
+                if line.startswith("GPU UUID:"):
+                    uuids.append(_normal_uuid(line.split(":", 1)[1]))
+        except OSError:
+            continue
+    return uuids
 
 
 def _open(path: str) -> int | None:
@@ -124,7 +153,7 @@ def device_lock_name(device: str) -> str:
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     uuid = getattr(props, "uuid", None)
-    return f"gpu-{uuid}" if uuid else f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}-{torch.cuda.current_device()}"
+    return f"gpu-{_normal_uuid(str(uuid))}" if uuid else f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}-{torch.cuda.current_device()}"
 
 
 NO_LOCK = DeviceLock(None)
