@@ -114,9 +114,14 @@ class EvalOptions:
     # processes' work on that CPU slows (docs/gpu-pool.md). `./kw run` keeps every other process
     # of ours off it. None: not pinned.
     timing_cpu: int | None = field(default_factory=default_timing_cpu)
-    # The cached baseline is the median of this many samples, each timed in its own reference
-    # process by one of the task's first evaluations (sandbox.protocol._baseline).
-    baseline_samples: int = 3
+    # Paired timing (sandbox.protocol._paired, docs/evaluation.md section 8): eager, torch.compile
+    # and the candidate are timed interleaved in this many rounds of one window, each round one
+    # block of calls per callable (`timing_budget_s` per callable, spread over the rounds).
+    timing_rounds: int = 12
+    # The machine counts as noisy when the eager baseline's block medians over the rounds of one
+    # window spread by more than this (max / min - 1; 0.25: the slowest round 25% slower than the
+    # fastest): the speed milestone is then withheld (reward 1 with the reason), not guessed.
+    noise_limit: float = 0.25
 
     def validate(self) -> None:
         if self.backend not in BACKENDS:
@@ -131,8 +136,10 @@ class EvalOptions:
             raise ValueError("need 1 <= min_timed_calls <= max_timed_calls")
         if self.input_sets < 1:
             raise ValueError("input_sets must be at least 1")
-        if self.baseline_samples < 1:
-            raise ValueError("baseline_samples must be at least 1")
+        if self.timing_rounds < 3:
+            raise ValueError("timing_rounds must be at least 3 (a median ratio and its interval need rounds)")
+        if not self.noise_limit > 0:
+            raise ValueError("noise_limit must be positive")
         if self.timing_cpu is not None and not 0 <= self.timing_cpu < (os.cpu_count() or 1):
             raise ValueError(f"timing_cpu must be a CPU of this host (0..{(os.cpu_count() or 1) - 1}), got {self.timing_cpu}")
 
@@ -163,22 +170,6 @@ class EvalOptions:
         if unknown:
             raise ValueError(f"unknown evaluation options: {sorted(unknown)}")
         return cls(**data)
-
-    def baseline_key_fields(self) -> dict[str, Any]:
-        """The options that change a baseline measurement (part of its cache key)."""
-        return {
-            "backend": self.resolved_backend(),
-            "threads": self.threads(),
-            "allow_tf32": self.allow_tf32,
-            "timing_budget_s": self.timing_budget_s,
-            "min_timed_calls": self.min_timed_calls,
-            "max_timed_calls": self.max_timed_calls,
-            "warmup_calls": self.warmup_calls,
-            "input_sets": self.input_sets,
-            # CPUs of one host differ in launch cost (1.53x between the H200 host's 16 CPUs,
-            # docs/benchmarks.md): a baseline timed on one CPU is not a candidate's yardstick on another
-            "timing_cpu": self.timing_cpu,
-        }
 
 
 def cuda_present() -> bool:

@@ -8,17 +8,22 @@ states the same in prose).
               trials, a reinit trial (other weights), a wide-distribution trial, a shape trial
               (changed size constants), and the timing input sets; it never talks to the
               candidate, the parent relays inputs only
- 5. baseline  eager and torch.compile timed in the reference child (cached on disk per task
-              hash, device, torch version and timing options)
+ 5. baseline  the reference moves its timing sets to the device and builds torch.compile (its
+              first call compiles) while the candidate runs its trials; nothing is cached
  6. trials    the candidate runs each trial (inputs + the reference's state_dict); the parent
               compares outputs; the child reports aliasing, input mutation, late writes,
               subclass outputs, dispatched aten ops, custom kernel calls, flag changes, tampering
  7. audit     torch-ops=forbid: compute ops -> rejected; no custom kernel ran -> rejected
- 8. timing    only for correct, unrejected candidates: same loop as the baselines; every timed
-              call's output is fingerprinted and checked against the expected outputs, and
-              custom kernels must run in every timed call
+ 8. timing    only for correct, unrejected candidates, paired: eager and torch.compile (in the
+              reference child) and the candidate (in its child) timed interleaved in ONE window,
+              the device lock held throughout, the child not timing stopped: a warm-up each,
+              then `timing_rounds` rounds of one block per callable in rotated order; a ratio
+              per round, the median ratio with a bootstrap 95% interval (judge_speed); every
+              timed call's output is fingerprinted and checked against the expected outputs,
+              and custom kernels must run in every timed call
  9. roofline  FLOPs and minimal bytes against measured ceilings; profile table if asked
-10. reward    sandbox.schema.milestone_reward
+10. reward    sandbox.schema.milestone_reward on the intervals' lower ends; withheld (1) when the
+              eager baseline's rounds spread by more than noise_limit (a noisy machine)
 """
 
 from __future__ import annotations
@@ -36,15 +41,20 @@ from .compare import compare_outputs, within_reference_error
 from .isolation import Child, Limits, start_child
 from .options import PRESETS, EvalOptions
 from .schema import (
+    SPEED_MARGIN,
     EvalResult,
     ProfileRow,
     Roofline,
+    Round,
+    Speed,
+    Speedup,
     Stats,
     Status,
     TrialResult,
     Verdict,
     milestone_reward,
 )
+from .timing import REWARM_BELOW_MS, calls_per_block, paired_speedup, round_noise, round_order
 
 Progress = Callable[[str, dict], None]
 
@@ -131,10 +141,6 @@ def _user_error(reply: dict, who: str) -> str:
     return f"{who}{where}: {reply.get('error', 'failed')}"
 
 
-def _stats(d: dict | None) -> Stats | None:
-    return Stats(**d) if d else None
-
-
 def _seeds(options: EvalOptions) -> dict:
     """Fresh secret seeds per evaluation; they exist only here and in the reference child."""
     r = secrets.SystemRandom()
@@ -146,100 +152,152 @@ def _seeds(options: EvalOptions) -> dict:
             "random": [s() for _ in range(options.random_trials())], "timing": [s() for _ in range(options.input_sets)]}
 
 
-def _cacheable_baseline(base: dict) -> dict:
-    """What goes into the baseline cache: a torch.compile failure caused by a sandbox limit or
-    the host (worker._compile_failure) is left out, so the next evaluation measures again
-    instead of serving the failure forever; a failure of the task's own code is kept."""
-    if base.get("compile_infra"):
-        return {k: v for k, v in base.items() if k not in ("compile_error", "compile_infra")}
-    return base
+def _window_cpu(options: EvalOptions, backend: str) -> dict:
+    """The CPU every timed loop of a window runs on, for the children's timing set-up. The
+    configured timing CPU (strict: an unusable one is an error); else, on the cpu backend with one
+    thread, the evaluator's last CPU for every window (the device lock "cpu" lets one window run
+    at a time on the host): unpinned, the reference and the candidate ran wherever the scheduler
+    kept them, and on a loaded 2-core host an honest copy of the reference read 1.13x with an
+    interval of 1.10-1.22 (the two processes on CPUs with different loads); pinned to one CPU, 12
+    of 12 copies held 1.0 (docs/evaluation.md section 8). With more threads the pin would hold the
+    calling thread only, and the intra-op pool's other threads could land on its CPU (a 0.02 ms
+    softmax then took 8 ms a call): unpinned. cuda without a timing CPU: unpinned (windows on
+    different GPUs run at once and must not share a CPU; `./kw run --timing-cpus` gives each GPU's
+    worker its own)."""
+    import os
+
+    if options.timing_cpu is not None:
+        return {"cpu": options.timing_cpu, "strict_cpu": True}
+    if backend == "cpu" and options.threads() == 1:
+        return {"cpu": max(os.sched_getaffinity(0)), "strict_cpu": False}
+    return {"cpu": None, "strict_cpu": False}
 
 
-# Bump when the way baselines are measured changes, so that no cached baseline taken the old way
-# is served again (2: torch.compile builds without precompiled headers, one compile thread; a
-# cached failure from version 1 would otherwise hide the compile baseline forever).
-# 3: the end event right after the call, plus the device's tail beyond the idle sync cost
-# (sandbox/timing.py), instead of an end event recorded after a device sync.
-# 4: warm-up of at least min(0.1 s, budget / 5), not only `warmup_calls` calls.
-# 5: outputs held and fingerprinted in batches of up to timing.HOLD_CALLS, not after every call.
-# 6: a head start of device work before each timed call, and the back-to-back time per call as
-# every call's floor.
-# 7: autograd off for the whole timing run, not a no_grad context per call.
-# 8: a cache entry holds several samples (one per reference process, `baseline_samples`), and
-# the baseline is the sample with the median time.
-BASELINE_PROTOCOL = "baseline/8"
+WHO = {"eager": "the reference (task)", "compile": "the reference (task)", "candidate": "the candidate"}
 
 
-def _baseline_key(task_hash: str, device_name: str, options: EvalOptions) -> str:
-    return cache.sha256_text(BASELINE_PROTOCOL, task_hash, device_name, _torch_version(), repr(sorted(options.baseline_key_fields().items())))
+class _Paired:
+    """The parent's side of paired timing [sandbox.timing, docs/evaluation.md section 8]: eager and
+    torch.compile run in the reference child (trusted baseline code never runs in the candidate's
+    process), the candidate in the candidate child; the parent asks each child in turn, over the
+    pipes, for a warm-up and then for one block of calls per callable per round, in an order
+    rotated per round. It holds the device lock exclusively for the whole window (the children's
+    timers take none), and keeps the child that is not timing stopped (Child.pause), so neither
+    side's leftover threads run during the other's calls."""
 
+    def __init__(self, ref: Child, cand: Child | None, names: list[str], options: EvalOptions, device_id: str):
+        self.options, self.names = options, list(names)
+        self.owner = {n: (cand if n == "candidate" else ref) for n in self.names}
+        self.children = [ref] + ([cand] if cand is not None else [])
+        self.paused = {id(c): False for c in self.children}
+        self.lock = devlock.DeviceLock(device_id or "device", devlock.prepare_dir()) if options.device_lock else devlock.NO_LOCK
+        self.est_ms: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.rounds: list[Round] = []
+        self.window: list[float] | None = None
+        self.findings: list[str] = []
 
-def _usable_samples(entry: dict | None, options: EvalOptions) -> list[dict]:
-    """The cached samples this evaluation may use: a sample without the compile baseline does not
-    serve one that asks for it (it is measured again)."""
-    samples = list((entry or {}).get("samples") or [])
-    if options.compile_baseline:
-        samples = [s for s in samples if s.get("compile") is not None or s.get("compile_error")]
-    return samples
+    def _switch_to(self, child: Child) -> None:
+        for c in self.children:
+            stop = c is not child
+            if self.paused[id(c)] != stop:
+                c.pause(stop)
+                self.paused[id(c)] = stop
 
+    def _ask(self, name: str, msg: dict, stage: str) -> dict:
+        child = self.owner[name]
+        self._switch_to(child)
+        _send(child, {**msg, "which": name}, WHO[name], stage)
+        return _recv(child, WHO[name], stage)
 
-def _median_sample(samples: list[dict], which: str, now: dict | None) -> dict | None:
-    """The `which` stats ("eager" or "compile") of the sample with the median median, plus the
-    medians of all samples (`samples_ms`). Its `window` is kept only when it was measured in this
-    evaluation (`now`): devlock.overlapping_windows must not see another evaluation's window."""
-    timed = [s for s in samples if s.get(which)]
-    if not timed:
-        return None
-    timed.sort(key=lambda s: s[which]["median_ms"])
-    pick = timed[(len(timed) - 1) // 2]  # the lower median of an even count: never an average of two runs
-    stats = dict(pick[which])
-    if pick is not now:
-        stats.pop("window", None)
-    stats["samples_ms"] = [s[which]["median_ms"] for s in timed]
-    return stats
-
-
-def _baseline(ref: Child, res: EvalResult, options: EvalOptions, fingerprint_seed: int,
-              progress: Progress | None = None, stopped: Child | None = None) -> dict:
-    """The eager (and torch.compile) baseline of the task on this device. A cache entry collects
-    up to `baseline_samples` samples, each timed in another evaluation's reference child (the
-    first evaluations of a task each add one); the baseline is the sample with the median time.
-    Why: a host-bound task's eager time moved 2x from one reference process to the next on the
-    two-H200 host (0.0096 to 0.0214 ms, docs/gpu-pool.md), and a baseline timed once froze
-    whichever draw came first into every later speedup. Sets `res.timing.baseline_cached`
-    (true when no baseline was timed in this evaluation)."""
-    path = cache.section(options.cache_dir, "baselines") / f"{_baseline_key(res.task_hash, res.device, options)}.json"
-    samples = _usable_samples(cache.read_json(path), options)
-    base = None
-    res.timing.baseline_cached = len(samples) >= options.baseline_samples
-    if not res.timing.baseline_cached:
-        if progress:
-            progress("baseline", {"compile": options.compile_baseline})
-        ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-        if stopped is not None:  # the candidate's processes, stopped while the baselines are timed
-            stopped.pause(True)
+    def run(self, progress: Progress | None = None) -> None:
+        o = self.options
         try:
-            _send(ref, {"cmd": "baseline", "compile": options.compile_baseline, "fingerprint_seed": fingerprint_seed,
-                        **_timing_cmd(options)}, "the reference (task)", "baseline timing")
-            base = _recv(ref, "the reference (task)", "baseline timing")
+            with self.lock.exclusive():
+                t0 = time.time()
+                for name in list(self.names):
+                    reply = self._ask(name, {"cmd": "warm", "budget_s": o.timing_budget_s, "max_calls": o.max_timed_calls,
+                                             "warmup": max(o.warmup_calls, 3) if name == "compile" else o.warmup_calls}, "the warm-up")
+                    if not reply.get("ok") and name == "compile":  # no compile baseline, the rest still times
+                        self.findings.append(f"torch.compile baseline failed during its warm-up: {reply.get('error', '')[:1500]}")
+                        self.names.remove(name)
+                        continue
+                    self._check(name, reply)
+                    self.est_ms[name] = float(reply["est_ms"])
+                    self.calls[name] = calls_per_block(self.est_ms[name], o.timing_budget_s, o.timing_rounds, o.min_timed_calls, o.max_timed_calls)
+                for r in range(o.timing_rounds):
+                    order = round_order(self.names, r)
+                    medians: dict[str, float] = {}
+                    for name in order:
+                        reply = self._ask(name, {"cmd": "block", "calls": self.calls[name],
+                                                 "rewarm": 1 if self.est_ms[name] < REWARM_BELOW_MS else 0}, "timing")
+                        self._check(name, reply)
+                        medians[name] = float(reply["median_ms"])
+                    self.rounds.append(Round(order=order, **{f"{n}_ms": m for n, m in medians.items()}))
+                    if progress:
+                        progress("timing", {"round": r + 1, "of": o.timing_rounds})
+                self.window = [t0, time.time()]
         finally:
-            if stopped is not None:
-                stopped.pause(False)
-        # re-read: another evaluation of the task may have added a sample meanwhile
-        stored = [*_usable_samples(cache.read_json(path), options), _cacheable_baseline(base)]
-        cache.write_json_atomic(path, {"samples": stored})
-        samples = [*stored[:-1], base]  # this result shows its own sample whole (a left-out failure too)
-    out = {k: v for k, v in (base or samples[-1]).items() if k not in ("eager", "compile")}
-    out["eager"] = _median_sample(samples, "eager", base)
-    out["compile"] = _median_sample(samples, "compile", base)
-    if out["compile"] is not None:
-        out.pop("compile_error", None)
-    return out
+            for c in self.children:
+                if self.paused[id(c)]:
+                    c.pause(False)
+                    self.paused[id(c)] = False
+
+    @staticmethod
+    def _check(name: str, reply: dict) -> None:
+        if not reply.get("ok"):
+            who = "candidate" if name == "candidate" else "task"
+            raise _Stop(Status.RUNTIME_ERROR, f"{who}: {reply.get('error', 'timing failed')}")
+
+    def series(self, name: str) -> list[float]:
+        return [getattr(r, f"{name}_ms") for r in self.rounds]
 
 
-def _timing_cmd(options: EvalOptions) -> dict:
-    return {"budget_s": options.timing_budget_s, "min_calls": options.min_timed_calls, "max_calls": options.max_timed_calls,
-            "warmup": options.warmup_calls, "cpu": options.timing_cpu}
+def _speedup(baseline: str, base_ms: list[float], cand_ms: list[float]) -> Speedup:
+    sp = paired_speedup(base_ms, cand_ms)
+    verdict = "faster" if sp["ci_low"] > 1.0 else "slower" if sp["ci_high"] < 1.0 else "no measurable difference"
+    return Speedup(baseline=baseline, ratio=sp["ratio"], ci_low=sp["ci_low"], ci_high=sp["ci_high"], rounds=sp["rounds"],
+                   verdict=verdict, per_round=sp["per_round"])
+
+
+_LABEL = {"eager": "eager", "compile": "torch.compile"}
+
+
+def speedup_words(sp: Speedup) -> str:
+    """One speedup in words; an interval that holds 1.0 is never called a win."""
+    interval = f"95% interval {sp.ci_low:.3g}-{sp.ci_high:.3g}x"
+    label = _LABEL.get(sp.baseline, sp.baseline)
+    if sp.verdict == "faster":
+        return f"{sp.ratio:.3g}x faster than {label} ({interval})"
+    if sp.verdict == "slower":
+        return f"slower than {label}: {sp.ratio:.3g}x ({interval})"
+    return f"no measurable difference from {label} ({sp.ratio:.3g}x, {interval})"
+
+
+def judge_speed(rounds: list[Round], names: list[str], options: EvalOptions) -> tuple[Speed, int]:
+    """The paired rounds -> the speedups with their intervals, the noise check, the verdict in
+    words, and the reward of a correct candidate (sandbox.schema.milestone_reward on the
+    intervals' lower ends; withheld, i.e. 1, on a noisy machine)."""
+    cand = [r.candidate_ms for r in rounds]
+    eager = [r.eager_ms for r in rounds]
+    speed = Speed(rounds=len(rounds), noise_limit=options.noise_limit)
+    speed.vs_eager = _speedup("eager", eager, cand)
+    if "compile" in names:
+        speed.vs_compile = _speedup("compile", [r.compile_ms for r in rounds], cand)
+    speed.noise = round_noise(eager)
+    speed.noisy = speed.noise > options.noise_limit
+    parts = [speedup_words(x) for x in (speed.vs_eager, speed.vs_compile) if x is not None]
+    speed.verdict = "; ".join(parts) + f" ({len(rounds)} paired rounds)"
+    reward = milestone_reward(True, speed.vs_eager, speed.vs_compile, noisy=speed.noisy)
+    if speed.noisy:
+        speed.milestone = (f"speed milestone withheld: the machine was noisy (the eager baseline's round medians spread "
+                           f"{speed.noise * 100:.0f}%, limit {options.noise_limit * 100:.0f}%), so the reward is 1 "
+                           "(correct) and the speedups are reported, not rewarded")
+        speed.verdict += "; noisy machine"
+    else:
+        low = [f"{_LABEL[x.baseline]} {x.ci_low:.3g}" for x in (speed.vs_eager, speed.vs_compile) if x is not None]
+        speed.milestone = (f"reward {reward}: the intervals' lower ends ({', '.join(low)}) against the {SPEED_MARGIN}x margin")
+    return speed, reward
 
 
 def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | None = None,
@@ -343,12 +401,24 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     if not ready.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, _user_error(ready, "candidate"))
 
-    # 5. baselines
-    base = _baseline(ref, res, options, fp_seed, progress, stopped=cand)
-    res.timing.eager = _stats(base.get("eager"))
-    res.timing.compile = _stats(base.get("compile")) if options.compile_baseline else None
-    if options.compile_baseline and base.get("compile_error"):
-        res.audit.findings.append(base["compile_error"])
+    # 5. baselines: the reference moves its timing sets to the device and builds torch.compile
+    # (its first call compiles: CPU work, untimed) while the candidate runs its trials; nothing is
+    # timed until step 8, where eager, torch.compile and the candidate are timed side by side
+    ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
+    _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_window_cpu(options, backend)},
+          "the reference (task)", "baseline set-up")
+    ref_timing: dict = {}
+
+    def ref_ready() -> dict:
+        """The reference's reply to the set-up, read once, before anything else is asked of it."""
+        if not ref_timing:
+            progress("baseline", {"compile": options.compile_baseline})
+            ref_timing.update(_recv(ref, "the reference (task)", "the baseline set-up (torch.compile)"))
+            if not ref_timing.get("ok"):
+                raise _Stop(Status.RUNTIME_ERROR, "task: " + ref_timing.get("error", "baseline set-up failed"))
+            if ref_timing.get("compile_error"):
+                res.audit.findings.append(ref_timing["compile_error"])
+        return ref_timing
 
     # 6. correctness trials (the candidate's wall-time limit starts now, not while it waited)
     cand.restart_clock()
@@ -370,6 +440,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     rejections, incorrect, values_only = _judge_trials(msg, trials, options, res)
     widen = 1.0  # the timed-call fingerprint bounds, in tolerance units (wider after a float64 pass)
     if values_only and not rejections:
+        ref_ready()
         incorrect, widen = _rejudge_against_float64(ref, trials, values_only, msg, options, res, incorrect)
 
     # 7. audit
@@ -383,20 +454,28 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
         res.reasons.extend(incorrect)
         return
 
-    # 8. timing
-    progress("timing", {"budget_s": options.timing_budget_s})
+    # 8. timing: one window, eager / torch.compile / candidate interleaved in rounds
+    names = list(ref_ready()["callables"])
+    progress("timing", {"budget_s": options.timing_budget_s, "rounds": options.timing_rounds})
     sets = data["timing_sets"]
-    shapes = sets[0]["shapes"]
-    _send(cand, {"cmd": "time", "sets": [s["inputs"] for s in sets], "shapes": shapes, "fingerprint_seed": fp_seed, **_timing_cmd(options)},
-          "the candidate", "timing")
+    _send(cand, {"cmd": "timing_setup", "sets": [s["inputs"] for s in sets], "shapes": sets[0]["shapes"], "fingerprint_seed": fp_seed,
+                 **_window_cpu(options, backend)}, "the candidate", "timing")
+    ready = _recv(cand, "the candidate", "the timing set-up")
+    if not ready.get("ok"):
+        raise _Stop(Status.RUNTIME_ERROR, "candidate: " + ready.get("error", "timing set-up failed"))
+    paired = _Paired(ref, cand, [*names, "candidate"], options, res.device_id)
+    try:
+        paired.run(progress)
+    finally:
+        res.audit.findings.extend(paired.findings)
+    _send(cand, {"cmd": "timing_end"}, "the candidate", "timing")
     timed = _recv(cand, "the candidate", "timing")
     if not timed.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, "candidate: " + timed.get("error", "timing failed"))
+    _send(ref, {"cmd": "timing_end"}, "the reference (task)", "baseline timing")
+    base = _recv(ref, "the reference (task)", "baseline timing")
     problems = _judge_timing(timed, data["fingerprints"], msg, options, backend, res, files, widen)
-    res.timing.candidate = _stats(timed["stats"])
-    res.timing.clock = timed["clock"]
-    res.timing.l2_flush = backend == "cuda"
-    res.timing.input_sets = len(sets)
+    _record_timing(res, paired, timed, base, backend, len(sets))
     res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))
     res.audit.graph_launches = int(timed.get("graph_launches", 0))
     if problems:
@@ -406,13 +485,12 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
 
     res.status = Status.OK
     res.verdict = Verdict.PASS
-    cand_ms = res.timing.candidate.median_ms
-    if res.timing.eager:
-        res.speedup_vs_eager = res.timing.eager.median_ms / cand_ms
-    if res.timing.compile:
-        res.speedup_vs_compile = res.timing.compile.median_ms / cand_ms
-    res.reward = milestone_reward(True, res.speedup_vs_eager, res.speedup_vs_compile)
+    res.speed, res.reward = judge_speed(paired.rounds, paired.names, options)
+    res.speedup_vs_eager = res.speed.vs_eager.ratio if res.speed.vs_eager else None
+    res.speedup_vs_compile = res.speed.vs_compile.ratio if res.speed.vs_compile else None
     res.reasons.append(_summary(res))
+    if res.speed.noisy:
+        res.reasons.append(res.speed.milestone)
 
     # 9. roofline and profile
     progress("roofline", {})
@@ -642,13 +720,38 @@ def roofline_of(device: str, flops: float, nbytes: float, bw_gbs: float, tflops:
                     bound=bound, candidate_ms=cand_ms, fraction_of_sol=min(1.0, floor / cand_ms) if cand_ms > 0 else None, note=note)
 
 
+def _record_timing(res: EvalResult, paired: _Paired, timed: dict | None, base: dict, backend: str, input_sets: int) -> None:
+    """The window's stats per callable (over all its blocks), its rounds and its window. The
+    window is recorded once, on the candidate's stats (or eager's without a candidate): the
+    three callables share it, and devlock.overlapping_windows looks for overlaps between
+    evaluations, not inside one."""
+    stats = dict(base.get("stats") or {})
+    if timed is not None:
+        stats["candidate"] = timed["stats"]
+    t = res.timing
+    t.mode = "paired" if timed is not None else "alone"
+    for name in ("candidate", "eager", "compile"):
+        setattr(t, name, Stats(**stats[name]) if name in stats and name in paired.names else None)
+    t.rounds = list(paired.rounds)
+    t.calls_per_block = dict(paired.calls)
+    t.window = paired.window
+    owner = t.candidate or t.eager
+    if owner is not None:
+        owner.window = paired.window
+    t.clock = "cuda_events" if backend == "cuda" else "perf_counter"
+    t.l2_flush = backend == "cuda"
+    t.input_sets = input_sets
+
+
 def _summary(res: EvalResult) -> str:
     c = res.timing.candidate
     parts = [f"correct in {len(res.trials)} trials; candidate median {c.median_ms:.4g} ms"]
-    if res.speedup_vs_eager:
-        parts.append(f"{res.speedup_vs_eager:.2f}x vs eager ({res.timing.eager.median_ms:.4g} ms)")
-    if res.speedup_vs_compile:
-        parts.append(f"{res.speedup_vs_compile:.2f}x vs torch.compile ({res.timing.compile.median_ms:.4g} ms)")
+    if res.timing.eager:
+        parts.append(f"eager {res.timing.eager.median_ms:.4g} ms")
+    if res.timing.compile:
+        parts.append(f"torch.compile {res.timing.compile.median_ms:.4g} ms")
+    if res.speed is not None:
+        parts.append(res.speed.verdict)
     if c.loop_ms and c.device_median_ms and c.loop_ms > c.device_median_ms:
         parts.append(f"host-bound: called back to back it takes {c.loop_ms:.4g} ms per call against {c.device_median_ms:.4g} ms "
                      f"of device time, so the forward's Python, allocations and launches ({c.host_median_ms or 0:.4g} ms) set its "
@@ -657,8 +760,9 @@ def _summary(res: EvalResult) -> str:
 
 
 def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult:
-    """Times the task alone (eager and torch.compile) with the full reference setup: the same
-    result shape as an evaluation, with no candidate (status ok, reward 0 is meaningless -> -1)."""
+    """Times the task alone (eager and torch.compile, in rounds as an evaluation times them, timing
+    mode "alone") with the full reference setup: the same result shape as an evaluation, with no
+    candidate and no speedup (status ok, reward -1: there is nothing to reward)."""
     options = options or EvalOptions()
     options.validate()
     started = time.perf_counter()
@@ -676,12 +780,19 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
         res.device = data["device_name"]
         res.device_id = data.get("device_id", "")
-        base = _baseline(ref, res, options, 1)
-        res.timing.eager = _stats(base.get("eager"))
-        res.timing.compile = _stats(base.get("compile"))
-        res.timing.clock = base.get("clock", "")
-        if base.get("compile_error"):
-            res.reasons.append(base["compile_error"])
+        ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
+        _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": 1, **_window_cpu(options, backend)},
+              "the reference (task)", "baseline set-up")
+        ready = _recv(ref, "the reference (task)", "the baseline set-up (torch.compile)")
+        if not ready.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, "task: " + ready.get("error", "baseline set-up failed"))
+        if ready.get("compile_error"):
+            res.reasons.append(ready["compile_error"])
+        paired = _Paired(ref, None, list(ready["callables"]), options, res.device_id)
+        paired.run()
+        res.reasons.extend(paired.findings)
+        _send(ref, {"cmd": "timing_end"}, "the reference (task)", "baseline timing")
+        _record_timing(res, paired, None, _recv(ref, "the reference (task)", "baseline timing"), backend, options.input_sets)
         res.timing.candidate = res.timing.eager
         res.roofline = _roofline(ref, data, res, options)
         res.timing.candidate = None

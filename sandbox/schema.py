@@ -15,7 +15,15 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = "kernelwright.eval/1"
+# 2: paired timing. Eager, torch.compile and the candidate are timed interleaved in one window
+# (timing.rounds); speedup_vs_eager / speedup_vs_compile are the median of the per-round ratios
+# (no longer a ratio of medians taken at different times), `speed` holds their intervals, the
+# noise check and the verdict in words; the reward uses the intervals' lower ends. Removed:
+# timing.baseline_cached and Stats.samples_ms (no cached baseline enters a result).
+SCHEMA_VERSION = "kernelwright.eval/2"
+
+# The milestone reward's margin: "faster" means the interval's lower end above this ratio.
+SPEED_MARGIN = 1.05
 
 
 class Status(enum.StrEnum):
@@ -92,20 +100,70 @@ class Stats:
     host_limited_calls: int | None = None
     window: list[float] | None = None  # [start, end] wall-clock seconds of the run, device lock held exclusively
     cpu: int | None = None  # the CPU the timing thread was pinned to for the run (EvalOptions.timing_cpu); None: not pinned
-    # baselines: the median of every sample of this baseline (one reference process each); these
-    # stats are those of the sample with the median of them
-    samples_ms: list[float] | None = None
+
+
+@dataclass
+class Round:
+    """One round of a paired window: each callable's block median, in the order they ran."""
+
+    order: list[str]  # e.g. ["compile", "candidate", "eager"]
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    candidate_ms: float | None = None
 
 
 @dataclass
 class Timing:
+    # Stats over all the window's timed calls of each callable (every block of every round)
     candidate: Stats | None = None
     eager: Stats | None = None
     compile: Stats | None = None  # torch.compile of the reference
-    baseline_cached: bool = False
+    # "paired": the three were timed interleaved in one window (the only way a speedup is made);
+    # "alone": the task's baselines without a candidate (sandbox.baseline)
+    mode: str = "paired"
+    rounds: list[Round] = field(default_factory=list)
+    calls_per_block: dict[str, int] = field(default_factory=dict)  # timed calls per block, per callable
+    window: list[float] | None = None  # [start, end] wall-clock seconds of the window, device lock held exclusively
     clock: str = ""  # "cuda_events" or "perf_counter"
     l2_flush: bool = False
     input_sets: int = 0
+
+
+@dataclass
+class Speedup:
+    """The candidate against one baseline, timed in the same rounds: `ratio` is the median over the
+    rounds of baseline block median / candidate block median (above 1: the candidate is faster),
+    [ci_low, ci_high] its bootstrap 95% interval (seeded, sandbox.timing.paired_speedup)."""
+
+    baseline: str  # "eager" | "compile"
+    ratio: float
+    ci_low: float
+    ci_high: float
+    rounds: int
+    # "faster" (ci_low > 1), "slower" (ci_high < 1), or "no measurable difference" (the interval holds 1.0)
+    verdict: str
+    per_round: list[float] = field(default_factory=list)
+
+    @property
+    def faster(self) -> bool:
+        """Faster by the reward's margin: the interval's LOWER end above SPEED_MARGIN."""
+        return self.ci_low > SPEED_MARGIN
+
+
+@dataclass
+class Speed:
+    """What the paired window says about speed, and what the reward may take from it."""
+
+    vs_eager: Speedup | None = None
+    vs_compile: Speedup | None = None
+    rounds: int = 0
+    # the eager baseline's block medians over the rounds: max / min - 1; above noise_limit the
+    # machine did not hold still, and no speed milestone is given
+    noise: float = 0.0
+    noise_limit: float = 0.0
+    noisy: bool = False
+    verdict: str = ""  # in words, e.g. "1.48x faster than eager (95% interval 1.41-1.55x, 12 rounds); ..."
+    milestone: str = ""  # why the reward is what it is (e.g. withheld on a noisy machine)
 
 
 @dataclass
@@ -158,8 +216,10 @@ class EvalResult:
     compile: CompileResult | None = None
     trials: list[TrialResult] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
+    # paired (schema 2): the median per-round ratio, speed.vs_eager.ratio; its interval is in `speed`
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    speed: Speed | None = None
     reward: int = -1
     audit: Audit = field(default_factory=Audit)
     profile: list[ProfileRow] = field(default_factory=list)
@@ -190,7 +250,14 @@ class EvalResult:
         for key in ("candidate", "eager", "compile"):
             if t.get(key) is not None:
                 t[key] = Stats(**t[key])
+        t["rounds"] = [Round(**r) for r in t.get("rounds") or []]
         d["timing"] = Timing(**t)
+        if d.get("speed") is not None:
+            sp = dict(d["speed"])
+            for key in ("vs_eager", "vs_compile"):
+                if sp.get(key) is not None:
+                    sp[key] = Speedup(**sp[key])
+            d["speed"] = Speed(**sp)
         d["audit"] = Audit(**(d.get("audit") or {}))
         d["profile"] = [ProfileRow(**r) for r in d.get("profile", [])]
         if d.get("roofline") is not None:
@@ -209,13 +276,28 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def milestone_reward(correct: bool, speedup_vs_eager: float | None, speedup_vs_compile: float | None) -> int:
+def _lower_end(speedup: Speedup | float | None) -> float | None:
+    if speedup is None:
+        return None
+    if isinstance(speedup, Speedup):
+        return speedup.ci_low
+    return float(speedup)
+
+
+def milestone_reward(correct: bool, speedup_vs_eager: Speedup | float | None, speedup_vs_compile: Speedup | float | None,
+                     noisy: bool = False) -> int:
     """The CUDA Agent paper's reward: -1 incorrect, 1 correct, 2 if >5% faster than eager,
-    3 if >5% faster than both eager and torch.compile."""
+    3 if >5% faster than both eager and torch.compile. "Faster" is judged on the paired
+    interval's LOWER end (a Speedup's ci_low; a plain number is taken as that lower end), so an
+    interval that reaches down to 1.05 or below earns nothing for speed; on a noisy machine
+    (Speed.noisy) no speed milestone is given at all."""
     if not correct:
         return -1
-    faster_eager = speedup_vs_eager is not None and speedup_vs_eager > 1.05
-    faster_compile = speedup_vs_compile is not None and speedup_vs_compile > 1.05
+    if noisy:
+        return 1
+    eager, compiled = _lower_end(speedup_vs_eager), _lower_end(speedup_vs_compile)
+    faster_eager = eager is not None and eager > SPEED_MARGIN
+    faster_compile = compiled is not None and compiled > SPEED_MARGIN
     if faster_eager and faster_compile:
         return 3
     if faster_eager:

@@ -20,6 +20,14 @@ after the wait is timed by the events. (cpu) perf_counter around the call. Input
 several fresh sets, so no call can replay the previous result. `after_call` runs outside the
 timed region, on batches of held outputs (the candidate's output fingerprints are taken there;
 the baselines run the same hook).
+
+Paired timing (sandbox.protocol._paired): every speedup compares callables timed in ONE window,
+interleaved. Each callable is warmed up once (`Timer.warm`), then the parent runs `rounds`
+rounds; in each round every callable runs one block of calls (`Timer.block`, into its `Series`),
+in an order rotated per round (`round_order`). A round gives one ratio per baseline (the
+baseline's block median over the candidate's), and the speedup is the median of those ratios
+with a bootstrap 95% interval (`paired_speedup`). The spread of the eager baseline's block
+medians over the rounds (`round_noise`) says whether the machine held still.
 """
 
 from __future__ import annotations
@@ -121,27 +129,32 @@ def call_time(event_ms: float, sync_wait_ms: float, idle_sync_ms: float) -> tupl
 
 
 @contextlib.contextmanager
-def pinned(cpu: int | None) -> Iterator[None]:
+def pinned(cpu: int | None, strict: bool = True) -> Iterator[bool]:
     """This thread on `cpu` alone for the block (sched_setaffinity of pid 0 is the calling thread),
-    then back on the CPUs it had. A CPU this process may not use (offline, outside its cpuset)
-    is an error: a timing that silently ran elsewhere would be labelled with the wrong CPU."""
+    then back on the CPUs it had; yields whether it is pinned. A CPU this process may not use
+    (offline, outside its cpuset) is an error when `strict` (a CPU the user configured: a timing
+    that silently ran elsewhere would be labelled with the wrong CPU); otherwise (a CPU the
+    protocol chose for a window) the block runs unpinned."""
     if cpu is None:
-        yield
+        yield False
         return
     before = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, {cpu})
     except OSError as exc:
+        if not strict:
+            yield False
+            return
         raise RuntimeError(f"cannot pin the timed loop to CPU {cpu} ({exc.strerror}); "
                            f"fix KERNELWRIGHT_TIMING_CPU / timing_cpu") from exc
     try:
-        yield
+        yield True
     finally:
         os.sched_setaffinity(0, before)
 
 
 class Timer:
-    def __init__(self, device: str, lock: Any = None, cpu: int | None = None):
+    def __init__(self, device: str, lock: Any = None, cpu: int | None = None, strict_cpu: bool = True):
         """`lock`: a sandbox.devlock.DeviceLock, held exclusively for each whole run (warm-up
         included), so no other evaluation's work shares the device with a timed call. `cpu`: the
         CPU this thread is pinned to for each whole run (EvalOptions.timing_cpu), so that eager,
@@ -149,6 +162,8 @@ class Timer:
         self.device = device
         self.lock = lock
         self.cpu = cpu
+        self.strict_cpu = strict_cpu
+        self.unpinned_runs = 0  # warm-ups and blocks that could not be pinned (strict_cpu False)
         self._sync_floor_ms = 0.0
         # cuda, the last run's timed calls: (event ms, tail ms, host ms, whether the device reached the
         # start event before the host had queued the call, i.e. the host outlasted the head start)
@@ -166,6 +181,11 @@ class Timer:
             # them): creating two per call cost host time between the flush and the call, time the
             # flush would otherwise spend covering the call's own host side
             self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    @property
+    def pinned_cpu(self) -> int | None:
+        """The CPU every run so far was pinned to, or None."""
+        return self.cpu if self.unpinned_runs == 0 else None
 
     @property
     def clock(self) -> str:
@@ -239,25 +259,26 @@ class Timer:
         out = fn(*inputs)
         return (_perf_counter() - t0) * 1000.0, out
 
-    def run(
+    def warm(
         self,
         fn: Callable[..., Any],
         input_sets: Sequence[Sequence[Any]],
         budget_s: float,
-        min_calls: int,
-        max_calls: int,
         warmup: int,
+        max_calls: int,
         after_call: Callable[[Any, int], None] | None = None,
-    ) -> tuple[dict[str, float], float]:
-        """Returns (stats, wall seconds of the timed phase)."""
-        with self.lock.exclusive() if self.lock is not None else contextlib.nullcontext(), pinned(self.cpu):
-            held_from = time.time()
+    ) -> float:
+        """Warm-up: at least `warmup` calls (and one per input set) and at least min(WARMUP_S,
+        WARMUP_SHARE * budget_s) of them (a device that idled between evaluations is still raising
+        its clocks during the first calls). Returns the estimated time per call (the lower quartile
+        of the later half). cuda: measures the idle synchronise cost first and calibrates the head start
+        after (the spin kernel's cycles per ms follow the SM clock)."""
+        with pinned(self.cpu, self.strict_cpu) as on_cpu:
+            self.unpinned_runs += self.cpu is not None and not on_cpu
             if self.device == "cuda":
                 self._sync_floor_ms = self.idle_sync_ms()
             k = len(input_sets)
             warm_ms = []
-            # at least `warmup` calls and a fifth of the budget (at most 0.1 s): a device that
-            # idled between evaluations is still raising its clocks during the first calls
             warm_until = _perf_counter() + min(WARMUP_S, WARMUP_SHARE * budget_s)
             i = 0
             batch = _Batch(after_call, HOLD_BYTES.get(self.device, HOLD_BYTES["cpu"]))
@@ -268,17 +289,43 @@ class Timer:
                 del out
                 i += 1
             batch.settle()
-            if self.device == "cuda":  # every run, after its warm-up: the cycles per ms follow the SM clock
+            if self.device == "cuda":
                 self._calibrate_head_start()
-            est = max(statistics.median(warm_ms[-max(1, len(warm_ms) // 2):]), 1e-3)
-            calls = int(min(max_calls, max(min_calls, budget_s * 1000.0 / est)))
-            times = []
+            # the lower quartile of the later half: on a loaded host a median can be a descheduled
+            # call's time, and an estimate 100x too long leaves blocks of a few calls
+            later = sorted(warm_ms[-max(1, len(warm_ms) // 2):])
+            return max(later[(len(later) - 1) // 4], 1e-3)
+
+    def block(
+        self,
+        fn: Callable[..., Any],
+        input_sets: Sequence[Sequence[Any]],
+        calls: int,
+        series: Series,
+        after_call: Callable[[Any, int], None] | None = None,
+        rewarm: int = 0,
+    ) -> float:
+        """`calls` timed calls of `fn` into `series` (after `rewarm` untimed ones: the first call
+        after another process ran finds the CPU caches cold), continuing the series' rotation of
+        input sets. cuda: the back-to-back pass of this block's calls where it can bind (see
+        LOOP_HOST_SHARE), its time per call the floor of every call of the block. Returns the
+        block's median (charged) time."""
+        with pinned(self.cpu, self.strict_cpu) as on_cpu:
+            self.unpinned_runs += self.cpu is not None and not on_cpu
+            k = len(input_sets)
+            batch = _Batch(after_call, HOLD_BYTES.get(self.device, HOLD_BYTES["cpu"]))
+            for _ in range(rewarm):
+                j = series.next_set(k)
+                _, out = self.one(fn, input_sets[j])
+                batch.add(out, j)
+                del out
             self._parts = []
-            wall0 = _perf_counter()
-            for i in range(calls):
-                ms, out = self.one(fn, input_sets[i % k])
+            times = []
+            for _ in range(calls):
+                j = series.next_set(k)
+                ms, out = self.one(fn, input_sets[j])
                 times.append(ms)
-                batch.add(out, i % k)
+                batch.add(out, j)
                 del out
             batch.settle()
             loop = None
@@ -289,19 +336,145 @@ class Timer:
                 # back at about its device time, and a long call is not timed twice
                 if host_ms >= LOOP_HOST_SHARE * device_ms:
                     loop = self.loop_ms(fn, input_sets, calls)
+            return series.add(times, charge_loop(times, loop), self._parts, loop, self._sync_floor_ms)
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        input_sets: Sequence[Sequence[Any]],
+        budget_s: float,
+        min_calls: int,
+        max_calls: int,
+        warmup: int,
+        after_call: Callable[[Any, int], None] | None = None,
+    ) -> tuple[dict[str, float], float]:
+        """One callable alone: warm-up and one block of clamp(budget / estimate, min_calls,
+        max_calls) calls, holding the lock exclusively throughout (the device ceilings, the
+        bench's comparison with do_bench). Evaluations time in rounds (module docstring).
+        Returns (stats, wall seconds of the timed phase)."""
+        with self.lock.exclusive() if self.lock is not None else contextlib.nullcontext():
+            held_from = time.time()
+            est = self.warm(fn, input_sets, budget_s, warmup, max_calls, after_call)
+            calls = int(min(max_calls, max(min_calls, budget_s * 1000.0 / est)))
+            series = Series()
+            wall0 = _perf_counter()
+            self.block(fn, input_sets, calls, series, after_call)
             wall = _perf_counter() - wall0
-            stats = summarize(charge_loop(times, loop))
+            stats = series.stats(self.pinned_cpu)
             # wall-clock seconds (time.time) while the device lock was held: devlock.overlapping_windows
             # checks that no two evaluations' timed loops ran at once on one device
             stats["window"] = [held_from, time.time()]
-            if self.cpu is not None:
-                stats["cpu"] = self.cpu
-            if self._parts:
-                stats["event_median_ms"] = statistics.median(e for e, _, _, _ in self._parts)
-                stats["tail_median_ms"] = statistics.median(t for _, t, _, _ in self._parts)
-                stats["host_median_ms"] = host_ms
-                stats["sync_floor_ms"] = self._sync_floor_ms
-                stats["loop_ms"] = loop
-                stats["device_median_ms"] = device_ms
-                stats["host_limited_calls"] = sum(lim for _, _, _, lim in self._parts)
             return stats, wall
+
+
+class Series:
+    """The timed calls of one callable over the blocks of a window: their times (charged with the
+    back-to-back floor), per-block medians, and on cuda each call's parts."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []  # charged
+        self.raw: list[float] = []  # before the back-to-back floor (cuda: the device time)
+        self.blocks: list[float] = []  # each block's median (charged)
+        self.parts: list[tuple[float, float, float, bool]] = []
+        self.loops: list[float] = []
+        self.sync_floor_ms = 0.0
+        self._set = 0
+
+    def next_set(self, k: int) -> int:
+        j = self._set % k
+        self._set += 1
+        return j
+
+    def add(self, raw: list[float], charged: list[float], parts: list, loop: float | None, sync_floor_ms: float) -> float:
+        self.raw.extend(raw)
+        self.times.extend(charged)
+        self.parts.extend(parts)
+        if loop is not None:
+            self.loops.append(loop)
+        self.sync_floor_ms = sync_floor_ms
+        median = statistics.median(charged)
+        self.blocks.append(median)
+        return median
+
+    @property
+    def late_calls(self) -> int:
+        """Timed calls whose work outlasted their stream (their tail was added)."""
+        return sum(tail > LATE_MS for _, tail, _, _ in self.parts)
+
+    def stats(self, cpu: int | None = None) -> dict[str, Any]:
+        stats: dict[str, Any] = summarize(self.times)
+        if cpu is not None:
+            stats["cpu"] = cpu
+        if self.parts:
+            stats["event_median_ms"] = statistics.median(e for e, _, _, _ in self.parts)
+            stats["tail_median_ms"] = statistics.median(t for _, t, _, _ in self.parts)
+            stats["host_median_ms"] = statistics.median(h for _, _, h, _ in self.parts)
+            stats["sync_floor_ms"] = self.sync_floor_ms
+            stats["loop_ms"] = statistics.median(self.loops) if self.loops else None
+            stats["device_median_ms"] = statistics.median(self.raw)
+            stats["host_limited_calls"] = sum(lim for _, _, _, lim in self.parts)
+        return stats
+
+
+# ---- paired timing: the rounds and their statistics --------------------------------------------
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 17  # fixed: the same rounds always give the same interval
+REWARM_BELOW_MS = 5.0  # blocks of calls shorter than this start with one untimed call
+
+
+def round_order(names: Sequence[str], r: int) -> list[str]:
+    """Round r's order: the names rotated by r (A B C, B C A, C A B, ...), so that no callable
+    always runs first, or always right after another process."""
+    n = len(names)
+    return [names[(r + i) % n] for i in range(n)]
+
+
+def calls_per_block(est_ms: float, budget_s: float, rounds: int, min_calls: int, max_calls: int) -> int:
+    """A callable's calls per block: its budget spread over the rounds (so every block lasts about
+    the same time, whatever the callable's speed), at least min_calls over all rounds and at least 3
+    per block (a block's median), at most max_calls over all rounds."""
+    want = budget_s * 1000.0 / max(est_ms, 1e-6) / rounds
+    low = max(3, math.ceil(min_calls / rounds))
+    high = max(low, max_calls // rounds)
+    return int(min(high, max(low, round(want))))
+
+
+def bootstrap_median_ci(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+                        level: float = 0.95) -> tuple[float, float]:
+    """The percentile bootstrap interval of the median of `values`: `resamples` resamples with
+    replacement, seeded (the same values give the same interval)."""
+    import numpy as np
+
+    xs = np.asarray(values, dtype=float)
+    if xs.size == 0:
+        raise ValueError("no values")
+    if xs.size == 1:
+        return float(xs[0]), float(xs[0])
+    rng = np.random.default_rng(seed)
+    meds = np.median(xs[rng.integers(0, xs.size, size=(resamples, xs.size))], axis=1)
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(meds, [tail, 1.0 - tail])
+    return float(lo), float(hi)
+
+
+def paired_speedup(baseline_ms: Sequence[float], candidate_ms: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
+                   seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+    """The candidate against one baseline timed in the same rounds: a ratio per round (the
+    baseline's block median over the candidate's: above 1 the candidate is faster), their
+    median, and its bootstrap 95% interval."""
+    if len(baseline_ms) != len(candidate_ms) or not baseline_ms:
+        raise ValueError("need one baseline and one candidate median per round")
+    ratios = [b / c if c > 0 else math.inf for b, c in zip(baseline_ms, candidate_ms, strict=True)]
+    lo, hi = bootstrap_median_ci(ratios, resamples, seed)
+    return {"ratio": statistics.median(ratios), "ci_low": lo, "ci_high": hi, "rounds": len(ratios), "per_round": ratios}
+
+
+def round_noise(block_medians: Sequence[float]) -> float:
+    """How much one callable's block medians moved over the rounds of one window: max / min - 1
+    (0.0: every round alike). Computed on the eager baseline, whose code never changes: where it
+    moves by more than EvalOptions.noise_limit, the machine did not hold still."""
+    xs = [x for x in block_medians if x > 0]
+    if len(xs) < 2:
+        return 0.0
+    return max(xs) / min(xs) - 1.0

@@ -287,19 +287,18 @@ def role_reference() -> None:
     trace("reference: data sent")
     del trials, variants
 
-    from .timing import Timer
-
-    timer: Timer | None = None
+    paced: _Paced | None = None
     while True:
         cmd = recv()
         if cmd["cmd"] == "exit":
             return
-        if cmd["cmd"] == "baseline":
-            timer = timer or Timer(device, LOCK, cpu=cmd.get("cpu"))
+        if cmd["cmd"] == "timing_setup":  # while the candidate runs its trials: nothing is timed yet
             with LOCK.shared():
                 sets = [to_device(s["inputs"], device) for s in timing_sets]
-            result: dict[str, Any] = {"eager": None, "compile": None, "compile_error": None}
-            result["eager"], result["eager_wall"] = _timed_without_grad(timer, base, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
+                hook = _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device)
+            paced = _Paced(device, cmd, sets, roots)
+            paced.add("eager", base, hook, "the task's Model.forward")
+            result: dict[str, Any] = {"ok": True, "compile_error": None, "compile_infra": False}
             if cmd["compile"]:
                 try:
                     _configure_inductor()
@@ -307,11 +306,17 @@ def role_reference() -> None:
                     with LOCK.shared(), torch.no_grad():  # the first call compiles: minutes of CPU, not timed
                         compiled(*sets[0])
                         sync(device)
-                    result["compile"], _ = _timed_without_grad(timer, compiled, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], max(cmd["warmup"], 3), _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device))
+                    paced.add("compile", compiled, hook, "torch.compile(Model)")
                 except BaseException as exc:
                     result["compile_error"], result["compile_infra"] = _compile_failure(exc)
-            result["clock"] = timer.clock
+            result["callables"] = list(paced.fns)
+            result["clock"] = paced.timer.clock
             send(result)
+        elif cmd["cmd"] in ("warm", "block"):
+            send(paced.command(cmd) if paced else {"ok": False, "error": "no timing set-up"})
+        elif cmd["cmd"] == "timing_end":
+            stats = {name: se.stats(paced.timer.pinned_cpu) for name, se in paced.series.items() if se.times} if paced else {}
+            send({"ok": True, "stats": stats})
         elif cmd["cmd"] == "exact":
             with LOCK.shared():
                 exact = _exact(models[cmd["variant"]], cmd["inputs"], device, to_device, run)
@@ -402,14 +407,47 @@ def _expected_fingerprint(leaves: list, weights: list, options: Any) -> tuple[fl
     return fingerprint_bound(leaves, weights, options)
 
 
-def _timed_without_grad(timer: Any, fn: Any, *args: Any) -> Any:
-    """timer.run(fn, ...) with autograd off for the whole run (warm-up, timed calls, back-to-back
-    pass), the same for eager, torch.compile and the candidate. Not a no_grad context per call:
-    entering one costs 1-3 us of host time, which a host-bound call's time would carry."""
-    import torch
+class _Paced:
+    """The callables one child times in a paired window (reference: eager and torch.compile;
+    candidate: ModelNew) and their series (sandbox.timing). The parent sends "warm" once per
+    callable and then "block" per callable per round; it holds the device lock exclusively for
+    the whole window, so the timer here takes no lock (a child asking for the lock then would
+    wait for its own parent). Autograd is off for each whole warm-up and block (one no_grad per
+    block, not per call: entering one costs 1-3 us of host time)."""
 
-    with torch.no_grad():
-        return timer.run(fn, *args)
+    def __init__(self, device: str, cmd: dict, sets: list, roots: list[str]):
+        from .timing import Timer
+
+        self.timer = Timer(device, None, cpu=cmd.get("cpu"), strict_cpu=cmd.get("strict_cpu", True))
+        self.sets, self.roots = sets, roots
+        self.fns: dict[str, Any] = {}
+        self.hooks: dict[str, Any] = {}
+        self.labels: dict[str, str] = {}
+        self.series: dict[str, Any] = {}
+
+    def add(self, name: str, fn: Any, hook: Any, label: str) -> None:
+        from .timing import Series
+
+        self.fns[name], self.hooks[name], self.labels[name], self.series[name] = fn, hook, label, Series()
+
+    def command(self, cmd: dict) -> dict:
+        import torch
+
+        from .harness import where
+
+        name = cmd["which"]
+        if name not in self.fns:
+            return {"ok": False, "error": f"nothing called {name!r} to time"}
+        try:
+            with torch.no_grad():
+                if cmd["cmd"] == "warm":
+                    return {"ok": True, "est_ms": self.timer.warm(self.fns[name], self.sets, cmd["budget_s"], cmd["warmup"],
+                                                                  cmd["max_calls"], self.hooks[name])}
+                return {"ok": True, "median_ms": self.timer.block(self.fns[name], self.sets, cmd["calls"], self.series[name],
+                                                                  self.hooks[name], rewarm=cmd.get("rewarm", 0))}
+        except BaseException as exc:
+            _, _, text = where(exc, self.roots)
+            return {"ok": False, "error": f"{self.labels[name]} raised during timing: {text}"}
 
 
 def _fingerprint_hook(timing_sets: list[dict], seed: int, device: str) -> Any:
@@ -546,7 +584,7 @@ def role_candidate() -> None:
         to_cpu,
         to_device,
     )
-    from .timing import Timer
+    from .timing import Timer  # noqa: F401  binds time.perf_counter before any candidate code runs
 
     early_device_init()
     trace("candidate: waiting for setup")
@@ -619,6 +657,7 @@ def role_candidate() -> None:
     send({"ok": True, "stage": "ready"})
     findings: list[tuple[str, str]] = [(k, f"at import: {t}") for k, t in integrity.check()]
     integrity = audit.Integrity() if findings else integrity
+    timing: _CandidateTiming | None = None
 
     while True:
         cmd = recv()
@@ -687,9 +726,14 @@ def role_candidate() -> None:
                   "calls_per_forward": calls_per_forward, "findings": findings})
             findings = []
             trace("candidate: results sent")
-        elif cmd["cmd"] == "time":
+        elif cmd["cmd"] == "timing_setup":
             trace("candidate: timing sets received")
-            send(_time_candidate(cmd, model_for(0), device, custom_calls, integrity, Timer, to_device))
+            timing = _CandidateTiming(cmd, model_for(0), device, custom_calls, integrity, to_device, roots)
+            send({"ok": True})
+        elif cmd["cmd"] in ("warm", "block"):
+            send(timing.paced.command(cmd) if timing else {"ok": False, "error": "no timing set-up"})
+        elif cmd["cmd"] == "timing_end":
+            send(timing.end() if timing else {"ok": False, "error": "no timing set-up"})
         elif cmd["cmd"] == "profile":
             with LOCK.exclusive():  # per-kernel times, undisturbed
                 prof = _profile(cmd, model_for(0), device, to_device)
@@ -711,46 +755,47 @@ class _Stage(Exception):
         self.stage, self.exc, self.prefix = stage, exc, prefix
 
 
-def _time_candidate(cmd: dict, model: Any, device: str, custom_calls: Any, integrity: Any, Timer: Any, to_device: Any) -> dict:
-    import torch
+class _CandidateTiming:
+    """The candidate's side of a paired window: its timing sets on the device, the per-call
+    output fingerprints (every timed call's, checked by the parent against the reference's), the
+    custom-kernel count, and after the window the kernel names and integrity findings."""
 
-    from .harness import fingerprint, fingerprint_weights, flatten
+    def __init__(self, cmd: dict, model: Any, device: str, custom_calls: Any, integrity: Any, to_device: Any, roots: list[str]):
+        from .harness import fingerprint, fingerprint_weights, flatten
 
-    with LOCK.shared():
-        sets = [to_device(s, device) for s in cmd["sets"]]
-        weights = fingerprint_weights([tuple(s) if s is not None else None for s in cmd["shapes"]], cmd["fingerprint_seed"], device)
-    prints: list[tuple[int, float]] = []
-
-    def hook(out: Any, k: int) -> None:
-        leaves: list = []
-        flatten(out, leaves)
-        prints.append((k, fingerprint(leaves, weights)))
-
-    timer = Timer(device, LOCK, cpu=cmd.get("cpu"))
-    calls0 = sum(custom_calls().values())
-    try:
-        stats, wall = _timed_without_grad(timer, model, sets, cmd["budget_s"], cmd["min_calls"], cmd["max_calls"], cmd["warmup"], hook)
-    except BaseException as exc:
-        from .harness import where
-
-        _, _, text = where(exc, [str(WORKDIR / "cand") + "/"])
-        return {"ok": False, "error": "ModelNew.forward raised during timing: " + text}
-    calls = sum(custom_calls().values()) - calls0
-    # Kernel names come from the profiler, so only after the timed loop: once CUPTI has been set up,
-    # kineto leaves it subscribed (no cuptiFinalize), and every later launch pays its callbacks; the
-    # eager and torch.compile baselines are timed in a process that never profiled.
-    kernels: list[str] = []
-    graphs = 0
-    if device == "cuda":
         with LOCK.shared():
-            kernels, graphs = _cuda_kernel_names(model, sets[0])
-    findings = integrity.check()
-    if timer.late_calls:
-        findings.append(("timing", f"{timer.late_calls} timed calls left work running on the device after their stream's last "
-                                   "event (other streams or threads); that time was added to theirs"))
-    del torch
-    return {"ok": True, "stats": stats, "wall": wall, "fingerprints": prints, "custom_calls": calls,
-            "forwards": len(prints), "kernels": kernels, "graph_launches": graphs, "clock": timer.clock, "findings": findings}
+            sets = [to_device(s, device) for s in cmd["sets"]]
+            weights = fingerprint_weights([tuple(s) if s is not None else None for s in cmd["shapes"]], cmd["fingerprint_seed"], device)
+        self.prints: list[tuple[int, float]] = []
+
+        def hook(out: Any, k: int) -> None:
+            leaves: list = []
+            flatten(out, leaves)
+            self.prints.append((k, fingerprint(leaves, weights)))
+
+        self.model, self.device, self.custom_calls, self.integrity = model, device, custom_calls, integrity
+        self.paced = _Paced(device, cmd, sets, roots)
+        self.paced.add("candidate", model, hook, "ModelNew.forward")
+        self.calls0 = sum(custom_calls().values())
+
+    def end(self) -> dict:
+        series = self.paced.series["candidate"]
+        calls = sum(self.custom_calls().values()) - self.calls0
+        # Kernel names come from the profiler, so only after the window: once CUPTI has been set up,
+        # kineto leaves it subscribed (no cuptiFinalize), and every later launch pays its callbacks; the
+        # eager and torch.compile baselines are timed in a process that never profiled.
+        kernels: list[str] = []
+        graphs = 0
+        if self.device == "cuda":
+            with LOCK.shared():
+                kernels, graphs = _cuda_kernel_names(self.model, self.paced.sets[0])
+        findings = self.integrity.check()
+        if series.late_calls:
+            findings.append(("timing", f"{series.late_calls} timed calls left work running on the device after their stream's last "
+                                       "event (other streams or threads); that time was added to theirs"))
+        return {"ok": True, "stats": series.stats(self.paced.timer.pinned_cpu), "fingerprints": self.prints, "custom_calls": calls,
+                "forwards": len(self.prints), "kernels": kernels, "graph_launches": graphs, "clock": self.paced.timer.clock,
+                "findings": findings}
 
 
 def _cuda_kernel_names(model: Any, inputs: list) -> tuple[list[str], int]:

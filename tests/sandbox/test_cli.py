@@ -19,10 +19,11 @@ def test_evaluate_json_ok(cache_dir):
             "--backend", "cpu", "--no-compile-baseline", "--budget", "0.05", "--json", cache=cache_dir)
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
-    assert data["schema"] == "kernelwright.eval/1" and data["status"] == "ok" and data["verdict"] == "pass"
-    for key in ("reasons", "trials", "timing", "speedup_vs_eager", "speedup_vs_compile", "reward", "audit", "profile", "roofline"):
+    assert data["schema"] == "kernelwright.eval/2" and data["status"] == "ok" and data["verdict"] == "pass"
+    for key in ("reasons", "trials", "timing", "speedup_vs_eager", "speedup_vs_compile", "speed", "reward", "audit", "profile", "roofline"):
         assert key in data
     assert data["timing"]["candidate"]["median_ms"] > 0
+    assert data["timing"]["mode"] == "paired" and data["speed"]["vs_eager"]["ci_low"] <= data["speedup_vs_eager"]
 
 
 def test_failed_verdict_still_exits_zero(cache_dir):
@@ -41,7 +42,7 @@ def test_baseline_and_profile_commands(cache_dir):
     p = run("baseline", str(TASKS / "softmax_tiny.py"), "--backend", "cpu", "--no-compile-baseline", "--budget", "0.05", "--json", cache=cache_dir)
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
-    assert data["status"] == "ok" and data["timing"]["eager"]["trials"] >= 20
+    assert data["status"] == "ok" and data["timing"]["eager"]["trials"] >= 20 and data["timing"]["mode"] == "alone"
     p = run("profile", "--reference", str(TASKS / "softmax_tiny.py"), "--candidate", str(CANDIDATES / "softmax_cpp"),
             "--backend", "cpu", "--no-compile-baseline", "--budget", "0.05", "--json", cache=cache_dir)
     assert p.returncode == 0, p.stderr

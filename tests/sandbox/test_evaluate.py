@@ -1,5 +1,6 @@
 """End-to-end evaluations on the CPU backend: every status, every bad-input message, the
-trial protocol, timing fields, the baseline cache, progress reports, concurrency."""
+trial protocol, timing fields, the baselines timed in the evaluation's window, progress reports,
+concurrency (tests/sandbox/test_paired_timing.py: the speedups' intervals and the reward)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ def test_honest_softmax_is_ok_with_all_trial_kinds(quick):
     assert all(t.passed for t in res.trials)
     assert res.timing.candidate.trials >= 20 and res.timing.eager.trials >= 20
     assert res.timing.clock == "perf_counter" and res.timing.input_sets == 3
-    assert res.speedup_vs_eager == pytest.approx(res.timing.eager.median_ms / res.timing.candidate.median_ms)
+    # paired: the median of the per-round ratios, inside its interval, from this evaluation's rounds
+    sp = res.speed.vs_eager
+    assert res.timing.mode == "paired" and len(res.timing.rounds) == sp.rounds == quick().timing_rounds
+    assert res.speedup_vs_eager == sp.ratio and sp.ci_low <= sp.ratio <= sp.ci_high
+    assert sp.per_round == pytest.approx([r.eager_ms / r.candidate_ms for r in res.timing.rounds])
     assert res.audit.custom_kernel_ran and res.audit.torch_compute_ops == []
     assert "aten::empty_like" in res.audit.aten_ops
     assert res.roofline is not None and res.roofline.min_bytes == 2 * 64 * 256 * 4
@@ -157,51 +162,45 @@ def test_shape_mismatch_message(quick):
     assert "shape (64, 10), expected (64, 256)" in " ".join(res.reasons)
 
 
-def test_baseline_is_cached_and_compile_baseline_measured(quick, tmp_path):
-    opts = quick(cache_dir=str(tmp_path), compile_baseline=True, baseline_samples=1)
-    first = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
-    assert first.status == Status.OK, first.reasons
-    assert not first.timing.baseline_cached
-    assert first.timing.compile is not None and first.timing.compile.trials >= 20, "\n".join(first.audit.findings)
-    assert first.speedup_vs_compile is not None
-    second = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
-    assert second.timing.baseline_cached and second.compile.cached
-    assert second.timing.eager.samples_ms == [first.timing.eager.median_ms]
-    assert second.timing.eager.window is None  # the window belongs to the evaluation that timed it
-    assert second.timing.eager.median_ms == first.timing.eager.median_ms
+def test_compile_baseline_is_timed_in_the_candidates_window(quick, tmp_path):
+    """torch.compile is built while the candidate runs its trials and timed in the same rounds as
+    eager and the candidate, each evaluation anew: no baseline comes from a cache."""
+    opts = quick(cache_dir=str(tmp_path), compile_baseline=True)
+    res = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts)
+    assert res.status == Status.OK, res.reasons
+    assert res.timing.compile is not None and res.timing.compile.trials >= 20, "\n".join(res.audit.findings)
+    assert res.speed.vs_compile is not None and res.speedup_vs_compile == res.speed.vs_compile.ratio
+    assert all(r.compile_ms and r.eager_ms and r.candidate_ms for r in res.timing.rounds)
+    # the order rotates: each callable runs first in some round
+    assert {r.order[0] for r in res.timing.rounds} == {"eager", "compile", "candidate"}
+    assert set(res.timing.calls_per_block) == {"eager", "compile", "candidate"}
+    # one window, recorded on the candidate's stats (devlock.timed_windows reads it)
+    assert res.timing.window and res.timing.candidate.window == res.timing.window
+    assert res.timing.eager.window is None and res.timing.compile.window is None
 
 
-def test_the_baseline_is_the_median_of_samples_from_the_first_evaluations(quick, tmp_path):
-    """Each of the task's first `baseline_samples` evaluations times the eager baseline in its own
-    reference process; from then on the cached baseline is the sample with the median time."""
-    opts = quick(cache_dir=str(tmp_path), baseline_samples=3)
-    runs = [evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), opts) for _ in range(4)]
-    assert all(r.status == Status.OK for r in runs), [r.reasons for r in runs]
-    assert [r.timing.baseline_cached for r in runs] == [False, False, False, True]
-    assert [len(r.timing.eager.samples_ms) for r in runs] == [1, 2, 3, 3]
-    samples = runs[3].timing.eager.samples_ms
-    assert samples == sorted(samples) and runs[3].timing.eager.median_ms == samples[1]
-    assert runs[3].speedup_vs_eager == pytest.approx(samples[1] / runs[3].timing.candidate.median_ms, rel=1e-6)
-    # lock windows (devlock.overlapping_windows) only of a baseline timed in that evaluation
-    assert runs[0].timing.eager.window is not None and runs[3].timing.eager.window is None
-
-
-def test_timed_loops_run_on_the_timing_cpu_and_baselines_are_kept_per_cpu(quick, tmp_path, monkeypatch):
+def test_timed_loops_run_on_the_timing_cpu(quick, tmp_path, monkeypatch):
     import os
 
     cpu = max(os.sched_getaffinity(0))
-    unpinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), baseline_samples=1))
+    threads = 2  # more than one thread: no CPU is chosen for the window (protocol._window_cpu)
+    unpinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), cpu_threads=threads))
     assert unpinned.status == Status.OK, unpinned.reasons
     assert unpinned.timing.candidate.cpu is None and unpinned.timing.eager.cpu is None
     # the host's timing CPU comes from the environment `./kw run` gives each gpu worker
     monkeypatch.setenv("KERNELWRIGHT_TIMING_CPU", str(cpu))
-    pinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), baseline_samples=1))
+    pinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), cpu_threads=threads))
     assert pinned.status == Status.OK, pinned.reasons
     assert pinned.options["timing_cpu"] == cpu
     assert pinned.timing.candidate.cpu == cpu and pinned.timing.eager.cpu == cpu
-    assert not pinned.timing.baseline_cached  # the unpinned baseline is not this one's yardstick
-    again = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), baseline_samples=1))
-    assert again.timing.baseline_cached and again.timing.eager.median_ms == pinned.timing.eager.median_ms
+
+
+def test_one_thread_windows_share_a_cpu_without_a_timing_cpu(quick):
+    """One thread and no timing CPU (cpu backend): the window's loops, eager's and the
+    candidate's, all run on one CPU chosen for the window (protocol._window_cpu)."""
+    res = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cpu_threads=1, timing_cpu=None))
+    assert res.status == Status.OK, res.reasons
+    assert res.timing.candidate.cpu is not None and res.timing.candidate.cpu == res.timing.eager.cpu
 
 
 def test_a_timing_cpu_outside_the_host_is_refused(monkeypatch):
@@ -270,8 +269,7 @@ def test_children_use_their_own_temp_folder(quick):
         assert res.status == Status.OK, (zygote, res.reasons)
 
 
-def test_compile_baseline_failure_from_a_sandbox_limit_says_so_and_is_not_cached():
-    from sandbox.protocol import _cacheable_baseline
+def test_compile_baseline_failure_from_a_sandbox_limit_says_so():
     from sandbox.worker import _compile_failure
 
     gpp = ("C++ compile error\n\nCommand:\ng++ -x c++-header /tmp/x/precompiled_headers/c.h -O3 " + "-D X " * 400
@@ -280,13 +278,9 @@ def test_compile_baseline_failure_from_a_sandbox_limit_says_so_and_is_not_cached
     text, infra = _compile_failure(RuntimeError(gpp))
     assert infra and "file-size limit" in text and "not the task" in text
     assert "File size limit exceeded" in text.split("key lines:", 1)[1]
-    base = {"eager": {"median_ms": 1.0}, "compile": None, "compile_error": text, "compile_infra": True}
-    assert _cacheable_baseline(base) == {"eager": {"median_ms": 1.0}, "compile": None}
 
     text, infra = _compile_failure(RuntimeError("Unsupported: call_function UserDefinedObjectVariable(foo)"))
     assert not infra and text.startswith("torch.compile baseline failed: RuntimeError: Unsupported")
-    base = {"eager": {"median_ms": 1.0}, "compile": None, "compile_error": text, "compile_infra": False}
-    assert _cacheable_baseline(base) == base
 
 
 def test_spare_children_serve_the_next_evaluation_and_never_a_different_one(quick, monkeypatch):

@@ -1,0 +1,190 @@
+"""Paired timing (issue 17): eager, torch.compile and the candidate timed interleaved in one
+window, a ratio per round, the median ratio with a bootstrap 95% interval; "no measurable
+difference" when the interval holds 1.0; the reward on the interval's lower end; a noisy
+machine withholds the speed milestone. No assertion on an absolute time."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox import evaluate
+from sandbox.options import EvalOptions
+from sandbox.protocol import judge_speed, speedup_words
+from sandbox.schema import EvalResult, Round, Speedup, Status, milestone_reward
+from sandbox.timing import bootstrap_median_ci, calls_per_block, paired_speedup, round_noise, round_order
+from tests.sandbox.helpers import task
+
+# ---- the statistics ----------------------------------------------------------------------------
+
+
+def test_the_bootstrap_interval_is_seeded_and_holds_the_median():
+    xs = [0.97, 1.01, 1.02, 0.99, 1.0, 1.03, 0.98, 1.0, 1.01, 0.96, 1.04, 1.0]
+    lo, hi = bootstrap_median_ci(xs)
+    assert (lo, hi) == bootstrap_median_ci(xs)  # the same rounds, the same interval
+    assert lo <= 1.0 <= hi and min(xs) <= lo and hi <= max(xs)
+    assert bootstrap_median_ci([2.0]) == (2.0, 2.0)
+
+
+def test_a_ratio_per_round_and_their_median():
+    sp = paired_speedup([2.0, 2.2, 1.8, 2.0], [1.0, 1.1, 0.9, 1.0])
+    assert sp["per_round"] == pytest.approx([2.0, 2.0, 2.0, 2.0]) and sp["ratio"] == pytest.approx(2.0)
+    assert sp["ci_low"] == pytest.approx(2.0) and sp["ci_high"] == pytest.approx(2.0) and sp["rounds"] == 4
+    with pytest.raises(ValueError):
+        paired_speedup([1.0, 2.0], [1.0])
+
+
+def test_the_order_rotates_and_blocks_share_the_budget():
+    names = ["eager", "compile", "candidate"]
+    orders = [round_order(names, r) for r in range(3)]
+    assert orders == [names, ["compile", "candidate", "eager"], ["candidate", "eager", "compile"]]
+    assert {o[0] for o in orders} == set(names)
+    # 1 s over 10 rounds for a 1 ms call: 100 calls a block; a 10x faster call gets 10x the calls
+    assert calls_per_block(1.0, 1.0, 10, 20, 10_000) == 100
+    assert calls_per_block(0.1, 1.0, 10, 20, 10_000) == 1000
+    assert calls_per_block(1000.0, 1.0, 10, 20, 10_000) == 3  # a block's median needs calls
+    assert calls_per_block(0.001, 1.0, 10, 20, 1000) == 100  # at most max_calls over all rounds
+
+
+def test_noise_is_the_spread_of_the_eager_rounds():
+    assert round_noise([1.0, 1.0, 1.0]) == 0.0
+    assert round_noise([1.0, 1.1, 1.2, 1.0]) == pytest.approx(0.2)
+
+
+# ---- the reward on the interval's lower end ------------------------------------------------------
+
+
+def _sp(ratio: float, lo: float, hi: float, baseline: str = "eager") -> Speedup:
+    verdict = "faster" if lo > 1 else "slower" if hi < 1 else "no measurable difference"
+    return Speedup(baseline=baseline, ratio=ratio, ci_low=lo, ci_high=hi, rounds=12, verdict=verdict)
+
+
+def test_the_milestone_reward_uses_the_intervals_lower_end():
+    assert milestone_reward(False, _sp(3.0, 2.9, 3.1), _sp(3.0, 2.9, 3.1, "compile")) == -1
+    # a median of 1.20x whose interval reaches down to 1.04: not 5% faster for sure
+    assert milestone_reward(True, _sp(1.20, 1.04, 1.35), None) == 1
+    assert milestone_reward(True, _sp(1.20, 1.06, 1.35), None) == 2
+    assert milestone_reward(True, _sp(1.20, 1.06, 1.35), _sp(1.10, 0.98, 1.2, "compile")) == 2
+    assert milestone_reward(True, _sp(1.20, 1.06, 1.35), _sp(1.10, 1.051, 1.2, "compile")) == 3
+    assert milestone_reward(True, _sp(1.20, 1.06, 1.35), _sp(1.10, 1.051, 1.2, "compile"), noisy=True) == 1
+    # an interval that holds 1.0 is never a win, whatever its median
+    assert milestone_reward(True, _sp(1.5, 0.95, 2.1), _sp(1.5, 0.95, 2.1, "compile")) == 1
+    # a plain number is its own lower end (callers without intervals, e.g. the web app's sample data)
+    assert milestone_reward(True, 1.2, 1.2) == 3 and milestone_reward(True, 1.04, None) == 1
+
+
+def _rounds(eager: list[float], cand: list[float], compiled: list[float] | None = None) -> list[Round]:
+    names = ["eager", "candidate"] + (["compile"] if compiled else [])
+    return [Round(order=round_order(names, i), eager_ms=e, candidate_ms=c, compile_ms=compiled[i] if compiled else None)
+            for i, (e, c) in enumerate(zip(eager, cand, strict=True))]
+
+
+def test_an_honest_copy_reads_no_measurable_difference():
+    eager = [1.00, 1.02, 0.99, 1.01, 1.00, 0.98, 1.03, 1.00, 0.99, 1.01, 1.02, 1.00]
+    cand = [1.01, 1.00, 1.00, 0.99, 1.02, 0.99, 1.01, 1.01, 1.00, 0.98, 1.01, 1.01]
+    speed, reward = judge_speed(_rounds(eager, cand), ["eager", "candidate"], EvalOptions(backend="cpu"))
+    assert speed.vs_eager.ci_low <= 1.0 <= speed.vs_eager.ci_high
+    assert speed.vs_eager.verdict == "no measurable difference" and reward == 1 and not speed.noisy
+    assert speed.verdict.startswith("no measurable difference from eager") and "12 paired rounds" in speed.verdict
+
+
+def test_a_faster_candidate_earns_its_milestones_on_a_quiet_machine():
+    eager = [2.0 + 0.01 * (i % 3) for i in range(12)]
+    speed, reward = judge_speed(_rounds(eager, [1.0] * 12, [1.5] * 12), ["eager", "compile", "candidate"], EvalOptions(backend="cpu"))
+    assert speed.vs_eager.verdict == "faster" and speed.vs_eager.ci_low > 1.9 and speed.vs_compile.ci_low == pytest.approx(1.5)
+    assert reward == 3 and "reward 3" in speed.milestone
+    assert "x faster than eager (95% interval" in speedup_words(speed.vs_eager)
+
+
+def test_a_noisy_machine_withholds_the_speed_milestone():
+    """The same 2x candidate, but eager's rounds moved by 60% within the window: reported, reward 1."""
+    eager = [2.0, 2.0, 3.2, 2.0, 2.1, 2.0, 3.0, 2.0, 2.0, 2.2, 2.0, 2.0]
+    cand = [x / 2 for x in eager]
+    speed, reward = judge_speed(_rounds(eager, cand), ["eager", "candidate"], EvalOptions(backend="cpu"))
+    assert speed.vs_eager.verdict == "faster" and speed.vs_eager.ci_low > 1.9  # measured, and said
+    assert speed.noisy and speed.noise == pytest.approx(0.6) and reward == 1
+    assert "withheld" in speed.milestone and "noisy" in speed.verdict
+    quiet, reward = judge_speed(_rounds(eager, cand), ["eager", "candidate"], EvalOptions(backend="cpu", noise_limit=0.7))
+    assert not quiet.noisy and reward == 2  # the threshold is the option's
+
+
+def test_the_speed_fields_round_trip_through_the_schema():
+    speed, _ = judge_speed(_rounds([2.0] * 12, [1.0] * 12), ["eager", "candidate"], EvalOptions(backend="cpu"))
+    res = EvalResult(status=Status.OK, verdict="pass", speed=speed, speedup_vs_eager=speed.vs_eager.ratio)
+    res.timing.rounds = _rounds([2.0] * 12, [1.0] * 12)
+    back = EvalResult.from_dict(res.to_dict())
+    assert back.speed == speed and back.timing.rounds == res.timing.rounds and back.schema == "kernelwright.eval/2"
+
+
+# ---- whole evaluations (cpu backend, one thread: protocol._window_cpu pins the window to one CPU) --
+
+SLOWER = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        torch.softmax(x, dim=1)
+        torch.softmax(x, dim=1)
+        return torch.softmax(x, dim=1)  # the reference's work, three times
+'''
+
+
+def _honest() -> dict[str, str]:
+    return {"model_new.py": task("softmax_tiny.py").replace("class Model(", "class ModelNew(")}
+
+
+def test_an_honest_copy_of_the_reference_reads_about_one(quick):
+    """A candidate that is literally the reference's forward, in the candidate's process: about
+    1.0x with an interval that holds 1.0, and never a speed milestone. A 95% interval misses now
+    and then by construction, so 2 of 3 evaluations must hold 1.0; a cached or unpaired
+    baseline (the issue's honest copy read 5.32x) or a bias between the two processes misses
+    every time."""
+    opts = quick(torch_ops="allow", cpu_threads=1)
+    runs = [evaluate(task("softmax_tiny.py"), _honest(), opts) for _ in range(3)]
+    assert all(r.status == Status.OK for r in runs), [r.reasons for r in runs]
+    assert all(r.reward == 1 for r in runs), [r.speed for r in runs]
+    assert all(0.8 < r.speedup_vs_eager < 1.25 for r in runs), [r.speed.verdict for r in runs]
+    held = [r for r in runs if r.speed.vs_eager.ci_low <= 1.0 <= r.speed.vs_eager.ci_high]
+    assert len(held) >= 2, [r.speed.verdict for r in runs]
+    assert all(r.speed.vs_eager.verdict == "no measurable difference" for r in held)
+    assert any("no measurable difference from eager" in " ".join(r.reasons) for r in held)
+
+
+def test_a_candidate_doing_three_times_the_work_reads_slower(quick):
+    res = evaluate(task("softmax_tiny.py"), {"model_new.py": SLOWER}, quick(torch_ops="allow", cpu_threads=1))
+    assert res.status == Status.OK, res.reasons
+    sp = res.speed.vs_eager
+    assert sp.verdict == "slower" and sp.ci_high < 1.0, res.speed.verdict
+    assert res.reward == 1 and "slower than eager" in res.reasons[-1] + res.speed.verdict
+
+
+def test_a_noisy_window_is_reported_and_the_milestone_withheld(quick):
+    """noise_limit far below any machine's spread: every window counts as noisy."""
+    res = evaluate(task("softmax_tiny.py"), _honest(), quick(torch_ops="allow", cpu_threads=1, noise_limit=1e-9))
+    assert res.status == Status.OK, res.reasons
+    assert res.speed.noisy and res.reward == 1
+    assert any("speed milestone withheld" in r for r in res.reasons)
+
+
+def test_the_child_that_is_not_timing_is_stopped(quick, monkeypatch):
+    """Child.pause: the candidate is stopped while the reference times and the reference while
+    the candidate times, switching every block; both run again after the window."""
+    from sandbox import isolation
+
+    calls: list[tuple[str, bool]] = []
+    real = isolation.Child.pause
+
+    def pause(self, stop: bool = True) -> None:
+        calls.append((self.role, stop))
+        real(self, stop)
+
+    monkeypatch.setattr(isolation.Child, "pause", pause)
+    opts = quick(torch_ops="allow", cpu_threads=1)
+    res = evaluate(task("softmax_tiny.py"), _honest(), opts)
+    assert res.status == Status.OK, res.reasons
+    stops = {role: [s for r, s in calls if r == role] for role in ("reference", "candidate")}
+    # one stop per switch: 2 names rotated over the rounds switch at least once a round
+    assert stops["candidate"].count(True) >= opts.timing_rounds // 2
+    assert stops["reference"].count(True) >= opts.timing_rounds // 2
+    assert stops["candidate"][-1] is False and stops["reference"][-1] is False
