@@ -1,0 +1,93 @@
+"""The job page as a person sees it in headless Chromium: rendered sizes and visible text, not
+only the HTML. Pages are rendered by Django's test client beforehand and served to the browser
+through Playwright's routing (static files and plotly.js from this checkout), so no live server
+is needed; the page's own JS runs for real.
+
+- diffs: a gallery job's page stays a few thousand px per turn and a diff line is one line high
+- charts: every drawn plotly chart fits its grid cell (no fixed 700 px width)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from tests.support.browser import screenshot_path
+from webapp.jobs.importer import import_trajectory
+from webapp.jobs.models import Job
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+ROOT = Path(__file__).resolve().parents[2]
+STATIC = ROOT / "webapp" / "jobs" / "static" / "jobs"
+PLOTLY = Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js"
+GALLERY = ROOT / "webapp" / "jobs" / "fixtures" / "gallery"
+ORIGIN = "http://kw.test"
+
+
+def serve(page, pages: dict[str, bytes]) -> None:
+    def handle(route):
+        url = urlparse(route.request.url)
+        path = url.path + (f"?{url.query}" if url.query else "")
+        if path in pages:
+            return route.fulfill(status=200, body=pages[path], headers={"Content-Type": "text/html; charset=utf-8"})
+        if url.path == "/static/plotly/plotly.min.js":
+            return route.fulfill(status=200, body=PLOTLY.read_bytes(), headers={"Content-Type": "application/javascript"})
+        file = STATIC / url.path.removeprefix("/static/jobs/")
+        if url.path.startswith("/static/jobs/") and file.is_file():
+            ctype = "text/css" if file.suffix == ".css" else "application/javascript"
+            return route.fulfill(status=200, body=file.read_bytes(), headers={"Content-Type": ctype})
+        return route.fulfill(status=404, body=b"")
+
+    page.route("**/*", handle)
+
+
+@pytest.fixture
+def gallery_job() -> Job:
+    data = json.loads((GALLERY / "basic_residual_block.json").read_text())
+    return import_trajectory(None, data, origin=Job.Origin.GALLERY, gallery=True, name="basic residual block")
+
+
+@pytest.fixture
+def client() -> Client:
+    c = Client()
+    c.force_login(User.objects.create_user("viewer", password="pw-viewer-123"))
+    return c
+
+
+def test_a_gallery_job_with_multi_line_diffs_renders_at_a_sane_height(request, client, gallery_job):
+    path = f"/jobs/{gallery_job.pk}/"
+    pages = {path: client.get(path).content}
+    page = request.getfixturevalue("browser_page")
+    serve(page, pages)
+    page.goto(ORIGIN + path)
+    turns = page.locator("article.turn").count()
+    assert turns >= 2
+    rows = page.locator("table.diff.unified tr.d-add")
+    assert rows.count() > 5, "the gallery job has multi-line diffs"
+    height = page.evaluate("document.documentElement.scrollHeight")
+    page.screenshot(path=str(screenshot_path("gallery-job-unified")), full_page=False)
+    assert height < 3000 * turns, f"{height} px for {turns} turns"
+
+    # One source line of the diff is one line of text: about the line height, and as wide as the table.
+    line = rows.first.locator("td.src")
+    box, table = line.bounding_box(), page.locator("table.diff.unified").first.bounding_box()
+    assert box["height"] < 2.5 * 12.5 * 1.35, box
+    assert box["width"] > 0.6 * table["width"], (box, table)
+    text = line.inner_text()
+    assert "\n" not in text.strip() and len(text.strip()) > 3
+
+    # Side by side too.
+    page.check("#diff-mode-split")
+    split_height = page.evaluate("document.documentElement.scrollHeight")
+    assert split_height < 3000 * turns, f"{split_height} px side by side"
+    cell = page.locator("table.diff.split td.s-add").first
+    cbox, table = cell.bounding_box(), page.locator("table.diff.split").first.bounding_box()
+    assert cbox["width"] > 0.3 * table["width"], (cbox, table)  # each side gets about half
+    print(f"page height: {height} px unified, {split_height} px side by side, {turns} turns")
