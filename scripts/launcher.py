@@ -1,15 +1,19 @@
 """Start (and stop) the whole Kernelwright stack on one machine: `./kw run`, and `./kw test`.
 
-`run`: Redis (a private redis-server under var/ when REDIS_URL is unset), migrations, daphne, and
-one Celery worker per queue (on the gpu queue one per visible GPU, pinned with
-CUDA_VISIBLE_DEVICES; on a host without a GPU one worker on the cpu backend). Every child runs in
-its own process group, so Ctrl-C or SIGTERM stops each group, grandchildren included (Celery's
-pool processes), and nothing is left behind.
+`run`: first the web server's listening socket on exactly the address asked for (a busy port is
+an error that says who holds it, or is waited for with --wait-for-port; never another port), then
+Redis (a private redis-server under var/ when REDIS_URL is unset), migrations, the gallery, the
+web server processes (webapp.core.server, all accepting on that one socket), and one Celery
+worker per queue (on the gpu queue one per visible GPU, pinned with CUDA_VISIBLE_DEVICES; on a
+host without a GPU one worker on the cpu backend). Every child runs in its own process group, so
+Ctrl-C or SIGTERM stops each group, grandchildren included (Celery's pool processes), and nothing
+is left behind.
 
-Faults stay local: a worker or daphne that dies is started again (its whole process group killed
-first), after 1 s, then 2, 5, 10 and at most 30 s while it keeps dying within a minute of its
-start; each restart is logged with why the child ended. Only the private redis-server dying stops
-everything, since every other part depends on it (its data lives on under var/redis).
+Faults stay local: any child that dies, the private redis-server included, is started again (its
+whole process group killed first), after 1 s, then 2, 5, 10 and at most 30 s while it keeps dying
+within a minute of its start; each restart is logged with why the child ended. A restarted web
+process listens on the same socket and a restarted redis-server on the same port with the same
+password, so pages reconnect and workers carry on.
 
 Secrets (issue 16): the private redis-server listens on 127.0.0.1 only and requires a random
 password of this run (in REDIS_URL, never on a command line); each child gets only the secrets
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import errno
 import os
 import re
 import secrets
@@ -61,15 +66,79 @@ def say(msg: str) -> None:
     print(f"[kw] {msg}", flush=True)
 
 
-def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
-    for port in ([preferred] if preferred else []) + [0]:
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on now (for the private redis-server, whose port nobody asked for)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class PortUnavailable(Exception):
+    pass
+
+
+def port_holder(port: int) -> str:
+    """Who listens on `port` here, from /proc (Linux): "pid 123 (python3 -m daphne ...)", or ""."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return ""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                return f"pid {proc.name} ({argv[:120]})"
+        except OSError:
+            continue
+    return "another program (not ours to see)"
+
+
+def listen(host: str, port: int, wait_s: float = 0.0) -> socket.socket:
+    """The web server's listening socket on exactly host:port, opened here and handed to every web
+    process (and to each one restarted), so the address never changes during a run. A port in use
+    is waited for up to `wait_s`, then PortUnavailable says why; never another port: open pages
+    reconnect to the address they know."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past connections in TIME_WAIT do not count
+        try:
+            sock.bind((host, port))
+            sock.listen(1024)
+            sock.set_inheritable(True)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                holder = port_holder(port)
+                why = f"address already in use{f' by {holder}' if holder else ''}"
+            elif exc.errno == errno.EACCES:
+                why = "permission denied (ports below 1024 need root)"
+            else:
+                why = exc.strerror or str(exc)
+            if time.monotonic() < deadline and exc.errno == errno.EADDRINUSE:
+                if not said:
+                    say(f"port {port} on {host} is busy ({why}): waiting up to {wait_s:.0f} s for it to be free")
+                    said = True
+                time.sleep(0.5)
                 continue
-            return s.getsockname()[1]
-    raise RuntimeError("no free port")
+            raise PortUnavailable(
+                f"cannot listen on {host}:{port}: {why}.\n"
+                f"Stop what holds it, or choose another port: ./kw run --port N (or KERNELWRIGHT_PORT=N); "
+                f"--wait-for-port SECONDS waits for it to be free. Kernelwright does not move to another port."
+            ) from exc
 
 
 def _resp(*words: str) -> bytes:
@@ -170,6 +239,9 @@ class Child:
     env: dict[str, str]
     prefix_output: bool
     restart: bool  # start it again when it dies (else its death stops everything)
+    pass_fds: tuple[int, ...] = ()  # inherited descriptors (the web server's listening socket)
+    prepare: object = None  # called before each start (the private redis-server's config file)
+    ready: object = None  # called after each start, until it answers (then the config is removed)
     proc: subprocess.Popen | None = None
     pump: threading.Thread | None = None
     started: float = 0.0
@@ -185,23 +257,27 @@ class Stack:
     children: list[Child] = field(default_factory=list)
 
     def start(self, name: str, argv: list[str], env: dict[str, str], prefix_output: bool = True,
-              restart: bool = False) -> Child:
-        child = Child(name, argv, env, prefix_output, restart)
-        self._spawn(child)
+              restart: bool = False, **hooks) -> Child:
+        child = Child(name, argv, env, prefix_output, restart, **hooks)
         self.children.append(child)
+        self._spawn(child)
         return child
 
     def _spawn(self, child: Child) -> None:
+        if child.prepare:
+            child.prepare()
         child.proc = subprocess.Popen(
             child.argv, cwd=ROOT, env=child.env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if child.prefix_output else None,
             stderr=subprocess.STDOUT if child.prefix_output else None,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent, pass_fds=child.pass_fds,
         )
         child.started, child.restart_at = time.monotonic(), None
         if child.prefix_output:
             child.pump = threading.Thread(target=self._pump, args=(child.name, child.proc), daemon=True)
             child.pump.start()
+        if child.ready:
+            child.ready(child)
 
     def supervise(self) -> Child | None:
         """Restart dead children that may be restarted, each after its backoff; the first dead
@@ -266,7 +342,12 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 def start_private_redis(stack: Stack) -> str:
     """A redis-server of this run: loopback only, a random password (given in a 0600 config file
-    that is removed once the server has read it, so it is on no command line and no disk)."""
+    that is removed once the server has read it, so it is on no command line and no disk).
+
+    It is restarted like the other children when it dies, on the same port with the same
+    password, so every child's REDIS_URL stays right; its data (queued tasks, results) is kept
+    in an append-only file synced every second, so a restart loses at most a second of writes,
+    and what the database holds (jobs, turns) does not depend on it."""
     server = shutil.which("redis-server")
     if server is None:
         print(REDIS_MISSING, file=sys.stderr)
@@ -276,20 +357,29 @@ def start_private_redis(stack: Stack) -> str:
     data.chmod(0o700)
     port, password = free_port(), secrets.token_hex(24)
     conf = data / "redis.conf"
-    conf.unlink(missing_ok=True)
-    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"port {port}\nbind 127.0.0.1\nprotected-mode yes\nrequirepass {password}\n"
-                f'dir "{data}"\nsave "60 1"\nappendonly no\ndaemonize no\nlogfile "{data / "redis.log"}"\n')
-    try:
-        stack.start("redis", [server, str(conf)], minimal_env(dict(os.environ)))
-        deadline = time.monotonic() + 15
-        while not redis_answers("127.0.0.1", port, password=password):
-            if stack.first_exited() or time.monotonic() > deadline:
-                raise SystemExit(f"redis-server did not start: see {data / 'redis.log'}")
-            time.sleep(0.1)
-    finally:
+
+    def write_conf() -> None:
         conf.unlink(missing_ok=True)
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"port {port}\nbind 127.0.0.1\nprotected-mode yes\nrequirepass {password}\n"
+                    f'dir "{data}"\nsave "60 1"\nappendonly yes\nappendfsync everysec\ndaemonize no\n'
+                    f'logfile "{data / "redis.log"}"\n')
+
+    def wait_answers(child: Child) -> None:
+        try:
+            deadline = time.monotonic() + 15
+            while not redis_answers("127.0.0.1", port, password=password):
+                if child.proc.poll() is not None or time.monotonic() > deadline:
+                    return  # the caller (or the supervisor) sees it dead
+                time.sleep(0.1)
+        finally:
+            conf.unlink(missing_ok=True)
+
+    child = stack.start("redis", [server, str(conf)], minimal_env(dict(os.environ)), restart=True,
+                        prepare=write_conf, ready=wait_answers)
+    if child.proc.poll() is not None or not redis_answers("127.0.0.1", port, password=password):
+        raise SystemExit(f"redis-server did not start: see {data / 'redis.log'}")
     say(f"started redis-server on 127.0.0.1:{port}, password required (data in {data})")
     return f"redis://:{password}@127.0.0.1:{port}/0"
 
@@ -323,6 +413,11 @@ def place_timing(ids: list[str]):
     os.sched_setaffinity(0, plan.others)
     say(plan.describe())
     return plan
+
+
+def web_argv(fd: int) -> list[str]:
+    """daphne (webapp.core.server: request bodies bounded before they are read) on an inherited socket."""
+    return [PY, "-m", "webapp.core.server", "--fd", str(fd), "webapp.asgi:application"]
 
 
 def worker_argv(queue: str, name: str, concurrency: int) -> list[str]:
@@ -361,6 +456,13 @@ def run(args: argparse.Namespace) -> int:
     env.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     env["PYTHONUNBUFFERED"] = "1"
     try:
+        # First of all: the address asked for, or nothing (never another port).
+        try:
+            listener = listen(args.host, args.port, args.wait_for_port)
+        except PortUnavailable as exc:
+            for line in str(exc).splitlines():
+                say(line)
+            return 2
         backend = env.get("KERNELWRIGHT_BACKEND", "auto")
         ids = gpu_ids(args.gpu_workers, backend)
         plan = place_timing(ids) if ids and args.timing_cpus else None
@@ -374,11 +476,14 @@ def run(args: argparse.Namespace) -> int:
         # The gallery's case studies ship as trajectory fixtures; loading is idempotent.
         subprocess.run([PY, "manage.py", "load_gallery"], cwd=ROOT, env=web, check=True)
 
-        port = free_port(args.host, args.port)
-        if port != args.port:
-            say(f"port {args.port} is busy: using {port}")
-        stack.start("web", [PY, "-m", "daphne", "-b", args.host, "-p", str(port), "webapp.asgi:application"], web,
-                    restart=True)
+        port = args.port
+        fd = listener.fileno()
+        web_count = max(1, args.web_processes)
+        for i in range(web_count):
+            # Every web process accepts on the one socket: the kernel hands each connection to one
+            # of them, a dead one's share goes to the others until it is back.
+            stack.start("web" if web_count == 1 else f"web{i}", web_argv(fd), web, restart=True, pass_fds=(fd,))
+        say(f"{web_count} web process(es) on {args.host}:{port}")
         stack.start("agent", worker_argv("agent", "agent", args.agent_concurrency), agent_env(env), restart=True)
         untrusted = worker_env(env)
         stack.start("compile", worker_argv("compile", "compile", args.compile_concurrency), untrusted, restart=True)
@@ -467,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--timing-cpus", action="store_true",
                    help="give each GPU a CPU of its own for timed loops and keep every other process off it "
                         "(sandbox.placement; no measured effect on the two-H200 host, docs/gpu-pool.md)")
+    r.add_argument("--wait-for-port", type=float, default=float(os.environ.get("KERNELWRIGHT_WAIT_FOR_PORT", "0")),
+                   metavar="SECONDS", help="when the port is busy, wait this long for it to be free (default: exit at once)")
+    r.add_argument("--web-processes", type=int, default=int(os.environ.get("KERNELWRIGHT_WEB_PROCESSES", "2")),
+                   help="web server processes sharing the one listening socket (default 2)")
     r.add_argument("--agent-concurrency", type=int, default=2)
     r.add_argument("--compile-concurrency", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     r.add_argument("--ready-timeout", type=float, default=90.0)

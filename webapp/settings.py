@@ -171,6 +171,24 @@ STATICFILES_DIRS = [d for d in [BASE_DIR / "static"] if d.is_dir()] + [("plotly"
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Request bodies (webapp/core/limits.py): the web server refuses a body over its limit with 413
+# before reading it (Content-Length, or counting a chunked body as it arrives). Prefixes ending
+# in "/" cover the paths below them. The views' own limits (a 256 KiB task source, a 20 MiB
+# trajectory) say what is wrong with a body under these.
+KERNELWRIGHT_MAX_BODY_BYTES = envint("KERNELWRIGHT_MAX_BODY_BYTES", 4 * 1024 * 1024)  # the API's evaluate: task + 1 MiB of files
+KERNELWRIGHT_MAX_TASK_BODY_BYTES = envint("KERNELWRIGHT_MAX_TASK_BODY_BYTES", 1024 * 1024)  # a 256 KiB task, form or JSON
+KERNELWRIGHT_MAX_IMPORT_BODY_BYTES = envint("KERNELWRIGHT_MAX_IMPORT_BODY_BYTES", 21 * 1024 * 1024)  # a 20 MiB trajectory
+KERNELWRIGHT_BODY_LIMITS = [
+    ("/jobs/import/", KERNELWRIGHT_MAX_IMPORT_BODY_BYTES, "a trajectory import"),
+    ("/jobs/new/", KERNELWRIGHT_MAX_TASK_BODY_BYTES, "a new job"),
+    ("/jobs/check/", KERNELWRIGHT_MAX_TASK_BODY_BYTES, "a task check"),
+    ("/api/jobs", KERNELWRIGHT_MAX_TASK_BODY_BYTES, "a new job"),
+]
+# Django's own bound on what it keeps in memory (form fields, request.body), and the size above
+# which an uploaded file goes to a temporary file instead of memory.
+DATA_UPLOAD_MAX_MEMORY_SIZE = KERNELWRIGHT_MAX_BODY_BYTES
+FILE_UPLOAD_MAX_MEMORY_SIZE = envint("KERNELWRIGHT_FILE_UPLOAD_MAX_MEMORY_SIZE", 1024 * 1024)
+
 # Redis: the Celery broker and result backend and the Channels layer.
 globals().update(redis_settings(envstr("REDIS_URL", "redis://127.0.0.1:6379/0")))
 

@@ -114,7 +114,7 @@ def children(pid: int) -> dict[str, Proc]:
         line = " ".join(p.argv)
         if "redis-server" in line:
             roles["redis"] = p
-        elif "daphne" in line:
+        elif "daphne" in line or "webapp.core.server" in line:
             roles["web"] = p
         elif " worker " in line:
             roles[p.argv[p.argv.index("-n") + 1].split("@")[0]] = p
@@ -158,7 +158,7 @@ def launched(tmp_path_factory):
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "scripts/launcher.py", "run", "--port", str(port), "--agent-concurrency", "1",
-             "--compile-concurrency", "1"],
+             "--compile-concurrency", "1", "--web-processes", "1"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     launched = Launched(proc, f"http://127.0.0.1:{port}", log, tmp / "var")
