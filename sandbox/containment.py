@@ -216,7 +216,9 @@ def _check(rc: int, what: str) -> None:
 
 
 def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
+    def enc(text: str | None) -> bytes | None:
+        return text.encode() if text is not None else None
+
     _check(_libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), f"mount {dst}")
 
 
@@ -311,7 +313,7 @@ def _probe(gpu: bool) -> Status:
         why = (proc.stderr or proc.stdout).strip()[-500:]
         return Status(False, "unavailable", f"bubblewrap could not start a sandbox (exit {proc.returncode}): {why}")
     return Status(True, "bubblewrap", f"bubblewrap {binary}: uid {INSIDE_UID} inside"
-                  + (f", a throwaway host uid outside (the service runs as root)" if uid is not None else "")
+                  + (", a throwaway host uid outside (the service runs as root)" if uid is not None else "")
                   + ", own user/pid/mount/net/ipc/uts namespaces, no capabilities, seccomp")
 
 

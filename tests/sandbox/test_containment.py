@@ -81,7 +81,7 @@ def test_the_device_lock_taken_inside_excludes_the_host():
     import threading
 
     result = {}
-    thread = threading.Thread(target=lambda: result.update(zip(("rc", "log"), contained_python(code))))
+    thread = threading.Thread(target=lambda: result.update(zip(("rc", "log"), contained_python(code), strict=True)))
     thread.start()
     fd = os.open(path, os.O_RDONLY)
     try:
