@@ -31,7 +31,10 @@ def parse(data: Any) -> Trajectory:
 
 
 @transaction.atomic
-def import_trajectory(owner, data: Any, *, origin: str = Job.Origin.IMPORTED, gallery: bool = False, name: str = "") -> Job:
+def import_trajectory(owner, data: Any, *, origin: str = Job.Origin.IMPORTED, gallery: bool = False, name: str = "",
+                      into: Job | None = None) -> Job:
+    """A new read-only job from the trajectory, or with `into` that job updated in place (same id,
+    so the same URL: the gallery's case studies), its turns replaced by the trajectory's."""
     traj = parse(data)
     task = traj.task()
     if task is None:
@@ -39,7 +42,7 @@ def import_trajectory(owner, data: Any, *, origin: str = Job.Origin.IMPORTED, ga
     fin = traj.finished()
     best = traj.best()
     state = Job.State.SUCCEEDED if best is not None and best.reward >= 1 else Job.State.FAILED
-    job = Job.objects.create(
+    fields = dict(
         owner=owner,
         name=(name or task.name or "imported trajectory")[:200],
         source=task.source,
@@ -53,7 +56,19 @@ def import_trajectory(owner, data: Any, *, origin: str = Job.Origin.IMPORTED, ga
         summary=fin.summary if fin else "",
         finished_at=timezone.now(),
     )
-    for index, events in group_by_turn(e.to_dict() for e in traj.events).items():
+    if into is None:
+        job = Job.objects.create(**fields)
+    else:
+        job = into
+        for key, value in fields.items():
+            setattr(job, key, value)
+        job.save()
+    turns = group_by_turn(e.to_dict() for e in traj.events)
+    for index, events in turns.items():
         services.store_turn(job, index, events)
+    if into is not None:
+        job.turns.exclude(index__in=list(turns)).delete()
+        if best is None:
+            services.clear_best(job)
     job.refresh_from_db()
     return job

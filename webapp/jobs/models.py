@@ -49,9 +49,19 @@ class Job(models.Model):
     step = models.CharField(max_length=200, blank=True, default="")
     cancel_requested = models.BooleanField(default=False)
     attempts = models.PositiveIntegerField(default=0)  # how many times a worker started (or resumed) it
+    # The fair queue and lost workers (webapp/jobs/scheduler.py): when the job was last handed to
+    # the agent queue (null: waiting for a slot, or not queued), and the last sign of life of the
+    # attempt running it (the agent worker writes it every few seconds; a stale one means that
+    # worker is gone, and the job is resumed or failed with a reason).
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.PRIVATE)
     gallery = models.BooleanField(default=False)
+    # A gallery case study's stable key (its fixture's file name) and the hash of the trajectory
+    # loaded: loading again updates the same row in place, so its URL never changes.
+    gallery_key = models.CharField(max_length=200, null=True, blank=True, unique=True)
+    gallery_digest = models.CharField(max_length=64, blank=True, default="")
     share_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
 
     created_at = models.DateTimeField(auto_now_add=True)

@@ -146,7 +146,7 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]]) -> Turn:
     if s.best is not None:
         _apply_best(job, s.best, events)
     if s.finished is not None and s.finished.get("best_version") is None:
-        _clear_best(job)  # the run ended without a verified candidate (its best failed the confirmation)
+        clear_best(job)  # the run ended without a verified candidate (its best failed the confirmation)
     _after_commit(JobNotification(Kind.TURN_READY, job.pk, turn=index))
     transaction.on_commit(lambda: warm_turn_html(turn))
     return turn
@@ -183,7 +183,7 @@ def _apply_best(job: Job, best: dict[str, Any], events: list[dict[str, Any]]) ->
         )
 
 
-def _clear_best(job: Job) -> None:
+def clear_best(job: Job) -> None:
     if Job.objects.filter(pk=job.pk, best_version__isnull=False).update(
         best_version=None, best_reward=None, best_speedup_eager=None, best_speedup_compile=None, best_evaluation=None
     ):

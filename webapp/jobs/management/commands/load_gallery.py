@@ -1,15 +1,19 @@
 """Load the gallery's case studies from trajectory files (default: webapp/jobs/fixtures/gallery/*.json).
 
-Idempotent: a case study already loaded from a file of the same name is replaced, so re-running
-after the fixtures change updates the gallery instead of duplicating it.
+Idempotent, and a case study keeps its id (so its URL, /jobs/<id>/) across loads and restarts:
+each is keyed by its file's name (`Job.gallery_key`). A file loaded before with the same content
+(`Job.gallery_digest`, its SHA-256) is left as it is; a changed file updates its job in place.
+A case study of an older load without a key (matched by its name) is adopted, not re-created.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from webapp.jobs.importer import ImportRefused, import_trajectory
 from webapp.jobs.models import Job
@@ -18,7 +22,7 @@ DEFAULT_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "gallery"
 
 
 class Command(BaseCommand):
-    help = "Load trajectory JSON files as public gallery case studies."
+    help = "Load trajectory JSON files as public gallery case studies (stable ids: keyed by file name)."
 
     def add_arguments(self, parser):
         parser.add_argument("paths", nargs="*", help="files or folders (default: the bundled fixtures)")
@@ -30,21 +34,40 @@ class Command(BaseCommand):
         if not files:
             self.stdout.write("no gallery fixtures found")
             return
-        loaded = 0
+        counts = {"new": 0, "updated": 0, "unchanged": 0}
         for path in files:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
+                raw = path.read_bytes()
+                data = json.loads(raw.decode("utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise CommandError(f"{path}: {exc}") from exc
-            name = _case_name(data, path)
-            Job.objects.filter(origin=Job.Origin.GALLERY, name=name).delete()
-            try:
-                job = import_trajectory(None, data, origin=Job.Origin.GALLERY, gallery=True, name=name)
-            except ImportRefused as exc:
-                raise CommandError(f"{path}: {exc}") from exc
-            loaded += 1
-            self.stdout.write(f"loaded {path.name} as job {job.pk} ({job.turns.count()} turns)")
-        self.stdout.write(self.style.SUCCESS(f"{loaded} case studies loaded"))
+            outcome, job = load_case(path.stem, _case_name(data, path), data, hashlib.sha256(raw).hexdigest())
+            counts[outcome] += 1
+            self.stdout.write(f"{path.name}: {outcome}, job {job.pk} ({job.turns.count()} turns)")
+        self.stdout.write(self.style.SUCCESS(
+            f"{len(files)} case studies: {counts['new']} new, {counts['updated']} updated, {counts['unchanged']} unchanged"))
+
+
+@transaction.atomic
+def load_case(key: str, name: str, data, digest: str) -> tuple[str, Job]:
+    """("new" | "updated" | "unchanged", the job) for the case study keyed `key`."""
+    job = Job.objects.select_for_update().filter(gallery_key=key).first()
+    if job is None:
+        # A case study loaded before keys existed: the oldest of that name becomes this key's.
+        legacy = list(Job.objects.filter(origin=Job.Origin.GALLERY, gallery_key__isnull=True, name=name).order_by("pk"))
+        if legacy:
+            job = legacy[0]
+            Job.objects.filter(pk__in=[j.pk for j in legacy[1:]]).delete()
+    if job is not None and job.gallery_digest == digest:
+        return "unchanged", job
+    outcome = "new" if job is None else "updated"
+    try:
+        job = import_trajectory(None, data, origin=Job.Origin.GALLERY, gallery=True, name=name, into=job)
+    except ImportRefused as exc:
+        raise CommandError(f"{key}: {exc}") from exc
+    Job.objects.filter(pk=job.pk).update(gallery_key=key, gallery_digest=digest)
+    job.refresh_from_db()
+    return outcome, job
 
 
 def _case_name(data, path: Path) -> str:
