@@ -5,8 +5,8 @@ states the same in prose).
  2. scan      static scan of the candidate's sources for tampering techniques -> rejected
  3. start     two isolated children: REFERENCE (task code) and CANDIDATE (candidate code)
  4. reference draws inputs from secret seeds and computes expected outputs for: 5+ random
-              trials, a reinit trial (other weights), a wide-distribution trial, a shape trial
-              (changed size constants), and the timing input sets; it never talks to the
+              trials, a reinit trial (other weights), a wide-distribution trial, two shape trials
+              (size constants scaled down and up), and the timing input sets; it never talks to the
               candidate, the parent relays inputs only
  5. baseline  the reference moves its timing sets to the device and builds torch.compile (its
               first call compiles) while the candidate runs its trials; nothing is cached

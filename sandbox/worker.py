@@ -251,15 +251,19 @@ def role_reference() -> None:
                 notes.append("wide-distribution trial skipped: the reference is not finite on such inputs")
 
         if msg["shape"]:
-            shaped = _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inputs, device)
-            if isinstance(shaped, str):
-                notes.append(shaped)
-            else:
+            checked = [_size_note(task, first_inputs)]
+            for direction in ("smaller", "larger"):
+                shaped = _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inputs, device, direction)
+                if isinstance(shaped, str):
+                    notes.append(shaped)
+                    continue
                 init, model, inputs, spec, leaves, changed = shaped
                 variants.append({"init_inputs": init, "state_dict": state(model), "kind": "shape"})
                 models.append(model)
                 trials.append({"kind": "shape", "variant": len(variants) - 1, "inputs": to_cpu(inputs), "spec": spec,
                                "expected": to_cpu(leaves), "note": changed})
+                checked.append(changed)
+            notes.append("shapes checked: " + "; ".join(checked))
 
         trace("reference: trials computed")
         timing_sets = []
@@ -481,33 +485,89 @@ def _device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
-def _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inputs, device):
-    """Change the task's module-level size constants (those get_inputs/get_init_inputs read)
-    and build the reference at that shape; returns a note string when not applicable."""
+# The larger shape trial's inputs stay within this many times the benchmark's input bytes, and
+# within SHAPE_MAX_BYTES: the trial's inputs and outputs cross the pipes (issue 17, item 3).
+SHAPE_GROWTH = 8
+SHAPE_MAX_BYTES = 1 << 30
+
+
+def _size_consts(task) -> dict[str, int]:
+    """The task's module-level int constants that get_inputs/get_init_inputs read (sizes)."""
+    names = set(task.get_inputs.__code__.co_names) | set(task.get_init_inputs.__code__.co_names)
+    return {n: getattr(task, n) for n in sorted(names)
+            if type(getattr(task, n, None)) is int and getattr(task, n) >= 2
+            and not any(b in n.lower() for b in SIZE_BLOCKLIST)}
+
+
+def _size_note(task, inputs: list) -> str:
     import torch
 
-    names = set(task.get_inputs.__code__.co_names) | set(task.get_init_inputs.__code__.co_names)
-    consts = {n: getattr(task, n) for n in sorted(names)
-              if type(getattr(task, n, None)) is int and getattr(task, n) >= 2
-              and not any(b in n.lower() for b in SIZE_BLOCKLIST)}
-    if not consts:
-        return "shape trial skipped: the task has no module-level size constants used by get_inputs()"
+    consts = ", ".join(f"{n}={v}" for n, v in _size_consts(task).items())
+    shapes = ", ".join("x".join(map(str, x.shape)) for x in inputs if isinstance(x, torch.Tensor))
+    return f"{consts or 'no size constants'} (benchmark, inputs {shapes})"
 
-    def changed(v: int) -> int:
-        return max(8, (v * 3 // 4) // 8 * 8) if v >= 32 else v + 1
+
+def _meta_bytes(task, init: list, nbytes) -> int:
+    """The bytes of get_inputs() and of the model's parameters at the task's current constants,
+    built on the meta device (no memory); 0 when the task cannot be built there."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            inputs = task.get_inputs()
+            model = task.Model(*init)
+        return max(nbytes(list(inputs)), nbytes(list(model.parameters()) + list(model.buffers())))
+    except Exception:
+        return 0
+
+
+def _smaller(v: int) -> int:
+    return max(8, (v * 3 // 4) // 8 * 8) if v >= 32 else v + 1
+
+
+def _larger(v: int, factor: float) -> int:
+    """v scaled up: to a multiple of 8 from 32 on (2x: 512 -> 1024, where a kernel written for
+    the benchmark's 512 covers a quarter of the output), at least v + 1 below."""
+    w = int(v * factor)
+    return (w + 7) // 8 * 8 if v >= 32 else max(v + 1, w)
+
+
+def _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inputs, device, direction: str = "smaller"):
+    """Change the task's module-level size constants (those get_inputs/get_init_inputs read)
+    and build the reference at that shape; returns a note string when not applicable.
+    `smaller`: 3/4 of each constant (v + 1 below 32), all at once, else one at a time. `larger`
+    (a kernel that hard-codes the benchmark's size, or covers only that much of the output, is
+    right at any smaller size): 2x, then 1.5x, all at once, else one at a time, while the inputs
+    stay within SHAPE_GROWTH times the benchmark's bytes and SHAPE_MAX_BYTES."""
+    import torch
+
+    consts = _size_consts(task)
+    if not consts:
+        return f"{direction} shape trial skipped: the task has no module-level size constants used by get_inputs()"
+
+    def nbytes(xs: list) -> int:
+        return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
 
     base_shapes = [tuple(x.shape) for x in first_inputs if isinstance(x, torch.Tensor)]
-    attempts = [dict(consts)] + [{n: v} for n, v in consts.items()]
-    for attempt in attempts:
-        new = {n: changed(v) for n, v in attempt.items()}
+    budget = min(SHAPE_GROWTH * max(1, nbytes(first_inputs)), SHAPE_MAX_BYTES)
+    if direction == "smaller":
+        changes = [{n: _smaller(v) for n, v in consts.items()}] + [{n: _smaller(v)} for n, v in consts.items()]
+    else:
+        changes = [{n: _larger(v, f) for n, v in consts.items()} for f in (2.0, 1.5)]
+        changes += [{n: _larger(v, f)} for f in (2.0, 1.5) for n, v in consts.items()]
+    for new in changes:
         for n, v in new.items():
             setattr(task, n, v)
         try:
             init = list(task.get_init_inputs())
-            model = make_model(init, seeds["shape"])
-            inputs = make_inputs(seeds["shape_inputs"])
+            if direction == "larger" and _meta_bytes(task, init, nbytes) > budget:  # before anything is allocated
+                raise ValueError("too large")
+            inputs = make_inputs(seeds["shape_inputs"] + (direction == "larger"))
             if [tuple(x.shape) for x in inputs if isinstance(x, torch.Tensor)] == base_shapes and init == base_init:
                 raise ValueError("shapes unchanged")
+            if direction == "larger" and nbytes(inputs) > budget:
+                raise ValueError("too large")
+            model = make_model(init, seeds["shape"] + (direction == "larger"))
             spec, leaves = run(model, inputs)
             if not _finite(leaves):
                 raise ValueError("reference not finite")
@@ -515,9 +575,10 @@ def _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inp
         except Exception:
             continue
         finally:
-            for n in attempt:
+            for n in new:
                 setattr(task, n, consts[n])
-    return "shape trial skipped: the reference does not run with changed size constants"
+    return f"{direction} shape trial skipped: the reference does not run with changed size constants" + (
+        f" within {SHAPE_GROWTH}x the benchmark's input bytes" if direction == "larger" else "")
 
 
 def _roofline_counts(model: Any, inputs: list, run: Any) -> dict:
