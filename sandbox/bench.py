@@ -2,16 +2,26 @@
 
 - compile: fast-path build time (median of distinct candidates), cache-hit time, and that an
   identical load_inline candidate does not rebuild (with --inline; slow on CPU)
-- throughput: complete evaluations (correctness + timing, compile cached) per minute on a task
-  of about 1 ms
-- repeatability: the same candidate evaluated twice, ratio of medians
+- throughput: complete evaluations (correctness + paired timing, compile cached) per minute on
+  a task of about 1 ms
+- repeatability: the same candidate evaluated several times: its medians, and its paired
+  speedups with their intervals
+- honest copy: a candidate that is literally the reference's forward, evaluated while the bench
+  changes the machine's load between evaluations (busy-loop processes started before every
+  second evaluation, stopped after it): each paired speedup must read about 1.0x with an
+  interval that holds 1.0; the unpaired column divides the first evaluation's eager median by
+  each later candidate median, as a cached baseline did (issue 17: 5.32x for an honest copy)
 - baseline check (cuda): eager median against triton.testing.do_bench on the same module
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,13 +41,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="*", default=[2, 3],
                         help="also run this many evaluations at once on the one device (timed loops hold it exclusively)")
     parser.add_argument("--trace", action="store_true", help="one more evaluation per task with the children's phase timestamps on stderr")
+    parser.add_argument("--honest-evals", type=int, default=6, help="evaluations of the honest copy (load changed between them)")
+    parser.add_argument("--busy", type=int, default=0, help="busy-loop processes while the load is on (default: half the CPUs, at least 1)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of every child (default: 1 on the cpu backend, whose timed loops then share one CPU; "
+                             "the options' default on cuda)")
+    parser.add_argument("--only", choices=["compile", "throughput", "honest"], nargs="*", default=None,
+                        help="run only these sections (default: all)")
+    parser.add_argument("--compile-baseline", action="store_true", help="time torch.compile in the rounds too (compiles in every evaluation)")
     args = parser.parse_args(argv or [])
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda_present() else "cpu")
     cache = tempfile.mkdtemp(prefix="kw-bench-")
-    opts = EvalOptions(backend=backend, cache_dir=cache, compile_baseline=False, timing_budget_s=0.5)
-    print(f"# sandbox bench  backend={backend}  cache={cache}")
+    threads = args.threads if args.threads is not None else (1 if backend == "cpu" else 0)
+    opts = EvalOptions(backend=backend, cache_dir=cache, compile_baseline=args.compile_baseline, timing_budget_s=0.5, cpu_threads=threads)
+    print(f"# sandbox bench  backend={backend}  threads={opts.threads()}  rounds={opts.timing_rounds}  "
+          f"noise limit {opts.noise_limit:.0%}  cache={cache}")
 
-    # compile
+    sections = set(args.only or ["compile", "throughput", "honest"])
+    if "compile" in sections:
+        _compile(opts, backend, args.inline)
+    if "throughput" in sections:
+        _throughputs(args, opts, backend)
+    if "honest" in sections:
+        n = 2048 if backend == "cuda" else 512
+        _honest_copy(f"matmul {n}x{n} @ {n}x{n} fp32 (the issue's honest copy: return torch.matmul(A, B))", matmul_task(n), opts,
+                     args.honest_evals, args.busy or max(1, (os.cpu_count() or 2) // 2))
+    return 0
+
+
+def _compile(opts: EvalOptions, backend: str, inline: bool) -> None:
     times = []
     for v in range(5):
         res = compile_candidate(softmax_candidate(v, backend), opts)
@@ -51,13 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         assert res.cached
     print(f"compile fast path ({res.mode}): median {statistics.median(times):.2f} s over 5 distinct candidates "
           f"(min {min(times):.2f}, max {max(times):.2f}); cache hit median {statistics.median(hit) * 1000:.1f} ms")
-    if args.inline:
+    if inline:
         inline = {"model_new.py": _INLINE}
         a = compile_candidate(inline, opts)
         b = compile_candidate(inline, opts)
         print(f"load_inline: first build {a.seconds:.1f} s (ok={a.ok}), identical source again {b.seconds * 1000:.1f} ms (cached={b.cached})")
 
-    # throughput and repeatability: the row softmax (small, memory-bound) and the ~1 ms linear layer
+
+
+def _throughputs(args: argparse.Namespace, opts: EvalOptions, backend: str) -> None:
+    """Throughput and repeatability: the row softmax (small, memory-bound) and the ~1 ms linear layer."""
     rows, cols = (args.rows, args.cols) if args.rows else ((4096, 4096) if backend == "cuda" else (1024, 1024))
     shapes = (2048, 4096, 4096) if backend == "cuda" else (256, 512, 512)
     cases = [(f"row softmax {rows}x{cols} fp32 ({rows * cols * 4 / 1e6:.0f} MB per tensor)", softmax_task(rows, cols), softmax_candidate(0, backend)),
@@ -70,7 +105,80 @@ def main(argv: list[str] | None = None) -> int:
                 _concurrent(task, files, opts, n, max(args.evals, 2 * n), medians)
         if args.trace:
             _traced(task, files, opts)
-    return 0
+
+
+def matmul_task(n: int) -> str:
+    return f'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+N = {n}
+
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _busy(n: int) -> list[subprocess.Popen]:
+    """n processes that spin on a CPU each until stopped (_stop)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait()
+
+
+def _interval(sp) -> str:
+    return f"{sp.ratio:.3f}x  {sp.ci_low:.3f}-{sp.ci_high:.3f}" if sp else "-"
+
+
+def _honest_copy(label: str, task: str, opts: EvalOptions, evals: int, busy: int) -> None:
+    """The reference's own forward as the candidate, the load changed between evaluations."""
+    print(f"\nhonest copy (ModelNew = Model, torch-ops allow): {label}; {busy} busy-loop process(es) "
+          f"during every second evaluation")
+    files = {"model_new.py": task.replace("class Model(", "class ModelNew(")}
+    opts = dataclasses.replace(opts, torch_ops="allow")
+    rows, first_eager = [], None
+    head = (f"{'eval':>4}  {'load':<5} {'eager ms':>9} {'cand ms':>9}  {'paired speedup, 95% interval':<29}"
+            f"{'noise':>6}  {'verdict':<32} {'reward':>6}  {'unpaired':>9}")
+    print(head)
+    for i in range(evals):
+        load = "busy" if i % 2 else "idle"
+        procs = _busy(busy) if load == "busy" else []
+        try:
+            res = evaluate(task, files, opts)
+        finally:
+            _stop(procs)
+        if res.status.value != "ok" or res.speed is None:
+            print(f"{i + 1:>4}  {load:<5} {res.status.value}: {res.reasons[:1]}")
+            continue
+        e, c, sp = res.timing.eager.median_ms, res.timing.candidate.median_ms, res.speed.vs_eager
+        first_eager = first_eager or e
+        rows.append((load, sp, res))
+        print(f"{i + 1:>4}  {load:<5} {e:>9.4f} {c:>9.4f}  {_interval(sp):<29}{res.speed.noise:>6.0%}  "
+              f"{sp.verdict + (' (noisy)' if res.speed.noisy else ''):<32} {res.reward:>6}  {first_eager / c:>8.2f}x")
+    if not rows:
+        return
+    held = sum(sp.ci_low <= 1.0 <= sp.ci_high for _, sp, _ in rows)
+    ratios = [sp.ratio for _, sp, _ in rows]
+    unpaired = [first_eager / r.timing.candidate.median_ms for _, _, r in rows]
+    print(f"honest copy: {held} of {len(rows)} intervals hold 1.0, median paired speedup {statistics.median(ratios):.3f}x "
+          f"(range {min(ratios):.3f}-{max(ratios):.3f}), rewards {sorted({r.reward for _, _, r in rows})}; unpaired "
+          f"(the first eager median over each candidate median, as a cached baseline read): "
+          f"{min(unpaired):.2f}x to {max(unpaired):.2f}x")
 
 
 def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions, evals: int, backend: str) -> list[float]:
@@ -78,32 +186,28 @@ def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions,
     t0 = time.perf_counter()
     first = evaluate(task, files, opts)
     first_s = time.perf_counter() - t0
-    # the task's first `baseline_samples` evaluations each time one sample of the baseline: done
-    # here, so that every measured evaluation below finds the baseline cached
-    for _ in range(opts.baseline_samples - 1):
-        if first.status.value == "ok":
-            first = evaluate(task, files, opts)
-    print(f"first evaluation (starts the zygote, measures the baseline): {first_s:.2f} s, status {first.status.value}, "
-          f"eager median {first.timing.eager.median_ms if first.timing.eager else float('nan'):.4f} ms "
-          f"(median of {opts.baseline_samples} samples: "
-          f"{', '.join(f'{x:.4f}' for x in (first.timing.eager.samples_ms or [])) if first.timing.eager else '-'})")
+    print(f"first evaluation (starts the zygote, compiles): {first_s:.2f} s, status {first.status.value}")
     if first.status.value != "ok":
         print("  reasons:", first.reasons[:2])
         return []
-    durations, medians, phases = [], [], {}
+    durations, medians, phases, speeds = [], [], {}, []
     for _ in range(evals):
         t0 = time.perf_counter()
         res = evaluate(task, files, opts)
         durations.append(time.perf_counter() - t0)
         medians.append(res.timing.candidate.median_ms if res.timing.candidate else float("nan"))
+        if res.speed is not None:
+            speeds.append(res.speed)
         for k, v in res.phases_s.items():
             phases.setdefault(k, []).append(v)
     per = statistics.median(durations)
     print("where an evaluation's time goes (median s per step): " + ", ".join(
         f"{k} {statistics.median(v):.2f}" for k, v in phases.items() if k != "done"))
-    print(f"evaluations (correctness {len(res.trials)} trials + timing, compile and baselines cached): median {per:.2f} s each "
-          f"-> {60 / per:.1f} per minute (target >= 20 per GPU-minute on ~1 ms tasks)")
+    print(f"evaluations (correctness {len(res.trials)} trials + paired timing, {opts.timing_rounds} rounds, compile cached): "
+          f"median {per:.2f} s each -> {60 / per:.1f} per minute (target >= 25 per GPU-minute on ~1 ms tasks)")
     print(f"candidate median {statistics.median(medians):.4f} ms; eager {res.timing.eager.median_ms:.4f} ms; status {res.status.value}")
+    for i, sp in enumerate(speeds):
+        print(f"  evaluation {i + 1}: {sp.verdict}" + (f" -- {sp.milestone}" if sp.noisy else ""))
     c = res.timing.candidate
     if c is not None and c.event_median_ms is not None:
         print(f"  candidate's last evaluation: events {c.event_median_ms:.4f} ms + device tail {c.tail_median_ms:.4f} ms "
@@ -111,7 +215,11 @@ def _throughput(label: str, task: str, files: dict[str, str], opts: EvalOptions,
               f"back to back {c.loop_ms or 0:.4f} ms per call; {c.host_limited_calls or 0} calls outlasted the head start")
     if len(medians) >= 2:
         print(f"repeatability: consecutive evaluations' medians differ by {abs(medians[-1] / medians[-2] - 1) * 100:.2f}% "
-              f"(max pairwise over {len(medians)}: {(max(medians) / min(medians) - 1) * 100:.2f}%)")
+              f"(max pairwise over {len(medians)}: {(max(medians) / min(medians) - 1) * 100:.2f}%; target 2% at 0.5 ms or more)")
+    if len(speeds) >= 2:
+        ratios = [sp.vs_eager.ratio for sp in speeds]
+        print(f"repeatability of the paired speedup vs eager over {len(ratios)} evaluations: {min(ratios):.3f}x to {max(ratios):.3f}x "
+              f"(max pairwise {(max(ratios) / min(ratios) - 1) * 100:.2f}%)")
     if backend == "cuda":
         try:
             _do_bench_check(task)
