@@ -91,3 +91,84 @@ def test_a_gallery_job_with_multi_line_diffs_renders_at_a_sane_height(request, c
     cbox, table = cell.bounding_box(), page.locator("table.diff.split").first.bounding_box()
     assert cbox["width"] > 0.3 * table["width"], (cbox, table)  # each side gets about half
     print(f"page height: {height} px unified, {split_height} px side by side, {turns} turns")
+
+
+def draw(request, client, job: Job):
+    path = f"/jobs/{job.pk}/"
+    pages = {path: client.get(path).content}
+    page = request.getfixturevalue("browser_page")
+    serve(page, pages)
+    page.goto(ORIGIN + path)
+    page.wait_for_selector("#chart-speedup.drawn .main-svg", timeout=60000)
+    return page
+
+
+def tick_labels(page, chart: str, axis: str) -> list[str]:
+    return page.locator(f"#{chart} g.{axis}tick text").evaluate_all("els => els.map(e => e.textContent)")
+
+
+def assert_powers_of_ten(labels: list[str]) -> None:
+    import math
+
+    assert labels, "no tick labels"
+    for label in labels:
+        value = float(label.replace("\u2212", "-").replace(",", ""))
+        assert value > 0 and abs(math.log10(value) - round(math.log10(value))) < 1e-6, labels
+
+
+def test_charts_fit_their_cells_and_read_well(request, client, gallery_job):
+    page = draw(request, client, gallery_job)
+    for chart in ("chart-speedup", "chart-baselines", "chart-roofline"):
+        page.wait_for_selector(f"#{chart}.drawn .main-svg", timeout=30000)
+    page.locator("#charts").screenshot(path=str(screenshot_path("gallery-job-charts")))
+    # this case study profiled version 7, not its best (version 4): the kernels chart says so
+    assert "best candidate (version 4) was not profiled" in page.locator("#chart-kernels.note").inner_text()
+    for chart in ("chart-speedup", "chart-baselines", "chart-roofline"):
+        cell = page.locator(f"#{chart}").bounding_box()
+        svg = page.locator(f"#{chart} .main-svg").first.bounding_box()
+        assert svg["width"] <= cell["width"] + 1, (chart, svg, cell)
+        assert svg["width"] > 0.8 * cell["width"], (chart, svg, cell)  # and uses the cell
+        assert svg["x"] + svg["width"] <= page.viewport_size["width"], (chart, svg)
+    # The roofline's log axes are labelled at powers of ten, not "5 2 1 5".
+    assert_powers_of_ten(tick_labels(page, "chart-roofline", "x"))
+    assert_powers_of_ten(tick_labels(page, "chart-roofline", "y"))
+    assert "TFLOP/s" in page.locator("#chart-roofline").text_content()
+    # A narrower window: the charts follow (responsive), still inside their cells.
+    page.set_viewport_size({"width": 700, "height": 700})
+    page.wait_for_timeout(500)
+    cell = page.locator("#chart-roofline").bounding_box()
+    svg = page.locator("#chart-roofline .main-svg").first.bounding_box()
+    assert svg["width"] <= cell["width"] + 1 and cell["width"] <= 700, (svg, cell)
+
+
+def cpu_trajectory() -> dict:
+    """The sample run as if on a CPU: a roofline far below a TFLOP/s and no profile."""
+    from webapp.jobs.sample_trajectory import build
+
+    data = build(turns=3)
+    for e in data["events"]:
+        result = e.get("result") if e["type"] == "evaluation" else None
+        if result and result.get("roofline"):
+            result["roofline"].update(device="AMD EPYC (cpu)", peak_tflops=0.045, peak_bandwidth_gbs=20.0)
+            result["device"], result["backend"] = "AMD EPYC (cpu)", "cpu"
+        if result is not None:
+            result["profile"] = []
+    data["events"] = [e for e in data["events"] if e["type"] != "profile"]
+    return data
+
+
+def test_a_cpu_roofline_in_gflops_and_a_missing_kernel_chart_says_why(request, client):
+    owner = User.objects.get(username="viewer")
+    job = import_trajectory(owner, cpu_trajectory())
+    page = draw(request, client, job)
+    page.wait_for_selector("#chart-roofline.drawn .main-svg", timeout=30000)
+    text = page.locator("#chart-roofline").text_content()
+    assert "GFLOP/s" in text and "TFLOP/s" not in text, text
+    assert "45 GFLOP/s" in text, text
+    assert_powers_of_ten(tick_labels(page, "chart-roofline", "y"))
+    page.locator("#charts").screenshot(path=str(screenshot_path("cpu-job-charts")))
+    note = page.locator("#chart-kernels")
+    assert note.is_visible() and "was not profiled" in note.inner_text()
+    # error bars: none from min..max (this sample has no rounds): the bars' whiskers, if any, stay
+    # within a bar's height
+    assert "min..max" not in page.locator("#chart-baselines").text_content()

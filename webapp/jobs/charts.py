@@ -11,7 +11,12 @@ from typing import Any
 
 from webapp.jobs.models import Job, Turn
 
-LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 360, "legend": {"orientation": "h", "y": -0.25}}
+# No width anywhere: the figure takes its grid cell's width (autosize) and follows it (the page
+# draws with `responsive: true`); only the height is fixed.
+LAYOUT = {"autosize": True, "margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 360, "legend": {"orientation": "h", "y": -0.25}}
+# A log axis labelled at every power of ten as a plain number: without a dtick plotly labels the
+# minor ticks too ("5 2 1 5" between decades).
+LOG_AXIS = {"type": "log", "dtick": 1, "tickformat": "~g", "minor": {"ticks": "inside", "showgrid": False}}
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -48,32 +53,69 @@ def speedup_over_turns(turns: list[Turn]) -> dict[str, Any] | None:
     return {"data": data, "layout": layout}
 
 
+def _quartiles(values: list[float]) -> tuple[float, float] | None:
+    values = sorted(v for v in values if isinstance(v, (int, float)))
+    if len(values) < 4:
+        return None
+
+    def at(q: float) -> float:
+        pos = q * (len(values) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(values) - 1)
+        return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+    return at(0.25), at(0.75)
+
+
+def _spread_of(timing: dict[str, Any], key: str, stats: dict[str, Any]) -> tuple[float, float] | None:
+    """The interquartile range of one callable's times: over the paired rounds' block medians
+    (schema 2, timing.rounds), else over its samples (an older result's samples_ms), else none.
+    Never min..max: one slow outlier call would dwarf the bars."""
+    rounds = timing.get("rounds") or []
+    values = [r.get(f"{key}_ms") for r in rounds if isinstance(r, dict)]
+    iqr = _quartiles([v for v in values if v is not None])
+    if iqr is None:
+        iqr = _quartiles(list(stats.get("samples_ms") or []))
+    return iqr
+
+
 def best_vs_baselines(evaluation: dict[str, Any] | None) -> dict[str, Any] | None:
     timing = (evaluation or {}).get("timing") or {}
-    bars = [(label, timing.get(key)) for label, key in (("eager", "eager"), ("torch.compile", "compile"), ("best candidate", "candidate"))]
-    bars = [(label, s) for label, s in bars if s]
+    bars = [(label, key, timing.get(key)) for label, key in (("eager", "eager"), ("torch.compile", "compile"), ("best candidate", "candidate"))]
+    bars = [(label, key, s) for label, key, s in bars if isinstance(s, dict) and s.get("median_ms") is not None]
     if not bars:
         return None
-    data = [
-        {
-            "type": "bar",
-            "x": [label for label, _ in bars],
-            "y": [s["median_ms"] for _, s in bars],
-            "error_y": {
-                "type": "data",
-                "symmetric": False,
-                "array": [s["max_ms"] - s["median_ms"] for _, s in bars],
-                "arrayminus": [s["median_ms"] - s["min_ms"] for _, s in bars],
-            },
-            "hovertext": [f"median {s['median_ms']:.4g} ms, min {s['min_ms']:.4g}, max {s['max_ms']:.4g}, {s['trials']} runs" for _, s in bars],
-            "hoverinfo": "text",
+    spreads = [_spread_of(timing, key, s) for _, key, s in bars]
+    bar: dict[str, Any] = {
+        "type": "bar",
+        "x": [label for label, _, _ in bars],
+        "y": [s["median_ms"] for _, _, s in bars],
+        "hovertext": [
+            f"median {s['median_ms']:.4g} ms, min {s.get('min_ms', 0):.4g}, max {s.get('max_ms', 0):.4g}, {s.get('trials', '?')} runs"
+            + (f"; quartiles {iqr[0]:.4g}..{iqr[1]:.4g}" if iqr else "")
+            for (_, _, s), iqr in zip(bars, spreads)
+        ],
+        "hoverinfo": "text",
+    }
+    if any(spreads):
+        bar["error_y"] = {
+            "type": "data",
+            "symmetric": False,
+            "array": [max(0.0, iqr[1] - s["median_ms"]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads)],
+            "arrayminus": [max(0.0, s["median_ms"] - iqr[0]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads)],
         }
-    ]
-    clock = timing.get("clock") or "?"
-    return {"data": data, "layout": _layout(f"Best candidate vs baselines (median, bars = min..max; clock {clock})", yaxis={"title": {"text": "ms"}})}
+    whiskers = "whiskers: interquartile range over the rounds" if any(spreads) else "no whiskers: no per-round times"
+    speed = (evaluation or {}).get("speed")
+    # plotly reads a few tags in titles: the verdict (the sandbox's words) goes in as plain text
+    verdict = str(speed.get("verdict") or "")[:90].replace("<", "‹").replace(">", "›") if isinstance(speed, dict) else ""
+    note = f"median ms, {whiskers}; clock {timing.get('clock') or '?'}" + (f"<br>{verdict}" if verdict else "")
+    layout = _layout("Best candidate vs baselines", yaxis={"title": {"text": "median (ms)"}},
+                     xaxis={"title": {"text": note, "font": {"size": 11}}})
+    return {"data": [bar], "layout": layout}
 
 
 def time_per_kernel(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    rows = [r for r in rows or [] if isinstance(r, dict) and (r.get("total_ms") or 0) > 0]
     if not rows:
         return None
     rows = sorted(rows, key=lambda r: r.get("total_ms", 0.0))[-20:]
@@ -81,12 +123,21 @@ def time_per_kernel(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         {
             "type": "bar",
             "orientation": "h",
-            "y": [r.get("name", "?")[:60] for r in rows],
+            "y": [_short(r.get("name") or "?") for r in rows],
             "x": [r.get("total_ms", 0.0) for r in rows],
             "hovertext": [f"{r.get('calls', 0)} calls, {100 * r.get('share', 0.0):.1f}%" for r in rows],
         }
     ]
-    return {"data": data, "layout": _layout("Time per kernel of the best candidate", xaxis={"title": {"text": "ms"}}, margin={"l": 220, "r": 20, "t": 40, "b": 50})}
+    return {"data": data, "layout": _layout("Time per kernel of the best candidate", xaxis={"title": {"text": "ms"}}, yaxis={"automargin": True})}
+
+
+def _short(name: str, limit: int = 40) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def flop_rate_unit(peak_tflops: float) -> tuple[str, float]:
+    """TFLOP/s for a GPU, GFLOP/s when the peak is below one TFLOP/s (a CPU): (unit, FLOP/s per unit)."""
+    return ("TFLOP/s", 1e12) if peak_tflops >= 1 else ("GFLOP/s", 1e9)
 
 
 def roofline(roof: dict[str, Any] | None, evaluation: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -95,23 +146,32 @@ def roofline(roof: dict[str, Any] | None, evaluation: dict[str, Any] | None) -> 
     bw, peak = float(roof.get("peak_bandwidth_gbs") or 0), float(roof.get("peak_tflops") or 0)
     if not (flops > 0 and nbytes > 0 and bw > 0 and peak > 0):
         return None
+    unit, per_unit = flop_rate_unit(peak)
+    peak_rate = peak * 1e12 / per_unit  # in `unit`
     intensity = flops / nbytes
     ridge = peak * 1e3 / bw  # FLOP/byte where the roofs meet (TFLOP/s vs GB/s)
     xs = [min(intensity, ridge) / 100, ridge, max(intensity, ridge) * 100]
-    roof_y = [min(peak, x * bw / 1e3) for x in xs]
-    data = [{"type": "scatter", "mode": "lines", "name": f"roof ({bw:.0f} GB/s, {peak:.1f} TFLOP/s, measured)", "x": xs, "y": roof_y}]
+    roof_y = [min(peak_rate, x * bw * 1e9 / per_unit) for x in xs]
+    data = [{"type": "scatter", "mode": "lines", "name": f"roof ({_num(bw)} GB/s, {_num(peak_rate)} {unit}, measured)", "x": xs, "y": roof_y}]
     timing = (evaluation or {}).get("timing") or {}
     for label, key in (("eager", "eager"), ("torch.compile", "compile"), ("best candidate", "candidate")):
         stats = timing.get(key)
-        if stats and stats.get("median_ms"):
-            achieved = flops / (stats["median_ms"] * 1e-3) / 1e12
-            data.append({"type": "scatter", "mode": "markers", "name": f"{label} ({achieved:.3g} TFLOP/s)", "x": [intensity], "y": [achieved], "marker": {"size": 12}})
+        if isinstance(stats, dict) and stats.get("median_ms"):
+            achieved = flops / (stats["median_ms"] * 1e-3) / per_unit
+            data.append({"type": "scatter", "mode": "markers", "name": f"{label} ({_num(achieved)} {unit})", "x": [intensity], "y": [achieved], "marker": {"size": 12}})
     layout = _layout(
         f"Roofline on {roof.get('device') or 'the device'} ({roof.get('bound') or '?'}-bound)",
-        xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
-        yaxis={"type": "log", "title": {"text": "TFLOP/s"}},
+        xaxis={**LOG_AXIS, "title": {"text": "arithmetic intensity (FLOP/byte)"}},
+        yaxis={**LOG_AXIS, "title": {"text": unit}},
+        # four legend rows below the axis title
+        height=460, margin={"l": 60, "r": 20, "t": 40, "b": 150}, legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
     )
     return {"data": data, "layout": layout}
+
+
+def _num(value: float) -> str:
+    """3 significant digits without an exponent for the sizes a roofline has: 4,150 or 0.0123."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def best_profile(job: Job) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
@@ -129,8 +189,18 @@ def best_profile(job: Job) -> tuple[list[dict[str, Any]], dict[str, Any] | None]
     return rows, roof
 
 
+def kernels_note(job: Job, rows: list[dict[str, Any]]) -> str:
+    """Why there is no time-per-kernel chart, in words."""
+    if job.best_version is None:
+        return "Time per kernel: no verified candidate, so nothing was profiled."
+    if not rows:
+        return f"Time per kernel: the best candidate (version {job.best_version}) was not profiled."
+    return "Time per kernel: the profiler recorded no time in the best candidate's kernels."
+
+
 def job_charts(job: Job, turns: list[Turn]) -> dict[str, Any]:
-    """`turns` need only their summary columns (events may be deferred)."""
+    """`turns` need only their summary columns (events may be deferred). A chart that cannot be
+    drawn once something was timed says why under "notes" (chart name -> text)."""
     rows, roof = best_profile(job)
     charts = {
         "speedup": speedup_over_turns(turns),
@@ -138,4 +208,7 @@ def job_charts(job: Job, turns: list[Turn]) -> dict[str, Any]:
         "kernels": time_per_kernel(rows),
         "roofline": roofline(roof, job.best_evaluation),
     }
-    return {k: v for k, v in charts.items() if v is not None}
+    out: dict[str, Any] = {k: v for k, v in charts.items() if v is not None}
+    if out and "kernels" not in out:
+        out["notes"] = {"kernels": kernels_note(job, rows)}
+    return out

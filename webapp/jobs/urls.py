@@ -20,6 +20,7 @@ urlpatterns = [
     path("jobs/import/", pages.import_view, name="import"),
     path("jobs/<int:job_id>/", pages.job_detail, name="detail"),
     path("jobs/<int:job_id>/updates/", pages.job_updates, name="updates"),
+    path("jobs/<int:job_id>/head/", pages.job_head_html, name="head"),
     path("jobs/<int:job_id>/turns/<int:index>/html", pages.turn_detail_html, name="turn_html"),
     path("jobs/<int:job_id>/cancel/", pages.cancel, name="cancel"),
     path("jobs/<int:job_id>/retry/", pages.retry, name="retry"),

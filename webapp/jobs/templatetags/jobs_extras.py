@@ -111,3 +111,78 @@ def plotly_src() -> str:
     if path:
         return static(path)
     return reverse("jobs:plotly_js")
+
+
+# -- what the numbers and options mean (titles and the job page's legend) ----------------------
+REWARD_MEANING = {
+    -1: "incorrect, failed to build or run, or rejected by the audit",
+    1: "correct, but not measurably more than 5% faster than eager PyTorch",
+    2: "correct and more than 5% faster than eager PyTorch",
+    3: "correct and more than 5% faster than both eager PyTorch and torch.compile",
+}
+REWARD_NOTE = "(the CUDA Agent paper's milestone reward; 'faster' is judged on the lower end of the speedup's interval, and a noisy timing window earns no speed milestone)"
+TORCH_OPS_MEANING = {
+    "forbid": "the candidate's forward must compute with its own kernels: torch compute operators are rejected "
+    "(allocation, views and library GEMM/convolution are allowed)",
+    "allow": "the candidate may call torch operators as well as its own kernels",
+}
+POLICY_MEANING = {"builtin": "the built-in policy (offline, no model)", "openai": "a model behind an OpenAI-compatible endpoint"}
+BACKEND_MEANING = {"auto": "CUDA when a GPU is there, else the CPU", "cpu": "C++ kernels on the CPU", "cuda": "CUDA kernels on the GPU"}
+
+
+@register.filter
+def reward_title(reward: Any) -> str:
+    """The tooltip of a reward: what this value means."""
+    meaning = REWARD_MEANING.get(reward)
+    if meaning is None:
+        return "not evaluated"
+    return f"reward {reward}: {meaning} {REWARD_NOTE}"
+
+
+@register.simple_tag
+def reward_scale() -> list[tuple[int, str]]:
+    return sorted(REWARD_MEANING.items())
+
+
+def preset_meaning(preset: str) -> str:
+    """A tolerance preset in words, from the sandbox's own table (read only)."""
+    try:
+        from sandbox.options import PRESETS
+    except Exception:  # the web process need not have the sandbox's dependencies
+        return ""
+    spec = PRESETS.get(preset)
+    if not isinstance(spec, dict):
+        return ""
+    tols = spec.get("tolerances") or {}
+    parts = [f"{dtype} atol {t.atol:g}, rtol {t.rtol:g}" for dtype, t in tols.items() if hasattr(t, "atol")]
+    extra = [label for key, label in (("reinit_trial", "re-initialised weights"), ("wide_trial", "wide-range inputs"),
+                                      ("shape_trial", "another input shape")) if spec.get(key)]
+    text = "correct when |candidate - reference| <= atol + rtol * |reference| for every element (" + "; ".join(parts) + ")"
+    trials = spec.get("random_trials")
+    if trials:
+        text += f"; {trials} random input trials" + (" plus " + ", ".join(extra) if extra else "")
+    return text
+
+
+@register.filter
+def job_options(options: Any) -> list[tuple[str, str, str]]:
+    """A job's recorded options as (label, value, explanation); an option the job does not
+    record (an imported trajectory's) is left out rather than shown as "?"."""
+    options = options if isinstance(options, dict) else {}
+    rows = []
+    for key, label, meanings in (("backend", "backend", BACKEND_MEANING), ("policy", "policy", POLICY_MEANING),
+                                 ("max_turns", "max turns", None), ("preset", "tolerance preset", None),
+                                 ("torch_ops", "torch ops", TORCH_OPS_MEANING)):
+        value = options.get(key)
+        if value in (None, ""):
+            continue
+        if key == "preset":
+            help_text = preset_meaning(str(value))
+        elif key == "torch_ops":
+            help_text = "torch ops in the candidate: " + TORCH_OPS_MEANING.get(str(value), "")
+        elif meanings:
+            help_text = meanings.get(str(value), "")
+        else:
+            help_text = "the most turns the agent may take"
+        rows.append((label, str(value), help_text))
+    return rows

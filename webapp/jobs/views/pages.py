@@ -151,6 +151,39 @@ def _live_state(job: Job) -> dict:
         "best_speedup_eager": job.best_speedup_eager,
         "best_speedup_compile": job.best_speedup_compile,
         "cancel_requested": job.cancel_requested,
+        "head_key": head_key(job),
+    }
+
+
+def head_key(job: Job) -> str:
+    """What the header, actions and best card show: when it changes, the page fetches them again."""
+    return f"{job.state}|{job.best_version}|{job.best_reward}|{job.best_speedup_eager}|{job.cancel_requested}"
+
+
+def fmt_elapsed(job: Job) -> str:
+    if not job.started_at:
+        return ""
+    from django.utils import timezone
+
+    s = max(0, round(((job.finished_at or timezone.now()) - job.started_at).total_seconds()))
+    h, m, sec = s // 3600, s % 3600 // 60, s % 60
+    return (f"{h}h " if h else "") + (f"{m}m " if h or m else "") + f"{sec}s"
+
+
+def _head_context(request, job: Job) -> dict:
+    """What jobs/_job_head.html needs: the job page renders it, and /jobs/<id>/head/ again."""
+    return {
+        "job": job,
+        "head_key": head_key(job),
+        "terminal": job.state in Job.TERMINAL,
+        "elapsed": fmt_elapsed(job),
+        "n_turns": job.turns.count(),
+        "totals": _totals(job),
+        "share": share_token(request),
+        "share_qs": share_qs(request),
+        "can_change": can_change(request.user, job),
+        "share_url": request.build_absolute_uri(reverse("jobs:share", args=[job.share_token])) if job.share_token else "",
+        "artifacts": list(job.artifacts.all()),
     }
 
 
@@ -169,22 +202,18 @@ def job_detail(request, job: Job):
         "job_id": job.pk,
         "ws_path": ws_path,
         "updates_url": reverse("jobs:updates", args=[job.pk]),
+        "head_url": reverse("jobs:head", args=[job.pk]),
         "share": share_token(request),
         "last_index": turns[-1].index if turns else -1,
         "live": _live_state(job),
         "charts": charts.job_charts(job, summaries),
     }
     context = {
-        "job": job,
+        **_head_context(request, job),
         "turns": summaries,
         "stubs_html": stubs,
         "turns_html": turns_html(turns),
-        "totals": _totals(job),
         "config": config,
-        "share_qs": qs,
-        "can_change": can_change(request.user, job),
-        "share_url": request.build_absolute_uri(reverse("jobs:share", args=[job.share_token])) if job.share_token else "",
-        "artifacts": list(job.artifacts.all()),
     }
     return render(request, "jobs/job_detail.html", context)
 
@@ -212,6 +241,13 @@ def job_updates(request, job: Job):
         }
         cache.set(key, body, 30)
     return JsonResponse(body)
+
+
+@job_view()
+def job_head_html(request, job: Job):
+    """The header, actions and best card again (per viewer: the actions depend on who asks, so
+    this is not cached); the live page asks when the job's state or best changed."""
+    return HttpResponse(render_to_string("jobs/_job_head.html", _head_context(request, job), request=request))
 
 
 @job_view()

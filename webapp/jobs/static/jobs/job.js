@@ -33,11 +33,18 @@
     charts = latestCharts;
     if (!charts || typeof Plotly === "undefined") return;
     let drawn = 0;
+    const notes = charts.notes || {};
     for (const el of document.querySelectorAll("[data-chart]")) {
       const fig = charts[el.dataset.chart];
-      if (!fig) continue;
-      Plotly.react(el, fig.data, fig.layout, { displaylogo: false, responsive: true });
+      const note = notes[el.dataset.chart];
+      if (!fig) {
+        if (note) { el.textContent = note; el.classList.add("note"); el.classList.remove("drawn"); }
+        continue;
+      }
+      if (el.classList.contains("note")) { el.classList.remove("note"); el.textContent = ""; }
+      // visible before plotly measures it: a hidden cell has no width and plotly falls back to 700 px
       el.classList.add("drawn");
+      Plotly.react(el, fig.data, fig.layout, { displaylogo: false, responsive: true });
       drawn += 1;
     }
     if (drawn) $("no-charts").hidden = true;
@@ -50,7 +57,8 @@
   }
 
   function tickElapsed() {
-    if (!live.started_at) { $("job-elapsed").textContent = "-"; return; }
+    $("job-elapsed-wrap").hidden = !live.started_at; // an imported run has no start time here
+    if (!live.started_at) return;
     const end = live.finished_at ? Date.parse(live.finished_at) : Date.now();
     $("job-elapsed").textContent = fmtElapsed((end - Date.parse(live.started_at)) / 1000);
   }
@@ -108,13 +116,31 @@
           $("cost-total").textContent = data.totals.cost_usd.toFixed(4);
         }
         drawCharts(data.charts);
-        if (TERMINAL.includes(data.live.state) && !document.getElementById("download-zip") && data.live.best_reward !== null) {
-          // The best candidate appeared while we watched: reload once for the download links.
-          document.body.dataset.needsReload = "1";
-        }
+        if (data.live.head_key !== $("job-head").dataset.headKey) await refreshHead();
       } while (again);
     })().finally(() => { fetching = null; });
     return fetching;
+  }
+
+  // The header, the actions (Cancel while it runs; Download, Retry at the end) and the best card
+  // come from the server again whenever the state or the best candidate changed.
+  async function refreshHead() {
+    const url = config.head_url + (config.share ? "?share=" + encodeURIComponent(config.share) : "");
+    const resp = await fetch(url, { credentials: "same-origin" });
+    if (!resp.ok) return;
+    const tpl = document.createElement("template");
+    tpl.innerHTML = await resp.text(); // server-rendered with Django autoescaping
+    for (const id of ["job-head", "best-card"]) {
+      const fresh = tpl.content.getElementById(id), old = $(id);
+      if (fresh && old) {
+        const legend = old.querySelector("#legend");
+        if (legend && legend.open) { const l = fresh.querySelector("#legend"); if (l) l.open = true; }
+        old.replaceWith(fresh);
+      }
+    }
+    $("turn-count").textContent = String(turnsBox.querySelectorAll("article.turn").length);
+    applyLive(live);
+    document.body.dataset.headKey = $("job-head").dataset.headKey;
   }
 
   function connect() {
