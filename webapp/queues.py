@@ -58,6 +58,28 @@ MAX_DELIVERIES = 3  # a first run and at most two more after its worker died
 DELIVERY_KEY = "kernelwright:deliveries:{task_id}:{retries}"
 
 
+# -- a task whose worker is gone without dying in front of Celery ------------------------------------
+# A worker's main process killed (or a Redis restart) leaves its task unacknowledged, and Redis
+# hands it back only after the visibility timeout (hours). So the sender watches instead
+# (webapp.jobs.celery_evaluator): a "sent" mark while the task waits, a liveness key refreshed
+# by the process running it (webapp.celery), and an "abandoned" mark on a task given up and sent
+# again, which a late redelivery of it obeys by returning at once.
+def sent_key(task_id: str) -> str:
+    return f"kernelwright:sent:{task_id}"
+
+
+def alive_key(task_id: str) -> str:
+    return f"kernelwright:alive:{task_id}"
+
+
+def abandoned_key(task_id: str) -> str:
+    return f"kernelwright:abandoned:{task_id}"
+
+
+ALIVE_EVERY_S = 5.0  # how often a running task refreshes its liveness key
+ALIVE_TTL_S = 15  # the key expires this long after the last refresh
+
+
 def worker_died_reason(what: str) -> str:
     """What a job, evaluation or task stopped this way says."""
     return f"the worker running this {what} died {MAX_DELIVERIES} times; the {what} was stopped"
@@ -111,11 +133,22 @@ def celery_queue_settings(agent_time_limit: int, compile_time_limit: int, gpu_ti
         "CELERY_TASK_ACKS_LATE": True,
         "CELERY_TASK_REJECT_ON_WORKER_LOST": True,
         "CELERY_WORKER_PREFETCH_MULTIPLIER": 1,
-        "CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS": True,
+        # A lost Redis connection (Redis restarting) must not kill the tasks running: an agent run
+        # or an evaluation goes on and its result is stored once Redis is back (the backend
+        # retries). Its acknowledgement may be lost with the old connection; the message then
+        # comes back after the visibility timeout and is dropped (a job's claim, an abandoned or
+        # finished task's marks).
+        "CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS": False,
+        "CELERY_RESULT_BACKEND_ALWAYS_RETRY": True,
+        "CELERY_RESULT_BACKEND_MAX_RETRIES": 60,
+        "CELERY_RESULT_BACKEND_MAX_SLEEP_BETWEEN_RETRIES_MS": 2000,
         # Redis redelivers a task not acknowledged within the visibility timeout: it must exceed the
         # longest task, or a long agent run would be started a second time while still running.
         # https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
-        "CELERY_BROKER_TRANSPORT_OPTIONS": {"visibility_timeout": max(hard.values()) + 3600},
+        # Priorities (the gpu queue's fair order between users, webapp.jobs.scheduler): the Redis
+        # transport keeps a list per step and serves the lowest number first.
+        "CELERY_BROKER_TRANSPORT_OPTIONS": {"visibility_timeout": max(hard.values()) + 3600,
+                                            "priority_steps": [0, 3, 6, 9]},
         "CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP": True,
         # JSON only, never pickle, in both directions (issue 16): a worker or the web server must
         # not run code that someone able to write to Redis put into a message or a result.

@@ -70,11 +70,14 @@ def redis_settings(redis_url: str) -> dict:
         # reads, so anything able to write to Redis could otherwise run code in the web server.
         # Nothing else in Redis is a pickle either: Celery messages and results are JSON only
         # (webapp/queues.py, accept_content), channels_redis packs messages with msgpack.
+        # While Redis does not answer, a read is a miss and a write does nothing (webapp/core/cache.py):
+        # pages are rendered afresh instead of failing.
         "CACHES": {
             "default": {
-                "BACKEND": "webapp.cache.JSONRedisCache",
+                "BACKEND": "webapp.core.cache.TolerantJSONRedisCache",
                 "LOCATION": redis_url,
                 "KEY_PREFIX": "kw",
+                "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2},
             }
         },
     }
@@ -112,6 +115,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Innermost: identical GETs of many viewers of one job cost one answer (webapp/core/middleware.py).
+    "webapp.core.middleware.CoalesceMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -203,6 +208,20 @@ globals().update(
         gpu_time_limit=CELERY_GPU_TIME_LIMIT,
     )
 )
+# Fairness between users and lost workers (webapp/jobs/scheduler.py). A user runs at most
+# MAX_RUNNING_JOBS_PER_USER jobs at once (more wait, in a fair order between users, for a free
+# agent slot) and has at most MAX_QUEUED_EVALUATIONS_PER_USER evaluations queued or running on the
+# gpu queue (0: no limit). A running job's worker writes a heartbeat every HEARTBEAT_S; one older
+# than HEARTBEAT_STALE_S means the worker is gone: the job resumes from its stored turns (or fails
+# after 3 starts). AGENT_SLOTS: jobs running at once in all (0: the live agent workers' concurrency).
+KERNELWRIGHT_MAX_RUNNING_JOBS_PER_USER = envint("KERNELWRIGHT_MAX_RUNNING_JOBS_PER_USER", 2)
+KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER = envint("KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER", 4)
+KERNELWRIGHT_HEARTBEAT_S = envfloat("KERNELWRIGHT_HEARTBEAT_S", 5.0)
+KERNELWRIGHT_HEARTBEAT_STALE_S = envfloat("KERNELWRIGHT_HEARTBEAT_STALE_S", 30.0)
+KERNELWRIGHT_DISPATCH_TIMEOUT_S = envfloat("KERNELWRIGHT_DISPATCH_TIMEOUT_S", 60.0)
+KERNELWRIGHT_MONITOR_INTERVAL_S = envfloat("KERNELWRIGHT_MONITOR_INTERVAL_S", 5.0)
+KERNELWRIGHT_AGENT_SLOTS = envint("KERNELWRIGHT_AGENT_SLOTS", 0)
+
 # GPU worker pool (docs/gpu-pool.md): every worker imports webapp.pool at start; its task signals
 # record which worker (and which CUDA_VISIBLE_DEVICES) ran each gpu-queue task, and from when to
 # when, so that "no two timings shared a GPU" can be checked after the fact.

@@ -5,20 +5,37 @@ Results travel as JSON dicts and are rebuilt into the sandbox's dataclasses here
 loop cannot tell this evaluator from the in-process one. A result that does not come back in
 time becomes a `timeout` result (the loop records it like any candidate fault) rather than an
 exception that would end the job.
+
+Waiting survives Redis and workers going away: the result is polled (a Redis error is waited
+out), and a task is known lost when its worker's liveness key (webapp.celery, refreshed every few
+seconds while the task runs) or, before it started, its "sent" mark is gone for LOST_GRACE_S; it
+is then marked abandoned (a late redelivery of it returns at once) and sent again, at most
+MAX_DELIVERIES times in all, after which the build or evaluation fails saying why. Evaluations
+and profiles take a place in their user's fair share of the gpu queue (webapp.jobs.scheduler).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import time
 from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeout
+from celery.utils import uuid
 from django.conf import settings
 
 from sandbox.schema import CompileError, CompileResult, EvalResult, Status, Verdict
+from webapp.queues import MAX_DELIVERIES, abandoned_key, alive_key, sent_key
+
+logger = logging.getLogger(__name__)
 
 COMPILE_TASK = "kernelwright.compile.build"
 EVALUATE_TASK = "kernelwright.gpu.evaluate"
 PROFILE_TASK = "kernelwright.gpu.profile"
+POLL_S = 0.2
+LOST_GRACE_S = 20.0  # a running task's liveness key (refreshed every 5 s) missing this long: its worker is gone
+LOST = object()
 
 
 def compile_result_from_dict(data: dict[str, Any]) -> CompileResult:
@@ -36,40 +53,140 @@ def _timeout_result(what: str, seconds: float) -> EvalResult:
 
 
 class CeleryEvaluator:
-    def __init__(self, job_id: int | None = None, app=None, timeouts: dict[str, float] | None = None) -> None:
+    def __init__(self, job_id: int | None = None, app=None, timeouts: dict[str, float] | None = None,
+                 attempt: int | None = None, owner_id: Any = None) -> None:
         from webapp.jobs.services import celery_app
 
-        self.job_id = job_id
+        self.job_id, self.attempt, self.owner_id = job_id, attempt, owner_id
         self.app = app or celery_app()
         defaults = {"compile": 900.0, "evaluate": 1800.0, "profile": 1800.0}
         defaults.update(getattr(settings, "KERNELWRIGHT_EVAL_TIMEOUTS", {}) or {})
         defaults.update(timeouts or {})
         self.timeouts = defaults
 
+    def _tell(self, step: str) -> None:
+        if self.job_id is not None:
+            from webapp.jobs.services import set_step
+
+            set_step(self.job_id, step, self.attempt)
+
     def _call(self, name: str, what: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-        result = self.app.send_task(name, kwargs=kwargs)
+        """The task's result; None when it did not come back in time; LOST when its worker died
+        under each of MAX_DELIVERIES sends."""
+        from webapp.jobs import scheduler
+
+        deadline = time.monotonic() + self.timeouts[what]
+        gpu = name != COMPILE_TASK
+        kwargs = {**kwargs, "attempt": self.attempt}
+        for delivery in range(1, MAX_DELIVERIES + 1):
+            task_id = uuid()
+            priority = None
+            if gpu:
+                priority = self._retrying(functools.partial(
+                    scheduler.reserve_gpu_slot, self.owner_id, task_id, wait=True, on_wait=self._tell, deadline=deadline),
+                    deadline)
+            try:
+                self._retrying(functools.partial(self._send, name, kwargs, task_id, priority, deadline), deadline)
+                outcome = self._wait(task_id, deadline)
+            finally:
+                if gpu:
+                    scheduler.release_gpu_slot(self.owner_id, task_id)
+            if outcome is not LOST:
+                return outcome
+            logger.warning("job %s: the worker running %s %s died (send %d of %d)", self.job_id, what, task_id,
+                           delivery, MAX_DELIVERIES)
+            self._retrying(functools.partial(self._abandon, task_id, int(self.timeouts[what]) + 7 * 3600), deadline)
+        return LOST
+
+    def _abandon(self, task_id: str, ttl_s: int) -> None:
+        self._redis().set(abandoned_key(task_id), 1, ex=ttl_s)
+
+    def _redis(self):
+        from webapp.celery import redis_client
+
+        return redis_client(self.app.conf.broker_url)
+
+    def _send(self, name: str, kwargs: dict[str, Any], task_id: str, priority: int | None, deadline: float) -> None:
+        self._redis().set(sent_key(task_id), 1, ex=int(max(60, deadline - time.monotonic())) + 600)
+        self.app.send_task(name, kwargs=kwargs, task_id=task_id, priority=priority,
+                           retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5})
+
+    @staticmethod
+    def _retrying(call, deadline: float):
+        """`call()`, again every second while Redis does not answer (until the deadline)."""
+        while True:
+            try:
+                return call()
+            except Exception as exc:  # noqa: BLE001 - only connection trouble is waited out
+                if not _is_connection_error(exc) or time.monotonic() > deadline:
+                    raise
+                logger.warning("Redis does not answer (%s): trying again", type(exc).__name__)
+                time.sleep(1.0)
+
+    def _wait(self, task_id: str, deadline: float):
+        backend = self.app.backend
+        missing_since: float | None = None
+        while time.monotonic() < deadline:
+            try:
+                meta = backend.get_task_meta(task_id)
+                state = meta.get("status")
+                if state == "SUCCESS":
+                    return meta.get("result")
+                if state in ("FAILURE", "REVOKED"):
+                    raise backend.exception_to_python(meta.get("result"))
+                client = self._redis()
+                key = alive_key(task_id) if state == "STARTED" else sent_key(task_id)
+                present = bool(client.exists(key))
+            except Exception as exc:  # noqa: BLE001
+                if not _is_connection_error(exc):
+                    raise
+                time.sleep(1.0)  # Redis restarting: the task may well be running on
+                continue
+            if present:
+                missing_since = None
+            elif missing_since is None:
+                missing_since = time.monotonic()
+            elif time.monotonic() - missing_since > LOST_GRACE_S:
+                return LOST
+            time.sleep(POLL_S)
         try:
-            return result.get(timeout=self.timeouts[what], disable_sync_subtasks=False)
-        except CeleryTimeout:
-            result.revoke()
-            return None
+            self.app.AsyncResult(task_id).revoke()
+        except Exception:  # noqa: BLE001
+            pass
+        return None
 
     def compile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> CompileResult:
         data = self._call(COMPILE_TASK, "compile", {"files": files, "options": options, "job_id": self.job_id})
+        if data is LOST:
+            from webapp.jobs.worker_side import worker_died_build
+
+            data = worker_died_build()
         if data is None:
             return CompileResult(ok=False, log=f"the build did not come back within {self.timeouts['compile']:.0f} s")
         return compile_result_from_dict(data)
 
     def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any], on_progress=None) -> EvalResult:
-        kwargs = {"task_source": task_source, "files": files, "options": options, "job_id": self.job_id}
-        data = self._call(EVALUATE_TASK, "evaluate", kwargs)
-        if data is None:
-            return _timeout_result("evaluation", self.timeouts["evaluate"])
-        return EvalResult.from_dict(data)
+        return self._evaluation(EVALUATE_TASK, "evaluate", "evaluation", task_source, files, options)
 
     def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> EvalResult:
+        return self._evaluation(PROFILE_TASK, "profile", "profile", task_source, files, options)
+
+    def _evaluation(self, name: str, what: str, words: str, task_source: str, files: dict[str, str],
+                    options: dict[str, Any]) -> EvalResult:
         kwargs = {"task_source": task_source, "files": files, "options": options, "job_id": self.job_id}
-        data = self._call(PROFILE_TASK, "profile", kwargs)
+        data = self._call(name, what, kwargs)
+        if data is LOST:
+            from webapp.jobs.worker_side import worker_died_result
+
+            data = worker_died_result()
         if data is None:
-            return _timeout_result("profile", self.timeouts["profile"])
+            return _timeout_result(words, self.timeouts[what])
         return EvalResult.from_dict(data)
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    import kombu.exceptions
+    import redis
+
+    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | ConnectionError
+                      | kombu.exceptions.OperationalError | CeleryTimeout)

@@ -54,6 +54,7 @@ class Job(models.Model):
     # attempt running it (the agent worker writes it every few seconds; a stale one means that
     # worker is gone, and the job is resumed or failed with a reason).
     dispatched_at = models.DateTimeField(null=True, blank=True)
+    scheduled = models.BooleanField(default=True)  # False: run by hand (tests, the benchmark), never dispatched
     heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.PRIVATE)

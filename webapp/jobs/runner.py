@@ -15,13 +15,13 @@ from typing import Any
 from django.conf import settings
 
 from agent.events import Event, event_from_dict
-from webapp.jobs import services
+from webapp.jobs import scheduler, services
 from webapp.jobs.models import Job, Turn
-from webapp.queues import MAX_DELIVERIES, worker_died_reason
+from webapp.queues import worker_died_reason
 
 logger = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = MAX_DELIVERIES  # starts of one job (first run + resumes after lost workers)
+MAX_ATTEMPTS = scheduler.MAX_ATTEMPTS  # starts of one job (first run + resumes after lost workers)
 SANDBOX_OPTION_KEYS = ("backend", "torch_ops", "preset")
 TOOL_STEPS = {"compile": "compiling", "evaluate": "evaluating", "profile": "profiling"}
 
@@ -29,8 +29,9 @@ TOOL_STEPS = {"compile": "compiling", "evaluate": "evaluating", "profile": "prof
 class TurnRecorder:
     """Groups the loop's events per turn and stores each turn once it is complete."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, attempt: int | None = None) -> None:
         self.job = job
+        self.attempt = attempt  # stores and steps count only while this attempt owns the job
         self.stored: dict[int, list[dict[str, Any]]] = {
             t.index: list(t.events) for t in Turn.objects.filter(job=job).order_by("index")
         }
@@ -47,7 +48,7 @@ class TurnRecorder:
         if turn in self.stored and self.current is None:
             # A late event for a turn already stored (e.g. `finished`): store it again, extended.
             self.stored[turn].append(data)
-            services.store_turn(self.job, turn, self.stored[turn])
+            services.store_turn(self.job, turn, self.stored[turn], attempt=self.attempt)
             return
         self.current = turn
         self.pending.append(data)
@@ -57,15 +58,15 @@ class TurnRecorder:
         kind = data["type"]
         turn = data.get("turn")
         if kind == "turn_started":
-            services.set_step(self.job.pk, f"turn {turn}: waiting for the policy")
+            services.set_step(self.job.pk, f"turn {turn}: waiting for the policy", self.attempt)
         elif kind == "tool_call" and data.get("name") in TOOL_STEPS:
-            services.set_step(self.job.pk, f"turn {turn}: {TOOL_STEPS[data['name']]}")
+            services.set_step(self.job.pk, f"turn {turn}: {TOOL_STEPS[data['name']]}", self.attempt)
 
     def flush(self) -> None:
         if self.current is None:
             return
         events = self.stored.get(self.current, []) + self.pending
-        services.store_turn(self.job, self.current, events)
+        services.store_turn(self.job, self.current, events, attempt=self.attempt)
         self.stored[self.current] = events
         self.current, self.pending = None, []
 
@@ -121,18 +122,29 @@ def run_job(job_id: int) -> None:
         # count in Redis usually stops the task first; this holds even when that count is gone).
         stop_lost_job(job_id)
         return
-    resumed = job.attempts > 0
-    job = services.start_job(job)
-    recorder = TurnRecorder(job)
-    try:
-        finished = _run_loop(job, recorder, resumed)
-    except Exception as exc:  # noqa: BLE001 - any failure must end the job with a reason
-        logger.exception("job %s failed", job_id)
-        recorder.flush()
-        services.finish_job(job, Job.State.FAILED, f"internal error: {type(exc).__name__}: {exc}")
+    claimed = scheduler.claim(job_id)
+    if claimed is None:
+        # A live attempt holds it (a redelivered message of a worker thought lost), or it ended.
+        logger.info("job %s: not claimed (a live attempt holds it, or it has ended): this delivery does nothing", job_id)
         return
-    recorder.flush()
-    _finish_from_trajectory(job, finished)
+    job = services.started(claimed)
+    attempt = job.attempts
+    recorder = TurnRecorder(job, attempt)
+    with scheduler.Heartbeat(job_id, attempt) as heartbeat:
+        try:
+            finished = _run_loop(job, recorder, attempt > 1, attempt, heartbeat)
+        except Exception as exc:  # noqa: BLE001 - any failure must end the job with a reason
+            if heartbeat.lost:
+                return  # another attempt owns the job now
+            logger.exception("job %s failed", job_id)
+            recorder.flush()
+            services.finish_job(job, Job.State.FAILED, f"internal error: {type(exc).__name__}: {exc}")
+            return
+        if heartbeat.lost:
+            logger.warning("job %s: attempt %s was superseded; it stops without finishing the job", job_id, attempt)
+            return
+        recorder.flush()
+        _finish_from_trajectory(job, finished)
 
 
 def stop_lost_job(job_id: int) -> None:
@@ -143,7 +155,7 @@ def stop_lost_job(job_id: int) -> None:
         services.finish_job(job, Job.State.FAILED, worker_died_reason("job"))
 
 
-def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool):
+def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool, attempt: int | None = None, heartbeat=None):
     from agent.loop import Budgets, run  # type: ignore[import-not-found]
     from agent.policy import TaskInfo
     from agent.trajectory import Trajectory
@@ -161,10 +173,10 @@ def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool):
     result = run(
         task,
         build_policy(job.options),
-        CeleryEvaluator(job.pk),
+        CeleryEvaluator(job.pk, attempt=attempt, owner_id=job.owner_id),
         Budgets(max_turns=int(job.options.get("max_turns", 10))),
         on_event=recorder.on_event,
-        stop_requested=lambda: _cancel_requested(job.pk),
+        stop_requested=lambda: (heartbeat is not None and heartbeat.lost) or _cancel_requested(job.pk),
         trajectory=trajectory,
     )
     return result

@@ -95,14 +95,23 @@ def create_job(owner, name: str, source: str, options: dict[str, Any] | None = N
         source=source,
         task_hash=task_hash(source),
         options=opts,
+        scheduled=enqueue,
     )
     if enqueue:
-        transaction.on_commit(lambda: enqueue_job(job.pk))
+        transaction.on_commit(dispatch_soon)
     return job
 
 
+def dispatch_soon() -> None:
+    """Hand queued jobs to the agent queue in the fair order (webapp.jobs.scheduler)."""
+    from webapp.jobs.scheduler import dispatch_quietly
+
+    dispatch_quietly()
+
+
 def enqueue_job(job_id: int) -> None:
-    celery_app().send_task(RUN_JOB_TASK, args=[job_id])
+    """A queued job goes to the agent queue when the fair order and the free slots allow."""
+    dispatch_soon()
 
 
 def _after_commit(note: JobNotification) -> None:
@@ -110,19 +119,47 @@ def _after_commit(note: JobNotification) -> None:
 
 
 def start_job(job: Job) -> Job:
-    """Mark a job running (first start or resume after a lost worker)."""
+    """Mark a job running (first start or resume after a lost worker). Workers claim jobs through
+    webapp.jobs.scheduler.claim, which does the same only when no live attempt holds the job."""
     now = timezone.now()
     Job.objects.filter(pk=job.pk).update(
-        state=Job.State.RUNNING, started_at=job.started_at or now, attempts=F("attempts") + 1, step="starting", updated_at=now
-    )
+        state=Job.State.RUNNING, attempts=F("attempts") + 1, step="starting", reason="", dispatched_at=None,
+        updated_at=now
+    )  # no heartbeat: a job run by hand is never taken for lost
+    return started(job)
+
+
+def started(job: Job) -> Job:
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk, started_at__isnull=True).update(started_at=now)
     job.refresh_from_db()
     _after_commit(JobNotification(Kind.STATE, job.pk, state=job.state))
     return job
 
 
+def tell_waiting(job: Job, step: str, reason: str) -> None:
+    """Where a queued job waits and why (the job page's step and reason)."""
+    step = step[:200]
+    if Job.objects.filter(pk=job.pk, state=Job.State.QUEUED).exclude(step=step, reason=reason).update(
+            step=step, reason=reason, updated_at=timezone.now()):
+        _after_commit(JobNotification(Kind.STEP, job.pk, step=step))
+
+
+def announce_step(job_id: int, step: str) -> None:
+    _after_commit(JobNotification(Kind.STEP, job_id, step=step))
+
+
+def announce_state(job_id: int, state: str, reason: str = "") -> None:
+    _after_commit(JobNotification(Kind.STATE, job_id, state=state, reason=reason))
+
+
 @transaction.atomic
-def store_turn(job: Job, index: int, events: list[dict[str, Any]]) -> Turn:
-    """Save one turn's events (idempotent per index), update the job's best, then announce."""
+def store_turn(job: Job, index: int, events: list[dict[str, Any]], attempt: int | None = None) -> Turn | None:
+    """Save one turn's events (idempotent per index), update the job's best, then announce. With
+    `attempt`, only while that attempt owns the job (a superseded worker stores nothing)."""
+    if attempt is not None and not Job.objects.select_for_update().filter(pk=job.pk, attempts=attempt).exists():
+        logger.warning("job %s: turn %s of attempt %s not stored: a later attempt owns the job", job.pk, index, attempt)
+        return None
     s = summarize(events)
     turn, _ = Turn.objects.update_or_create(
         job=job,
@@ -190,10 +227,14 @@ def clear_best(job: Job) -> None:
         Artifact.objects.filter(job=job).delete()
 
 
-def set_step(job_id: int, step: str) -> None:
-    """What the worker is doing now ("compiling", "checking correctness 3/5", "timing")."""
+def set_step(job_id: int, step: str, attempt: int | None = None) -> None:
+    """What the worker is doing now ("compiling", "checking correctness 3/5", "timing"). With
+    `attempt`, only while that attempt runs the job: progress of a lost attempt never shows."""
     step = step[:200]
-    changed = Job.objects.filter(pk=job_id, state=Job.State.RUNNING).exclude(step=step).update(step=step, updated_at=timezone.now())
+    rows = Job.objects.filter(pk=job_id, state=Job.State.RUNNING)
+    if attempt is not None:
+        rows = rows.filter(attempts=attempt)
+    changed = rows.exclude(step=step).update(step=step, updated_at=timezone.now())
     if changed:
         _after_commit(JobNotification(Kind.STEP, job_id, step=step))
 
@@ -206,6 +247,7 @@ def finish_job(job: Job, state: str, reason: str = "", summary: str = "") -> Job
     )
     job.refresh_from_db()
     _after_commit(JobNotification(Kind.STATE, job.pk, state=state, reason=job.reason))
+    transaction.on_commit(dispatch_soon)  # a slot (and maybe a place in its owner's limit) is free
     return job
 
 

@@ -43,25 +43,32 @@ def run_job(job_id: int) -> None:
 
 
 @shared_task(name="kernelwright.compile.build", acks_late=True, reject_on_worker_lost=True,
-             on_worker_died_too_often=_failed_build)
-def build(files: dict[str, str], options: dict[str, Any], job_id: int | None = None) -> dict[str, Any]:
+             on_worker_died_too_often=_failed_build, bind=True)
+def build(self, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
+          attempt: int | None = None) -> dict[str, Any]:
     from agent.evaluator import LocalEvaluator
+    from webapp.jobs.worker_side import unwanted, worker_died_build
 
+    why = unwanted(self.request.id, job_id, attempt)
+    if why:
+        return {**worker_died_build(), "log": why}
     result = LocalEvaluator().compile("", files, options)
     return dataclasses.asdict(result)
 
 
 @shared_task(name="kernelwright.gpu.evaluate", acks_late=True, reject_on_worker_lost=True,
-             on_worker_died_too_often=_failed_evaluation)
-def evaluate(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None) -> dict[str, Any]:
+             on_worker_died_too_often=_failed_evaluation, bind=True)
+def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
+             attempt: int | None = None) -> dict[str, Any]:
     from webapp.jobs.worker_side import evaluate_for_job
 
-    return evaluate_for_job(task_source, files, options, job_id)
+    return evaluate_for_job(task_source, files, options, job_id, attempt, self.request.id)
 
 
 @shared_task(name="kernelwright.gpu.profile", acks_late=True, reject_on_worker_lost=True,
-             on_worker_died_too_often=_failed_evaluation)
-def profile(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None) -> dict[str, Any]:
+             on_worker_died_too_often=_failed_evaluation, bind=True)
+def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
+            attempt: int | None = None) -> dict[str, Any]:
     from webapp.jobs.worker_side import profile_for_job
 
-    return profile_for_job(task_source, files, options, job_id)
+    return profile_for_job(task_source, files, options, job_id, attempt, self.request.id)

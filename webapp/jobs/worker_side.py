@@ -2,7 +2,11 @@
 remember the baselines it measured.
 
 Progress from the sandbox ("correctness", {"trial": 3, "of": 5}) becomes the job's current
-step ("checking correctness 3/5") through services.set_step, which writes and announces.
+step ("checking correctness 3/5") through services.set_step, which writes and announces, and
+only while the job's attempt that asked for the evaluation still runs it (`attempt`): the
+progress of a lost attempt never shows on the resumed one. An evaluation no longer wanted (its
+attempt was lost or ended, or its sender gave it up and sent it again) is abandoned: not started
+at all, or stopped at its next progress report (the sandbox kills its children on the way out).
 """
 
 from __future__ import annotations
@@ -10,9 +14,42 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
+import time
 from typing import Any
 
-from webapp.queues import worker_died_reason
+from webapp.queues import abandoned_key, worker_died_reason
+
+logger = logging.getLogger(__name__)
+RECHECK_S = 2.0  # how often a running evaluation asks whether it is still wanted
+
+
+class Abandoned(BaseException):  # noqa: N818 - a BaseException: the sandbox swallows Exceptions from progress callbacks
+    """The evaluation is no longer wanted: unwinds through the sandbox, which kills its children."""
+
+
+def unwanted(task_id: str | None, job_id: int | None, attempt: int | None) -> str:
+    """Why this task should not run (or run on), or "" when it is wanted."""
+    if task_id:
+        try:
+            from webapp.celery import app, redis_client
+
+            if redis_client(app.conf.broker_url).exists(abandoned_key(task_id)):
+                return "abandoned: its sender gave it up (its worker was thought lost) and sent it again"
+        except Exception:  # noqa: BLE001 - Redis restarting: go on
+            pass
+    if job_id is not None and attempt is not None:
+        from webapp.jobs.scheduler import is_current
+
+        if not is_current(job_id, attempt):
+            return f"abandoned: attempt {attempt} of job {job_id} no longer runs it"
+    return ""
+
+
+def abandoned_result(why: str) -> dict[str, Any]:
+    from sandbox.schema import EvalResult, Status, Verdict
+
+    return EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, reasons=[why]).to_dict()
 
 STEP_WORDS = {
     "compile": "compiling",
@@ -43,33 +80,52 @@ def step_text(step: str, detail: dict[str, Any] | None) -> str:
     return words
 
 
-def _progress(job_id: int | None):
+def _progress(job_id: int | None, attempt: int | None = None, task_id: str | None = None):
     if job_id is None:
         return None
     from webapp.jobs.services import set_step
 
+    checked = [time.monotonic()]
+
     def on_progress(step: str, detail: dict[str, Any] | None = None) -> None:
-        set_step(job_id, step_text(step, detail))
+        if step != "done" and time.monotonic() - checked[0] >= RECHECK_S:
+            checked[0] = time.monotonic()
+            why = unwanted(task_id, job_id, attempt)
+            if why:
+                raise Abandoned(why)
+        set_step(job_id, step_text(step, detail), attempt)
 
     return on_progress
 
 
-def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None) -> dict[str, Any]:
+def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None,
+                     attempt: int | None = None, task_id: str | None = None) -> dict[str, Any]:
     from agent.evaluator import LocalEvaluator
 
-    result = LocalEvaluator().evaluate(task_source, files, options, on_progress=_progress(job_id))
+    why = unwanted(task_id, job_id, attempt)
+    if why:
+        return abandoned_result(why)
+    try:
+        result = LocalEvaluator().evaluate(task_source, files, options, on_progress=_progress(job_id, attempt, task_id))
+    except Abandoned as stop:
+        logger.warning("evaluation %s of job %s stopped: %s", task_id, job_id, stop)
+        return abandoned_result(str(stop))
     data = result.to_dict()
     remember_baselines(data, options)
     return data
 
 
-def profile_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None) -> dict[str, Any]:
+def profile_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None,
+                    attempt: int | None = None, task_id: str | None = None) -> dict[str, Any]:
     from agent.evaluator import LocalEvaluator
 
+    why = unwanted(task_id, job_id, attempt)
+    if why:
+        return abandoned_result(why)
     if job_id is not None:
         from webapp.jobs.services import set_step
 
-        set_step(job_id, "profiling")
+        set_step(job_id, "profiling", attempt)
     return LocalEvaluator().profile(task_source, files, options).to_dict()
 
 
