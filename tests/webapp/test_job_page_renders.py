@@ -172,3 +172,41 @@ def test_a_cpu_roofline_in_gflops_and_a_missing_kernel_chart_says_why(request, c
     # error bars: none from min..max (this sample has no rounds): the bars' whiskers, if any, stay
     # within a bar's height
     assert "min..max" not in page.locator("#chart-baselines").text_content()
+
+
+def test_an_imported_job_says_only_what_it_knows_and_explains_its_numbers(request, client, gallery_job):
+    path = f"/jobs/{gallery_job.pk}/"
+    pages = {path: client.get(path).content}
+    page = request.getfixturevalue("browser_page")
+    serve(page, pages)
+    page.goto(ORIGIN + path)
+    head = page.locator("#job-head").inner_text()
+    assert "elapsed" not in head and "?" not in page.locator("#job-options").inner_text()
+    assert "max turns ?" not in head and "torch ops ?" not in head and "gallery · gallery" not in head
+    assert "gallery case study" in head
+    assert "?" not in page.locator("#turn-0 .ev-task").inner_text()
+    # reward, preset and torch ops explained: in the legend, and as tooltips where they are shown
+    page.click("#legend > summary")
+    legend = page.locator("#legend").inner_text()
+    assert "3: correct and more than 5% faster than both eager PyTorch and torch.compile" in legend
+    assert "tolerance preset default" in legend and "atol + rtol" in legend
+    title = page.locator("#job-best .best").get_attribute("title")
+    assert title.startswith("the best verified candidate (version 4) · reward ") and "faster" in title
+    assert "torch.compile" in page.locator("article.turn .reward").first.get_attribute("title")
+
+
+def test_the_new_job_form_waits_for_a_task_and_explains_its_options(request, client):
+    pages = {"/jobs/new/": client.get("/jobs/new/").content}
+    page = request.getfixturevalue("browser_page")
+    serve(page, pages)
+    page.goto(ORIGIN + "/jobs/new/")
+    submit = page.locator("#submit-job")
+    assert submit.is_disabled() and page.locator("#submit-why").inner_text() == "upload or paste a task first"
+    page.fill("#id_source", (ROOT / "tests" / "webapp" / "data" / "row_softmax_small.py").read_text())
+    page.wait_for_function("!document.getElementById('submit-job').disabled", timeout=10000)
+    page.fill("#id_source", "")
+    page.wait_for_function("document.getElementById('submit-job').disabled", timeout=10000)
+    assert "atol" in page.locator("#preset-help").inner_text()
+    page.select_option("#id_preset", "kernelbench")
+    assert page.locator("#preset-help").inner_text().startswith("Tolerance preset kernelbench: ")
+    assert "own kernels" in page.locator("#torch-ops-help").inner_text()

@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString, mark_safe
 from webapp.jobs.diffview import apply_edits, edit_diffs
 from webapp.jobs.models import Turn
 
-TEMPLATE_VERSION = 5  # bump when jobs/_turn.html (or jobs/_diff.html) changes
+TEMPLATE_VERSION = 6  # bump when jobs/_turn.html (or jobs/_diff.html) changes
 TTL_S = 7 * 24 * 3600
 
 

@@ -186,3 +186,30 @@ def job_options(options: Any) -> list[tuple[str, str, str]]:
             help_text = "the most turns the agent may take"
         rows.append((label, str(value), help_text))
     return rows
+
+
+@register.filter
+def option_help(choices: Any, option: str) -> list[tuple[str, str]]:
+    """The new-job form's choices of `option` with what each means."""
+    out = []
+    for c in choices or ():
+        if option == "preset":
+            out.append((c, preset_meaning(c)))
+        elif option == "torch_ops":
+            out.append((c, TORCH_OPS_MEANING.get(c, "")))
+        else:
+            out.append((c, ""))
+    return out
+
+
+@register.filter
+def task_summary(source: Any, limit: int = 200) -> str:
+    """The first paragraph of a task module's docstring (parsed with ast, never imported)."""
+    import ast
+
+    try:
+        doc = ast.get_docstring(ast.parse(source if isinstance(source, str) else "")) or ""
+    except (SyntaxError, ValueError):
+        return ""
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

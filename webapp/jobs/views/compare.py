@@ -5,7 +5,8 @@ A side is a job the visitor may view (their own, a public or gallery job, or one
 share link: `a_share` / `b_share` carry the token, or `a_link` / `b_link` take a pasted link or
 token and are turned into a job id and token by a redirect) and a turn (`ta` / `tb`; empty means
 the job's best candidate). Timings of the two sides are only set against each other when they
-were measured on the same device: a ratio across devices would say nothing about the code.
+solve the same task on the same device: a ratio across tasks or devices would say nothing about
+the code.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def job_choices(user) -> dict[str, list[Job]]:
 def workspace_at(job: Job, turn_index: int | None) -> tuple[dict[str, str], str]:
     """The files of a job after `turn_index` (from its file edits), or its best candidate."""
     if turn_index is None:
+        if job.best_version is None:
+            return {}, "no verified candidate"
         files = {a.path: a.content for a in job.artifacts.all()}
         return files, f"best candidate (version {job.best_version})"
     files: dict[str, str] = {}
@@ -68,26 +71,26 @@ def workspace_at(job: Job, turn_index: int | None) -> tuple[dict[str, str], str]
     return files, f"after turn {turn_index}"
 
 
-def _profile(job: Job, turn_index: int | None, evaluation: dict[str, Any]) -> tuple[list[dict], dict | None]:
+def _profile(job: Job, turn_index: int | None, evaluation: dict[str, Any]) -> tuple[list[dict], dict | None, list[str]]:
     """Profiler rows and roofline of the side: the evaluation's own, else the profile event of
-    that version (a turn's own profile call, or the best version's)."""
+    that version (a turn's own profile call, or the best version's); and, when there is none,
+    which other versions of the job were profiled (so "no profile" never hides one)."""
     rows = evaluation.get("profile") or []
     roofline = evaluation.get("roofline")
     if rows:
-        return rows, roofline
-    if turn_index is not None:
-        qs = job.turns.filter(index=turn_index)
-        version = None
-    elif job.best_version is None:
-        return [], roofline
-    else:
-        qs, version = job.turns.all(), job.best_version
+        return rows, roofline, []
+    version = None if turn_index is not None else job.best_version
     found: tuple[list[dict], dict | None] = ([], roofline)
-    for events in qs.order_by("index").values_list("events", flat=True):
+    elsewhere: list[str] = []
+    for index, events in job.turns.order_by("index").values_list("index", "events"):
         for e in events:
-            if e.get("type") == "profile" and (version is None or e.get("version") == version):
+            if e.get("type") != "profile":
+                continue
+            if (index == turn_index) if turn_index is not None else (version is not None and e.get("version") == version):
                 found = (e.get("rows") or [], e.get("roofline") or roofline)
-    return found
+            else:
+                elsewhere.append(f"version {e.get('version')} (turn {index})")
+    return found[0], found[1], [] if found[0] else elsewhere
 
 
 def _side(request, key: str) -> dict[str, Any] | None:
@@ -114,7 +117,7 @@ def _side(request, key: str) -> dict[str, Any] | None:
     if turn_index is not None:
         evaluation = job.turns.filter(index=turn_index).values_list("evaluation", flat=True).first()
     evaluation = evaluation or {}
-    rows, roofline = _profile(job, turn_index, evaluation)
+    rows, roofline, profiled_elsewhere = _profile(job, turn_index, evaluation)
     share = f"?share={token}" if token else ""
     return {
         "job": job,
@@ -124,6 +127,7 @@ def _side(request, key: str) -> dict[str, Any] | None:
         "label": label,
         "evaluation": evaluation,
         "profile": rows,
+        "profiled_elsewhere": profiled_elsewhere,
         "roofline": roofline,
         "share": token or "",
         "note": note,
@@ -131,13 +135,18 @@ def _side(request, key: str) -> dict[str, Any] | None:
     }
 
 
-def _ratio(a: dict, b: dict) -> float | None:
-    """How many times faster B's candidate runs than A's (median over median), same device only."""
+def _ratio(a: dict, b: dict) -> tuple[float | None, str]:
+    """How many times faster B's candidate runs than A's (median over median), and when there is
+    no such number, why: only the same task on the same device gives a ratio that says anything."""
+    if a["job"].task_hash != b["job"].task_hash:
+        return None, "the two sides solve different tasks"
+    if a["evaluation"].get("device") != b["evaluation"].get("device"):
+        return None, "measured on different devices"
     ta = ((a["evaluation"].get("timing") or {}).get("candidate") or {}).get("median_ms")
     tb = ((b["evaluation"].get("timing") or {}).get("candidate") or {}).get("median_ms")
-    if not ta or not tb or a["evaluation"].get("device") != b["evaluation"].get("device"):
-        return None
-    return ta / tb
+    if not ta or not tb:
+        return None, "a side has no timing of a candidate"
+    return ta / tb, ""
 
 
 def _canonical(request) -> str | None:
@@ -165,17 +174,18 @@ def compare(request):
         return redirect(target)
     a, b = _side(request, "a"), _side(request, "b")
     diffs = []
-    ratio = None
+    ratio, why_not = None, ""
     if a and b:
         for path in sorted(set(a["files"]) | set(b["files"])):
             old, new = a["files"].get(path), b["files"].get(path)
             diffs.append({"path": path, "same": old == new, "html": diff_html(old, new, path)})
-        ratio = _ratio(a, b)
+        ratio, why_not = _ratio(a, b)
     context = {
         "a": a,
         "b": b,
         "diffs": diffs,
         "ratio": ratio,
+        "why_not": why_not,
         "same_task": bool(a and b and a["job"].task_hash == b["job"].task_hash),
         "choices": job_choices(request.user),
         "sides": [("a", "A", a), ("b", "B", b)],

@@ -47,6 +47,11 @@ def job_view(change: bool = False):
                 job = changeable_job(request, job_id) if change else viewable_job(request, job_id)
             except LoginNeeded:
                 return login_redirect(request)
+            except Http404:
+                token = share_token(request)
+                if token and not Job.objects.filter(share_token=token).exists():
+                    return share_revoked(request)  # an old shared page: say why, not a bare 404
+                raise
             return view(request, job, *args, **kwargs)
 
         return inner
@@ -305,8 +310,14 @@ def share_revoke(request, job: Job):
 def share_open(request, token: str):
     job = Job.objects.filter(share_token=token).first()
     if job is None:
-        raise Http404("this share link was revoked or never existed")
+        return share_revoked(request)
     return redirect(reverse("jobs:detail", args=[job.pk]) + f"?share={token}")
+
+
+def share_revoked(request):
+    """A share link that no longer opens anything (revoked, or never made): a page that says so,
+    404 like any job the visitor may not see (a revoked token leaves no trace to tell it apart)."""
+    return render(request, "jobs/share_revoked.html", status=404)
 
 
 # -- import ----------------------------------------------------------------------------------

@@ -44,12 +44,29 @@
       if (mine !== seq) return;
       const items = data.ok ? local.concat([[true, "parses (server check)"]]) : local.concat(data.errors.map((e) => [false, e]));
       show(items);
-      submit.disabled = !data.ok;
+      setSubmit(data.ok, "the task does not pass the check above");
       form.dataset.checked = data.ok ? "ok" : "error";
     } catch (err) {
       // The server check is advisory; the form is checked again on submission.
-      submit.disabled = !local.every(([ok]) => ok);
+      setSubmit(local.every(([ok]) => ok), "the task does not pass the check above");
     }
+  }
+
+  // Nothing to submit yet: the button waits for a task (the server would only refuse an empty one).
+  const why = document.getElementById("submit-why");
+  function setSubmit(enabled, reason) {
+    submit.disabled = !enabled;
+    if (why) why.textContent = enabled ? "" : reason;
+  }
+
+  // What the selected preset / torch-ops choice means, under the options.
+  for (const select of form.querySelectorAll("select[data-help]")) {
+    const help = document.getElementById(select.dataset.help);
+    const label = select.name === "preset" ? "Tolerance preset " : "torch ops ";
+    select.addEventListener("change", () => {
+      const opt = select.selectedOptions[0];
+      if (help && opt) help.textContent = label + opt.value + ": " + (opt.dataset.help || "");
+    });
   }
 
   function schedule() {
@@ -57,12 +74,16 @@
     timer = setTimeout(() => check(source.value), 250);
   }
 
-  source.addEventListener("input", schedule);
+  source.addEventListener("input", () => {
+    if (!source.value.trim()) { clearTimeout(timer); seq++; list.replaceChildren(); setSubmit(false, "upload or paste a task first"); return; }
+    schedule();
+  });
   file.addEventListener("change", () => {
     const f = file.files[0];
     if (!f) return;
-    if (f.size > maxBytes) { show([[false, `file too large (${f.size} bytes, limit ${maxBytes})`]]); submit.disabled = true; return; }
+    if (f.size > maxBytes) { show([[false, `file too large (${f.size} bytes, limit ${maxBytes})`]]); setSubmit(false, "the file is too large"); return; }
     f.text().then((text) => { source.value = text; check(text); });
   });
   if (source.value) check(source.value);
+  else setSubmit(false, "upload or paste a task first");
 })();
