@@ -139,7 +139,7 @@ def test_evaluate_runs_on_the_gpu_queue_and_returns_the_sandbox_result(live_work
     resp = api.post("/api/evaluate", {"task": TASK, "files": candidate("cpu"), "options": {"backend": "cpu"}}, content_type="application/json")
     assert resp.status_code == 200, resp.content[:500]
     result = resp.json()
-    assert result["schema"] == "kernelwright.eval/1" and result["backend"] == "cpu"
+    assert result["schema"] == "kernelwright.eval/2" and result["backend"] == "cpu"
     assert result["status"] == "ok" and result["reward"] >= 1 and len(result["trials"]) >= 5
     broken = dict(candidate("cpu"))
     broken["kernels/softmax.cpp"] = broken["kernels/softmax.cpp"].replace("const float inv = 1.0f / s;", "const float inv = 1.0f;")
