@@ -4,7 +4,10 @@ through Playwright's routing (static files and plotly.js from this checkout), so
 is needed; the page's own JS runs for real.
 
 - diffs: a gallery job's page stays a few thousand px per turn and a diff line is one line high
-- charts: every drawn plotly chart fits its grid cell (no fixed 700 px width)
+- charts: every drawn plotly chart fits its grid cell (no fixed 700 px width), log axes read at
+  powers of ten, a CPU roofline in GFLOP/s, a chart that cannot be drawn says why
+- an imported job shows only what it recorded; reward, preset and torch ops are explained
+- the new-job form's submit waits for a task
 """
 
 from __future__ import annotations
@@ -61,12 +64,17 @@ def client() -> Client:
     return c
 
 
-def test_a_gallery_job_with_multi_line_diffs_renders_at_a_sane_height(request, client, gallery_job):
-    path = f"/jobs/{gallery_job.pk}/"
+def open_page(request, client: Client, path: str):
+    """`path` rendered by the test client, opened in Chromium."""
     pages = {path: client.get(path).content}
     page = request.getfixturevalue("browser_page")
     serve(page, pages)
     page.goto(ORIGIN + path)
+    return page
+
+
+def test_a_gallery_job_with_multi_line_diffs_renders_at_a_sane_height(request, client, gallery_job):
+    page = open_page(request, client, f"/jobs/{gallery_job.pk}/")
     turns = page.locator("article.turn").count()
     assert turns >= 2
     rows = page.locator("table.diff.unified tr.d-add")
@@ -94,11 +102,7 @@ def test_a_gallery_job_with_multi_line_diffs_renders_at_a_sane_height(request, c
 
 
 def draw(request, client, job: Job):
-    path = f"/jobs/{job.pk}/"
-    pages = {path: client.get(path).content}
-    page = request.getfixturevalue("browser_page")
-    serve(page, pages)
-    page.goto(ORIGIN + path)
+    page = open_page(request, client, f"/jobs/{job.pk}/")
     page.wait_for_selector("#chart-speedup.drawn .main-svg", timeout=60000)
     return page
 
@@ -175,11 +179,7 @@ def test_a_cpu_roofline_in_gflops_and_a_missing_kernel_chart_says_why(request, c
 
 
 def test_an_imported_job_says_only_what_it_knows_and_explains_its_numbers(request, client, gallery_job):
-    path = f"/jobs/{gallery_job.pk}/"
-    pages = {path: client.get(path).content}
-    page = request.getfixturevalue("browser_page")
-    serve(page, pages)
-    page.goto(ORIGIN + path)
+    page = open_page(request, client, f"/jobs/{gallery_job.pk}/")
     head = page.locator("#job-head").inner_text()
     assert "elapsed" not in head and "?" not in page.locator("#job-options").inner_text()
     assert "max turns ?" not in head and "torch ops ?" not in head and "gallery · gallery" not in head
@@ -196,10 +196,7 @@ def test_an_imported_job_says_only_what_it_knows_and_explains_its_numbers(reques
 
 
 def test_the_new_job_form_waits_for_a_task_and_explains_its_options(request, client):
-    pages = {"/jobs/new/": client.get("/jobs/new/").content}
-    page = request.getfixturevalue("browser_page")
-    serve(page, pages)
-    page.goto(ORIGIN + "/jobs/new/")
+    page = open_page(request, client, "/jobs/new/")
     submit = page.locator("#submit-job")
     assert submit.is_disabled() and page.locator("#submit-why").inner_text() == "upload or paste a task first"
     page.fill("#id_source", (ROOT / "tests" / "webapp" / "data" / "row_softmax_small.py").read_text())
