@@ -69,7 +69,9 @@ def test_a_contained_process_sees_only_itself_and_no_project_files():
     assert out["uid"] == containment.INSIDE_UID
     assert len(out["pids"]) <= 2  # bubblewrap's init and this process
     assert set(out["repo"]) <= {"sandbox", ".venv"}, out["repo"]
-    assert out["net"] != "connected" and out["write"] != "ok"
+    assert out["net"] != "connected"
+    # the write fails (read-only root), or, for a clone under /tmp, lands in the private /tmp
+    assert out["write"] != "ok" or str(REPO).startswith("/tmp/")
     assert not (REPO / "pwned").exists()
 
 
