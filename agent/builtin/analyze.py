@@ -11,9 +11,7 @@ when something cannot be captured (data-dependent control flow, an op we do not 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-import math
 import operator
 import sys
 import time
@@ -26,6 +24,9 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.passes.shape_prop import ShapeProp
+
+from agent.builtin import capture_export
+from agent.builtin.fallback import source_parts
 
 
 class Unsupported(Exception):
@@ -437,25 +438,14 @@ def _bind_scalars(mod: types.ModuleType, model: nn.Module, gm: fx.GraphModule, n
         return {}
     lit1 = _literals(gm)
     for k, v in attrs.items():
-        setattr(model, k, v * 1.37 + 0.113)
+        setattr(model, k, capture_export.perturbed(v))
     try:
         gm2 = fx.symbolic_trace(model)
         lit2 = _literals(gm2)
     finally:
         for k, v in attrs.items():
             setattr(model, k, v)
-    binds: dict[str, str] = {}
-    for pos, v1 in lit1.items():
-        v2 = lit2.get(pos)
-        if v2 is None or v2 == v1:
-            continue
-        for k, v in attrs.items():
-            if v1 == v and math.isclose(v2, v * 1.37 + 0.113, rel_tol=1e-12):
-                binds[pos] = f"self.{k}"
-                break
-        else:
-            notes.append(f"constant {v1} at {pos} depends on a model attribute in a way the policy cannot express; "
-                         "it is baked into the kernel")
+    binds = capture_export.match_bindings(lit1, lit2, attrs, notes)
     # fx names the arguments by node name; a kwarg 'eps' is stored by its key
     return binds
 
@@ -496,20 +486,37 @@ def _eager_profile(model: nn.Module, inputs: list[Any], device: str) -> tuple[li
 
 
 def _init_source(src: str) -> dict[str, Any]:
-    """The reference Model's constructor and module-level imports, verbatim: the candidate reuses
-    them so that parameter names, buffers and attributes match exactly."""
-    tree = ast.parse(src)
-    imports = [ast.get_source_segment(src, n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
-    init = None
-    for n in tree.body:
-        if isinstance(n, ast.ClassDef) and n.name == "Model":
-            for f in n.body:
-                if isinstance(f, ast.FunctionDef) and f.name == "__init__":
-                    init = ast.get_source_segment(src, f, padded=True)
-    helpers = [ast.get_source_segment(src, n) for n in tree.body
-               if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name not in ("Model", "get_inputs", "get_init_inputs")]
-    assigns = [ast.get_source_segment(src, n) for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)]
-    return {"imports": imports, "init": init, "helpers": helpers, "assigns": assigns}
+    """The reference Model's constructor, the whole class (renamed) and module-level imports,
+    verbatim (agent.builtin.fallback.source_parts)."""
+    return source_parts(src)
+
+
+def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], notes: list[str]) -> tuple[list[dict], str]:
+    """torch.fx symbolic tracing + ShapeProp: a graph whose sizes stay symbolic (size/shape nodes),
+    so its candidates run at any shape. Raises Unsupported for anything outside the vocabulary."""
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as e:  # noqa: BLE001 - any tracing failure becomes a message
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        hint = ""
+        if "symbolically traced variables cannot be used as inputs to control flow" in str(e) or "Proxy" in str(e):
+            hint = (" The forward has data-dependent control flow (an `if`/loop on tensor values), which cannot be "
+                    "captured as a static graph.")
+        raise Unsupported(f"torch.fx could not capture the forward: {msg}.{hint}") from None
+    fx_notes: list[str] = []
+    binds = _bind_scalars(mod, model, gm, fx_notes)
+    with torch.no_grad():
+        ShapeProp(gm).propagate(*inputs)
+    b = _Builder(gm, binds)
+    idx = 0
+    for n in gm.graph.nodes:
+        idx = b.add(n, idx)
+    for node in b.nodes:
+        if node["op"] not in ("output", "shape", "size", "ndim") and node["dtype"] not in (None, "float32"):
+            raise Unsupported(f"{node['name']}: dtype {node['dtype']} is not supported (the built-in policy "
+                              "generates float32 kernels)")
+    notes += fx_notes
+    return b.nodes, gm.code.strip()
 
 
 def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, Any]:
@@ -523,36 +530,33 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
     if training and any(isinstance(m, nn.modules.batchnorm._BatchNorm | nn.Dropout) for m in model.modules()):
         notes.append("the model has batch norm/dropout; it is analysed in eval mode (running statistics, no dropout)")
     inputs = mod.get_inputs()
+    fx_code = ""
+    extra: dict[str, Any] = {}
     try:
-        gm = fx.symbolic_trace(model)
-    except Exception as e:  # noqa: BLE001 - any tracing failure becomes a message
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        hint = ""
-        if "symbolically traced variables cannot be used as inputs to control flow" in str(e) or "Proxy" in str(e):
-            hint = (" The forward has data-dependent control flow (an `if`/loop on tensor values), which cannot be "
-                    "captured as a static graph.")
-        raise Unsupported(f"torch.fx could not capture the forward: {msg}.{hint}") from None
-    binds = _bind_scalars(mod, model, gm, notes)
-    with torch.no_grad():
-        ShapeProp(gm).propagate(*inputs)
-    b = _Builder(gm, binds)
-    idx = 0
-    for n in gm.graph.nodes:
-        idx = b.add(n, idx)
-    for node in b.nodes:
-        if node["op"] not in ("output", "shape", "size", "ndim") and node["dtype"] not in (None, "float32"):
-            raise Unsupported(f"{node['name']}: dtype {node['dtype']} is not supported (the built-in policy "
-                              "generates float32 kernels)")
+        nodes, fx_code = _capture_fx(mod, model, inputs, notes)
+        capture = "fx"
+    except Exception as e:  # noqa: BLE001 - any fx failure: try torch.export
+        fx_error = str(e) if isinstance(e, Unsupported) else f"torch.fx failed: {type(e).__name__}: {e}"
+        try:
+            ex = capture_export.capture(model, inputs, _float_attrs(model), notes)
+        except capture_export.ExportUnsupported as e2:
+            raise Unsupported(f"{fx_error}; and {e2}") from None
+        nodes, capture = ex["nodes"], "export"
+        extra = {"guard": ex["guard"], "islands": ex["islands"], "export_code": ex["code"], "fx_error": fx_error}
+        notes.append("torch.fx could not capture the forward (" + fx_error.rstrip(".") + "); captured with torch.export "
+                     "instead: an ATen graph specialised to the shapes of get_inputs")
     result: dict[str, Any] = {
         "ok": True,
-        "nodes": b.nodes,
+        "nodes": nodes,
         "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} if torch.is_tensor(t)
                    else {"value": t} for t in inputs],
         "init_args": [a if isinstance(a, int | float | bool | str) else repr(a) for a in mod.get_init_inputs()],
         "source": _init_source(src),
         "training_default": training,
         "notes": notes,
-        "fx_code": gm.code.strip(),
+        "fx_code": fx_code,
+        "capture": capture,
+        **extra,
     }
     if profile:
         dev = device if device == "cuda" and torch.cuda.is_available() else "cpu"

@@ -18,7 +18,11 @@ from agent.builtin.graph import ELEMENTWISE, REDUCTIONS, Graph, Node, Ref, Scala
 
 
 class FusionError(Exception):
-    pass
+    """`node`: the (lowered) node that does not fit a fused group, when one is to blame."""
+
+    def __init__(self, msg: str, node: str | None = None):
+        super().__init__(msg)
+        self.node = node
 
 
 # How a group reads an external tensor: its index as a function of the flat index i = r*cols + c.
@@ -145,7 +149,7 @@ def plan(g: Graph) -> Plan:
     for n in g.nodes:
         if n.op in ("input", "param", "output"):
             continue
-        compute = n.op in ELEMENTWISE or n.op in REDUCTIONS
+        compute = (n.op in ELEMENTWISE or n.op in REDUCTIONS) and not n.attrs.get("island")
         deps = n.refs()
         if not compute:
             if cur is not None and any(cur.member(d) for d in deps):
@@ -157,7 +161,7 @@ def plan(g: Graph) -> Plan:
         if cur is None:
             cur = Group(f"fused_{len(groups)}")
             if not _try_join(g, cur, n):
-                raise FusionError(f"{n.name}: {n.op} of shape {n.shape} cannot start a fused group")
+                raise FusionError(f"{n.name}: {n.op} of shape {n.shape} cannot start a fused group", n.name)
         producer[n.name] = cur
     close()
     # outputs: values used outside their group or returned
@@ -172,7 +176,7 @@ def plan(g: Graph) -> Plan:
                     ok = False
                 if not ok:
                     raise FusionError(f"{n.name} (shape {n.shape}) is needed outside its fused group but is neither "
-                                      f"the group's full shape {grp.full} nor one value per row")
+                                      f"the group's full shape {grp.full} nor one value per row", n.name)
         _finish_operands(g, grp)
     return Plan(g, steps, groups)
 
@@ -257,7 +261,10 @@ def _finish_operands(g: Graph, grp: Group) -> None:
         for a in n.args:
             if isinstance(a, Ref) and not grp.member(a.name) and all(o.value != a.name for o in grp.operands):
                 nshape = grp.full if n.op in REDUCTIONS else n.shape
-                kind, block = classify(_align(g.node(a.name).shape, nshape, grp.full, grp.split), grp.full, grp.split)
+                try:
+                    kind, block = classify(_align(g.node(a.name).shape, nshape, grp.full, grp.split), grp.full, grp.split)
+                except FusionError as e:
+                    raise FusionError(f"{n.name}: {e}", n.name) from None
                 rpad = len(grp.full) - len(nshape) if list(nshape) == grp.full[:grp.split] and len(nshape) < len(grp.full) else 0
                 grp.operands.append(Operand(a.name, kind, block, rpad))
             if isinstance(a, Scalar) and a.runtime and a not in grp.scalars:

@@ -3,10 +3,12 @@
 The capture itself runs in a child process (`agent.builtin.analyze`); this module only parses
 its JSON into `Graph`, which the rewrites and the code generators share. Vocabulary:
 input, param, linear, matmul, conv2d, batchnorm, layernorm, rmsnorm, softmax, log_softmax,
-diag, the elementwise ops in ELEMENTWISE, the reductions in REDUCTIONS, views (view, reshape,
-flatten, transpose, permute, t, unsqueeze, squeeze, expand, contiguous), identity, size/shape
-(Python ints), derived (a tensor computed from parameters by a custom kernel, e.g. folded
-batch-norm weights) and output.
+diag, groupnorm, logsumexp, the elementwise ops in ELEMENTWISE, the reductions in REDUCTIONS,
+views (view, reshape, flatten, transpose, permute, t, unsqueeze, squeeze, expand, contiguous,
+slice, select, getitem), identity, size/shape (Python ints), derived (a tensor computed from
+parameters by a custom kernel, e.g. folded batch-norm weights), aten (an island: an ATen op
+the generator does not express, called as itself) and output. Any node may carry
+attrs["island"] (the reason): it is then called as a torch op instead of being fused.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"}
 PARAMETRIC = {"leaky_relu", "clamp", "elu", "softplus"}
 ELEMENTWISE = UNARY | BINARY | PARAMETRIC
 REDUCTIONS = {"sum", "mean", "amax", "amin"}
-VIEWS = {"view", "reshape", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "contiguous"}
+VIEWS = {"view", "reshape", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "contiguous",
+         "slice", "select", "getitem"}
 LIBRARY = {"matmul", "matmul_nt", "conv2d"}
+# an op the generator does not express, kept as the same ATen call (torch.export captures only)
+ISLAND_OPS = {"aten"}
+# views whose result may not be contiguous (a fused kernel reads raw pointers)
+STRIDED_VIEWS = {"permute", "transpose", "t", "expand", "slice", "select", "getitem"}
 PYTHON_INTS = {"size", "shape", "ndim"}
 
 
@@ -152,9 +159,12 @@ class Graph:
                 lines.append(f"  {n.name:<14} = self.{n.attrs['path']:<18} {fmt_shape(n.shape)}")
             elif n.op == "output":
                 lines.append(f"  return {', '.join(fmt_arg(a) for a in n.args)}")
+            elif n.op == "aten":
+                args = ", ".join(fmt_arg(a) for a in n.args)
+                lines.append(f"  {n.name:<14} = {n.attrs['target']}({args})  [library/ATen call]   {fmt_shape(n.shape)}")
             else:
                 args = ", ".join(fmt_arg(a) for a in n.args)
-                extra = {k: v for k, v in n.attrs.items() if k not in ("module", "tuple") and v is not None}
+                extra = {k: v for k, v in n.attrs.items() if k not in ("module", "tuple", "island") and v is not None}
                 ex = " " + " ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""
                 lines.append(f"  {n.name:<14} = {n.op}({args}){ex}   {fmt_shape(n.shape)}")
         return "\n".join(lines)

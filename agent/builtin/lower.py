@@ -8,11 +8,15 @@ reduction over trailing dims, which is exactly what one fused kernel per group c
 
 from __future__ import annotations
 
-from agent.builtin.graph import ELEMENTWISE, REDUCTIONS, Graph, Lit, Node, Ref, Scalar
+from agent.builtin.graph import ELEMENTWISE, REDUCTIONS, Graph, Lit, Node, Ref
 
 
 class LoweringError(Exception):
-    pass
+    """`node`: the graph node that cannot be lowered (the policy keeps it as a library/ATen call)."""
+
+    def __init__(self, msg: str, node: str | None = None):
+        super().__init__(msg)
+        self.node = node
 
 
 def _norm_dims(dims: list[int] | None, nd: int) -> list[int]:
@@ -26,9 +30,14 @@ def _trailing(dims: list[int], nd: int) -> bool:
 
 
 def lower(g: Graph) -> Graph:
+    """The lowered graph; its meta["origin"] maps every node it emits to the node of g it comes
+    from (a fusion error on a lowered node names the node to keep as a library call). Nodes
+    marked `island` (attrs) are kept whole: model_new.py calls them as torch ops."""
     g = g.copy()
     out: list[Node] = []
     names = {n.name for n in g.nodes}
+    origin: dict[str, str] = {}
+    current = [""]
 
     def fresh(prefix: str) -> str:
         i = 0
@@ -40,6 +49,7 @@ def lower(g: Graph) -> Graph:
     def emit(op: str, args: list, shape: list[int] | None, attrs: dict | None = None, name: str | None = None) -> Ref:
         n = Node(name or fresh(op), op, args, attrs or {}, list(shape) if shape is not None else None, "float32")
         out.append(n)
+        origin[n.name] = current[0]
         return Ref(n.name)
 
     def red(op: str, x: Ref, shape: list[int], dims: list[int], keep: bool = True, name: str | None = None) -> Ref:
@@ -49,7 +59,11 @@ def lower(g: Graph) -> Graph:
     for n in g.nodes:
         shape = n.shape
         nd = len(shape or [])
-        if n.op == "linear":
+        current[0] = n.name
+        origin[n.name] = n.name
+        if n.attrs.get("island"):
+            out.append(n)
+        elif n.op == "linear":
             x, w, b = n.args
             if isinstance(b, Ref):
                 mm = emit("matmul_nt", [x, w], shape)
@@ -68,7 +82,7 @@ def lower(g: Graph) -> Graph:
             d = n.attrs["dim"] % nd
             if d != nd - 1:
                 raise LoweringError(f"{n.name}: {n.op} over dim {d} of a {nd}-d tensor; the generator handles the last "
-                                    "dim only")
+                                    "dim only", n.name)
             x = n.args[0]
             m = red("amax", x, shape, [d])
             z = emit("sub", [x, m], shape)
@@ -112,30 +126,66 @@ def lower(g: Graph) -> Graph:
                 y = emit("mul", [y, cv(gamma)], shape, name=n.name if not isinstance(beta, Ref) else None)
             if isinstance(beta, Ref):
                 emit("add", [y, cv(beta)], shape, name=n.name)
+        elif n.op == "logsumexp":
+            x = n.args[0]
+            ishape = g.node(x.name).shape
+            dims = _norm_dims(n.attrs.get("dim"), len(ishape))
+            if not _trailing(dims, len(ishape)):
+                raise LoweringError(f"{n.name}: logsumexp over dims {dims} of a {len(ishape)}-d tensor; the generator "
+                                    "reduces trailing dims only", n.name)
+            rs = s_shape(ishape, dims)
+            m = red("amax", x, ishape, dims)
+            e = emit("exp", [emit("sub", [x, m], ishape)], ishape)
+            s = red("sum", e, ishape, dims)
+            keep = bool(n.attrs.get("keepdim"))
+            y = emit("add", [emit("log", [s], rs), m], rs, name=n.name if keep else None)
+            if not keep:
+                emit("view", [y, Lit(list(shape))], shape, name=n.name)
+        elif n.op == "groupnorm":
+            # (N, C, *S) -> (N, G, C/G * prod(S)): a row normalisation, then the per-channel affine
+            x, w, b, eps = n.args
+            G = int(n.attrs["groups"])
+            N, C = shape[0], shape[1]
+            rest = 1
+            for d in shape[2:]:
+                rest *= d
+            rows = [N, G, (C // G) * rest]
+            xv = emit("view", [x, Lit(rows)], rows)
+            mu = red("mean", xv, rows, [2])
+            xc = emit("sub", [xv, mu], rows)
+            var = red("mean", emit("square", [xc], rows), rows, [2])
+            inv = emit("rsqrt", [emit("add", [var, eps], [N, G, 1])], [N, G, 1])
+            last = not isinstance(w, Ref) and not isinstance(b, Ref)
+            y = emit("mul", [xc, inv], rows)
+            y = emit("view", [y, Lit(list(shape))], shape, name=n.name if last else None)
+            cshape = [C] + [1] * (nd - 2)
+            if isinstance(w, Ref):
+                wv = emit("view", [w, Lit(cshape)], cshape)
+                y = emit("mul", [y, wv], shape, name=n.name if not isinstance(b, Ref) else None)
+            if isinstance(b, Ref):
+                bv = emit("view", [b, Lit(cshape)], cshape)
+                emit("add", [y, bv], shape, name=n.name)
         elif n.op == "identity":
             out.append(Node(n.name, "view", [n.args[0], Lit(list(shape))], {}, shape, n.dtype))
         elif n.op == "diag":
             raise LoweringError(f"{n.name}: torch.diag builds a dense matrix; only its use in a product (a row or "
-                                "column scaling) is supported")
+                                "column scaling) is supported", n.name)
         elif n.op in REDUCTIONS:
             dims = _norm_dims(n.attrs.get("dim"), len(g.node(n.args[0].name).shape))
             ishape = g.node(n.args[0].name).shape
             if not _trailing(dims, len(ishape)):
                 raise LoweringError(f"{n.name}: {n.op} over dims {dims} of a {len(ishape)}-d tensor; the generator "
-                                    "reduces trailing dims only")
+                                    "reduces trailing dims only", n.name)
             n.attrs = {"dim": dims, "keepdim": bool(n.attrs.get("keepdim"))}
             out.append(n)
         elif n.op in ELEMENTWISE and any(isinstance(a, Ref) for a in n.args):
             out.append(n)
         elif n.op in ELEMENTWISE:
-            raise LoweringError(f"{n.name}: {n.op} of constants only")
+            raise LoweringError(f"{n.name}: {n.op} of constants only", n.name)
         else:
             out.append(n)
     g.nodes = out
-    for n in g.nodes:
-        for a in n.args:
-            if isinstance(a, Scalar) or not isinstance(a, Ref):
-                continue
+    g.meta = dict(g.meta, origin=origin)
     return g
 
 

@@ -14,8 +14,9 @@ import re
 import textwrap
 from typing import Any
 
+from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
-from agent.builtin.graph import Lit, Node, Ref, Scalar
+from agent.builtin.graph import ISLAND_OPS, STRIDED_VIEWS, Lit, Node, Ref, Scalar
 from agent.builtin.kernelgen import KernelSig
 
 _HELPERS = '''
@@ -127,6 +128,13 @@ def _capture(eager, inputs):
 '''
 
 
+def _num(v: Any) -> str:
+    """A float as Python source (inf and nan have no literal)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"float({str(v)!r})"
+    return repr(v)
+
+
 def param_expr(path: str) -> str:
     out = "self"
     for part in path.split("."):
@@ -139,12 +147,16 @@ def _var(name: str) -> str:
 
 
 class _Emitter:
-    def __init__(self, plan: Plan, backend: str, sigs: dict[str, KernelSig], gemm: str = "cublas"):
-        self.plan, self.backend, self.sigs, self.gemm = plan, backend, sigs, gemm
+    def __init__(self, plan: Plan, backend: str, sigs: dict[str, KernelSig], gemm: str = "cublas",
+                 torch_ops: str = "forbid"):
+        self.plan, self.backend, self.sigs, self.gemm, self.torch_ops = plan, backend, sigs, gemm, torch_ops
         self.g = plan.graph
         self.lines: list[str] = []
+        self.strided: set[str] = set()  # values that may not be contiguous where they are made
+        self.gathers = 0  # strided operands copied to contiguous memory by the kw_gather kernel
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
         self.used_params: dict[str, str] = {}  # forward's parameters: graph name -> local variable
+        self.used_attrs: dict[str, str] = {}  # plain module attributes the forward reads: path -> local variable
 
     def val(self, a: Any) -> str:
         if isinstance(a, Ref):
@@ -153,11 +165,11 @@ class _Emitter:
                 return self.used_params.setdefault(a.name, local if local.startswith("p_") else "p_" + local)
             return _var(a.name)
         if isinstance(a, Scalar):
-            return f"float({a.expr})" if a.runtime else repr(a.value)
+            return f"float({a.expr})" if a.runtime else _num(a.value)
         if isinstance(a, Lit):
             if isinstance(a.value, list):
                 return "(" + ", ".join(self.val(x) if isinstance(x, Ref) else repr(x) for x in a.value) + ",)"
-            return repr(a.value)
+            return _num(a.value) if isinstance(a.value, float) else repr(a.value)
         return repr(a)
 
     def emit(self, line: str) -> None:
@@ -166,8 +178,29 @@ class _Emitter:
     def node(self, n: Node) -> None:
         v = _var(n.name)
         a = n.args
-        if n.op in ("view", "reshape", "expand", "permute"):
+        src = a[0].name if a and isinstance(a[0], Ref) else None
+        if n.op in STRIDED_VIEWS or n.op in ISLAND_OPS or n.attrs.get("island"):
+            self.strided.add(n.name)
+        elif n.op in ("view", "reshape", "flatten", "unsqueeze", "squeeze") and src in self.strided:
+            self.strided.add(n.name)
+        if n.attrs.get("island") or n.op in ISLAND_OPS:
+            why = str(n.attrs.get("island") or "no generator for this op").replace("\n", " ")
+            self.emit(f"# {n.name}: library/ATen call ({why[:150]})")
+            self.emit(f"{v} = {self.torch_expr(n)}")
+        elif n.op == "view" and src in self.strided:
+            self.emit(f"{v} = {self.val(a[0])}.reshape(*{self.val(a[1])})")
+        elif n.op in ("view", "reshape", "expand", "permute"):
             self.emit(f"{v} = {self.val(a[0])}.{n.op}(*{self.val(a[1])})")
+        elif n.op == "slice":
+            at = n.attrs
+            self.emit(f"{v} = {self.val(a[0])}.narrow({at['dim']}, {at['start']}, {at['end'] - at['start']})"
+                      if at.get("step", 1) == 1 else
+                      f"{v} = torch.ops.aten.slice.Tensor({self.val(a[0])}, {at['dim']}, {at['start']}, {at['end']}, "
+                      f"{at['step']})")
+        elif n.op == "select":
+            self.emit(f"{v} = {self.val(a[0])}.select({n.attrs['dim']}, {n.attrs['index']})")
+        elif n.op == "getitem":
+            self.emit(f"{v} = {self.val(a[0])}[{n.attrs['index']}]")
         elif n.op in ("flatten", "transpose", "unsqueeze", "squeeze", "t", "contiguous"):
             rest = ", ".join(self.val(x) for x in a[1:])
             self.emit(f"{v} = {self.val(a[0])}.{n.op}({rest})")
@@ -186,6 +219,8 @@ class _Emitter:
                 self.emit(f"{v} = torch.mm(_x2, {w}.t()).view(*{x}.shape[:-1], {w}.shape[0])")
             elif self.backend == "cuda":
                 self.emit(f"# {n.name}: GEMM x @ W^T through cuBLAS (gemm_nt), W read transposed in place")
+                for arg in a[:2]:
+                    self.contiguous(arg)
                 self.emit(f"_x2 = {x}.reshape(-1, {x}.shape[-1])")
                 self.emit(f"{v} = torch.empty((_x2.shape[0], {w}.shape[0]), device=_dev, dtype=torch.float32)")
                 self.emit(f"lib.gemm_nt(_x2, {w}, {v}, _x2.shape[0], {w}.shape[0], _x2.shape[1], _stream)")
@@ -200,15 +235,123 @@ class _Emitter:
             at = n.attrs
             self.emit(f"# {n.name}: library convolution ({'cuDNN' if self.backend == 'cuda' else 'oneDNN'}); its "
                       "epilogue is fused into the next kernel")
-            self.emit(f"{v} = torch.nn.functional.conv2d({self.val(a[0])}, {self.val(a[1])}, None, "
-                      f"{tuple(at['stride'])}, {tuple(at['padding'])}, {tuple(at['dilation'])}, {at['groups']})")
+            if at.get("module"):
+                # the module's own geometry, read at run time: another init argument (the shape trial's) can
+                # change its groups (a depthwise convolution's channels) and the candidate must follow
+                geo = [self.attr(f"{at['module']}.{k}") for k in ("stride", "padding", "dilation", "groups")]
+            else:
+                geo = [str(tuple(at["stride"])), str(tuple(at["padding"])), str(tuple(at["dilation"])), str(at["groups"])]
+            self.emit(f"{v} = torch.nn.functional.conv2d({self.val(a[0])}, {self.val(a[1])}, None, {', '.join(geo)})")
         elif n.op == "derived":
             self.emit(f"{v} = _derived[{n.name!r}]")
         else:
             raise ValueError(f"no Python emission for {n.op}")
 
+    def attr(self, path: str) -> str:
+        """A module attribute (conv geometry) as a local bound once per call through slots."""
+        return self.used_attrs.setdefault(path, "a_" + re.sub(r"\W", "_", path))
+
+    def contiguous(self, a: Any) -> None:
+        """A strided operand of a kernel made contiguous at the boundary (kernels read raw pointers):
+        rebinds the variable, so later kernels reading it copy nothing."""
+        if not isinstance(a, Ref) or a.name not in self.strided:
+            return
+        x = self.val(a)
+        if self.torch_ops == "allow":
+            self.emit(f"{x} = {x} if {x}.is_contiguous() else {x}.contiguous()  # kernels assume contiguous memory")
+        else:
+            self.gathers += 1
+            self.emit(f"{x} = {x} if {x}.is_contiguous() else _kw_contig(lib, {x}, _stream)  # strided -> contiguous "
+                      "(kw_gather kernel)")
+        self.strided.discard(a.name)
+
+    def torch_expr(self, n: Node) -> str:
+        """n as a torch call: an island (an op the generator lacks, or one that did not lower or fuse)."""
+        a = [self.val(x) for x in n.args]
+        op, at = n.op, n.attrs
+        F = "torch.nn.functional"
+        if op == "aten":
+            return f"torch.ops.{at['target']}({self.call_args(n, at['call'])})"
+        simple = {"exp": "torch.exp", "log": "torch.log", "tanh": "torch.tanh", "sigmoid": "torch.sigmoid",
+                  "relu": "torch.relu", "rsqrt": "torch.rsqrt", "sqrt": "torch.sqrt", "abs": "torch.abs",
+                  "erf": "torch.erf", "sin": "torch.sin", "cos": "torch.cos", "neg": "torch.neg", "silu": f"{F}.silu",
+                  "square": "torch.square", "log1p": "torch.log1p", "expm1": "torch.expm1", "mish": f"{F}.mish",
+                  "hardswish": f"{F}.hardswish", "hardsigmoid": f"{F}.hardsigmoid", "relu6": f"{F}.relu6"}
+        if op in simple:
+            return f"{simple[op]}({a[0]})"
+        if op == "identity":
+            return a[0]
+        infix = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+        if op in infix:
+            return f"({a[0]} {infix[op]} {a[1]})"
+        if op in ("maximum", "minimum", "pow"):
+            return f"torch.{op}({a[0]}, {a[1]})"
+        if op == "gelu":
+            return f"{F}.gelu({a[0]}, approximate={at.get('approximate', 'none')!r})"
+        if op == "leaky_relu":
+            return f"{F}.leaky_relu({a[0]}, {a[1]})"
+        if op == "clamp":
+            return f"torch.clamp({a[0]}, {a[1]}, {a[2]})"
+        if op == "elu":
+            return f"{F}.elu({a[0]}, {a[1]})"
+        if op == "softplus":
+            return f"{F}.softplus({a[0]}, {a[1]}, {a[2]})"
+        if op in ("sum", "mean", "amax", "amin"):
+            dims = at.get("dim")
+            if dims is None:
+                src = self.g.node(n.args[0].name)
+                dims = list(range(len(src.shape or [])))
+            return f"torch.{op}({a[0]}, dim={tuple(dims)!r}, keepdim={bool(at.get('keepdim'))})"
+        if op == "logsumexp":
+            return f"torch.logsumexp({a[0]}, dim={tuple(at['dim'])!r}, keepdim={bool(at.get('keepdim'))})"
+        if op in ("softmax", "log_softmax"):
+            return f"torch.{op}({a[0]}, {at['dim']})"
+        if op == "linear":
+            return f"{F}.linear({a[0]}, {a[1]}, {a[2]})"
+        if op == "matmul":
+            return f"torch.matmul({a[0]}, {a[1]})"
+        if op == "matmul_nt":
+            return f"torch.matmul({a[0]}, {a[1]}.t())"
+        if op == "conv2d":
+            return (f"{F}.conv2d({a[0]}, {a[1]}, {a[2]}, {tuple(at['stride'])}, {tuple(at['padding'])}, "
+                    f"{tuple(at['dilation'])}, {at['groups']})")
+        if op == "batchnorm":
+            return f"{F}.batch_norm({a[0]}, {a[1]}, {a[2]}, {a[3]}, {a[4]}, False, 0.0, {a[5]})"
+        if op == "layernorm":
+            return f"{F}.layer_norm({a[0]}, {a[0]}.shape[-{at.get('ndim', 1)}:], {a[1]}, {a[2]}, {a[3]})"
+        if op == "rmsnorm":
+            return f"{F}.rms_norm({a[0]}, {a[0]}.shape[-{at.get('ndim', 1)}:], {a[1]}, {a[2]})"
+        if op == "groupnorm":
+            return f"{F}.group_norm({a[0]}, {at['groups']}, {a[1]}, {a[2]}, {a[3]})"
+        if op == "diag":
+            return f"torch.diag({a[0]})"
+        raise ValueError(f"no torch call for {op}")
+
+    def call_args(self, n: Node, call: dict[str, Any]) -> str:
+        def dec(v: Any) -> str:
+            if "arg" in v:
+                return self.val(n.args[v["arg"]])
+            if "list" in v:
+                return "[" + ", ".join(dec(x) for x in v["list"]) + "]"
+            if "dtype" in v:
+                return f"torch.{v['dtype']}"
+            if "device" in v:
+                return "_dev"
+            if "memory_format" in v:
+                return f"torch.{v['memory_format']}"
+            if "layout" in v:
+                return f"torch.{v['layout']}"
+            if v.get("expr"):
+                return f"float({v['expr']})"
+            x = v["v"]
+            return _num(x) if isinstance(x, float) else repr(x)
+        parts = [dec(v) for v in call["args"]] + [f"{k}={dec(v)}" for k, v in call["kwargs"].items()]
+        return ", ".join(parts)
+
     def group(self, grp: Group) -> None:
         sig = self.sigs[grp.name]
+        for o in grp.operands:
+            self.contiguous(Ref(o.value))
         k = len(grp.full)
         sp = grp.split
         self.emit(f"# {grp.name}: one kernel for [{', '.join(n.op for n in grp.nodes)}]")
@@ -288,14 +431,67 @@ class _Emitter:
         return L
 
 
+_CONTIG_HELPER = '''
+
+def _kw_contig(lib, x, stream):
+    """x copied to contiguous memory by the kw_gather kernel, which reads it through its sizes
+    and strides (a permuted, sliced or expanded view; up to 6 dims)."""
+    if x.dim() > 6:
+        raise RuntimeError(f"kw_gather handles up to 6 dims, got {x.dim()}")
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    pad = 6 - x.dim()
+    lib.kw_gather(ctypes.c_void_p(x.data_ptr()), out, out.numel(), *([1] * pad + list(x.shape)),
+                  *([0] * pad + list(x.stride())), stream)
+    return out
+'''
+
+
+_GUARD_HELPER = '''
+
+def _kw_specialised(module):
+    """Whether module is the model this forward was generated for: the parameter and buffer shapes
+    and the plain attributes the captured graph was specialised to (checked once per instance)."""
+    d = module.__dict__
+    ok = d.get("_kw_spec_ok")
+    if ok is None:
+        ok = True
+        for path, shape in _KW_STATE.items():
+            try:
+                slot, name = _slot(module, path)
+                ok = ok and list(slot[name].shape) == shape
+            except (AttributeError, KeyError):
+                ok = False
+        for path, value in _KW_ATTRS.items():
+            *mods, leaf = path.split(".")
+            try:
+                owner = module.get_submodule(".".join(mods)) if mods else module
+                cur = getattr(owner, leaf)
+            except AttributeError:
+                ok = False
+                continue
+            ok = ok and (list(cur) if isinstance(cur, tuple) else cur) == value
+        d["_kw_spec_ok"] = ok
+    return ok
+'''
+
+
 def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[KernelSig], summary: str,
-                   gemm: str = "cublas", graph: bool = False) -> str:
+                   gemm: str = "cublas", graph: bool = False, torch_ops: str = "forbid") -> str:
     """gemm (cuda): "cublas" calls the .cu's gemm_nt (cublasSgemm), "aten" calls torch.mm.
-    graph (cuda): forward replays a CUDA graph of the generated forward (`_graphed`)."""
+    graph (cuda): forward replays a CUDA graph of the generated forward (`_graphed`).
+
+    A graph captured by torch.export (meta["capture"] == "export") is specialised to the task's
+    shapes: ModelNew then subclasses a verbatim copy of the reference Model (`_KwReference`) and
+    its forward checks the input shapes and meta["guard"] first; anything else runs the
+    reference's own forward."""
     if graph and (backend != "cuda" or len(plan.graph.output.args) != 1):
         raise ValueError("a CUDA-graph forward needs the cuda backend and a single output tensor")
     src = meta["source"]
-    em = _Emitter(plan, backend, {s.name: s for s in sigs}, gemm)
+    specialised = meta.get("capture") == "export"
+    if specialised and not src.get("model_class"):
+        raise ValueError("the reference Model class could not be copied (needed for the shapes the graph was not "
+                         "specialised to)")
+    em = _Emitter(plan, backend, {s.name: s for s in sigs}, gemm, torch_ops)
     g = plan.graph
     inputs = g.inputs()
     tensors_in = [n for n in inputs if n.shape is not None]
@@ -316,32 +512,62 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     if not init.startswith("    "):
         init = textwrap.indent(textwrap.dedent(init), "    ")
     parts = ['"""' + summary.strip().replace('"""', "'''") + '\n"""', ""]
-    imports = list(dict.fromkeys(src.get("imports", []) + ["import functools", "import torch", "import torch.nn as nn", "import kwrt"]))
+    extra = ["import ctypes"] if em.gathers else []
+    imports = list(dict.fromkeys(src.get("imports", []) + ["import functools", "import torch", "import torch.nn as nn",
+                                                           "import kwrt", *extra]))
     parts += imports
     parts += [""] + src.get("assigns", [])
     for h in src.get("helpers", []):
         parts += ["", "", h]
     parts.append(_HELPERS)
+    if em.gathers:
+        parts.append(_CONTIG_HELPER)
     if graph:
         parts.append(_GRAPH_HELPERS)
-    parts += ["", "class ModelNew(nn.Module):",
-              '    """Same constructor as the reference Model (copied verbatim); forward runs the generated kernels."""',
-              "", init.rstrip(), ""]
+    if specialised:
+        guard = meta.get("guard") or {}
+        parts.append(_GUARD_HELPER)
+        parts += [f"_KW_STATE = {guard.get('state', {})!r}", f"_KW_ATTRS = {guard.get('attrs', {})!r}", "", "",
+                  src["model_class"], "", "", f"class ModelNew({REFERENCE_CLASS}):",
+                  '    """The reference Model (copied above as ' + REFERENCE_CLASS + ', constructor inherited); forward runs '
+                  'the generated kernels\n    for the shapes the graph was captured at, the reference\'s own forward '
+                  'otherwise."""', ""]
+    elif src.get("model_class"):
+        # the whole reference class, so class attributes and helper methods come along with the constructor
+        parts += ["", "", src["model_class"], "", "", f"class ModelNew({REFERENCE_CLASS}):",
+                  '    """The reference Model (copied above as ' + REFERENCE_CLASS + ', constructor inherited); forward runs '
+                  'the generated kernels."""', ""]
+    else:
+        parts += ["", "class ModelNew(nn.Module):",
+                  '    """Same constructor as the reference Model (copied verbatim); forward runs the generated kernels."""',
+                  "", init.rstrip(), ""]
     parts += em.derived_method()
     if em.derived_method():
         parts.append("")
     args = ", ".join(_var(n.name) for n in inputs)
+    guard_lines: list[str] = []
+    if specialised:
+        conds = []
+        for n, spec in zip(inputs, (meta.get("guard") or {}).get("inputs", []), strict=False):
+            if "shape" in spec:
+                conds.append(f"{_var(n.name)}.shape != {tuple(spec['shape'])!r}")
+            else:
+                conds.append(f"{_var(n.name)} != {spec.get('value')!r}")
+        conds.append("not _kw_specialised(self)")
+        guard_lines = [f"        if {' or '.join(conds)}:",
+                       "            # not the shapes this forward was generated for: the reference's own computation",
+                       f"            return super().forward({args})"]
     if graph:
         # every parameter the forward or the derived weights read: a change recaptures the graph
         weights = tuple(n.attrs["path"] for n in g.nodes if n.op == "param")
         scalars = sorted({a.expr for n in g.nodes for a in n.args if isinstance(a, Scalar) and a.runtime})
         scal = "(" + "".join(f"{e}, " for e in scalars).rstrip() + ")"
-        parts += [f"    def forward(self, {args}):",
+        parts += [f"    def forward(self, {args}):", *guard_lines,
                   f"        return _graphed(self, self._kw_eager, ({args}{',' if len(inputs) == 1 else ''}), {weights!r}, {scal})", "",
                   '    def _kw_eager(self, ' + args + '):',
                   '        """The forward launched op by op: what the graph captures."""']
     else:
-        parts += [f"    def forward(self, {args}):"]
+        parts += [f"    def forward(self, {args}):", *guard_lines]
     parts += ["        lib = _kernels()", f"        _dev = {dev_src}.device",
               "        _stream = kwrt.stream(_dev)"]
     if em.used_params:
@@ -349,6 +575,8 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
         # nn.Module.__getattr__ calls, microseconds of host time per call that a small kernel notices
         paths = tuple(g.node(n).attrs["path"] for n in em.used_params)
         parts += [f"        {', '.join(em.used_params.values())}, = _read(self, \"_kw_pslots\", {paths!r})"]
+    if em.used_attrs:
+        parts += [f"        {', '.join(em.used_attrs.values())}, = _read(self, \"_kw_aslots\", {tuple(em.used_attrs)!r})"]
     parts += em.lines
     return "\n".join(parts) + "\n"
 

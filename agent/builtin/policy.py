@@ -20,11 +20,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.builtin.fallback import fallback_model
 from agent.builtin.fusion import Plan
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
 from agent.builtin.kernelgen import config_variants
 from agent.builtin.modelgen import speed_of_light
-from agent.builtin.pipeline import Candidate, GenerationError, build_candidate, make_plan
+from agent.builtin.pipeline import Candidate, GenerationError, build_candidate, library_parts, make_plan
 from agent.builtin.rewrites import Rewrite, all_rewrites
 from agent.events import BestChanged, EvaluationEvent, Event, TurnStarted
 from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation
@@ -112,6 +113,10 @@ class BuiltinPolicy(Policy):
         self.ref_profile_text = ""
         self.rewrites: list[Rewrite] = []
         self.notes: list[str] = []
+        self.torch_ops = "forbid"
+        self.library_parts: list[str] = []  # what stays a library/ATen call in the final plan, and why
+        self.blockers: list[str] = []  # under torch-ops=forbid: what keeps a candidate from being accepted
+        self.best_label: str | None = None
 
     # -- Policy interface ------------------------------------------------------------------
     def reset(self, task: TaskInfo, tool_specs: list[dict[str, Any]], history: list[Event]) -> None:
@@ -137,6 +142,8 @@ class BuiltinPolicy(Policy):
             return self._graph_action()
         if step.kind == "restore":
             return self._restore_action()
+        if step.kind == "fallback":
+            return self._fallback_action()
         return self._finish_action()
 
     # -- planning --------------------------------------------------------------------------
@@ -144,9 +151,13 @@ class BuiltinPolicy(Policy):
         assert self.task is not None
         backend = self.task.backend if self.task.backend in ("cpu", "cuda") else "cpu"
         self.backend = backend
+        self.torch_ops = str((self.task.options or {}).get("torch_ops", "forbid"))
         self.analysis = analyze_source(self.task.source, device=backend, profile=True, timeout=self.analysis_timeout_s)
         self.steps = [_Step("analyse")]
         if not self.analysis.ok:
+            self.blockers = [f"the forward could not be captured ({self.analysis.error})"]
+            if self.torch_ops == "allow":
+                self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
             self.steps.append(_Step("finish"))
             return
         g = self.analysis.graph
@@ -160,8 +171,15 @@ class BuiltinPolicy(Policy):
             self.final_plan = make_plan(self.final_graph)
             n_variants = max(len(config_variants(grp, backend)) for grp in self.final_plan.groups) \
                 if self.final_plan.groups else 1
-        except GenerationError:
+        except GenerationError as e:
             self.final_plan, n_variants = None, 1
+            self.blockers.append(f"the graph could not be planned: {e}")
+        if self.final_plan is not None:
+            self.library_parts = [_library_line(n, backend) for n in library_parts(self.final_plan)]
+            self.blockers += _forbid_blockers(self.final_plan)
+            if not self.final_plan.groups:
+                self.blockers.append("no custom kernel is left: the forward is only library calls, and torch-ops=forbid "
+                                     "needs at least one kernel of the candidate's own")
         if backend == "cuda" and self.final_plan is not None and any(
                 st.kind == "node" and st.node.op == "matmul_nt" for st in self.final_plan.steps):
             # which GEMM is faster depends on the shape: measure both, keep the faster
@@ -169,11 +187,18 @@ class BuiltinPolicy(Policy):
                                     graph=self.final_graph, gemm="aten"))
         for v in range(1, min(n_variants, self.max_variants)):
             self.steps.append(_Step("variant", f"launch configuration {v + 1}", graph=self.final_graph, variant=v))
-        if backend == "cuda" and self.final_plan is not None:
+        if backend == "cuda" and self.final_plan is not None and self.final_plan.groups:
             # taken only if the best candidate turns out host-bound (decided when its turn comes)
             self.steps.append(_Step("graph", "Replay the forward as one CUDA graph"))
+        if self.torch_ops == "allow":
+            # taken only if no generated candidate turned out correct (decided when its turn comes)
+            self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
         self.steps.append(_Step("restore"))
         self.steps.append(_Step("finish"))
+
+    def _build(self, graph: Graph, configs: dict[str, dict] | None = None, **kw: Any) -> Candidate:
+        assert self.analysis is not None
+        return build_candidate(graph, self.analysis.data, self.backend, configs, torch_ops=self.torch_ops, **kw)
 
     def _resume(self, history: list[Event]) -> None:
         """Skip the turns already taken and recover what they measured (the steps are a pure
@@ -262,17 +287,28 @@ class BuiltinPolicy(Policy):
         assert self.task is not None and self.analysis is not None
         an = self.analysis
         if not an.ok:
-            msg = (f"Analysis of {self.task.name}: the forward could not be captured as a static graph, so the "
-                   f"built-in policy cannot generate kernels for it.\n\nReason: {an.error}\n\n"
-                   "Nothing was changed; the reference stays the fastest known version. A model-driven run (an "
-                   "OpenAI-compatible endpoint) can still try this task.")
-            self.steps = [self.steps[0], _Step("finish")]
+            msg = (f"Analysis of {self.task.name}: the forward could not be captured as a graph (neither torch.fx nor "
+                   f"torch.export), so the built-in policy cannot generate kernels for it.\n\nReason: {an.error}\n\n")
+            if self.torch_ops == "allow":
+                msg += ("Plan: the reference's own computation as the candidate (a ModelNew that subclasses a verbatim "
+                        "copy of Model: every op stays the library/ATen call the reference makes), checked by the "
+                        "sandbox like any candidate. A model-driven run (an OpenAI-compatible endpoint) can still try "
+                        "to write kernels for this task.")
+            else:
+                msg += ("Under torch-ops=forbid a candidate must compute with its own kernels (library GEMM/convolution "
+                        "allowed), and without a graph there is nothing to generate them from: blocked by the capture. "
+                        "Nothing was changed. Under torch-ops=allow the policy would submit the reference's own "
+                        "computation; a model-driven run can still try this task.")
             return Action(message=msg, tool_calls=[self._call("read_file", path="reference.py")])
         g = an.graph
         d = an.data
+        how = ("Captured the forward with torch.fx symbolic tracing (sizes stay symbolic); shapes and dtypes from "
+               "ShapeProp on the task's own inputs" if d.get("capture", "fx") == "fx" else
+               "Captured the forward with torch.export (torch.fx could not: " + str(d.get("fx_error", "")).rstrip(".")
+               + "): an ATen graph specialised to the task's own inputs; the candidate checks the input shapes and the "
+               "model's sizes before its generated path and runs the reference's own forward for any other")
         lines = [f"Analysis of {self.task.name} ({self.backend} backend).", "",
-                 f"Captured the forward with torch.fx symbolic tracing; shapes and dtypes from ShapeProp on the task's "
-                 f"own inputs ({', '.join(_fmt_in(i) for i in d.get('inputs', []))}):", "", g.summary(), ""]
+                 f"{how} ({', '.join(_fmt_in(i) for i in d.get('inputs', []))}):", "", g.summary(), ""]
         prof = d.get("eager_profile") or {}
         if prof.get("rows"):
             lines.append(f"Eager per-op breakdown ({prof.get('device_name')}, forward {prof.get('forward_ms', 0):.3f} ms):")
@@ -291,8 +327,9 @@ class BuiltinPolicy(Policy):
             sol2 = speed_of_light(self.final_graph)
             lines.append(f"After the exact rewrites planned below the work drops to {sol2['flops'] / 1e6:.3g} MFLOP.")
         lines.append("")
-        if d.get("notes"):
-            lines += ["Notes: " + "; ".join(d["notes"]), ""]
+        notes = [x for x in d.get("notes", []) if not x.startswith("torch.fx could not capture")]
+        if notes:
+            lines += ["Notes: " + "; ".join(notes), ""]
         lines.append("Plan:")
         if self.rewrites:
             for r in self.rewrites:
@@ -302,8 +339,12 @@ class BuiltinPolicy(Policy):
         if self.final_plan is not None:
             for grp in self.final_plan.groups:
                 lines.append(f"  - kernel {grp.name}: fuse [{grp.describe()}] over {grp.full}")
-            for n in _library_calls(self.final_plan):
-                lines.append(f"  - {n.op} {n.name}: library call ({'cuBLAS' if n.op == 'matmul_nt' and self.backend == 'cuda' else 'cuDNN/cuBLAS' if self.backend == 'cuda' else 'oneDNN/MKL'}), its epilogue fused")
+            for line in self.library_parts:
+                lines.append(f"  - {line}")
+        if self.torch_ops != "allow" and self.blockers:
+            lines.append("  - under torch-ops=forbid these keep a candidate from being accepted: " + "; ".join(self.blockers))
+        if self.torch_ops == "allow":
+            lines.append("  - if no generated candidate is correct: the reference's own computation (library/ATen calls)")
         lines.append("  - then a few launch configurations, keeping the fastest correct candidate")
         calls = [self._call("read_file", path="reference.py")]
         return Action(message="\n".join(lines), tool_calls=calls)
@@ -322,12 +363,18 @@ class BuiltinPolicy(Policy):
         if self.pos == 2:
             head += self._sol_line()
         try:
-            cand = build_candidate(step.graph, self.analysis.data, self.backend,
-                                   note=f"Step: {step.title}.", gemm=step.gemm)
+            cand = self._build(step.graph, note=f"Step: {step.title}.", gemm=step.gemm)
         except GenerationError as e:
             msg = head + f"{step.title}: " + (step.rewrite.detail + "\n\n" if step.rewrite else "") + \
                 f"This graph cannot be generated yet: {e}. Moving on."
             return Action(message=msg, tool_calls=[self._call("list_files")])
+        if self.torch_ops != "allow":
+            blocked = _forbid_blockers(cand.plan)
+            if blocked:
+                msg = head + (f"{step.title}: not evaluated. Under torch-ops=forbid the candidate may run only its own "
+                              "kernels and library GEMM/convolution, and these parts of the graph have no generator: "
+                              + "; ".join(blocked) + ".")
+                return Action(message=msg, tool_calls=[self._call("list_files")])
         if step.graph is self.final_graph and step.gemm == "cublas":
             self.final_candidate = cand
         self.pending = _Tried(step.title, cand.files, graph=step.graph, gemm=step.gemm)
@@ -351,15 +398,13 @@ class BuiltinPolicy(Policy):
         head = self._report_last()
         best = self._best()
         if best is None or best.graph is None:
-            self.pos = len(self.steps) - 1
-            return self._finish_action(head)
+            return self._to_fallback_or_finish(head)
         # tune the best correct graph (a rewrite that failed the check is not tuned)
         graph = best.graph
         try:
-            base = build_candidate(graph, self.analysis.data, self.backend)
+            base = self._build(graph)
         except GenerationError:
-            self.pos = len(self.steps) - 1
-            return self._finish_action(head)
+            return self._to_fallback_or_finish(head)
         cfgs = {}
         desc = []
         for grp in base.plan.groups:
@@ -368,8 +413,7 @@ class BuiltinPolicy(Policy):
                 cfgs[grp.name] = vs[step.variant]
                 desc.append(f"{grp.name}: {_fmt_cfg(vs[step.variant])}")
         try:
-            cand = build_candidate(graph, self.analysis.data, self.backend, cfgs,
-                                   note=f"Launch configuration: {'; '.join(desc)}.")
+            cand = self._build(graph, cfgs, note=f"Launch configuration: {'; '.join(desc)}.")
         except GenerationError as e:  # pragma: no cover - the same graph generated before
             return Action(message=head + f"cannot generate the variant: {e}", tool_calls=[self._call("list_files")])
         if not desc:
@@ -392,8 +436,8 @@ class BuiltinPolicy(Policy):
         if best is None or best.graph is None:
             return self._next_or_finish(head)
         try:
-            cand = build_candidate(best.graph, self.analysis.data, self.backend, gemm=best.gemm, graph=True,
-                                   note="The forward replays one CUDA graph of the generated kernels.")
+            cand = self._build(best.graph, gemm=best.gemm, graph=True,
+                               note="The forward replays one CUDA graph of the generated kernels.")
         except GenerationError as e:
             return self._next_or_finish(head + f"No CUDA graph: {e}.\n\n")
         launches = len(cand.plan.groups) + len(_library_calls(cand.plan))
@@ -412,6 +456,46 @@ class BuiltinPolicy(Policy):
         calls = self._write({p: c for p, c in cand.files.items() if best.files.get(p) != c} or cand.files)
         return Action(message=msg, tool_calls=calls + [self._call("compile"), self._call("evaluate")])
 
+    def _fallback_action(self, head: str | None = None) -> Action:
+        """The reference's own computation, evaluated when nothing generated was correct (torch-ops=allow):
+        every run ends with a correct candidate and says which parts stayed library calls."""
+        assert self.task is not None
+        head = self._report_last() if head is None else head
+        if self._best() is not None:
+            return self._next_or_finish(head)
+        why = []
+        an = self.analysis
+        if an is not None and not an.ok:
+            why.append(f"the forward could not be captured: {an.error}")
+        else:
+            fails = [t for t in self.tried if not t.correct]
+            if fails:
+                why.append(f"no generated candidate was correct (last: {fails[-1].label}: "
+                           f"{'; '.join(fails[-1].reasons[:1]) or fails[-1].status})")
+            else:
+                why.append("no candidate could be generated from the graph")
+            why += self.library_parts
+        try:
+            files = {"model_new.py": fallback_model(self.task.source, [w[:300] for w in why])}
+        except (ValueError, SyntaxError) as e:
+            return self._next_or_finish(head + f"No fallback candidate: {e}.\n\n")
+        self.pending = _Tried(self.steps[self.pos - 1].title, files)
+        msg = (head + "Fallback: the reference's own computation as the candidate (ModelNew subclasses a verbatim copy "
+               "of Model, so every op stays the library/ATen call the reference makes), because " + "; ".join(why[:1])
+               + ". It is checked and timed like any candidate: the run ends with a verified candidate and an "
+               "honest account of what was not generated.")
+        calls = self._write(files) + [self._call("compile"), self._call("evaluate")]
+        return Action(message=msg, tool_calls=calls)
+
+    def _to_fallback_or_finish(self, head: str) -> Action:
+        """No best candidate to tune: the fallback step if there is one, else finish."""
+        for i in range(self.pos, len(self.steps)):
+            if self.steps[i].kind == "fallback":
+                self.pos = i + 1
+                return self._fallback_action(head)
+        self.pos = len(self.steps) - 1
+        return self._finish_action(head)
+
     def _next_or_finish(self, head: str) -> Action:
         """Skip a step that has nothing to do (no group has that many configurations)."""
         while self.pos < len(self.steps) and self.steps[self.pos].kind == "variant":
@@ -419,6 +503,9 @@ class BuiltinPolicy(Policy):
         if self.pos < len(self.steps) and self.steps[self.pos].kind == "graph":
             self.pos += 1
             return self._graph_action(head)
+        if self.pos < len(self.steps) and self.steps[self.pos].kind == "fallback":
+            self.pos += 1
+            return self._fallback_action(head)
         if self.pos < len(self.steps) and self.steps[self.pos].kind == "restore":
             self.pos += 1
             return self._restore_action(head)
@@ -449,26 +536,43 @@ class BuiltinPolicy(Policy):
         if head is None:
             head = self._report_last() if self.pending is None and self.tried and not getattr(self, "restored", False) else ""
         best = self._best()
+        self.best_label = best.label if best is not None else None
         an = self.analysis
-        if an is not None and not an.ok:
+        fallback = best is not None and best.graph is None
+        if an is not None and not an.ok and best is None:
             summary = f"Not optimised: the forward could not be captured ({an.error})."
-            return Action(message=summary, tool_calls=[self._call("finish", summary=summary)])
+            if self.torch_ops != "allow":
+                summary += (" Under torch-ops=forbid that blocks it: without a graph no kernel can be generated "
+                            "(under torch-ops=allow the reference's own computation would be the candidate).")
+            elif self.tried:
+                summary += " The reference's own computation failed the check too: " + \
+                    ("; ".join(self.tried[-1].reasons[:1]) or self.tried[-1].status)
+            return Action(message=head + summary, tool_calls=[self._call("finish", summary=summary)])
         if best is None:
             summary = ("No correct candidate was found; the reference (eager PyTorch) remains the best version. "
                        + ("Last failure: " + "; ".join(self.tried[-1].reasons[:1]) if self.tried else ""))
+            if self.torch_ops != "allow" and self.blockers:
+                summary += " Under torch-ops=forbid, blocked by: " + "; ".join(self.blockers) + "."
         else:
             summary = (f"Best: '{best.label}', {_ms(best.median_ms)} — {_x(best.speedup_vs_eager)} vs eager"
                        f" ({_ms(best.eager_ms)}), {_x(best.speedup_vs_compile)} vs torch.compile"
                        f" ({_ms(best.compile_ms)}), reward {best.reward}.")
+            if fallback:
+                why = (f"the forward could not be captured ({an.error})" if an is not None and not an.ok
+                       else "no generated candidate was correct")
+                summary = ("Not optimised: " + why + ". The candidate is the reference's own computation (every op "
+                           "the library/ATen call the reference makes), verified correct. " + summary)
             if best.fraction_of_sol is not None:
                 summary += f" {best.fraction_of_sol:.1%} of speed of light."
-            if best.reward < 2:
+            if best.reward < 2 and not fallback:
                 summary += (" Nothing beat the eager baseline by more than 5%: the verified kernels are correct but "
                             "not faster, so keep using the reference for speed.")
-            elif best.reward < 3 and best.speedup_vs_compile is None:
+            elif best.reward < 3 and best.speedup_vs_compile is None and not fallback:
                 summary += " Faster than eager; the torch.compile baseline was not measured in this run."
-            elif best.reward < 3:
+            elif best.reward < 3 and not fallback:
                 summary += " Faster than eager, but not faster than torch.compile by more than 5%."
+            if self.library_parts and not fallback:
+                summary += " Library/ATen calls kept: " + "; ".join(self.library_parts) + "."
         if best is not None and best.fraction_of_sol is None and self.roofline and self.roofline.get("fraction_of_sol"):
             summary += f" {self.roofline['fraction_of_sol']:.1%} of speed of light ({self.roofline.get('bound')}-bound)."
         if self.ref_profile_text:
@@ -478,6 +582,43 @@ class BuiltinPolicy(Policy):
                           for t in steps)
         msg = head + "Summary of the candidates:\n" + table + "\n\n" + summary
         return Action(message=msg, tool_calls=[self._call("finish", summary=summary)])
+
+
+def _library_line(n: Node, backend: str) -> str:
+    """One line of the plan for a node that stays a library/ATen call, and why."""
+    lib = "cuDNN" if backend == "cuda" else "oneDNN"
+    blas = "cuBLAS" if backend == "cuda" else "oneDNN/MKL"
+    if n.op == "aten":
+        op = n.attrs["target"].split(".")[1]
+        where = (f"a {lib}/ATen call" if "conv" in op else f"a {blas}/ATen call" if op in ("mm", "bmm", "addmm", "baddbmm")
+                 else "an ATen call")
+        return f"{n.name}: {op} stays {where} (no generator for it)"
+    if n.attrs.get("island"):
+        return f"{n.name}: {n.op} stays a torch call ({str(n.attrs['island'])[:160]})"
+    if n.op in ("matmul", "matmul_nt"):
+        return f"{n.name}: GEMM through {blas}, its epilogue fused into the next kernel"
+    return f"{n.name}: convolution through {lib}, its epilogue fused into the next kernel"
+
+
+def _forbid_blockers(plan: Plan) -> list[str]:
+    """The plan's library/ATen calls that torch-ops=forbid rejects (compute outside cuBLAS/cuDNN GEMM
+    and convolution, allocation and views)."""
+    try:
+        from sandbox.audit import classify
+    except ImportError:  # pragma: no cover - the sandbox is part of this repository
+        def classify(op: str) -> str:
+            return "compute"
+    out = []
+    for n in library_parts(plan):
+        if n.op == "aten":
+            op = n.attrs["target"].split(".")[1]
+        elif n.op in ("matmul", "matmul_nt", "linear", "conv2d"):
+            op = "matmul" if n.op != "conv2d" else "conv2d"
+        else:
+            op = n.op
+        if classify(f"aten::{op}") == "compute":
+            out.append(f"{n.name} ({op})")
+    return out
 
 
 def _library_calls(plan: Plan) -> list[Node]:
@@ -542,6 +683,8 @@ def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str
             lib = {"matmul_nt": nt,
                    "matmul": "torch.matmul (library GEMM)", "conv2d": "F.conv2d (cuDNN)" if backend == "cuda" else "F.conv2d (oneDNN)"}
             lines.append(f"  - {st.node.name}: {lib[st.node.op]}")
+        if st.kind == "node" and (st.node.op == "aten" or st.node.attrs.get("island")):
+            lines.append(f"  - {_library_line(st.node, backend)}")
         if st.kind == "node" and st.node.op == "derived":
             lines.append(f"  - {st.node.name}: derived from the weights by a custom kernel ({st.node.attrs['recipe']}), "
                          "recomputed when they change")

@@ -61,10 +61,13 @@ def test_it_explains_data_dependent_control_flow():
     assert "data-dependent control flow" in an.error
 
 
-def test_it_names_an_unsupported_op():
+def test_an_op_outside_the_vocabulary_is_captured_by_export_as_an_island():
     an = analyze_source(UNKNOWN_OP, profile=False)
-    assert not an.ok
-    assert "cumsum" in an.error and "not supported" in an.error
+    assert an.ok, an.error
+    assert an.data["capture"] == "export"
+    assert "cumsum" in an.data["fx_error"] and "not supported" in an.data["fx_error"]
+    island = next(n for n in an.graph.nodes if n.op == "aten")
+    assert island.attrs["target"] == "aten.cumsum.default" and island.shape == [4, 4]
 
 
 def test_a_task_that_kills_its_process_does_not_take_the_agent_with_it():

@@ -1,0 +1,584 @@
+"""Capture through torch.export: an ATen-level graph specialised to the shapes of get_inputs.
+
+Runs in the analysis child only (`agent.builtin.analyze`), like the fx capture: it calls the
+task's own forward. `torch.export.export(model, inputs)` traces the forward with fake tensors
+of the task's input shapes, so Python control flow on shapes, indexing, shape arithmetic and
+tensor constructors (`torch.ones(t, t)`, `s[:, :, None, None]`, `buf[:seq_len]`) specialise
+away; `run_decompositions({})` then functionalises it (in-place ops become out-of-place ones)
+without decomposing the high-level ops (linear, conv2d, layer_norm, softmax stay whole).
+
+Every ATen op is mapped onto the IR vocabulary of `agent.builtin.graph` where there is a
+match; any other op becomes an `aten` node: an island that model_new.py calls as the same
+ATen op (`torch.ops.aten.<op>.<overload>(...)`), so an op the generator lacks never fails
+the capture. An island's call is stored with its tensor arguments as positions into the
+node's `args` (`{"arg": i}`), so the rewrites' `replace_uses` keeps it right.
+
+The graph is specialised: sizes are literals. `guard` records what it was specialised to (the
+input shapes, the shapes of the parameters and buffers it reads, the model's simple
+attributes), and the candidate checks those before taking its generated path (another shape
+runs the reference's own forward).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+
+class ExportUnsupported(Exception):
+    pass
+
+
+def _dt(t: Any) -> str | None:
+    return str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else None
+
+
+def _shape(v: Any) -> list[int] | None:
+    return [int(s) for s in v.shape] if isinstance(v, torch.Tensor) else None
+
+
+def export_program(model: nn.Module, inputs: list[Any]) -> Any:
+    with torch.no_grad():
+        ep = torch.export.export(model, tuple(inputs), strict=False)
+    return ep.run_decompositions({})
+
+
+# ATen packet name -> IR op, for ops whose only argument is the tensor
+_UNARY = {"exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "rsqrt": "rsqrt",
+          "sqrt": "sqrt", "abs": "abs", "erf": "erf", "sin": "sin", "cos": "cos", "neg": "neg", "silu": "silu",
+          "square": "square", "log1p": "log1p", "expm1": "expm1", "mish": "mish", "hardswish": "hardswish",
+          "hardsigmoid": "hardsigmoid", "relu6": "relu6"}
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum"}
+_REDUCE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
+_ALIAS = {"alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout", "_assert_tensor_metadata"}
+
+
+class ExportBuilder:
+    """ATen nodes of an exported program -> IR node dicts (the same format as the fx builder's)."""
+
+    def __init__(self, ep: Any, scalar_exprs: dict[str, str]):
+        self.ep = ep
+        self.gm: fx.GraphModule = ep.graph_module
+        self.scalar_exprs = scalar_exprs
+        self.nodes: list[dict[str, Any]] = []
+        self.alias: dict[str, str] = {}
+        self.kinds: dict[str, tuple[str, str | None]] = {}  # placeholder -> (kind, target)
+        self.tuples: dict[str, dict[str, Any]] = {}  # IR name of a tuple-valued node -> how getitem reads it
+        self.islands: list[str] = []
+        self.counter = 0
+        sig = ep.graph_signature
+        for spec in sig.input_specs:
+            kind = spec.kind.name
+            name = getattr(spec.arg, "name", None)
+            self.kinds[name] = (kind, spec.target)
+        for spec in sig.output_specs:
+            if spec.kind.name != "USER_OUTPUT":
+                raise ExportUnsupported(f"the forward mutates state ({spec.kind.name.lower()} of {spec.target}); "
+                                        "a candidate would not reproduce the mutation")
+
+    # -- helpers -----------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        names = {n["name"] for n in self.nodes}
+        while True:
+            self.counter += 1
+            c = f"{base}_k{self.counter}"
+            if c not in names:
+                return c
+
+    def ref(self, a: Any, where: str = "") -> dict[str, Any]:
+        if isinstance(a, fx.Node):
+            if a.name not in self.alias:
+                raise ExportUnsupported(f"value {a.name} is used before it is defined")
+            return {"ref": self.alias[a.name]}
+        if isinstance(a, bool) or a is None or isinstance(a, str):
+            return {"lit": a}
+        if isinstance(a, int | float):
+            return {"scalar": float(a), "expr": self.scalar_exprs.get(where)}
+        raise ExportUnsupported(f"argument {a!r}")
+
+    def lit(self, a: Any) -> dict[str, Any]:
+        if isinstance(a, list | tuple):
+            if any(isinstance(x, fx.Node) for x in a):
+                raise ExportUnsupported("a traced value inside a size list")
+            return {"lit": [int(x) if isinstance(x, int) else x for x in a]}
+        return {"lit": a}
+
+    def emit(self, n: fx.Node | None, op: str, args: list[dict[str, Any]], attrs: dict[str, Any] | None = None,
+             shape: list[int] | None = None, dtype: str | None = None, name: str | None = None) -> str:
+        val = n.meta.get("val") if n is not None else None
+        if name is None:
+            name = n.name if n is not None else self.fresh("t")
+        if shape is None and val is not None:
+            shape, dtype = _shape(val), _dt(val)
+        self.nodes.append({"name": name, "op": op, "args": args, "attrs": attrs or {}, "shape": shape, "dtype": dtype})
+        if n is not None:
+            self.alias[n.name] = name
+        return name
+
+    def val(self, n: fx.Node) -> Any:
+        return n.meta.get("val")
+
+    # -- the walk ----------------------------------------------------------------------------
+    def build(self) -> list[dict[str, Any]]:
+        user = 0
+        for n in self.gm.graph.nodes:
+            if n.op == "placeholder":
+                kind, target = self.kinds.get(n.name, ("USER_INPUT", None))
+                v = self.val(n)
+                if kind == "USER_INPUT":
+                    self.emit(n, "input", [], {"index": user}, shape=_shape(v), dtype=_dt(v))
+                    user += 1
+                elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+                    pname = "p_" + str(target).replace(".", "_")
+                    self.emit(n, "param", [], {"path": target, "kind": kind.lower()}, shape=_shape(v), dtype=_dt(v),
+                              name=pname)
+                else:
+                    raise ExportUnsupported(f"an input of kind {kind}")
+            elif n.op == "output":
+                outs = n.args[0] if isinstance(n.args[0], tuple | list) else (n.args[0],)
+                args = []
+                for o in outs:
+                    if not isinstance(o, fx.Node):
+                        raise ExportUnsupported("the forward returns a non-tensor value")
+                    args.append(self.ref(o))
+                self.nodes.append({"name": "output", "op": "output", "args": args, "attrs": {}, "shape": None,
+                                   "dtype": None})
+            elif n.op == "call_function":
+                self.call(n)
+            elif n.op == "get_attr":
+                raise ExportUnsupported(f"a submodule call ({n.target})")
+            else:
+                raise ExportUnsupported(f"node kind {n.op}")
+        return self.nodes
+
+    def call(self, n: fx.Node) -> None:
+        t = n.target
+        if t is operator.getitem:
+            self.getitem(n)
+            return
+        if not isinstance(t, torch._ops.OpOverload):
+            self.island(n)
+            return
+        name = t.overloadpacket.__name__
+        over = t._overloadname
+        a, kw = list(n.args), dict(n.kwargs)
+        v = self.val(n)
+        if not isinstance(v, torch.Tensor) and not isinstance(v, list | tuple):
+            self.island(n)
+            return
+        first = v[0] if isinstance(v, list | tuple) and v else v
+        floaty = isinstance(first, torch.Tensor) and first.dtype == torch.float32
+        try:
+            if self.mapped(n, name, over, a, kw, floaty):
+                return
+        except _NotMapped:
+            pass
+        self.island(n)
+
+    def mapped(self, n: fx.Node, name: str, over: str, a: list, kw: dict, floaty: bool) -> bool:
+        x = a[0] if a else None
+        tensor_in = isinstance(x, fx.Node) and isinstance(self.val(x), torch.Tensor)
+        float_in = tensor_in and self.val(x).dtype == torch.float32
+        P = self.pos
+        # elementwise and reductions: float32 only (the kernels are float32)
+        if name in _UNARY and over == "default" and floaty and float_in:
+            self.emit(n, _UNARY[name], [self.ref(x)])
+            return True
+        if name in _BINARY and over in ("Tensor", "Scalar") and floaty:
+            y = a[1] if len(a) > 1 else kw.get("other")
+            for z in (x, y):
+                if isinstance(z, fx.Node) and self.val(z).dtype != torch.float32:
+                    raise _NotMapped
+            alpha = kw.get("alpha", 1)
+            if not isinstance(x, fx.Node):
+                raise _NotMapped
+            if name in ("add", "sub") and alpha != 1:
+                if not isinstance(y, fx.Node):
+                    self.emit(n, name, [self.ref(x, P(n, 0)), {"scalar": float(y) * float(alpha), "expr": None}])
+                    return True
+                m = self.emit(None, "mul", [self.ref(y), {"scalar": float(alpha), "expr": None}],
+                              name=self.fresh(n.name), shape=_shape(self.val(y)), dtype="float32")
+                self.emit(n, name, [self.ref(x, P(n, 0)), {"ref": m}])
+                return True
+            self.emit(n, _BINARY[name], [self.ref(x, P(n, 0)), self.ref(y, P(n, 1))])
+            return True
+        if name == "rsub" and floaty and float_in and kw.get("alpha", 1) == 1:
+            self.emit(n, "sub", [self.ref(a[1], P(n, 1)), self.ref(x, P(n, 0))])
+            return True
+        if name == "reciprocal" and floaty and float_in:
+            self.emit(n, "div", [{"scalar": 1.0, "expr": None}, self.ref(x)])
+            return True
+        if name == "pow" and over in ("Tensor_Scalar", "Tensor_Tensor") and floaty and float_in:
+            y = a[1]
+            if isinstance(y, fx.Node) and self.val(y).dtype != torch.float32:
+                raise _NotMapped
+            self.emit(n, "pow", [self.ref(x), self.ref(y, P(n, 1))])
+            return True
+        if not (floaty and float_in) and name not in ("view", "_unsafe_view", "reshape", "permute", "transpose", "t",
+                                                       "unsqueeze", "squeeze", "expand", "slice", "select", "split",
+                                                       "split_with_sizes", "clone", "flatten", "alias", "detach",
+                                                       "lift_fresh_copy", "dropout", "unbind", "chunk"):
+            raise _NotMapped
+        if name == "gelu":
+            self.emit(n, "gelu", [self.ref(x)], {"approximate": kw.get("approximate", "none")})
+        elif name == "leaky_relu":
+            slope = a[1] if len(a) > 1 else kw.get("negative_slope", 0.01)
+            self.emit(n, "leaky_relu", [self.ref(x), self.ref(slope, P(n, 1))])
+        elif name == "hardtanh":
+            lo = a[1] if len(a) > 1 else kw.get("min_val", -1.0)
+            hi = a[2] if len(a) > 2 else kw.get("max_val", 1.0)
+            self.emit(n, "clamp", [self.ref(x), self.ref(lo, P(n, 1)), self.ref(hi, P(n, 2))])
+        elif name == "clamp" and over == "default":
+            lo = a[1] if len(a) > 1 else kw.get("min")
+            hi = a[2] if len(a) > 2 else kw.get("max")
+            self.emit(n, "clamp", [self.ref(x), self.ref(lo, P(n, 1)), self.ref(hi, P(n, 2))])
+        elif name in ("clamp_min", "clamp_max") and over == "default":
+            b = self.ref(a[1], P(n, 1))
+            self.emit(n, "clamp", [self.ref(x), b, {"lit": None}] if name == "clamp_min" else
+                      [self.ref(x), {"lit": None}, b])
+        elif name == "elu":
+            alpha = a[1] if len(a) > 1 else kw.get("alpha", 1.0)
+            scale = a[2] if len(a) > 2 else kw.get("scale", 1.0)
+            iscale = a[3] if len(a) > 3 else kw.get("input_scale", 1.0)
+            if iscale != 1:
+                raise _NotMapped
+            if scale == 1:
+                self.emit(n, "elu", [self.ref(x), self.ref(alpha, P(n, 1))])
+            else:
+                e = self.emit(None, "elu", [self.ref(x), self.ref(alpha, P(n, 1))], name=self.fresh(n.name),
+                              shape=_shape(self.val(n)), dtype="float32")
+                self.emit(n, "mul", [{"ref": e}, self.ref(scale, P(n, 2))])
+        elif name == "selu":
+            e = self.emit(None, "elu", [self.ref(x), {"scalar": 1.6732632423543772, "expr": None}],
+                          name=self.fresh(n.name), shape=_shape(self.val(n)), dtype="float32")
+            self.emit(n, "mul", [{"ref": e}, {"scalar": 1.0507009873554805, "expr": None}])
+        elif name == "softplus":
+            beta = a[1] if len(a) > 1 else kw.get("beta", 1.0)
+            thr = a[2] if len(a) > 2 else kw.get("threshold", 20.0)
+            self.emit(n, "softplus", [self.ref(x), self.ref(beta, P(n, 1)), self.ref(thr, P(n, 2))])
+        elif name in ("softmax", "_softmax", "log_softmax", "_log_softmax"):
+            if name.startswith("_") and a[2]:
+                raise _NotMapped
+            if not name.startswith("_") and (len(a) > 2 and a[2] is not None or kw.get("dtype") is not None):
+                raise _NotMapped
+            self.emit(n, name.lstrip("_"), [self.ref(x)], {"dim": int(a[1])})
+        elif name in _REDUCE and over in ("dim_IntList", "dim", "default"):
+            dims = a[1] if len(a) > 1 else kw.get("dim")
+            keep = a[2] if len(a) > 2 else kw.get("keepdim", False)
+            if kw.get("dtype") is not None or (len(a) > 3 and a[3] is not None):
+                raise _NotMapped
+            if isinstance(dims, int):
+                dims = [dims]
+            if dims is not None and len(dims) == 0:
+                dims = None
+            self.emit(n, _REDUCE[name], [self.ref(x)], {"dim": list(dims) if dims is not None else None,
+                                                        "keepdim": bool(keep), "tuple": False})
+        elif name in ("max", "min") and over == "dim":
+            # (values, indices): the values are a row reduction; an island if the indices are used
+            users = list(n.users)
+            if any(u.target is not operator.getitem or u.args[1] != 0 for u in users):
+                raise _NotMapped
+            dim = a[1]
+            keep = a[2] if len(a) > 2 else kw.get("keepdim", False)
+            self.emit(n, "amax" if name == "max" else "amin", [self.ref(x)],
+                      {"dim": [int(dim)], "keepdim": bool(keep), "tuple": True},
+                      shape=_shape(self.val(n)[0]), dtype="float32")
+            self.tuples[self.alias[n.name]] = {"kind": "values"}
+        elif name in ("max", "min") and over == "default":
+            self.emit(n, "amax" if name == "max" else "amin", [self.ref(x)], {"dim": None, "keepdim": False,
+                                                                               "tuple": False})
+        elif name == "logsumexp":
+            dims = a[1] if len(a) > 1 else kw.get("dim")
+            keep = a[2] if len(a) > 2 else kw.get("keepdim", False)
+            if isinstance(dims, int):
+                dims = [dims]
+            self.emit(n, "logsumexp", [self.ref(x)], {"dim": list(dims), "keepdim": bool(keep)})
+        elif name == "linear":
+            b = a[2] if len(a) > 2 else kw.get("bias")
+            self.emit(n, "linear", [self.ref(x), self.ref(a[1]), self.ref(b)])
+        elif name in ("matmul", "mm", "bmm") and over == "default":
+            self.emit(n, "matmul", [self.ref(x), self.ref(a[1])])
+        elif name == "conv2d" and over == "default":
+            args = list(a) + [None] * (7 - len(a))
+            stride, padding, dilation, groups = (args[3] or [1, 1]), (args[4] or [0, 0]), (args[5] or [1, 1]), args[6] or 1
+
+            def pair(v: Any) -> list[int]:
+                return list(v) * (2 if len(v) == 1 else 1) if isinstance(v, list | tuple) else [v, v]
+            self.emit(n, "conv2d", [self.ref(x), self.ref(a[1]), self.ref(args[2])],
+                      {"stride": pair(stride), "padding": pair(padding), "dilation": pair(dilation),
+                       "groups": int(groups), "module": None})
+        elif name == "_native_batch_norm_legit_no_training":
+            users = list(n.users)
+            if any(u.target is not operator.getitem or u.args[1] != 0 for u in users):
+                raise _NotMapped
+            xs, w, b, mean, var = a[:5]
+            eps = a[6] if len(a) > 6 else kw.get("eps", 1e-5)
+            self.emit(n, "batchnorm", [self.ref(xs), self.ref(mean), self.ref(var), self.ref(w), self.ref(b),
+                                       self.ref(eps, P(n, 6))], {"module": None, "tuple": True},
+                      shape=_shape(self.val(n)[0]), dtype="float32")
+            self.tuples[self.alias[n.name]] = {"kind": "values"}
+        elif name == "batch_norm" and not a[5]:
+            xs, w, b, mean, var = a[:5]
+            self.emit(n, "batchnorm", [self.ref(xs), self.ref(mean), self.ref(var), self.ref(w), self.ref(b),
+                                       self.ref(a[7], P(n, 7))], {"module": None})
+        elif name == "layer_norm":
+            shape = a[1]
+            w = a[2] if len(a) > 2 else kw.get("weight")
+            b = a[3] if len(a) > 3 else kw.get("bias")
+            eps = a[4] if len(a) > 4 else kw.get("eps", 1e-5)
+            self.emit(n, "layernorm", [self.ref(x), self.ref(w), self.ref(b), self.ref(eps, P(n, 4))],
+                      {"ndim": len(shape), "module": None})
+        elif name == "rms_norm":
+            shape = a[1]
+            w = a[2] if len(a) > 2 else kw.get("weight")
+            eps = a[3] if len(a) > 3 else kw.get("eps")
+            if eps is None:
+                eps = torch.finfo(torch.float32).eps
+            self.emit(n, "rmsnorm", [self.ref(x), self.ref(w), self.ref(eps, P(n, 3))],
+                      {"ndim": len(shape), "module": None})
+        elif name == "group_norm":
+            G = int(a[1])
+            w = a[2] if len(a) > 2 else None
+            b = a[3] if len(a) > 3 else None
+            eps = a[4] if len(a) > 4 else 1e-5
+            self.emit(n, "groupnorm", [self.ref(x), self.ref(w), self.ref(b), self.ref(eps, P(n, 4))], {"groups": G})
+        # -- views (Python steps; any dtype) ---------------------------------------------------
+        elif name in ("view", "_unsafe_view", "reshape") and over == "default":
+            self.emit(n, "view" if name != "reshape" else "reshape", [self.ref(x), self.lit(a[1])])
+        elif name == "permute":
+            self.emit(n, "permute", [self.ref(x), self.lit(a[1])])
+        elif name == "expand":
+            self.emit(n, "expand", [self.ref(x), self.lit(a[1])])
+        elif name == "transpose" and over == "int":
+            self.emit(n, "transpose", [self.ref(x), {"lit": int(a[1])}, {"lit": int(a[2])}])
+        elif name == "t":
+            self.emit(n, "t", [self.ref(x)])
+        elif name == "unsqueeze":
+            self.emit(n, "unsqueeze", [self.ref(x), {"lit": int(a[1])}])
+        elif name == "squeeze":
+            if over == "default":
+                self.emit(n, "view", [self.ref(x), self.lit(_shape(self.val(n)))])
+            else:
+                d = a[1]
+                self.emit(n, "view", [self.ref(x), self.lit(_shape(self.val(n)))]) if isinstance(d, list | tuple) \
+                    else self.emit(n, "squeeze", [self.ref(x), {"lit": int(d)}])
+        elif name == "flatten" and over == "using_ints":
+            self.emit(n, "flatten", [self.ref(x), {"lit": int(a[1]) if len(a) > 1 else 0},
+                                     {"lit": int(a[2]) if len(a) > 2 else -1}])
+        elif name == "clone":
+            mf = kw.get("memory_format")
+            if mf not in (None, torch.contiguous_format, torch.preserve_format):
+                raise _NotMapped
+            self.emit(n, "contiguous", [self.ref(x)])
+        elif name == "slice" and over == "Tensor":
+            nd = len(self.val(x).shape)
+            dim = int(a[1]) % nd if len(a) > 1 else 0
+            size = int(self.val(x).shape[dim])
+            start = a[2] if len(a) > 2 and a[2] is not None else 0
+            end = a[3] if len(a) > 3 and a[3] is not None else size
+            step = a[4] if len(a) > 4 else 1
+            start, end, _ = slice(start, end).indices(size)
+            self.emit(n, "slice", [self.ref(x)], {"dim": dim, "start": start, "end": max(end, start), "step": int(step)})
+        elif name == "select" and over == "int":
+            nd = len(self.val(x).shape)
+            self.emit(n, "select", [self.ref(x)], {"dim": int(a[1]) % nd, "index": int(a[2])})
+        elif name in ("split", "split_with_sizes", "chunk", "unbind"):
+            self.split(n, name, a, kw)
+        elif name in _ALIAS:
+            if name in ("dropout", "feature_dropout") and (a[2] if len(a) > 2 else kw.get("train", False)):
+                raise _NotMapped
+            self.alias[n.name] = self.ref(x)["ref"]
+        else:
+            raise _NotMapped
+        return True
+
+    def split(self, n: fx.Node, name: str, a: list, kw: dict) -> None:
+        """split/chunk/unbind: a tuple of slices (or selects), read by the getitems that follow."""
+        x = a[0]
+        parts = self.val(n)
+        nd = len(self.val(x).shape)
+        dim = (a[2] if len(a) > 2 else kw.get("dim", 0)) if name != "unbind" else (a[1] if len(a) > 1 else kw.get("dim", 0))
+        dim = int(dim) % nd
+        starts, off = [], 0
+        for p in parts:
+            ln = 1 if name == "unbind" else int(p.shape[dim])
+            starts.append((off, off + ln))
+            off += ln
+        src = self.ref(x)["ref"]
+        self.alias[n.name] = n.name
+        self.tuples[n.name] = {"kind": "split", "src": src, "dim": dim, "bounds": starts, "select": name == "unbind"}
+
+    def getitem(self, n: fx.Node) -> None:
+        src, idx = n.args
+        if not isinstance(src, fx.Node) or src.name not in self.alias:
+            raise ExportUnsupported(f"{n.name}: getitem of {src!r}")
+        ir = self.alias[src.name]
+        info = self.tuples.get(ir)
+        if info is not None and info["kind"] == "values":
+            if idx != 0:
+                raise ExportUnsupported(f"{n.name}: element {idx} of {src.name}")
+            self.alias[n.name] = ir
+            return
+        if info is not None and info["kind"] == "split":
+            s, e = info["bounds"][idx]
+            if info["select"]:
+                self.emit(n, "select", [{"ref": info["src"]}], {"dim": info["dim"], "index": s})
+            else:
+                self.emit(n, "slice", [{"ref": info["src"]}], {"dim": info["dim"], "start": s, "end": e, "step": 1})
+            return
+        self.emit(n, "getitem", [{"ref": ir}], {"index": int(idx)})
+
+    def pos(self, n: fx.Node, i: int | str) -> str:
+        return f"{n.name}:{i}"
+
+    def island(self, n: fx.Node) -> None:
+        """An op the generator does not express: model_new.py calls it as the same ATen op."""
+        refs: list[str] = []
+
+        def enc(v: Any, where: str) -> Any:
+            if isinstance(v, fx.Node):
+                if v.name not in self.alias:
+                    raise ExportUnsupported(f"{n.name}: argument {v.name} is not defined")
+                r = self.alias[v.name]
+                if r in self.tuples and self.tuples[r]["kind"] == "split":
+                    raise ExportUnsupported(f"{n.name}: a split passed whole to {n.target}")
+                if r not in refs:
+                    refs.append(r)
+                return {"arg": refs.index(r)}
+            if isinstance(v, list | tuple):
+                return {"list": [enc(x, where) for x in v]}
+            if v is None or isinstance(v, bool | str):
+                return {"v": v}
+            if isinstance(v, int):
+                return {"v": v}
+            if isinstance(v, float):
+                e = self.scalar_exprs.get(where)
+                return {"v": v, "expr": e} if e else {"v": v}
+            if isinstance(v, torch.dtype):
+                return {"dtype": str(v).replace("torch.", "")}
+            if isinstance(v, torch.device):
+                return {"device": True}
+            if isinstance(v, torch.memory_format):
+                return {"memory_format": str(v).replace("torch.", "")}
+            if isinstance(v, torch.layout):
+                return {"layout": str(v).replace("torch.", "")}
+            raise ExportUnsupported(f"{n.name}: argument {v!r} of {n.target}")
+
+        call = {"args": [enc(v, self.pos(n, i)) for i, v in enumerate(n.args)],
+                "kwargs": {k: enc(v, self.pos(n, k)) for k, v in n.kwargs.items()}}
+        t = n.target
+        if isinstance(t, torch._ops.OpOverload):
+            target = f"{t.namespace}.{t.overloadpacket.__name__}.{t._overloadname}"
+        else:
+            raise ExportUnsupported(f"{n.name}: the call {getattr(t, '__name__', t)!r}")
+        v = self.val(n)
+        multi = isinstance(v, list | tuple)
+        self.emit(n, "aten", [{"ref": r} for r in refs], {"target": target, "call": call, "tuple": multi},
+                  shape=None if multi else _shape(v), dtype=None if multi else _dt(v))
+        self.islands.append(target)
+
+
+class _NotMapped(Exception):
+    pass
+
+
+def literals(gm: fx.GraphModule) -> dict[str, Any]:
+    out = {}
+    for n in gm.graph.nodes:
+        for i, a in enumerate(n.args):
+            if isinstance(a, float) and not isinstance(a, bool):
+                out[f"{n.name}:{i}"] = a
+        for k, a in n.kwargs.items():
+            if isinstance(a, float) and not isinstance(a, bool):
+                out[f"{n.name}:{k}"] = a
+    return out
+
+
+def bind_scalars(model: nn.Module, inputs: list[Any], ep: Any, attrs: dict[str, float], notes: list[str]) -> dict[str, str]:
+    """Which float literals of the exported graph come from a float attribute of the model: export
+    again with those attributes perturbed and compare (the fx capture's trick)."""
+    if not attrs:
+        return {}
+    lit1 = literals(ep.graph_module)
+    for k, v in attrs.items():
+        setattr(model, k, perturbed(v))
+    try:
+        lit2 = literals(export_program(model, inputs).graph_module)
+    except Exception:  # noqa: BLE001 - the perturbed model may not export; the constants stay baked in
+        notes.append("the model's float attributes could not be perturbed to find where they are used; constants "
+                     "derived from them are baked into the candidate (it checks them before its fast path)")
+        return {}
+    finally:
+        for k, v in attrs.items():
+            setattr(model, k, v)
+    return match_bindings(lit1, lit2, attrs)
+
+
+def perturbed(v: float) -> float:
+    """The value a float attribute takes in the second capture (both captures use this)."""
+    return v * 1.37 + 0.113
+
+
+def match_bindings(lit1: dict[str, Any], lit2: dict[str, Any], attrs: dict[str, float],
+                   notes: list[str] | None = None) -> dict[str, str]:
+    """Literal positions whose value moved with a perturbed float attribute: "<node>:<pos>" -> "self.<attr>"."""
+    binds: dict[str, str] = {}
+    for pos, v1 in lit1.items():
+        v2 = lit2.get(pos)
+        if v2 is None or v2 == v1:
+            continue
+        for k, v in attrs.items():
+            if v1 == v and math.isclose(v2, perturbed(v), rel_tol=1e-12):
+                binds[pos] = f"self.{k}"
+                break
+        else:
+            if notes is not None:
+                notes.append(f"constant {v1} at {pos} depends on a model attribute in a way the policy cannot express; "
+                             "it is baked into the kernel")
+    return binds
+
+
+def simple_attrs(model: nn.Module, bound: set[str]) -> dict[str, Any]:
+    """The model's (and its submodules') plain attributes: the specialised graph assumes them.
+    Floats that are read at run time (bound) are left out."""
+    out: dict[str, Any] = {}
+    for mpath, m in model.named_modules():
+        for k, v in vars(m).items():
+            if k.startswith("_") or k == "training":
+                continue
+            key = f"{mpath}.{k}" if mpath else k
+            if isinstance(v, bool | int | str) or v is None:
+                out[key] = v
+            elif isinstance(v, float):
+                if f"self.{key}" not in bound and math.isfinite(v):
+                    out[key] = v
+            elif isinstance(v, tuple | list) and all(isinstance(x, bool | int) for x in v):
+                out[key] = list(v)
+    return out
+
+
+def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], notes: list[str]) -> dict[str, Any]:
+    """The exported graph as IR node dicts plus what it is specialised to."""
+    try:
+        ep = export_program(model, inputs)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}") from None
+    binds = bind_scalars(model, inputs, ep, float_attrs, notes)
+    b = ExportBuilder(ep, binds)
+    nodes = b.build()
+    paths = [n["attrs"]["path"] for n in nodes if n["op"] == "param"]
+    state = dict(model.named_parameters(remove_duplicate=False))
+    state.update(dict(model.named_buffers(remove_duplicate=False)))
+    guard = {
+        "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} if torch.is_tensor(t)
+                   else {"value": t} for t in inputs],
+        "state": {p: list(state[p].shape) for p in paths if p in state},
+        "attrs": simple_attrs(model, set(binds.values())),
+    }
+    return {"nodes": nodes, "guard": guard, "islands": b.islands, "code": ep.graph_module.code.strip()}

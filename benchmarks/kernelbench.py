@@ -1,0 +1,202 @@
+"""The built-in policy on modules nobody here wrote: KernelBench problems and real model blocks.
+
+    python -m benchmarks.kernelbench --kernelbench .kernelbench/KernelBench --problems 1/23 2/11 3/8
+    python -m benchmarks.kernelbench --kernelbench DIR --level 1 2 3 --sample 4 --seed 0
+    python -m benchmarks.kernelbench --blocks                    # benchmarks/blocks/*.py
+    python -m benchmarks.kernelbench ... --out results.json --cap 32 --torch-ops allow
+
+A KernelBench checkout is the user's own clone (never committed here). Problems are written
+for a large GPU; on the CPU their module-level size constants are shrunk (`shrink_ints`: every
+int >= 64 divided by one power of two, so that the largest is at most --cap, never below 8;
+smaller ints such as kernel sizes and strides stay), which keeps divisibility between sizes.
+
+Per task it records whether the forward was captured (and how: torch.export, torch.fx, or not
+at all), whether a correct candidate was found, how many evaluations ran, the speedup against
+eager, and which parts of the graph stayed library/ATen calls. CPU numbers are indicative only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import random
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.builtin import BuiltinPolicy
+from agent.evaluator import LocalEvaluator
+from agent.events import EvaluationEvent
+from agent.loop import Budgets, run
+from agent.task import task_from_source
+from benchmarks.runner import environment, geomean
+
+BLOCKS_DIR = Path(__file__).resolve().parent / "blocks"
+
+
+def shrink_ints(source: str, cap: int = 32) -> str:
+    """The module-level int constants (>= 64; plain ints, products like `2048 * 2`, and ints in
+    tuples) divided by the smallest power of two that brings the largest to at most `cap`."""
+    if cap <= 0:
+        return source
+    tree = ast.parse(source)
+    spans: list[tuple[int, int, int, int, int]] = []  # (line, col, end_line, end_col, value)
+
+    def const_int(node: ast.AST) -> int | None:
+        try:
+            v = ast.literal_eval(node) if not isinstance(node, ast.BinOp) else eval(  # noqa: S307 - literals only
+                compile(ast.Expression(node), "<const>", "eval"), {"__builtins__": {}})
+        except Exception:  # noqa: BLE001
+            return None
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    def visit(value: ast.AST) -> None:
+        if isinstance(value, ast.Tuple):
+            for e in value.elts:
+                visit(e)
+            return
+        if isinstance(value, ast.BinOp) and not all(isinstance(x, ast.Constant) or isinstance(x, ast.BinOp)
+                                                    for x in (value.left, value.right)):
+            return
+        v = const_int(value)
+        if v is not None and v >= 64:
+            spans.append((value.lineno, value.col_offset, value.end_lineno, value.end_col_offset, v))
+
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            visit(node.value)
+    if not spans:
+        return source
+    big = max(s[4] for s in spans)
+    f = 1
+    while big // f > cap:
+        f *= 2
+    lines = source.splitlines(keepends=True)
+    for ln, c0, eln, c1, v in sorted(spans, reverse=True):
+        if ln != eln:
+            continue
+        s = lines[ln - 1]
+        lines[ln - 1] = s[:c0] + str(max(8, v // f)) + s[c1:]
+    return "".join(lines)
+
+
+def kernelbench_paths(root: Path, levels: list[int], problems: list[str], sample: int, seed: int) -> list[Path]:
+    out: list[Path] = []
+    for p in problems:  # "2/11" or "2/11_ConvTranspose2d..." or a path
+        if Path(p).exists():
+            out.append(Path(p))
+            continue
+        lvl, _, num = p.partition("/")
+        hits = sorted((root / f"level{lvl}").glob(f"{num}_*.py")) or sorted((root / f"level{lvl}").glob(f"{num}*.py"))
+        if not hits:
+            raise SystemExit(f"no KernelBench problem {p!r} under {root}")
+        out.append(hits[0])
+    if sample:
+        rng = random.Random(seed)
+        for lvl in levels:
+            files = sorted((root / f"level{lvl}").glob("*.py"), key=lambda q: int(q.name.split("_")[0]))
+            out += rng.sample(files, min(sample, len(files)))
+    return out
+
+
+def _level(path: Path) -> str:
+    m = re.search(r"level(\d)", str(path))
+    return f"L{m.group(1)}" if m else "block"
+
+
+def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_turns: int, max_variants: int,
+            confirmations: int) -> dict[str, Any]:
+    src = path.read_text()
+    if _level(path) != "block":
+        src = shrink_ints(src, cap)
+    name = f"{_level(path)}/{path.stem}"
+    task = task_from_source(src, path.stem, backend, dict(options))
+    pol = BuiltinPolicy(profile_best=False, max_variants=max_variants)
+    t0 = time.time()
+    res = run(task, pol, LocalEvaluator(), Budgets(max_turns=max_turns, confirmations=confirmations))
+    secs = time.time() - t0
+    evals = res.trajectory.of_type(EvaluationEvent)
+    fin = res.trajectory.finished()
+    an = pol.analysis
+    capture = "no"
+    if an is not None and an.ok:
+        capture = str(an.data.get("capture", "fx"))
+    best = res.best
+    return {
+        "name": name, "path": str(path), "capture": capture,
+        "capture_error": (an.error if an is not None and not an.ok else (an.data.get("capture_notes") if an else None)),
+        "correct": bool(res.verified), "reward": best.reward if best else None,
+        "speedup_vs_eager": best.speedup_vs_eager if best else None,
+        "speedup_vs_compile": best.speedup_vs_compile if best else None,
+        "evaluations": len(evals), "turns": res.turns, "seconds": round(secs, 1),
+        "library_parts": getattr(pol, "library_parts", None),
+        "best_label": getattr(pol, "best_label", None),
+        "summary": fin.summary if fin else "",
+    }
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    def x(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}x"
+
+    lines = ["| task | captured | correct | evals | vs eager | best candidate |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['capture']} | {'yes' if r['correct'] else 'NO'} | {r['evaluations']} | "
+                     f"{x(r['speedup_vs_eager'])} | {(r.get('best_label') or '')[:60]} |")
+    n = len(rows) or 1
+    ok = [r for r in rows if r["correct"]]
+    lines += ["", f"captured {sum(r['capture'] != 'no' for r in rows)}/{len(rows)}, correct {len(ok)}/{len(rows)}, "
+              f"faster than eager (reward >= 2) {sum((r['reward'] or 0) >= 2 for r in rows)}/{len(rows)}, "
+              f"geomean vs eager over correct {x(geomean([r['speedup_vs_eager'] for r in ok if r['speedup_vs_eager']]))}, "
+              f"over all (1.0x where none) {x(geomean([(r['speedup_vs_eager'] or 1.0) if r['correct'] else 1.0 for r in rows]) if n else None)}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="The built-in policy on KernelBench problems and model blocks.")
+    ap.add_argument("--kernelbench", type=Path, help="a KernelBench checkout (the folder holding level1..level3)")
+    ap.add_argument("--level", type=int, nargs="*", default=[1, 2, 3])
+    ap.add_argument("--problems", nargs="*", default=[], help="LEVEL/NUMBER, e.g. 1/23 2/11 (or paths)")
+    ap.add_argument("--sample", type=int, default=0, help="problems drawn per level")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--blocks", action="store_true", help="also run benchmarks/blocks/*.py")
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--torch-ops", choices=("allow", "forbid"), default="allow")
+    ap.add_argument("--cap", type=int, default=32, help="KernelBench sizes shrunk so that the largest is at most this "
+                    "(0: as written)")
+    ap.add_argument("--max-turns", type=int, default=12)
+    ap.add_argument("--max-variants", type=int, default=1)
+    ap.add_argument("--confirmations", type=int, default=0)
+    ap.add_argument("--compile-baseline", action="store_true", help="also time torch.compile (slow on the CPU)")
+    ap.add_argument("--out", help="JSON with every task's row")
+    args = ap.parse_args(argv)
+    paths: list[Path] = []
+    if args.kernelbench is not None:
+        paths += kernelbench_paths(args.kernelbench, args.level, args.problems, args.sample, args.seed)
+    if args.blocks:
+        paths += sorted(BLOCKS_DIR.glob("*.py"))
+    if not paths:
+        ap.error("nothing to run: give --kernelbench with --problems/--sample, or --blocks")
+    options: dict[str, Any] = {"torch_ops": args.torch_ops, "preset": "default"}
+    if not args.compile_baseline:
+        options["compile_baseline"] = False
+    env = environment(args.backend)
+    rows = []
+    for p in paths:
+        row = run_one(p, args.backend, options, args.cap, args.max_turns, args.max_variants, args.confirmations)
+        rows.append(row)
+        print(f"{row['name']:<60} capture={row['capture']:<7} correct={row['correct']} evals={row['evaluations']} "
+              f"vs_eager={row['speedup_vs_eager']} ({row['seconds']:.0f} s)", flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps({"environment": env, "options": vars(args) | {"kernelbench": str(args.kernelbench)},
+                                                  "tasks": rows}, indent=1, default=str))
+    print()
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
