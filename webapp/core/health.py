@@ -103,20 +103,28 @@ def check_redis() -> tuple[str, dict]:
 
 
 def check_channel_layer() -> tuple[str, dict]:
-    """A real send and receive through the configured layer (Redis in every deployment)."""
+    """A real send and receive through the configured layer (Redis in every deployment), on a
+    layer instance of its own: the process's shared one belongs to the websocket consumers,
+    whose receive loop (and its connections, after a Redis restart) must not decide whether the
+    check passes; nor may the check's timeout disturb them."""
     import asyncio
 
-    from channels.layers import get_channel_layer
+    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
 
-    layer = get_channel_layer()
-    if layer is None:
+    if DEFAULT_CHANNEL_LAYER not in getattr(settings, "CHANNEL_LAYERS", {}):
         raise RuntimeError("CHANNEL_LAYERS is not configured")
+    layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
     token = uuid.uuid4().hex
 
     async def round_trip() -> dict:
-        channel = await layer.new_channel("healthz.")
-        await layer.send(channel, {"type": "healthz.ping", "token": token})
-        return await asyncio.wait_for(layer.receive(channel), timeout=3)
+        try:
+            channel = await layer.new_channel("healthz.")
+            await layer.send(channel, {"type": "healthz.ping", "token": token})
+            return await asyncio.wait_for(layer.receive(channel), timeout=5)
+        finally:
+            close = getattr(layer, "close_pools", None)
+            if close is not None:
+                await close()
 
     message = async_to_sync(round_trip)()
     if message.get("token") != token:
