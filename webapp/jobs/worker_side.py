@@ -6,15 +6,18 @@ step ("checking correctness 3/5") through services.set_step, which writes and an
 only while the job's attempt that asked for the evaluation still runs it (`attempt`): the
 progress of a lost attempt never shows on the resumed one. An evaluation no longer wanted (its
 attempt was lost or ended, or its sender gave it up and sent it again) is abandoned: not started
-at all, or stopped at its next progress report (the sandbox kills its children on the way out).
+at all, or stopped within seconds (`watched`; the sandbox kills its children on the way out).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
+import signal
+import threading
 import time
 from typing import Any
 
@@ -44,6 +47,42 @@ def unwanted(task_id: str | None, job_id: int | None, attempt: int | None) -> st
         if not is_current(job_id, attempt):
             return f"abandoned: attempt {attempt} of job {job_id} no longer runs it"
     return ""
+
+
+@contextlib.contextmanager
+def watched(task_id: str | None, job_id: int | None, attempt: int | None):
+    """While the evaluation runs, a thread asks every RECHECK_S whether it is still wanted; when
+    not, it interrupts the task's (main) thread with SIGUSR2, whose handler raises Abandoned
+    there: a long phase without progress reports (baselines, timing) stops within seconds too."""
+    if (job_id is None or attempt is None) and not task_id or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reason: list[str] = []
+    stop = threading.Event()
+    main = threading.main_thread().ident
+
+    def interrupt(signum, frame) -> None:
+        if reason and not stop.is_set():
+            stop.set()
+            raise Abandoned(reason[0])
+
+    def watch() -> None:
+        while not stop.wait(RECHECK_S):
+            why = unwanted(task_id, job_id, attempt)
+            if why:
+                reason.append(why)
+                signal.pthread_kill(main, signal.SIGUSR2)
+                return
+
+    previous = signal.signal(signal.SIGUSR2, interrupt)
+    watcher = threading.Thread(target=watch, name=f"watch-{task_id}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join(timeout=RECHECK_S + 5)
+        signal.signal(signal.SIGUSR2, previous)
 
 
 def abandoned_result(why: str) -> dict[str, Any]:
@@ -106,7 +145,8 @@ def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str,
     if why:
         return abandoned_result(why)
     try:
-        result = LocalEvaluator().evaluate(task_source, files, options, on_progress=_progress(job_id, attempt, task_id))
+        with watched(task_id, job_id, attempt):
+            result = LocalEvaluator().evaluate(task_source, files, options, on_progress=_progress(job_id, attempt, task_id))
     except Abandoned as stop:
         logger.warning("evaluation %s of job %s stopped: %s", task_id, job_id, stop)
         return abandoned_result(str(stop))
@@ -126,7 +166,12 @@ def profile_for_job(task_source: str, files: dict[str, str], options: dict[str, 
         from webapp.jobs.services import set_step
 
         set_step(job_id, "profiling", attempt)
-    return LocalEvaluator().profile(task_source, files, options).to_dict()
+    try:
+        with watched(task_id, job_id, attempt):
+            return LocalEvaluator().profile(task_source, files, options).to_dict()
+    except Abandoned as stop:
+        logger.warning("profile %s of job %s stopped: %s", task_id, job_id, stop)
+        return abandoned_result(str(stop))
 
 
 def worker_died_result() -> dict[str, Any]:
