@@ -56,3 +56,12 @@ def test_signed_in_viewers_always_get_their_own_page(client, job) -> None:
     client.get(f"/jobs/{job.pk}/")
     page = client.get(f"/jobs/{job.pk}/")
     assert "X-Kernelwright-Cache" not in page and b"csrfmiddlewaretoken" in page.content
+
+
+def test_update_answers_are_shared_and_never_stale(client, job) -> None:
+    url = f"/jobs/{job.pk}/updates/?since=1"
+    client.get(url)
+    assert client.get(url)["X-Kernelwright-Cache"] == "page"
+    services.store_turn(job, 3, group_by_turn(build(turns=3)["events"])[3])
+    fresh = client.get(url)
+    assert "X-Kernelwright-Cache" not in fresh and fresh.json()["last_index"] == 3

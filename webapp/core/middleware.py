@@ -6,7 +6,8 @@ fifty requests that all miss at once would all compute it. `CoalesceMiddleware` 
 per process compute an identical GET (same path, query and credentials) while the others wait,
 then run: they find the answer cached. Permission is still checked by the view for each one.
 
-Job pages seen without an account (public jobs, share links: the crowd) are also kept in the
+Job pages, their update answers and turn fragments seen without an account (public jobs, share
+links: the crowd) are also kept in the
 shared cache, keyed by the URL and the job's access fields and `updated_at` (which every change
 viewers see moves), read fresh for each request: a job made private or a revoked link is never
 served from it, and a page is served from it only to a visitor the permission check admits.
@@ -26,7 +27,7 @@ from django.core.cache import cache
 from django.http import HttpResponse
 
 COALESCE = [re.compile(r"^/jobs/\d+/updates/$"), re.compile(r"^/jobs/\d+/$"), re.compile(r"^/jobs/\d+/turns/\d+/html$")]
-PAGE = re.compile(r"^/jobs/(\d+)/$")
+PAGE = re.compile(r"^/jobs/(\d+)/(?:updates/|turns/\d+/html)?$")  # each answer a function of the job's state
 PAGE_TTL_S = 60
 WAIT_S = 10.0  # a follower waits at most this long for the leader, then runs anyway
 
