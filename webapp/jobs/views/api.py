@@ -18,6 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from webapp.jobs import services
 from webapp.jobs.models import ApiToken, Job, Turn
+from webapp.jobs.module_wrapper import SpecError, task_from_module
 from webapp.jobs.openapi import openapi_schema
 from webapp.jobs.permissions import can_change, can_view, visible_jobs
 from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
@@ -152,8 +153,20 @@ def jobs(request):
     body = _json_body(request)
     if isinstance(body, JsonResponse):
         return body
+    source, name = str(body.get("source", "")), str(body.get("name", ""))
+    module = body.get("module")
+    if module is not None:
+        # any module: {"class": "SEBlock", "init": [64] or {"channels": 64}, "inputs": ["float32[8,64,28,28]"]}
+        if not isinstance(module, dict) or not isinstance(module.get("class"), str):
+            return error(400, "invalid job", errors=['module must be an object with "class", "init" and "inputs"'])
+        inputs = module.get("inputs") or []
+        try:
+            source = task_from_module(source, module["class"], module.get("init"), inputs if isinstance(inputs, list) else str(inputs))
+        except SpecError as exc:
+            return error(400, "invalid job", errors=[str(exc)])
+        name = name or module["class"]
     try:
-        job = services.create_job(request.api_user, str(body.get("name", "")), str(body.get("source", "")), body.get("options") or {})
+        job = services.create_job(request.api_user, name, source, body.get("options") or {})
     except services.InvalidJob as exc:
         return error(400, "invalid job", errors=exc.errors)
     return JsonResponse(job_json(job), status=201)

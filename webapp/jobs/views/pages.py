@@ -24,6 +24,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.jobs import charts, services
 from webapp.jobs.importer import MAX_IMPORT_BYTES, ImportRefused, import_trajectory
 from webapp.jobs.models import Job, Turn
+from webapp.jobs.module_wrapper import SpecError, find_module_classes, task_from_module
 from webapp.jobs.permissions import can_change, visible_jobs
 from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
 from webapp.jobs.turn_html import turn_html, turns_html
@@ -83,7 +84,8 @@ def gallery(request):
 @require_http_methods(["GET", "POST"])
 def new_job(request):
     errors: list[str] = []
-    values = {"name": "", "source": "", "backend": "auto", "policy": default_policy(), "max_turns": 10, "preset": "default", "torch_ops": "forbid"}
+    values = {"name": "", "source": "", "backend": "auto", "policy": default_policy(), "max_turns": 10, "preset": "default", "torch_ops": "forbid",
+              "module_class": "", "init_args": "", "input_specs": ""}
     if request.method == "POST":
         values.update({k: request.POST.get(k, v) for k, v in values.items()})
         upload = request.FILES.get("file")
@@ -96,10 +98,19 @@ def new_job(request):
                 except UnicodeDecodeError:
                     errors.append("The file is not UTF-8 text.")
                 if not values["name"]:
-                    values["name"] = upload.name.rsplit(".", 1)[0][:200]
+                    values["name"] = (values["module_class"] or upload.name.rsplit(".", 1)[0])[:200]
+        task_source = values["source"]
+        if not errors and values["module_class"]:
+            # any module: the chosen nn.Module subclass becomes a KernelBench-format task
+            try:
+                task_source = task_from_module(values["source"], values["module_class"], values["init_args"], values["input_specs"])
+            except SpecError as exc:
+                errors.append(str(exc))
+            if not values["name"]:
+                values["name"] = values["module_class"][:200]
         if not errors:
             try:
-                job = services.create_job(request.user, values["name"], values["source"], values)
+                job = services.create_job(request.user, values["name"], task_source, values)
             except services.InvalidJob as exc:
                 errors = exc.errors
             else:
@@ -127,7 +138,21 @@ def check_source(request):
     """The server half of the live check: parse with `ast` (never import)."""
     source = request.POST.get("source", "")
     result = check_task_source(source)
-    return JsonResponse({"ok": result.ok, "errors": result.errors, "name": result.name})
+    try:
+        classes = [c.to_dict() for c in find_module_classes(source)] if len(source) <= MAX_SOURCE_BYTES else []
+    except (SyntaxError, ValueError):
+        classes = []
+    body = {"ok": result.ok, "errors": result.errors, "name": result.name, "classes": classes, "kernelbench": result.ok}
+    module_class = request.POST.get("module_class", "")
+    if module_class:  # the file as a module: does the chosen class with these arguments and inputs make a task?
+        try:
+            wrapped = task_from_module(source, module_class, request.POST.get("init_args", ""), request.POST.get("input_specs", ""))
+        except SpecError as exc:
+            body.update(ok=False, errors=[str(exc)])
+        else:
+            check = check_task_source(wrapped)
+            body.update(ok=check.ok, errors=check.errors)
+    return JsonResponse(body)
 
 
 # -- the job page (live + trajectory viewer) -------------------------------------------------

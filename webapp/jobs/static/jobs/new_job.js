@@ -33,24 +33,90 @@
     ];
   }
 
+  // Any module: the server lists its nn.Module classes (parsed with ast, never imported); the
+  // user picks one and gives constructor arguments and input specs, checked by the server too.
+  const picker = document.getElementById("module-pick");
+  const classSelect = document.getElementById("id_module_class");
+  const initArgs = document.getElementById("id_init_args");
+  const inputSpecs = document.getElementById("id_input_specs");
+  let classes = [];
+
+  function showClasses(found) {
+    classes = found;
+    const keep = classSelect.value || picker.dataset.class || "";
+    classSelect.replaceChildren();
+    const none = document.createElement("option");
+    none.value = ""; none.textContent = "choose a class…";
+    classSelect.appendChild(none);
+    for (const c of found) {
+      const opt = document.createElement("option");
+      opt.value = c.name;
+      opt.textContent = c.name + "(" + c.init_params.join(", ") + ")" + (c.doc ? " · " + c.doc : "");
+      classSelect.appendChild(opt);
+    }
+    if (found.some((c) => c.name === keep)) classSelect.value = keep;
+    else if (found.length === 1) classSelect.value = found[0].name;
+    document.getElementById("module-found").textContent = found.length + " nn.Module class" + (found.length === 1 ? "" : "es") +
+      " found: " + found.map((c) => c.name).join(", ") + ". Pick the one to optimize.";
+    describeClass();
+  }
+
+  function describeClass() {
+    const c = classes.find((x) => x.name === classSelect.value);
+    const sig = document.getElementById("module-signature");
+    if (!c) { sig.textContent = ""; return; }
+    const fwd = c.forward_params === null ? "forward inherited" : "forward(" + c.forward_params.join(", ") + ")";
+    sig.textContent = c.name + "(" + c.init_params.join(", ") + ") · " + fwd + " · line " + c.line;
+    if (c.forward_params) inputSpecs.placeholder = c.forward_params.filter((p) => !p.startsWith("*")).map((p) => p.split("=")[0] + ": e.g. float32[8,64]").join("\n");
+  }
+
+  function moduleReady() {
+    return !picker.hidden && classSelect.value && inputSpecs.value.trim();
+  }
+
   async function check(text) {
     const local = localCheck(text);
-    show(local);
     const mine = ++seq;
     const body = new URLSearchParams({ source: text });
+    if (!picker.hidden && classSelect.value) {
+      body.set("module_class", classSelect.value);
+      body.set("init_args", initArgs.value);
+      body.set("input_specs", inputSpecs.value);
+    }
+    form.dataset.checking = "1";
     try {
       const resp = await fetch(form.dataset.checkUrl, { method: "POST", body, headers: { "X-CSRFToken": csrf }, credentials: "same-origin" });
       const data = await resp.json();
       if (mine !== seq) return;
-      const items = data.ok ? local.concat([[true, "parses (server check)"]]) : local.concat(data.errors.map((e) => [false, e]));
-      show(items);
-      setSubmit(data.ok, "the task does not pass the check above");
+      delete form.dataset.checking;
+      const asModule = !data.kernelbench && data.classes && data.classes.length > 0;
+      picker.hidden = !asModule;
+      if (asModule) {
+        showClasses(data.classes);
+        const items = [local[0], [true, "parses (server check)"]];
+        if (!classSelect.value) items.push([false, "pick the class to optimize below"]);
+        else if (!inputSpecs.value.trim()) items.push([false, "give an input spec for each input of forward()"]);
+        else if (!body.has("module_class")) { schedule(); return; } // the class was just picked: check it with its inputs
+        else items.push(...(data.ok ? [[true, classSelect.value + " as a KernelBench task"]] : data.errors.map((e) => [false, e])));
+        show(items);
+        setSubmit(data.ok && moduleReady(), "pick a class and give its inputs");
+      } else {
+        show(data.ok ? local.concat([[true, "parses (server check)"]]) : local.concat(data.errors.map((e) => [false, e])));
+        setSubmit(data.ok, "the task does not pass the check above");
+      }
       form.dataset.checked = data.ok ? "ok" : "error";
     } catch (err) {
       // The server check is advisory; the form is checked again on submission.
+      if (mine !== seq) return;
+      delete form.dataset.checking;
+      show(local);
       setSubmit(local.every(([ok]) => ok), "the task does not pass the check above");
     }
   }
+
+  classSelect.addEventListener("change", () => { describeClass(); schedule(); });
+  initArgs.addEventListener("input", schedule);
+  inputSpecs.addEventListener("input", schedule);
 
   // Nothing to submit yet: the button waits for a task (the server would only refuse an empty one).
   const why = document.getElementById("submit-why");
@@ -70,12 +136,13 @@
   }
 
   function schedule() {
+    form.dataset.checking = "1"; // until the answer is shown (tests and the submit wait for it)
     clearTimeout(timer);
     timer = setTimeout(() => check(source.value), 250);
   }
 
   source.addEventListener("input", () => {
-    if (!source.value.trim()) { clearTimeout(timer); seq++; list.replaceChildren(); setSubmit(false, "upload or paste a task first"); return; }
+    if (!source.value.trim()) { clearTimeout(timer); seq++; delete form.dataset.checking; list.replaceChildren(); setSubmit(false, "upload or paste a task first"); return; }
     schedule();
   });
   file.addEventListener("change", () => {
