@@ -81,15 +81,18 @@ class BestCandidate:
                    candidate_ms=_median_ms(result), result=result)
 
     def beats(self, other: BestCandidate | None) -> bool:
-        """Higher reward wins; at equal reward the faster candidate (lower median time,
-        else higher speedup vs eager) wins. A tie keeps the earlier one."""
+        """Higher reward wins; at equal reward the higher speedup vs eager, each measured against
+        eager in its own evaluation's paired window (candidate times from different windows are
+        never compared: the machine may have changed between them). A tie keeps the earlier one."""
         if other is None:
             return True
         if self.reward != other.reward:
             return self.reward > other.reward
+        if self.speedup_vs_eager is not None and other.speedup_vs_eager is not None:
+            return self.speedup_vs_eager > other.speedup_vs_eager
         if self.candidate_ms is not None and other.candidate_ms is not None:
             return self.candidate_ms < other.candidate_ms
-        return (self.speedup_vs_eager or 0.0) > (other.speedup_vs_eager or 0.0)
+        return False
 
 
 @dataclass
@@ -380,7 +383,8 @@ class _Run:
                 self.best = None
                 return f"version {b.version} failed its confirmation ({res.status.value}): no verified candidate"
             draws.append(result)
-        pick = sorted(draws, key=lambda r: _median_ms(r) or float("inf"))[(len(draws) - 1) // 2]
+        # the draw with the median paired speedup vs eager (each from its own window)
+        pick = sorted(draws, key=lambda r: r.get("speedup_vs_eager") or 0.0)[(len(draws) - 1) // 2]
         self.record(EvaluationEvent(turn=self.turn, version=b.version, result=pick, purpose="final",
                                     draws_ms=[m for m in (_median_ms(r) for r in draws) if m is not None]))
         self.set_best(BestCandidate.of(b.version, b.files, b.turn, pick))
