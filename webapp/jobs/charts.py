@@ -93,7 +93,7 @@ def best_vs_baselines(evaluation: dict[str, Any] | None) -> dict[str, Any] | Non
         "hovertext": [
             f"median {s['median_ms']:.4g} ms, min {s.get('min_ms', 0):.4g}, max {s.get('max_ms', 0):.4g}, {s.get('trials', '?')} runs"
             + (f"; quartiles {iqr[0]:.4g}..{iqr[1]:.4g}" if iqr else "")
-            for (_, _, s), iqr in zip(bars, spreads)
+            for (_, _, s), iqr in zip(bars, spreads, strict=True)
         ],
         "hoverinfo": "text",
     }
@@ -101,8 +101,8 @@ def best_vs_baselines(evaluation: dict[str, Any] | None) -> dict[str, Any] | Non
         bar["error_y"] = {
             "type": "data",
             "symmetric": False,
-            "array": [max(0.0, iqr[1] - s["median_ms"]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads)],
-            "arrayminus": [max(0.0, s["median_ms"] - iqr[0]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads)],
+            "array": [max(0.0, iqr[1] - s["median_ms"]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads, strict=True)],
+            "arrayminus": [max(0.0, s["median_ms"] - iqr[0]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads, strict=True)],
         }
     whiskers = "whiskers: interquartile range over the rounds" if any(spreads) else "no whiskers: no per-round times"
     speed = (evaluation or {}).get("speed")
