@@ -22,7 +22,8 @@ worker only, the real SECRET_KEY daphne only, and the compile and gpu workers, w
 untrusted code, get no variable named like a secret (`worker_env`).
 
 `test`: the same Redis logic (an existing one on 127.0.0.1:6379 is fine for tests), then pytest on
-the whole tests/ tree with the given arguments; its exit code is ours.
+the tests/ tree: the fast tier (not `slow`) unless the arguments choose (`tier`); its exit code
+is ours.
 
 Standard library only (and sandbox.placement, itself standard library only): it runs before
 anything is known about the environment.
@@ -530,6 +531,18 @@ def run(args: argparse.Namespace) -> int:
         say("all processes stopped")
 
 
+FAST_TIER = ["-m", "not slow"]
+
+
+def tier(pytest_args: list[str]) -> list[str]:
+    """`./kw test` alone runs the fast tier (what CI runs, under 20 minutes on 2 cores): every
+    test not marked slow. With a marker expression of its own (`-m slow`, `-m "slow or not
+    slow"` for everything) or named tests, the arguments go to pytest as they are."""
+    if any(a == "-m" or a.startswith("-m") for a in pytest_args) or any(not a.startswith("-") for a in pytest_args):
+        return pytest_args
+    return [*FAST_TIER, *pytest_args]
+
+
 def test(pytest_args: list[str]) -> int:
     """Run pytest on the whole tests/ tree with a Redis: REDIS_URL, else 127.0.0.1:6379, else our own."""
     stack = Stack()
@@ -541,7 +554,7 @@ def test(pytest_args: list[str]) -> int:
                 env["REDIS_URL"] = "redis://127.0.0.1:6379/0"
             else:
                 env["REDIS_URL"] = start_private_redis(stack)
-        proc = subprocess.Popen([PY, "-m", "pytest", *pytest_args], cwd=ROOT, env=env)
+        proc = subprocess.Popen([PY, "-m", "pytest", *tier(pytest_args)], cwd=ROOT, env=env)
         # pytest shares our process group: Ctrl-C reaches it directly; we wait for it to finish.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:

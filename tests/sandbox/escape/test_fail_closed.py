@@ -31,7 +31,6 @@ def marker(cfg, token):
     path.unlink(missing_ok=True)
 
 
-@pytest.mark.slow
 def test_without_bubblewrap_nothing_runs(cache_dir, cfg, marker, quick):
     spec = evaluator_spec(hostile.task("marker", cfg), hostile.candidate("marker", cfg), cache_dir)
     out = run_evaluator(spec, MISSING_BWRAP, need_shield=False)

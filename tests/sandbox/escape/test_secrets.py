@@ -21,7 +21,6 @@ def _run(cache_dir, cfg, side, attack):
     return out, report_of(res)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("side", SIDES)
 def test_no_process_environment_is_readable(cache_dir, cfg, side):
     out, rep = _run(cache_dir, cfg, side, "environment")

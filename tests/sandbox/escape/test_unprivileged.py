@@ -19,14 +19,26 @@ from .support import REPO
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.mark.slow
-def test_the_escape_tests_pass_as_an_unprivileged_user():
+# the fast tier's share (what ./kw test and CI run): the wall's core, in-process
+CORE = ("test_identity.py", "test_filesystem.py", "test_network.py", "test_syscalls.py")
+
+
+def _run_as_user(*pytest_args: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("not root: this run already is the unprivileged variant")
     why = unprivileged.why_unavailable()
     if why:
         pytest.skip(why)
-    argv = unprivileged.command([sys.executable, "-m", "pytest", str(HERE), "-k", "not unprivileged",
+    argv = unprivileged.command([sys.executable, "-m", "pytest", *pytest_args, "-k", "not unprivileged",
                                  "-p", "no:cacheprovider", "-q", "-rfE", "--tb=short"])
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=3000)
     assert proc.returncode == 0, f"as user {unprivileged.USER}:\n{proc.stdout[-12000:]}\n{proc.stderr[-3000:]}"
+
+
+def test_the_core_escape_tests_pass_as_an_unprivileged_user():
+    _run_as_user(*(str(HERE / name) for name in CORE), "-m", "not slow")
+
+
+@pytest.mark.slow
+def test_the_escape_tests_pass_as_an_unprivileged_user():
+    _run_as_user(str(HERE), "-m", "slow or not slow")
