@@ -535,6 +535,7 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
     try:
         nodes, fx_code = _capture_fx(mod, model, inputs, notes)
         capture = "fx"
+        extra = {"guard": capture_export.structure_guard(model)}
     except Exception as e:  # noqa: BLE001 - any fx failure: try torch.export
         fx_error = str(e) if isinstance(e, Unsupported) else f"torch.fx failed: {type(e).__name__}: {e}"
         try:

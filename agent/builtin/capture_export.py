@@ -219,6 +219,9 @@ class ExportBuilder:
                 raise _NotMapped
             self.emit(n, "pow", [self.ref(x), self.ref(y, P(n, 1))])
             return True
+        if name in ("masked_fill", "where") and floaty and over in ("Scalar", "self", "ScalarOther", "ScalarSelf"):
+            self.where(n, name, a)
+            return True
         if not (floaty and float_in) and name not in ("view", "_unsafe_view", "reshape", "permute", "transpose", "t",
                                                        "unsqueeze", "squeeze", "expand", "slice", "select", "split",
                                                        "split_with_sizes", "clone", "flatten", "alias", "detach",
@@ -397,6 +400,29 @@ class ExportBuilder:
             raise _NotMapped
         return True
 
+    def where(self, n: fx.Node, name: str, a: list) -> None:
+        """masked_fill(x, mask, v) = where(mask, v, x); torch.where(c, a, b): an elementwise select on
+        the condition as a float32 0/1 mask (the kernels read float32 operands), cast by an island."""
+        if name == "masked_fill":
+            cond, yes, no = a[1], a[2], a[0]
+        else:
+            cond, yes, no = a[0], a[1], a[2]
+        for z in (yes, no):
+            if isinstance(z, fx.Node) and self.val(z).dtype != torch.float32:
+                raise _NotMapped
+        if not isinstance(cond, fx.Node) or not any(isinstance(z, fx.Node) for z in (yes, no)):
+            raise _NotMapped
+        cv = self.val(cond)
+        c = self.ref(cond)["ref"]
+        if cv.dtype != torch.float32:
+            c = self.emit(None, "aten", [{"ref": c}], {"target": "aten._to_copy.default",
+                                                       "call": {"args": [{"arg": 0}], "kwargs": {"dtype": {"dtype": "float32"}}},
+                                                       "tuple": False},
+                          name=self.fresh(f"{n.name}_mask"), shape=_shape(cv), dtype="float32")
+            self.islands.append("aten._to_copy.default")
+        self.emit(n, "where", [{"ref": c}, self.ref(yes, self.pos(n, 2 if name == "masked_fill" else 1)),
+                               self.ref(no, self.pos(n, 0 if name == "masked_fill" else 2))])
+
     def split(self, n: fx.Node, name: str, a: list, kw: dict) -> None:
         """split/chunk/unbind: a tuple of slices (or selects), read by the getitems that follow."""
         x = a[0]
@@ -562,6 +588,19 @@ def simple_attrs(model: nn.Module, bound: set[str]) -> dict[str, Any]:
     return out
 
 
+def module_tree(model: nn.Module) -> list[list[str]]:
+    """(path, type name) of every submodule: the graph follows the structure the constructor built
+    (`if self.downsample is not None`), which other init arguments can change."""
+    return [[name, type(m).__name__] for name, m in model.named_modules() if name]
+
+
+def structure_guard(model: nn.Module) -> dict[str, Any]:
+    """What an fx graph (sizes symbolic) still assumes: the module tree and the flags (bool, None and
+    str attributes) its Python control flow read while tracing."""
+    flags = {k: v for k, v in simple_attrs(model, set()).items() if isinstance(v, bool | str) or v is None}
+    return {"inputs": [], "state": {}, "attrs": flags, "modules": module_tree(model)}
+
+
 def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], notes: list[str]) -> dict[str, Any]:
     """The exported graph as IR node dicts plus what it is specialised to."""
     try:
@@ -580,5 +619,6 @@ def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], 
                    else {"value": t} for t in inputs],
         "state": {p: list(state[p].shape) for p in paths if p in state},
         "attrs": simple_attrs(model, set(binds.values())),
+        "modules": module_tree(model),
     }
     return {"nodes": nodes, "guard": guard, "islands": b.islands, "code": ep.graph_module.code.strip()}

@@ -132,6 +132,8 @@ def _c_op(n: Node, a: list[str | None], cuda: bool) -> str:
         return out
     if op == "elu":
         return f"({x} > 0.0f ? {x} : {a[1]} * expm1f({x}))"
+    if op == "where":  # masked_fill / torch.where with the condition as a float mask
+        return _select(f"{a[0]} != 0.0f", a[1], a[2], cuda)
     if op == "softplus":
         return _select(f"{x} * {a[1]} > {a[2]}", x, f"log1pf(expf({x} * {a[1]})) / {a[1]}", cuda)
     raise ValueError(f"no C expression for {op}")

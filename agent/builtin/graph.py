@@ -25,7 +25,7 @@ from typing import Any
 UNARY = {"exp", "log", "tanh", "sigmoid", "relu", "rsqrt", "sqrt", "abs", "erf", "sin", "cos", "neg", "silu",
          "square", "log1p", "expm1", "mish", "hardswish", "hardsigmoid", "relu6", "gelu", "identity"}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"}
-PARAMETRIC = {"leaky_relu", "clamp", "elu", "softplus"}
+PARAMETRIC = {"leaky_relu", "clamp", "elu", "softplus", "where"}  # where(c, a, b): c != 0 ? a : b (c float)
 ELEMENTWISE = UNARY | BINARY | PARAMETRIC
 REDUCTIONS = {"sum", "mean", "amax", "amin"}
 VIEWS = {"view", "reshape", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "contiguous",

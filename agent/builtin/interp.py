@@ -61,6 +61,9 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
             env[n.name] = torch.clamp(v(a[0]), v(a[1]), v(a[2]))
         elif op == "elu":
             env[n.name] = F.elu(v(a[0]), v(a[1]))
+        elif op == "where":
+            c, x, y = (v(z) for z in a)
+            env[n.name] = torch.where(torch.as_tensor(c) != 0, torch.as_tensor(x), torch.as_tensor(y))
         elif op == "softplus":
             env[n.name] = F.softplus(v(a[0]), v(a[1]), v(a[2]))
         elif op in ("sum", "mean", "amax", "amin"):

@@ -60,6 +60,19 @@ class _Body:
     def __init__(self, plan: Plan, grp: Group, cuda: bool):
         self.plan, self.grp, self.cuda = plan, grp, cuda
         self.scalar_names = {s: f"s{i}" for i, s in enumerate(grp.scalars)}
+        self.gen_rows = False  # CPU row loops: GEN operands read through a per-row pointer
+
+    def gen_row_pointers(self) -> list[str]:
+        """For each GEN operand (a block spanning row and column dims): where the row r = base / cols
+        starts in it. Within a row its index ((base + c) / inner) % ext is that start plus c / inner
+        (ext is a multiple of the row's extent in the block), so the column loop does no modulo and
+        vectorises where inner is 1 (the block reaches the last dim)."""
+        out = []
+        for k, o in enumerate(self.grp.operands):
+            if o.kind == GEN:
+                start = f"base % ext{k}" if o.block[1] == len(self.grp.full) else f"(base / inner{k}) % ext{k}"
+                out.append(f"const float* __restrict__ g{k} = in{k} + ({start});")
+        return out
 
     def arg(self, a: object, lane: str) -> str | None:
         if isinstance(a, Ref):
@@ -133,6 +146,9 @@ class _Body:
             return f"in{k}[{col}]"
         if o.kind == COLGEN:
             return f"in{k}[({col} / inner{k}) % ext{k}]"
+        if o.kind == GEN and self.gen_rows:
+            # the row's start in the operand is computed once per row (gen_row_pointer)
+            return f"g{k}[{col}]" if o.block[1] == len(self.grp.full) else f"g{k}[{col} / inner{k}]"
         if o.kind == GEN:
             return f"in{k}[({lane_index} / inner{k}) % ext{k}]"
         raise ValueError(o.kind)
@@ -254,6 +270,8 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
     L.append(f"    #pragma omp parallel for {par}schedule({sched})")
     L.append("    for (int64_t r = 0; r < rows; ++r) {")
     L.append("        const int64_t base = r * cols;")
+    body.gen_rows = True
+    L += ["        " + s for s in body.gen_row_pointers()]
     for k in row_operands:
         L.append(f"        const float a{k} = {body.row_load(k)};")
     for phase_no, (red, loop, after) in enumerate(phases):

@@ -17,6 +17,7 @@ from typing import Any
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, STRIDED_VIEWS, Lit, Node, Ref, Scalar
+from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.kernelgen import KernelSig
 
 _HELPERS = '''
@@ -154,6 +155,7 @@ class _Emitter:
         self.lines: list[str] = []
         self.strided: set[str] = set()  # values that may not be contiguous where they are made
         self.gathers = 0  # strided operands copied to contiguous memory by the kw_gather kernel
+        self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
         self.used_params: dict[str, str] = {}  # forward's parameters: graph name -> local variable
         self.used_attrs: dict[str, str] = {}  # plain module attributes the forward reads: path -> local variable
@@ -296,6 +298,8 @@ class _Emitter:
             return f"{F}.elu({a[0]}, {a[1]})"
         if op == "softplus":
             return f"{F}.softplus({a[0]}, {a[1]}, {a[2]})"
+        if op == "where":
+            return f"torch.where({a[0]} != 0, {a[1]}, {a[2]})"
         if op in ("sum", "mean", "amax", "amin"):
             dims = at.get("dim")
             if dims is None:
@@ -380,6 +384,42 @@ class _Emitter:
         args.append("_stream")
         self.emit(f"lib.{grp.name}({', '.join(args)})")
 
+    def const_method(self, plan: Plan, hoisted: set[str]) -> list[str]:
+        """`_kw_consts`: the values computed from no input (a causal mask from torch.ones(t, t), a
+        slice of a buffer compared with 0), by the same torch calls, once per device and per version of
+        the parameters and buffers they read, instead of in every call."""
+        saved_lines, saved_params = self.lines, self.used_params
+        self.lines, self.used_params = [], {}
+        for st in plan.steps:
+            if st.kind == "node" and st.node.name in hoisted:
+                self.node(st.node)
+        users = {r for st in plan.steps if not (st.kind == "node" and st.node.name in hoisted)
+                 for n in ([st.node] if st.kind == "node" else st.group.nodes) for r in n.refs()}
+        users |= {a.name for a in self.g.output.args if isinstance(a, Ref)}
+        self.const_out = [h for h in (st.node.name for st in plan.steps if st.kind == "node") if h in hoisted and h in users]
+        if self.torch_ops == "allow":  # contiguous once here rather than checked in every call
+            for h in self.const_out:
+                self.contiguous(Ref(h))
+        body, params = self.lines, self.used_params
+        self.lines, self.used_params = saved_lines, saved_params
+        paths = tuple(self.g.node(n).attrs["path"] for n in params)
+        L = ["    def _kw_consts(self, _dev):",
+             '        """Values that depend on no input (the shapes are the captured ones): computed once per device and',
+             '        per version of the parameters/buffers they read, then reused."""']
+        if paths:
+            L.append(f'        vals = _read(self, "_kw_cslots", {paths!r})')
+            L.append("        key = (str(_dev),) + tuple((t.data_ptr(), t._version) for t in vals)")
+        else:
+            L.append("        key = (str(_dev),)")
+        L += ['        cache = self.__dict__.get("_kw_const_cache")', "        if cache is not None and cache[0] == key:",
+              "            return cache[1]"]
+        if paths:
+            L.append(f"        {', '.join(params.values())}, = vals")
+        L += body
+        L.append("        out = {" + ", ".join(f"{h!r}: {_var(h)}" for h in self.const_out) + "}")
+        L += ['        self.__dict__["_kw_const_cache"] = (key, out)', "        return out"]
+        return L
+
     def derived_method(self) -> list[str]:
         ders = [n for n in self.g.nodes if n.op == "derived"]
         if not ders:
@@ -449,8 +489,9 @@ def _kw_contig(lib, x, stream):
 _GUARD_HELPER = '''
 
 def _kw_specialised(module):
-    """Whether module is the model this forward was generated for: the parameter and buffer shapes
-    and the plain attributes the captured graph was specialised to (checked once per instance)."""
+    """Whether module is the model this forward was generated for: its module tree, the parameter and
+    buffer shapes and the plain attributes the captured graph was specialised to (checked once per
+    instance; an fx graph keeps sizes symbolic and checks only the tree and the flags)."""
     d = module.__dict__
     ok = d.get("_kw_spec_ok")
     if ok is None:
@@ -461,6 +502,8 @@ def _kw_specialised(module):
                 ok = ok and list(slot[name].shape) == shape
             except (AttributeError, KeyError):
                 ok = False
+        tree = [[name, type(m).__name__] for name, m in module.named_modules() if name]
+        ok = ok and tree == _KW_MODULES
         for path, value in _KW_ATTRS.items():
             *mods, leaf = path.split(".")
             try:
@@ -473,6 +516,35 @@ def _kw_specialised(module):
         d["_kw_spec_ok"] = ok
     return ok
 '''
+
+
+def _hoistable(plan: Plan) -> set[str]:
+    """Python steps that depend on no input, only on parameters/buffers or nothing, where at least one
+    island (a torch call that computes) is among them: worth computing once instead of per call."""
+    g = plan.graph
+    base = {n.name for n in g.nodes if n.op == "param"}
+    ok: set[str] = set()
+    for st in plan.steps:
+        n = st.node if st.kind == "node" else None
+        if n is None or n.op in ("derived", "size", "shape", "ndim") or n.op in LIBRARY_OPS:
+            continue
+        if all(r in base or r in ok for r in n.refs()):
+            ok.add(n.name)
+    islands = {x for x in ok if g.node(x).op in ISLAND_OPS or g.node(x).attrs.get("island")}
+    if not islands:
+        return set()
+    # the islands and what they read (views of parameters), and views of them
+    keep = set(islands)
+    stack = list(islands)
+    while stack:
+        for r in g.node(stack.pop()).refs():
+            if r in ok and r not in keep:
+                keep.add(r)
+                stack.append(r)
+    for st in plan.steps:
+        if st.kind == "node" and st.node.name in ok and any(r in keep for r in st.node.refs()):
+            keep.add(st.node.name)
+    return keep
 
 
 def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[KernelSig], summary: str,
@@ -488,6 +560,7 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
         raise ValueError("a CUDA-graph forward needs the cuda backend and a single output tensor")
     src = meta["source"]
     specialised = meta.get("capture") == "export"
+    guarded = bool(meta.get("guard")) and bool(src.get("model_class"))
     if specialised and not src.get("model_class"):
         raise ValueError("the reference Model class could not be copied (needed for the shapes the graph was not "
                          "specialised to)")
@@ -499,7 +572,16 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     em.lines = []
     if any(n.op == "derived" for n in g.nodes):
         em.emit("_derived = self._kw_derived(lib, _dev, _stream)")
+    hoisted = _hoistable(plan)
+    const_method: list[str] = []
+    if hoisted:
+        const_method = em.const_method(plan, hoisted)
+        em.emit("_c = self._kw_consts(_dev)")
     for st in plan.steps:
+        if st.kind == "node" and st.node.name in hoisted:
+            if st.node.name in em.const_out:
+                em.emit(f"{_var(st.node.name)} = _c[{st.node.name!r}]")
+            continue
         if st.kind == "node":
             em.node(st.node)
         else:
@@ -524,11 +606,13 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
         parts.append(_CONTIG_HELPER)
     if graph:
         parts.append(_GRAPH_HELPERS)
-    if specialised:
+    if guarded:
         guard = meta.get("guard") or {}
         parts.append(_GUARD_HELPER)
-        parts += [f"_KW_STATE = {guard.get('state', {})!r}", f"_KW_ATTRS = {guard.get('attrs', {})!r}", "", "",
-                  src["model_class"], "", "", f"class ModelNew({REFERENCE_CLASS}):",
+        parts += [f"_KW_STATE = {guard.get('state', {})!r}", f"_KW_ATTRS = {guard.get('attrs', {})!r}",
+                  f"_KW_MODULES = {guard.get('modules', [])!r}"]
+    if specialised:
+        parts += ["", "", src["model_class"], "", "", f"class ModelNew({REFERENCE_CLASS}):",
                   '    """The reference Model (copied above as ' + REFERENCE_CLASS + ', constructor inherited); forward runs '
                   'the generated kernels\n    for the shapes the graph was captured at, the reference\'s own forward '
                   'otherwise."""', ""]
@@ -544,9 +628,11 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     parts += em.derived_method()
     if em.derived_method():
         parts.append("")
+    if const_method:
+        parts += const_method + [""]
     args = ", ".join(_var(n.name) for n in inputs)
     guard_lines: list[str] = []
-    if specialised:
+    if guarded:
         conds = []
         for n, spec in zip(inputs, (meta.get("guard") or {}).get("inputs", []), strict=False):
             if "shape" in spec:
@@ -555,7 +641,8 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
                 conds.append(f"{_var(n.name)} != {spec.get('value')!r}")
         conds.append("not _kw_specialised(self)")
         guard_lines = [f"        if {' or '.join(conds)}:",
-                       "            # not the shapes this forward was generated for: the reference's own computation",
+                       "            # not the " + ("shapes and " if specialised else "") + "module structure this forward "
+                       "was generated for: the reference's own computation",
                        f"            return super().forward({args})"]
     if graph:
         # every parameter the forward or the derived weights read: a change recaptures the graph

@@ -366,7 +366,11 @@ def test_a_cuda_graph_forward_wraps_the_same_forward():
     assert graphed.files["kernels/fused.cu"] == plain.files["kernels/fused.cu"]
     assert 'extern "C" int kw_copy(' in plain.files["kernels/fused.cu"]
     body = plain.files["model_new.py"].split("def forward(self, v_x):\n", 1)[1]
+    guard = "".join(body.splitlines(keepends=True)[:3])
+    assert "_kw_specialised(self)" in guard and "super().forward(v_x)" in guard  # in forward, before the graph
+    body = body[len(guard):]
     g_src = graphed.files["model_new.py"]
+    assert g_src.split("def forward(self, v_x):\n", 1)[1].startswith(guard)
     assert g_src.split('"""The forward launched op by op: what the graph captures."""\n', 1)[1] == body
     assert "return _graphed(self, self._kw_eager, (v_x,), ('proj.bias', 'proj.weight'), (self.scale,))" in g_src
     with pytest.raises(GenerationError, match="cuda backend"):

@@ -96,7 +96,7 @@ def get_init_inputs():
 
 
 @pytest.mark.parametrize("src, islands", [(SE, []), (GPT2, ["aten.ones.default", "aten.tril.default", "aten.eq.Scalar",
-                                                             "aten.masked_fill.Scalar"]), (ROTARY, ["aten.cat.default"])])
+                                                             "aten._to_copy.default"]), (ROTARY, ["aten.cat.default"])])
 def test_modules_fx_cannot_trace_are_captured_by_export(src, islands):
     an = _analysis(src, profile=False)
     assert an.ok, an.error
@@ -113,6 +113,17 @@ def test_se_block_gate_broadcast_is_a_view_and_the_mean_a_reduction():
     assert [n.op for n in g.nodes if n.op in ("unsqueeze", "mean", "sigmoid")] == ["mean", "sigmoid", "unsqueeze",
                                                                                    "unsqueeze"]
     assert g.node("mean").attrs["dim"] == [2, 3]
+
+
+def test_the_causal_mask_is_built_once_and_the_masked_softmax_is_one_kernel():
+    an = _analysis(GPT2)
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
+    ops = [[n.op for n in grp.nodes] for grp in c.plan.groups]
+    assert ["mul", "where", "amax", "sub", "exp", "sum", "div"] in ops
+    src = c.files["model_new.py"]
+    consts, forward = src.split("def _kw_consts", 1)[1].split("def forward", 1)
+    assert "torch.ops.aten.tril.default" in consts and "tril" not in forward
+    assert "_c = self._kw_consts(_dev)" in forward
 
 
 def test_unlowerable_nodes_become_islands_and_the_rest_is_still_fused():
@@ -217,3 +228,50 @@ def test_a_library_only_forward_is_a_candidate_under_allow_and_a_named_blocker_u
     with pytest.raises(GenerationError, match="custom kernel"):
         build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
     assert _forbid_blockers(c.plan) == ["cumsum (cumsum)"]
+
+
+# -- end to end (the real loop and sandbox, CPU backend) ---------------------------------------
+
+FAST_ALLOW = {"compile_baseline": False, "timing_budget_s": 0.2, "min_timed_calls": 5, "torch_ops": "allow"}
+
+
+def _policy_run(src: str, name: str, options: dict, max_turns: int = 12):
+    from agent.builtin import BuiltinPolicy
+    from agent.evaluator import LocalEvaluator
+    from agent.loop import Budgets, run
+    from agent.task import task_from_source
+
+    task = task_from_source(src, name, "cpu", dict(options))
+    pol = BuiltinPolicy(profile_best=False, max_variants=1)
+    return run(task, pol, LocalEvaluator(), Budgets(max_turns=max_turns, confirmations=0)), pol
+
+
+UNCAPTURABLE = CUMSUM_GELU.replace("        y = torch.cumsum(x, dim=1)\n",
+                                   "        y = torch.cumsum(x, dim=1) if x.sum() > 0 else -x\n")
+
+
+@pytest.mark.slow
+def test_under_allow_an_uncapturable_task_ends_with_the_reference_as_a_verified_candidate():
+    res, pol = _policy_run(UNCAPTURABLE, "uncapturable", FAST_ALLOW)
+    assert res.verified, res.trajectory.finished().summary
+    fin = res.trajectory.finished().summary
+    assert "could not be captured" in fin and "reference's own computation" in fin
+    assert "class ModelNew(_KwReference)" in res.best.files["model_new.py"]
+
+
+@pytest.mark.slow
+def test_under_allow_the_se_block_gets_a_generated_candidate_that_passes_every_trial():
+    """The exported graph is specialised: the sandbox's shape trial runs the reference's forward
+    through the guard, the other trials the generated kernels."""
+    res, pol = _policy_run(SE, "se_block", FAST_ALLOW)
+    assert res.verified, res.trajectory.finished().summary
+    assert pol.analysis.data["capture"] == "export"
+    assert "lib.fused_" in res.best.files["model_new.py"]
+
+
+@pytest.mark.slow
+def test_under_forbid_the_plan_names_what_blocks_it():
+    res, pol = _policy_run(GPT2, "gpt2_attention", {**FAST_ALLOW, "torch_ops": "forbid"}, max_turns=6)
+    assert not res.verified
+    fin = res.trajectory.finished().summary
+    assert "torch-ops=forbid" in fin and "tril" in fin
