@@ -20,6 +20,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from webapp.core import routing as core_routing  # noqa: E402
 from webapp.core.backend import warm_up_in_background  # noqa: E402
 from webapp.core.limits import body_limit, too_large_response  # noqa: E402
+from webapp.core.viewers import SharedViewerCache  # noqa: E402
 from webapp.jobs import routing as jobs_routing  # noqa: E402
 
 
@@ -70,7 +71,9 @@ class BodyLimit:
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi_app),
+        # Bodies bounded first; then the crowd of anonymous viewers of a job answered from the
+        # shared cache before Django (webapp/core/viewers.py).
+        "http": BodyLimit(SharedViewerCache(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(core_routing.websocket_urlpatterns + jobs_routing.websocket_urlpatterns))
         ),

@@ -1,18 +1,32 @@
-"""Job pages for people without an account are answered from the shared cache (issue 20: fifty
-viewers of one job), and never wrongly: a job made private, a revoked share link or a new turn
-take effect on the very next request. Real Redis cache, real views."""
+"""Job pages, update answers and turn fragments for people without an account are answered from
+the shared cache before Django (webapp.core.viewers; issue 20: fifty viewers of one job), and
+never wrongly: a new turn, a job made private, a revoked share link take effect on the very next
+request; signed-in viewers always get their own page. A real web server on the test database."""
 
 from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
 
 import pytest
 from django.contrib.auth.models import User
 
+from tests.support.stack import start_asgi_server
 from webapp.jobs import services
 from webapp.jobs.models import Job
 from webapp.jobs.sample_trajectory import SOFTMAX_TASK, build
 from webapp.jobs.turns import group_by_turn
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+TURNS = group_by_turn(build(turns=4)["events"])
+
+
+@pytest.fixture(scope="module")
+def server(live_stack_env, tmp_path_factory):
+    server = start_asgi_server(live_stack_env, tmp_path_factory.mktemp("viewers"))
+    yield server
+    server.process.stop()
 
 
 @pytest.fixture
@@ -20,48 +34,62 @@ def job():
     owner = User.objects.create_user("owner", password="pw-owner-123")
     job = services.start_job(services.create_job(owner, "watched", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False))
     Job.objects.filter(pk=job.pk).update(visibility=Job.Visibility.PUBLIC)
-    for index, events in list(group_by_turn(build(turns=3)["events"]).items())[:3]:
-        services.store_turn(job, index, events)
-    return job
+    for index in range(3):
+        services.store_turn(job, index, TURNS[index])
+    return Job.objects.get(pk=job.pk)
 
 
-def test_the_second_anonymous_view_comes_from_the_cache(client, job) -> None:
-    first = client.get(f"/jobs/{job.pk}/")
-    second = client.get(f"/jobs/{job.pk}/")
-    assert first.status_code == second.status_code == 200
-    assert "X-Kernelwright-Cache" not in first and second["X-Kernelwright-Cache"] == "page"
-    assert second.content == first.content
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # a redirect to the login page is the answer itself
 
 
-def test_a_new_turn_or_a_private_job_takes_effect_at_once(client, job) -> None:
-    client.get(f"/jobs/{job.pk}/")
-    services.store_turn(job, 3, group_by_turn(build(turns=3)["events"])[3])
-    fresh = client.get(f"/jobs/{job.pk}/")
-    assert "X-Kernelwright-Cache" not in fresh and b'id="turn-3"' in fresh.content
-    services.set_visibility(Job.objects.get(pk=job.pk), Job.Visibility.PRIVATE)
-    assert client.get(f"/jobs/{job.pk}/").status_code in (302, 404)
+OPENER = urllib.request.build_opener(NoRedirect)
 
 
-def test_a_revoked_share_link_is_not_served_from_the_cache(client, job) -> None:
-    Job.objects.filter(pk=job.pk).update(visibility=Job.Visibility.PRIVATE)
+def get(server, path: str, cookie: str = "") -> tuple[int, dict, bytes]:
+    req = urllib.request.Request(server.url + path, headers={"Cookie": cookie} if cookie else {})
+    try:
+        with OPENER.open(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def test_the_crowd_is_answered_from_the_cache_and_a_new_turn_shows_at_once(server, job) -> None:
+    page = f"/jobs/{job.pk}/"
+    first, second = get(server, page), get(server, page)
+    assert first[0] == second[0] == 200 and second[2] == first[2]
+    assert "X-Kernelwright-Cache" not in first[1] and second[1]["X-Kernelwright-Cache"] == "viewer"
+    assert second[1]["X-Frame-Options"] == first[1]["X-Frame-Options"]  # the middlewares' headers kept
+
+    updates = f"/jobs/{job.pk}/updates/?since=1"
+    get(server, updates)
+    assert get(server, updates)[1]["X-Kernelwright-Cache"] == "viewer"
+    services.store_turn(job, 3, TURNS[3])
+    status, headers, body = get(server, updates)
+    assert "X-Kernelwright-Cache" not in headers and json.loads(body)["last_index"] == 3
+    assert b'id="turn-3"' in get(server, page)[2]
+
+
+def test_a_job_made_private_or_a_revoked_link_is_never_served_from_the_cache(server, job) -> None:
+    page = f"/jobs/{job.pk}/"
+    get(server, page)
+    assert get(server, page)[1].get("X-Kernelwright-Cache") == "viewer"
+    services.set_visibility(job, Job.Visibility.PRIVATE)
+    assert get(server, page)[0] in (302, 404)
+
     token = services.create_share_link(Job.objects.get(pk=job.pk))
-    assert client.get(f"/jobs/{job.pk}/?share={token}").status_code == 200
-    assert client.get(f"/jobs/{job.pk}/?share={token}")["X-Kernelwright-Cache"] == "page"
+    shared = f"{page}?share={token}"
+    get(server, shared)
+    assert get(server, shared)[1].get("X-Kernelwright-Cache") == "viewer"
     services.revoke_share_link(Job.objects.get(pk=job.pk))
-    assert client.get(f"/jobs/{job.pk}/?share={token}").status_code in (302, 404)
+    assert get(server, shared)[0] in (302, 404)
 
 
-def test_signed_in_viewers_always_get_their_own_page(client, job) -> None:
+def test_signed_in_viewers_always_get_their_own_page(server, job, client) -> None:
     client.force_login(User.objects.get(username="owner"))
-    client.get(f"/jobs/{job.pk}/")
-    page = client.get(f"/jobs/{job.pk}/")
-    assert "X-Kernelwright-Cache" not in page and b"csrfmiddlewaretoken" in page.content
-
-
-def test_update_answers_are_shared_and_never_stale(client, job) -> None:
-    url = f"/jobs/{job.pk}/updates/?since=1"
-    client.get(url)
-    assert client.get(url)["X-Kernelwright-Cache"] == "page"
-    services.store_turn(job, 3, group_by_turn(build(turns=3)["events"])[3])
-    fresh = client.get(url)
-    assert "X-Kernelwright-Cache" not in fresh and fresh.json()["last_index"] == 3
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    get(server, f"/jobs/{job.pk}/", cookie)
+    status, headers, body = get(server, f"/jobs/{job.pk}/", cookie)
+    assert status == 200 and "X-Kernelwright-Cache" not in headers and b"csrfmiddlewaretoken" in body
