@@ -127,7 +127,7 @@ def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_tur
     best = res.best
     return {
         "name": name, "path": str(path), "capture": capture,
-        "capture_error": (an.error if an is not None and not an.ok else (an.data.get("capture_notes") if an else None)),
+        "capture_error": (an.error if an is not None and not an.ok else (an.data.get("fx_error") if an else None)),
         "correct": bool(res.verified), "reward": best.reward if best else None,
         "speedup_vs_eager": best.speedup_vs_eager if best else None,
         "speedup_vs_compile": best.speedup_vs_compile if best else None,

@@ -134,7 +134,8 @@ class ExportBuilder:
                     self.emit(n, "input", [], {"index": user}, shape=_shape(v), dtype=_dt(v))
                     user += 1
                 elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
-                    pname = "p_" + str(target).replace(".", "_")
+                    # export's placeholder names are unique (p_fc_weight, b_bn_running_mean, c_mask)
+                    pname = n.name if n.name.startswith("p_") else "p_" + n.name
                     self.emit(n, "param", [], {"path": target, "kind": kind.lower()}, shape=_shape(v), dtype=_dt(v),
                               name=pname)
                 else:

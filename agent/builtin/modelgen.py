@@ -518,6 +518,10 @@ def _kw_specialised(module):
 '''
 
 
+_NOT_CONSTANT = ("rand", "normal", "bernoulli", "uniform", "multinomial", "poisson", "exponential", "geometric",
+                 "cauchy", "dropout", "empty")
+
+
 def _hoistable(plan: Plan) -> set[str]:
     """Python steps that depend on no input, only on parameters/buffers or nothing, where at least one
     island (a torch call that computes) is among them: worth computing once instead of per call."""
@@ -528,6 +532,8 @@ def _hoistable(plan: Plan) -> set[str]:
         n = st.node if st.kind == "node" else None
         if n is None or n.op in ("derived", "size", "shape", "ndim") or n.op in LIBRARY_OPS:
             continue
+        if any(w in str(n.attrs.get("target", "")) for w in _NOT_CONSTANT):
+            continue  # a random draw or uninitialised memory is not a constant
         if all(r in base or r in ok for r in n.refs()):
             ok.add(n.name)
     islands = {x for x in ok if g.node(x).op in ISLAND_OPS or g.node(x).attrs.get("island")}
@@ -544,6 +550,10 @@ def _hoistable(plan: Plan) -> set[str]:
     for st in plan.steps:
         if st.kind == "node" and st.node.name in ok and any(r in keep for r in st.node.refs()):
             keep.add(st.node.name)
+    keep -= {a.name for a in g.output.args if isinstance(a, Ref)}  # outputs are never cached
+    for st in plan.steps:  # and what reads them is then not computable in _kw_consts
+        if st.kind == "node" and st.node.name in keep and not all(r in base or r in keep for r in st.node.refs()):
+            keep.discard(st.node.name)
     return keep
 
 
