@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import operator
+import os
 import sys
 import time
 import traceback
@@ -576,6 +577,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-profile", action="store_true")
     args = ap.parse_args(argv)
+    # The sandbox may run this child under a throwaway uid that has no passwd entry (as root on the
+    # H200 host): torch's export and profiler then failed in getpass.getuser() ("getpwuid(): uid not
+    # found", torch 2.11 there), which reads these variables first; HOME likewise for expanduser.
+    for k in ("USER", "LOGNAME"):
+        os.environ.setdefault(k, "kernelwright")
+    os.environ.setdefault("HOME", os.environ.get("TMPDIR") or "/tmp")
     try:
         out = analyze(args.task, args.device, not args.no_profile)
     except Unsupported as e:
