@@ -196,7 +196,7 @@ def test_the_private_redis_wants_a_password_and_listens_on_loopback_only(launche
     assert url.hostname == "127.0.0.1" and url.password and len(url.password) >= 32
     # On no command line, in no file left behind.
     assert not any(url.password in " ".join(p.argv) for p in processes().values())
-    assert not [f for f in (launched.var / "redis").iterdir() if url.password.encode() in f.read_bytes()]
+    assert not [f for f in (launched.var / "redis").rglob("*") if f.is_file() and url.password.encode() in f.read_bytes()]
     assert (launched.var / "redis").stat().st_mode & 0o077 == 0
 
     with socket.create_connection(("127.0.0.1", url.port), timeout=5) as s:
