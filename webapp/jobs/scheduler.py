@@ -153,7 +153,7 @@ def dispatch() -> int:
 
     slots = agent_slots()
     with transaction.atomic():
-        queued = list(Job.objects.select_for_update().filter(state=Job.State.QUEUED, cancel_requested=False, scheduled=True,
+        queued = list(Job.objects.select_for_update(of=("self",)).filter(state=Job.State.QUEUED, cancel_requested=False, scheduled=True,
                                                              dispatched_at__isnull=True).select_related("owner"))
         if not queued:
             return 0

@@ -62,6 +62,7 @@ def _suite_analyses() -> list:
     return out
 
 
+@pytest.mark.slow  # compiles every suite task's C++ (four minutes on a loaded 2-core machine)
 def test_every_suite_task_generates_compilable_cpp(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
