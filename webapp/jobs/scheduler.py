@@ -180,7 +180,7 @@ def dispatch() -> int:
             logger.exception("could not hand job %s to the agent queue", job.pk)
             Job.objects.filter(pk=job.pk, state=Job.State.QUEUED).update(dispatched_at=None)
     for job in result.send:
-        services.announce_step(job.pk, "queued: handed to the agent queue")
+        services.announce_state(job.pk, Job.State.QUEUED, "a worker takes it in a moment")
     return sent
 
 

@@ -138,15 +138,12 @@ def started(job: Job) -> Job:
 
 
 def tell_waiting(job: Job, step: str, reason: str) -> None:
-    """Where a queued job waits and why (the job page's step and reason)."""
+    """Where a queued job waits and why (the job page's step and reason). Announced as a state
+    notice, after which the page fetches both."""
     step = step[:200]
     if Job.objects.filter(pk=job.pk, state=Job.State.QUEUED).exclude(step=step, reason=reason).update(
             step=step, reason=reason, updated_at=timezone.now()):
-        _after_commit(JobNotification(Kind.STEP, job.pk, step=step))
-
-
-def announce_step(job_id: int, step: str) -> None:
-    _after_commit(JobNotification(Kind.STEP, job_id, step=step))
+        _after_commit(JobNotification(Kind.STATE, job.pk, state=Job.State.QUEUED, reason=reason, step=step))
 
 
 def announce_state(job_id: int, state: str, reason: str = "") -> None:
@@ -243,7 +240,8 @@ def finish_job(job: Job, state: str, reason: str = "", summary: str = "") -> Job
     if state not in Job.TERMINAL:
         raise ValueError(f"{state!r} is not a terminal state")
     Job.objects.filter(pk=job.pk).update(
-        state=state, reason=reason[:10000], summary=summary or job.summary, step="", finished_at=timezone.now(), updated_at=timezone.now()
+        state=state, reason=reason[:10000], summary=summary or job.summary, step="", finished_at=timezone.now(),
+        updated_at=timezone.now(), heartbeat_at=None, dispatched_at=None,  # no attempt lives on
     )
     job.refresh_from_db()
     _after_commit(JobNotification(Kind.STATE, job.pk, state=state, reason=job.reason))
