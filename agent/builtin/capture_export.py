@@ -61,8 +61,9 @@ _ALIAS = {"alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout", "_
 class ExportBuilder:
     """ATen nodes of an exported program -> IR node dicts (the same format as the fx builder's)."""
 
-    def __init__(self, ep: Any, scalar_exprs: dict[str, str]):
+    def __init__(self, ep: Any, scalar_exprs: dict[str, str], model: nn.Module | None = None):
         self.ep = ep
+        self.model = model
         self.gm: fx.GraphModule = ep.graph_module
         self.scalar_exprs = scalar_exprs
         self.nodes: list[dict[str, Any]] = []
@@ -133,6 +134,13 @@ class ExportBuilder:
                 if kind == "USER_INPUT":
                     self.emit(n, "input", [], {"index": user}, shape=_shape(v), dtype=_dt(v))
                     user += 1
+                elif kind == "CONSTANT_TENSOR" and not _is_attribute(self.model, str(target)):
+                    # a tensor made in the forward from Python values (torch.tensor(self.c)): lifted by
+                    # export, not reachable as an attribute; small ones are written into the candidate
+                    c = self.ep.constants.get(target)
+                    if not isinstance(c, torch.Tensor) or c.numel() > 4096:
+                        raise ExportUnsupported(f"a constant tensor made in the forward ({target})")
+                    self.emit(n, "constant", [], {"value": c.tolist(), "dtype": _dt(c)}, shape=_shape(c), dtype=_dt(c))
                 elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
                     # export's placeholder names are unique (p_fc_weight, b_bn_running_mean, c_mask)
                     pname = n.name if n.name.startswith("p_") else "p_" + n.name
@@ -190,6 +198,8 @@ class ExportBuilder:
         if name in _UNARY and over == "default" and floaty and float_in:
             self.emit(n, _UNARY[name], [self.ref(x)])
             return True
+        if name in ("min", "max") and over == "other" and floaty:
+            name, over = ("minimum" if name == "min" else "maximum"), "Tensor"
         if name in _BINARY and over in ("Tensor", "Scalar") and floaty:
             y = a[1] if len(a) > 1 else kw.get("other")
             for z in (x, y):
@@ -514,6 +524,17 @@ class _NotMapped(Exception):
     pass
 
 
+def _is_attribute(model: nn.Module | None, path: str) -> bool:
+    if model is None:
+        return True
+    obj: Any = model
+    for part in path.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return isinstance(obj, torch.Tensor)
+
+
 def literals(gm: fx.GraphModule) -> dict[str, Any]:
     out = {}
     for n in gm.graph.nodes:
@@ -610,7 +631,7 @@ def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], 
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}") from None
     binds = bind_scalars(model, inputs, ep, float_attrs, notes)
-    b = ExportBuilder(ep, binds)
+    b = ExportBuilder(ep, binds, model)
     nodes = b.build()
     paths = [n["attrs"]["path"] for n in nodes if n["op"] == "param"]
     state = dict(model.named_parameters(remove_duplicate=False))

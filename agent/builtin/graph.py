@@ -6,7 +6,8 @@ input, param, linear, matmul, conv2d, batchnorm, layernorm, rmsnorm, softmax, lo
 diag, groupnorm, logsumexp, the elementwise ops in ELEMENTWISE, the reductions in REDUCTIONS,
 views (view, reshape, flatten, transpose, permute, t, unsqueeze, squeeze, expand, contiguous,
 slice, select, getitem), identity, size/shape (Python ints), derived (a tensor computed from
-parameters by a custom kernel, e.g. folded batch-norm weights), aten (an island: an ATen op
+parameters by a custom kernel, e.g. folded batch-norm weights), constant (a small tensor the
+forward makes from Python values, `torch.tensor(self.c)`), aten (an island: an ATen op
 the generator does not express, called as itself) and output. Any node may carry
 attrs["island"] (the reason): it is then called as a torch op instead of being fused.
 """
@@ -36,6 +37,15 @@ ISLAND_OPS = {"aten"}
 # views whose result may not be contiguous (a fused kernel reads raw pointers)
 STRIDED_VIEWS = {"permute", "transpose", "t", "expand", "slice", "select", "getitem"}
 PYTHON_INTS = {"size", "shape", "ndim"}
+
+
+def makes_strided(n: Node, strided: set[str]) -> bool:
+    """Whether n's value may be non-contiguous (a fused kernel reads raw pointers): a strided view,
+    an island's result, or a view of one of those."""
+    if n.op in STRIDED_VIEWS or n.op in ISLAND_OPS or n.attrs.get("island"):
+        return True
+    src = n.args[0].name if n.args and isinstance(n.args[0], Ref) else None
+    return n.op in ("view", "reshape", "flatten", "unsqueeze", "squeeze") and src in strided
 
 
 @dataclass(frozen=True)
@@ -164,7 +174,8 @@ class Graph:
                 lines.append(f"  {n.name:<14} = {n.attrs['target']}({args})  [library/ATen call]   {fmt_shape(n.shape)}")
             else:
                 args = ", ".join(fmt_arg(a) for a in n.args)
-                extra = {k: v for k, v in n.attrs.items() if k not in ("module", "tuple", "island") and v is not None}
+                extra = {k: v for k, v in n.attrs.items() if k not in ("module", "tuple", "island", "value")
+                         and v is not None}
                 ex = " " + " ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""
                 lines.append(f"  {n.name:<14} = {n.op}({args}){ex}   {fmt_shape(n.shape)}")
         return "\n".join(lines)

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
-from agent.builtin.graph import ISLAND_OPS, STRIDED_VIEWS, Lit, Node, Ref, Scalar
+from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.kernelgen import KernelSig
 
@@ -129,6 +129,10 @@ def _capture(eager, inputs):
 '''
 
 
+def _flatten(v: Any) -> list:
+    return [y for x in v for y in _flatten(x)] if isinstance(v, list) else [v]
+
+
 def _num(v: Any) -> str:
     """A float as Python source (inf and nan have no literal)."""
     if isinstance(v, float) and not math.isfinite(v):
@@ -181,9 +185,7 @@ class _Emitter:
         v = _var(n.name)
         a = n.args
         src = a[0].name if a and isinstance(a[0], Ref) else None
-        if n.op in STRIDED_VIEWS or n.op in ISLAND_OPS or n.attrs.get("island"):
-            self.strided.add(n.name)
-        elif n.op in ("view", "reshape", "flatten", "unsqueeze", "squeeze") and src in self.strided:
+        if makes_strided(n, self.strided):
             self.strided.add(n.name)
         if n.attrs.get("island") or n.op in ISLAND_OPS:
             why = str(n.attrs.get("island") or "no generator for this op").replace("\n", " ")
@@ -199,6 +201,13 @@ class _Emitter:
                       if at.get("step", 1) == 1 else
                       f"{v} = torch.ops.aten.slice.Tensor({self.val(a[0])}, {at['dim']}, {at['start']}, {at['end']}, "
                       f"{at['step']})")
+        elif n.op == "constant":
+            flat = _flatten(n.attrs["value"])
+            dt = f"torch.{n.attrs.get('dtype') or 'float32'}"
+            if flat and all(x == flat[0] for x in flat):
+                self.emit(f"{v} = torch.full({tuple(n.shape)!r}, {_num(flat[0])}, dtype={dt}, device=_dev)")
+            else:
+                self.emit(f"{v} = torch.tensor({n.attrs['value']!r}, dtype={dt}, device=_dev)")
         elif n.op == "select":
             self.emit(f"{v} = {self.val(a[0])}.select({n.attrs['dim']}, {n.attrs['index']})")
         elif n.op == "getitem":
@@ -536,7 +545,7 @@ def _hoistable(plan: Plan) -> set[str]:
             continue  # a random draw or uninitialised memory is not a constant
         if all(r in base or r in ok for r in n.refs()):
             ok.add(n.name)
-    islands = {x for x in ok if g.node(x).op in ISLAND_OPS or g.node(x).attrs.get("island")}
+    islands = {x for x in ok if g.node(x).op in ISLAND_OPS or g.node(x).op == "constant" or g.node(x).attrs.get("island")}
     if not islands:
         return set()
     # the islands and what they read (views of parameters), and views of them

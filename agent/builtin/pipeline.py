@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.builtin.fusion import FusionError, Plan, plan
-from agent.builtin.graph import ISLAND_OPS, LIBRARY, Graph, Node
+from agent.builtin.graph import ISLAND_OPS, LIBRARY, Graph, Node, makes_strided
 from agent.builtin.kernelgen import KernelSig, default_config, generate
 from agent.builtin.lower import LoweringError, lower
 from agent.builtin.modelgen import generate_model
@@ -58,6 +58,21 @@ def library_parts(p: Plan) -> list[Node]:
     """The plan's nodes that run as library/ATen calls and compute something (not views)."""
     return [st.node for st in p.steps if st.kind == "node" and (st.node.op in ISLAND_OPS or st.node.attrs.get("island")
                                                                  or st.node.op in LIBRARY)]
+
+
+def strided_operands(p: Plan) -> list[tuple[str, str]]:
+    """(kernel, value) for each kernel operand that may be strided: made contiguous at the boundary."""
+    strided: set[str] = set()
+    out = []
+    for st in p.steps:
+        if st.kind == "node" and makes_strided(st.node, strided):
+            strided.add(st.node.name)
+        elif st.kind == "group":
+            for o in st.group.operands:
+                if o.value in strided:
+                    out.append((st.group.name, o.value))
+                    strided.discard(o.value)
+    return out
 
 
 def build_candidate(g: Graph, meta: dict[str, Any], backend: str, configs: dict[str, dict] | None = None,

@@ -25,7 +25,14 @@ from agent.builtin.fusion import Plan
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
 from agent.builtin.kernelgen import config_variants
 from agent.builtin.modelgen import speed_of_light
-from agent.builtin.pipeline import Candidate, GenerationError, build_candidate, library_parts, make_plan
+from agent.builtin.pipeline import (
+    Candidate,
+    GenerationError,
+    build_candidate,
+    library_parts,
+    make_plan,
+    strided_operands,
+)
 from agent.builtin.rewrites import Rewrite, all_rewrites
 from agent.events import BestChanged, EvaluationEvent, Event, TurnStarted
 from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation
@@ -175,7 +182,7 @@ class BuiltinPolicy(Policy):
             self.final_plan, n_variants = None, 1
             self.blockers.append(f"the graph could not be planned: {e}")
         if self.final_plan is not None:
-            self.library_parts = [_library_line(n, backend) for n in library_parts(self.final_plan)]
+            self.library_parts = [_library_line(n, backend, self.final_plan) for n in library_parts(self.final_plan)]
             self.blockers += _forbid_blockers(self.final_plan)
             if not self.final_plan.groups:
                 self.blockers.append("no custom kernel is left: the forward is only library calls, and torch-ops=forbid "
@@ -335,17 +342,23 @@ class BuiltinPolicy(Policy):
             for r in self.rewrites:
                 lines.append(f"  - rewrite: {r.title}")
         else:
-            lines.append("  - no algebraic rewrite applies; the win is fusion")
+            lines.append("  - no algebraic rewrite applies; the win is fusion" if self.final_plan is None or self.final_plan.groups
+                         else "  - no algebraic rewrite applies, and nothing is left to fuse: the forward is library calls")
         if self.final_plan is not None:
             for grp in self.final_plan.groups:
                 lines.append(f"  - kernel {grp.name}: fuse [{grp.describe()}] over {grp.full}")
             for line in self.library_parts:
                 lines.append(f"  - {line}")
+            for kname, value in strided_operands(self.final_plan):
+                how = "x.contiguous()" if self.torch_ops == "allow" else "our kw_gather kernel"
+                lines.append(f"  - {value} may be strided (a {self.final_plan.graph.node(value).op}): copied to contiguous "
+                             f"memory at the boundary of {kname} ({how}), which reads raw pointers")
         if self.torch_ops != "allow" and self.blockers:
             lines.append("  - under torch-ops=forbid these keep a candidate from being accepted: " + "; ".join(self.blockers))
         if self.torch_ops == "allow":
             lines.append("  - if no generated candidate is correct: the reference's own computation (library/ATen calls)")
-        lines.append("  - then a few launch configurations, keeping the fastest correct candidate")
+        if self.final_plan is not None and self.final_plan.groups:
+            lines.append("  - then a few launch configurations, keeping the fastest correct candidate")
         calls = [self._call("read_file", path="reference.py")]
         return Action(message="\n".join(lines), tool_calls=calls)
 
@@ -386,6 +399,10 @@ class BuiltinPolicy(Policy):
             parts.append(f"{step.title}: our GEMM calls cublasSgemm with cuBLAS's default workspace and heuristics; "
                          "torch.mm reaches cuBLAS (or cuBLASLt) with PyTorch's workspace and its own algorithm choice, "
                          "which is faster for some shapes. The fused epilogue kernels stay the same; the timing decides.\n")
+        elif not cand.plan.groups:
+            parts.append(f"{step.title}: nothing in this graph is left for a kernel of our own: the forward is library "
+                         "calls only (torch-ops=allow accepts that), so the candidate is the captured graph called op by "
+                         "op, without the reference's Python around it.\n")
         else:
             parts.append(f"{step.title}: generate one kernel per fusable group straight from the captured graph.\n")
         parts.append(_describe_candidate(cand, self.backend, step.gemm))
@@ -584,7 +601,7 @@ class BuiltinPolicy(Policy):
         return Action(message=msg, tool_calls=[self._call("finish", summary=summary)])
 
 
-def _library_line(n: Node, backend: str) -> str:
+def _library_line(n: Node, backend: str, plan: Plan | None = None) -> str:
     """One line of the plan for a node that stays a library/ATen call, and why."""
     lib = "cuDNN" if backend == "cuda" else "oneDNN"
     blas = "cuBLAS" if backend == "cuda" else "oneDNN/MKL"
@@ -595,9 +612,11 @@ def _library_line(n: Node, backend: str) -> str:
         return f"{n.name}: {op} stays {where} (no generator for it)"
     if n.attrs.get("island"):
         return f"{n.name}: {n.op} stays a torch call ({str(n.attrs['island'])[:160]})"
+    fused = plan is not None and any(o.value == n.name for grp in plan.groups for o in grp.operands)
+    tail = ", its epilogue fused into the next kernel" if fused else ""
     if n.op in ("matmul", "matmul_nt"):
-        return f"{n.name}: GEMM through {blas}, its epilogue fused into the next kernel"
-    return f"{n.name}: convolution through {lib}, its epilogue fused into the next kernel"
+        return f"{n.name}: GEMM through {blas}{tail}"
+    return f"{n.name}: convolution through {lib}{tail}"
 
 
 def _forbid_blockers(plan: Plan) -> list[str]:
@@ -684,7 +703,7 @@ def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str
                    "matmul": "torch.matmul (library GEMM)", "conv2d": "F.conv2d (cuDNN)" if backend == "cuda" else "F.conv2d (oneDNN)"}
             lines.append(f"  - {st.node.name}: {lib[st.node.op]}")
         if st.kind == "node" and (st.node.op == "aten" or st.node.attrs.get("island")):
-            lines.append(f"  - {_library_line(st.node, backend)}")
+            lines.append(f"  - {_library_line(st.node, backend, c.plan)}")
         if st.kind == "node" and st.node.op == "derived":
             lines.append(f"  - {st.node.name}: derived from the weights by a custom kernel ({st.node.attrs['recipe']}), "
                          "recomputed when they change")

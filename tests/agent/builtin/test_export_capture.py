@@ -126,6 +126,18 @@ def test_the_causal_mask_is_built_once_and_the_masked_softmax_is_one_kernel():
     assert "_c = self._kw_consts(_dev)" in forward
 
 
+def test_a_tensor_made_in_the_forward_is_a_constant_and_min_with_it_is_fused(tmp_path):
+    """KernelBench level 2 #31: torch.min(x, torch.tensor(self.constant_value)); export lifts the
+    tensor as a constant that is no attribute of the model."""
+    src = CUMSUM_GELU.replace("y = torch.cumsum(x, dim=1)", "y = torch.min(x, torch.tensor(self.scale))")
+    an = _analysis(src)
+    assert an.ok and an.data["capture"] == "export", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
+    assert [n.op for n in c.plan.groups[0].nodes][:1] == ["minimum"]
+    assert "torch.full((), 0.5, dtype=torch.float32, device=_dev)" in c.files["model_new.py"]
+    _check_candidate(src, c.files, tmp_path)
+
+
 def test_unlowerable_nodes_become_islands_and_the_rest_is_still_fused():
     src = PERMUTE_LN.replace("self.norm(y)", "torch.softmax(self.norm(y), dim=1)")
     an = _analysis(src, profile=False)
