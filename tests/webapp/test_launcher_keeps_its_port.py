@@ -24,6 +24,16 @@ def launcher_env(tmp_path) -> dict[str, str]:
     }
 
 
+def stop_launcher(proc: subprocess.Popen) -> None:
+    """Ctrl-C to the launcher's group, as in a terminal; SIGKILL if it does not stop in a minute."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def hold(port: int) -> socket.socket:
     s = socket.socket()
     s.bind(("127.0.0.1", port))
@@ -75,10 +85,5 @@ def test_with_wait_for_port_it_waits_then_listens_on_that_very_port(tmp_path) ->
         assert "is busy: using" not in log.read_text()
     finally:
         holder.close()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_launcher(proc)
         print(log.read_text(errors="replace")[-3000:])

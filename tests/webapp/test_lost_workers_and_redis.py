@@ -34,6 +34,7 @@ from agent.testing.scenarios import call, candidate, reply, write_all
 from agent.testing.scripted_server import ScriptedServer
 from tests.support.processes import ROOT, free_port, wait_for
 from tests.webapp.test_launcher_hardening import children, processes
+from tests.webapp.test_launcher_keeps_its_port import stop_launcher
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()
@@ -109,12 +110,7 @@ def service(tmp_path_factory):
         wait_for(lambda: service.get("/healthz")[0] == 200, 180, interval=1, what="a green /healthz")
         yield service
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_launcher(proc)
         model.stop()
         shutil.copy(log, Path(os.environ.get("KERNELWRIGHT_TEST_LOG_DIR", tmp)) / "lost-workers-launcher.log")
         print("\n".join(line for line in service.output().splitlines() if line.startswith("[kw]")))
