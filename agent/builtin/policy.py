@@ -181,6 +181,12 @@ class BuiltinPolicy(Policy):
         except GenerationError as e:
             self.final_plan, n_variants = None, 1
             self.blockers.append(f"the graph could not be planned: {e}")
+        if self.analysis.data.get("capture") == "export" and self.torch_ops != "allow":
+            preset = str((self.task.options or {}).get("preset", "default"))
+            if preset != "kernelbench":
+                self.blockers.append("the exported graph is specialised to the shapes of get_inputs: at other shapes (the "
+                                     "sandbox's shape trial) the candidate runs the reference's own forward, which "
+                                     "torch-ops=forbid rejects (the kernelbench preset runs no shape trial)")
         if self.final_plan is not None:
             self.library_parts = [_library_line(n, backend, self.final_plan) for n in library_parts(self.final_plan)]
             self.blockers += _forbid_blockers(self.final_plan)
