@@ -110,9 +110,11 @@ def _system_args() -> list[str]:
     return args
 
 
-def runtime_paths(with_agent: bool = False) -> list[str]:
+@functools.lru_cache(maxsize=2)
+def runtime_paths(with_agent: bool = False) -> tuple[str, ...]:
     """Read-only folders the Python side needs: the interpreter's prefixes, site-packages, our
-    `sandbox` package (and `agent`, for the policy's analysis), CUDA. Not the project tree."""
+    `sandbox` package (and `agent`, for the policy's analysis), CUDA. Not the project tree.
+    Computed once per process: the zygote computes it before forking, so no child pays for it."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     # package folders only: a script's own folder on sys.path (/tmp, a home) is not the runtime
     paths.update(e for e in sys.path if os.path.basename(e) in ("site-packages", "dist-packages") and os.path.isdir(e))
@@ -128,7 +130,7 @@ def runtime_paths(with_agent: bool = False) -> list[str]:
     real = {os.path.realpath(p) for p in paths if os.path.exists(p)}
     real = {p for p in real if not p.startswith("/usr/") and p != "/usr"}
     # drop folders inside another one already bound
-    return sorted(p for p in real if not any(p != q and p.startswith(q + "/") for q in real))
+    return tuple(sorted(p for p in real if not any(p != q and p.startswith(q + "/") for q in real)))
 
 
 def _toolchain_prefixes() -> set[str]:

@@ -90,6 +90,9 @@ def serve(fd: int) -> None:
     import torch.utils.flop_counter
 
     from . import audit, channel, harness, timing, worker  # noqa: F401
+    from .containment import runtime_paths
+
+    runtime_paths()  # what each child's private /tmp keeps, worked out once before any fork
 
     # First use of a dispatch mode / the flop counter costs seconds of lazy imports; pay it
     # once here. Tensors this small never start a thread pool, so forking stays safe.
