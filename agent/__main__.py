@@ -3,6 +3,7 @@
     python -m agent optimize TASK.py [--backend cpu|cuda|auto] [--model NAME] [--base-url URL]
                                      [--api-key KEY] [--max-turns N] [--out DIR] [--resume TRAJ]
     python -m agent show TRAJ.json
+    python -m agent export RUN_DIR... --format sft|rl --out FILE.jsonl|FILE.parquet
 
 Progress goes to stderr (a bar and one line per turn), the final result to stdout. Without a
 model endpoint (no --base-url, no OPENAI_BASE_URL / OPENAI_API_KEY) the built-in offline
@@ -294,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="summarise a trajectory file")
     s.add_argument("trajectory")
     s.set_defaults(func=cmd_show)
+    from agent.export import add_parser as add_export_parser
+
+    add_export_parser(sub)
     return p
 
 
