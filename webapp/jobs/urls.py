@@ -3,6 +3,7 @@
 from django.urls import path
 
 from webapp.jobs.views import accounts, api, compare, files, pages
+from webapp.jobs.views import export as export_views
 
 app_name = "jobs"
 
@@ -18,6 +19,7 @@ urlpatterns = [
     path("jobs/new/", pages.new_job, name="new"),
     path("jobs/check/", pages.check_source, name="check"),
     path("jobs/import/", pages.import_view, name="import"),
+    path("jobs/export/", export_views.export_page, name="export"),
     path("jobs/<int:job_id>/", pages.job_detail, name="detail"),
     path("jobs/<int:job_id>/updates/", pages.job_updates, name="updates"),
     path("jobs/<int:job_id>/head/", pages.job_head_html, name="head"),
@@ -45,4 +47,5 @@ urlpatterns = [
     path("api/jobs/<int:job_id>/artifacts/files/<path:path>", api.artifact_file, name="api_artifact_file"),
     path("api/jobs/<int:job_id>/trajectory", api.trajectory, name="api_trajectory"),
     path("api/evaluate", api.evaluate, name="api_evaluate"),
+    path("api/export", export_views.api_export, name="api_export"),
 ]
