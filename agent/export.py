@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from agent.events import BestChanged, EvaluationEvent, FileEdit, ModelMessage, ToolCall, ToolResult, TurnStarted
+from agent.events import EvaluationEvent, FileEdit, ModelMessage, ToolCall, ToolResult, TurnStarted
 from agent.tools import limit_for, tool_specs, trim_for_model
 from agent.trajectory import Trajectory, TrajectoryFormatError
 

@@ -29,6 +29,10 @@ def task_name(queue: Queue, name: str) -> str:
     return f"{TASK_PREFIX}.{Queue(queue).value}.{name}"
 
 
+# A candidate of a batch posted to /api/evaluations (webapp.jobs.evaluations): evaluated, stored, announced.
+EVALUATE_CANDIDATE_TASK = task_name(Queue.GPU, "evaluate_candidate")
+
+
 def queue_for_task(name: str) -> Queue | None:
     parts = name.split(".")
     if len(parts) >= 3 and parts[0] == TASK_PREFIX and parts[1] in Queue._value2member_map_:

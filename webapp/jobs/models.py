@@ -162,3 +162,43 @@ class ApiToken(models.Model):
     def issue(cls, user, name: str = "") -> tuple[ApiToken, str]:
         key = secrets.token_hex(20)
         return cls.objects.create(user=user, name=name, key_hash=cls.hash_key(key)), key
+
+
+class Evaluation(models.Model):
+    """One candidate of a batch posted to /api/evaluations (webapp.jobs.evaluations): queued in the
+    database until its user has a place on the gpu queue, then evaluated by a gpu worker, which
+    stores the result here and calls the batch's webhook. Polled by id; no web thread waits."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"  # waiting for a place on the gpu queue (task_id empty) or for a worker
+        RUNNING = "running"
+        DONE = "done"  # `result` holds the EvalResult dict (whatever the candidate's status)
+        FAILED = "failed"  # no result: the worker died on it too often, or the sandbox raised
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="evaluations")
+    token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations")
+    batch = models.CharField(max_length=32, db_index=True)  # shared by the candidates posted together
+    index = models.PositiveIntegerField(default=0)  # position in its batch
+    task_source = models.TextField()
+    task_hash = models.CharField(max_length=64)
+    files = models.JSONField(default=dict)
+    options = models.JSONField(default=dict)  # the sandbox options (backend, torch_ops, preset)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED, db_index=True)
+    reason = models.TextField(blank=True, default="")
+    task_id = models.CharField(max_length=64, blank=True, default="")  # the gpu task, once sent
+    result = models.JSONField(null=True, blank=True)
+    reward = models.IntegerField(null=True, blank=True)
+    webhook_url = models.CharField(max_length=500, blank=True, default="")
+    webhook_secret = models.CharField(max_length=64, blank=True, default="")  # signs the webhook's body
+    webhook_status = models.CharField(max_length=300, blank=True, default="")  # "200", or why it was not delivered
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["owner", "state", "task_id"], name="evaluation_dispatch")]
+
+    def __str__(self) -> str:
+        return f"evaluation {self.pk} ({self.state})"

@@ -15,6 +15,8 @@ from typing import Any
 
 from celery import shared_task
 
+from webapp.queues import EVALUATE_CANDIDATE_TASK
+
 
 def _stop_job(task, job_id: int) -> None:
     from webapp.jobs.runner import stop_lost_job
@@ -72,3 +74,18 @@ def profile(self, task_source: str, files: dict[str, str], options: dict[str, An
     from webapp.jobs.worker_side import profile_for_job
 
     return profile_for_job(task_source, files, options, job_id, attempt, self.request.id)
+
+
+def _failed_candidate(task, evaluation_id: int, *args, **kwargs) -> None:
+    from webapp.jobs.evaluations import worker_died
+
+    worker_died(evaluation_id)
+
+
+@shared_task(name=EVALUATE_CANDIDATE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+             on_worker_died_too_often=_failed_candidate, bind=True)
+def evaluate_candidate(self, evaluation_id: int) -> None:
+    """One candidate of a batch posted to /api/evaluations; the outcome is stored on its row."""
+    from webapp.jobs.evaluations import run
+
+    run(evaluation_id, self.request.id)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from webapp.jobs.views import accounts, api, compare, files, pages
+from webapp.jobs.views import accounts, api, batch, compare, files, pages
 from webapp.jobs.views import export as export_views
 
 app_name = "jobs"
@@ -48,4 +48,6 @@ urlpatterns = [
     path("api/jobs/<int:job_id>/trajectory", api.trajectory, name="api_trajectory"),
     path("api/evaluate", api.evaluate, name="api_evaluate"),
     path("api/export", export_views.api_export, name="api_export"),
+    path("api/evaluations", batch.evaluations_view, name="api_evaluations"),
+    path("api/evaluations/<int:evaluation_id>", batch.evaluation_detail, name="api_evaluation"),
 ]
