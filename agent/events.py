@@ -108,6 +108,13 @@ class ProfileEvent(Event):
     text: str = ""
 
 
+# The speedups of reward, best_changed and finished events are the paired window's median ratios
+# (schema kernelwright.eval/2); `speed` carries their intervals: the evaluation's
+# sandbox.schema.Speed as a dict (vs_eager / vs_compile with ratio, ci_low, ci_high, rounds and
+# verdict, the noise check, the verdict and the milestone in words). None: not recorded (an older
+# trajectory, or no timing).
+
+
 @dataclass(kw_only=True)
 class RewardEvent(Event):
     type: ClassVar[str] = "reward"
@@ -115,6 +122,7 @@ class RewardEvent(Event):
     reward: int
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    speed: dict[str, Any] | None = None
 
 
 @dataclass(kw_only=True)
@@ -125,6 +133,8 @@ class BestChanged(Event):
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     files: dict[str, str] = field(default_factory=dict)
+    speed: dict[str, Any] | None = None
+    confirmed: bool = False  # made from the `final` evaluation after the last turn: the run's result
 
 
 @dataclass(kw_only=True)
@@ -142,6 +152,8 @@ class Finished(Event):
     best_reward: int | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    speed: dict[str, Any] | None = None
+    confirmed: bool = False  # the best is the confirmed result (its final evaluation), not only the best so far
     summary: str = ""
 
 

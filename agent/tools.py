@@ -359,6 +359,19 @@ def format_compile(res: Any) -> str:
     return "\n".join(lines)
 
 
+def _speed_lines(res: Any) -> list[str]:
+    """The speedups as the sandbox judged them in its paired window (schema 2: each with its 95%
+    interval, "no measurable difference" when it holds 1.0), and why the reward is what it is
+    when the window was noisy. A result without `speed` has bare ratios only, and says so."""
+    sp = getattr(res, "speed", None)
+    if sp is None or not sp.verdict:
+        return [f"speedup: {_x(res.speedup_vs_eager)} vs eager, {_x(res.speedup_vs_compile)} vs torch.compile (no interval recorded)"]
+    lines = [f"speedup: {sp.verdict}"]
+    if sp.noisy:
+        lines.append(f"  {sp.milestone}")
+    return lines
+
+
 def format_evaluation(res: Any) -> str:
     lines = [f"status: {res.status.value} ({res.verdict.value})"]
     lines += [f"  reason: {r}" for r in res.reasons]
@@ -378,7 +391,7 @@ def format_evaluation(res: Any) -> str:
         lines.append(f"  candidate      {_ms(tm.candidate)}")
         lines.append(f"  eager          {_ms(tm.eager)}")
         lines.append(f"  torch.compile  {_ms(tm.compile)}")
-        lines.append(f"speedup: {_x(res.speedup_vs_eager)} vs eager, {_x(res.speedup_vs_compile)} vs torch.compile")
+        lines += _speed_lines(res)
     au = res.audit
     if au.torch_compute_ops or au.findings or not au.custom_kernel_ran:
         lines.append(f"audit: custom kernel ran: {'yes' if au.custom_kernel_ran else 'NO'}")

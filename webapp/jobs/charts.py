@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from webapp.jobs.models import Job, Turn
+from webapp.jobs.results import BestResult
 
 # No width anywhere: the figure takes its grid cell's width (autosize) and follows it (the page
 # draws with `responsive: true`); only the height is fixed.
@@ -23,16 +24,30 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
     return {**LAYOUT, "title": {"text": title}, **extra}
 
 
-def speedup_over_turns(turns: list[Turn]) -> dict[str, Any] | None:
-    points = [t for t in turns if t.speedup_eager is not None or t.speedup_compile is not None]
+def best_line(turns: list[Turn], result: BestResult | None) -> list[float | None]:
+    """The best verified candidate's speedup vs eager after each turn, ending at the job's result
+    (Job.result(): the confirmed number the header shows, or none once a confirmation failed)."""
+    best, line = None, []
+    for t in turns:
+        if t.improved and t.best_speedup_eager is not None:
+            best = t.best_speedup_eager
+        line.append(best)
+    if line:
+        eager = result.speed.vs_eager if result else None
+        line[-1] = eager.ratio if eager else None
+    return line
+
+
+def speedup_over_turns(turns: list[Turn], result: BestResult | None = None) -> dict[str, Any] | None:
+    points = [t for t in turns if t.speedup_eager is not None or t.speedup_compile is not None or t.improved]
     if not points:
         return None
     xs = [t.index for t in points]
-    best, best_line = None, []
-    for t in points:
-        if t.reward is not None and t.reward >= 1 and t.speedup_eager is not None:
-            best = t.speedup_eager if best is None else max(best, t.speedup_eager)
-        best_line.append(best)
+    if turns and points[-1] is not turns[-1]:  # the result is reported in the last turn
+        points.append(turns[-1])
+        xs.append(turns[-1].index)
+    best = best_line(points, result)
+    eager = result.speed.vs_eager if result else None
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": "vs eager", "x": xs, "y": [t.speedup_eager for t in points]},
         {
@@ -42,8 +57,15 @@ def speedup_over_turns(turns: list[Turn]) -> dict[str, Any] | None:
             "x": xs,
             "y": [t.speedup_compile for t in points],
         },
-        {"type": "scatter", "mode": "lines", "name": "best correct vs eager", "x": xs, "y": best_line, "line": {"dash": "dot"}},
+        {"type": "scatter", "mode": "lines", "name": "best verified vs eager", "x": xs, "y": best, "line": {"dash": "dot"}},
     ]
+    if eager is not None:  # the header's number, with its interval as whiskers
+        marker: dict[str, Any] = {"type": "scatter", "mode": "markers", "name": f"result: {eager.text()}"[:120], "x": [xs[-1]], "y": [eager.ratio],
+                                  "marker": {"size": 11, "symbol": "star"}, "meta": "result"}
+        if eager.has_interval:
+            marker["error_y"] = {"type": "data", "symmetric": False, "array": [eager.ci_high - eager.ratio],
+                                 "arrayminus": [eager.ratio - eager.ci_low]}
+        data.append(marker)
     layout = _layout(
         "Speedup per turn (>1 is faster)",
         xaxis={"title": {"text": "turn"}, "dtick": 1},
@@ -203,7 +225,7 @@ def job_charts(job: Job, turns: list[Turn]) -> dict[str, Any]:
     drawn once something was timed says why under "notes" (chart name -> text)."""
     rows, roof = best_profile(job)
     charts = {
-        "speedup": speedup_over_turns(turns),
+        "speedup": speedup_over_turns(turns, job.result()),
         "baselines": best_vs_baselines(job.best_evaluation),
         "kernels": time_per_kernel(rows),
         "roofline": roofline(roof, job.best_evaluation),

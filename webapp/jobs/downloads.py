@@ -23,6 +23,23 @@ def _stats_line(label: str, s: dict[str, Any] | None) -> str:
     )
 
 
+def result_lines(job: Job) -> list[str]:
+    """The job's result as the pages show it (Job.result()): confirmed or not, each speedup with
+    its paired interval, a noisy window and the withheld milestone."""
+    result = job.result()
+    if result is None:
+        return ["- result: no verified candidate"]
+    how = ("confirmed: the median of the best candidate's evaluations after the last turn" if result.confirmed
+           else "not confirmed by re-evaluation (the best evaluation so far)")
+    lines = [f"- result ({how}): reward {result.reward} "
+             "(-1 incorrect, 1 correct, 2 >5% faster than eager, 3 >5% faster than eager and torch.compile, "
+             "'faster' judged on the interval's lower end)"]
+    lines += [f"- speedup: {part}" for part in result.speed.parts()]
+    if result.speed.milestone:
+        lines.append(f"- reward: {result.speed.milestone}")
+    return lines
+
+
 def readme(job: Job) -> str:
     ev = job.best_evaluation or {}
     timing = ev.get("timing") or {}
@@ -45,25 +62,21 @@ def readme(job: Job) -> str:
         "## What was measured",
         "",
         f"- device: {ev.get('device') or 'unknown'} (backend {ev.get('backend') or '?'}, torch {ev.get('torch_version') or '?'})",
-        f"- status: {ev.get('status', 'unknown')}, reward {ev.get('reward', job.best_reward)} "
-        "(-1 incorrect, 1 correct, 2 >5% faster than eager, 3 >5% faster than eager and torch.compile)",
+        f"- status: {ev.get('status', 'unknown')}",
+        *result_lines(job),
         f"- correctness: {passed}/{len(trials)} trials passed",
-        f"- speedup vs eager: {_fmt(ev.get('speedup_vs_eager'))}, vs torch.compile: {_fmt(ev.get('speedup_vs_compile'))}",
         f"- clock: {timing.get('clock') or '?'}, L2 flushed between calls: {timing.get('l2_flush')}, input sets rotated: {timing.get('input_sets')}",
         _stats_line("candidate", timing.get("candidate")),
         _stats_line("eager", timing.get("eager")),
         _stats_line("torch.compile", timing.get("compile")),
         f"- options: {json.dumps(ev.get('options') or job.options, sort_keys=True)}",
-        f"- task hash: {job.task_hash}, candidate hash: {ev.get('candidate_hash') or '?'}",
+        f"- task hash: {job.task_hash} (of task.py: `python -c \"from sandbox.cache import sha256_text; "
+        f"print(sha256_text(open('task.py').read()))\"`), candidate hash: {ev.get('candidate_hash') or '?'}",
         "",
-        "`evaluation.json` holds the full result (schema kernelwright.eval/1); `task.py` the reference.",
+        f"`evaluation.json` holds the full result (schema {ev.get('schema') or 'unknown'}); `task.py` the reference.",
         "Numbers from another device or torch version will differ: re-run `python -m sandbox evaluate`.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}x"
 
 
 def best_zip(job: Job) -> bytes:

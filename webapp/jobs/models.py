@@ -13,9 +13,15 @@ import secrets
 from django.conf import settings
 from django.db import models
 
+from sandbox.cache import sha256_text
+from webapp.jobs.results import BestResult, SpeedReport
+
 
 def task_hash(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()
+    """The task's hash everywhere in the web app: the sandbox's (EvalResult.task_hash, so the job,
+    its evaluations, evaluation.json and the zip README agree): sha256 over the source's UTF-8
+    length (8 bytes, little-endian) and then its bytes (sandbox.cache.sha256_text)."""
+    return sha256_text(source)
 
 
 class Job(models.Model):
@@ -75,6 +81,9 @@ class Job(models.Model):
     best_speedup_eager = models.FloatField(null=True, blank=True)
     best_speedup_compile = models.FloatField(null=True, blank=True)
     best_evaluation = models.JSONField(null=True, blank=True)  # sandbox EvalResult dict of the best version
+    # best_evaluation is the loop's `final` evaluation (the best confirmed after the last turn),
+    # not only the best so far
+    best_confirmed = models.BooleanField(default=False)
     summary = models.TextField(blank=True, default="")
 
     class Meta:
@@ -86,6 +95,25 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in self.TERMINAL
+
+    def save(self, *args, **kwargs):
+        """task_hash always follows the source (an imported trajectory's own hash may be another)."""
+        fields = kwargs.get("update_fields")
+        if self.source and (fields is None or "source" in fields):
+            self.task_hash = task_hash(self.source)
+            if fields is not None:
+                kwargs["update_fields"] = {*fields, "task_hash"}
+        super().save(*args, **kwargs)
+
+    def result(self) -> BestResult | None:
+        """The job's result, the one every page, the API, the README and the charts show: the best
+        verified candidate as its stored evaluation measured it (None: no verified candidate)."""
+        if self.best_version is None:
+            return None
+        ev = self.best_evaluation if isinstance(self.best_evaluation, dict) else None
+        return BestResult(self.best_version, self.best_reward, self.best_confirmed,
+                          SpeedReport.of(ev, self.best_speedup_eager, self.best_speedup_compile),
+                          str((ev or {}).get("schema") or ""))
 
     def new_share_token(self) -> str:
         self.share_token = secrets.token_urlsafe(24)
@@ -100,6 +128,8 @@ class Turn(models.Model):
     evaluation = models.JSONField(null=True, blank=True)  # the turn's last EvalResult dict
     speedup_eager = models.FloatField(null=True, blank=True)
     speedup_compile = models.FloatField(null=True, blank=True)
+    speed = models.JSONField(null=True, blank=True)  # the `speed` (intervals) of the evaluation those speedups came from
+    best_speedup_eager = models.FloatField(null=True, blank=True)  # the turn's last new best, vs eager (the chart's best line)
     has_error = models.BooleanField(default=False)
     improved = models.BooleanField(default=False)  # the best candidate changed in this turn
     prompt_tokens = models.IntegerField(default=0)
@@ -114,6 +144,10 @@ class Turn(models.Model):
 
     def __str__(self) -> str:
         return f"turn {self.index} of job {self.job_id}"
+
+    def report(self) -> SpeedReport:
+        """The turn's speedups (its best-rewarded evaluation's) with their intervals."""
+        return SpeedReport.of(None, self.speedup_eager, self.speedup_compile, self.speed)
 
 
 class Artifact(models.Model):

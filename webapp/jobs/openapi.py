@@ -1,12 +1,15 @@
 """The API's OpenAPI 3 schema, written by hand next to the views it describes (webapp.jobs.views.api).
 
-Trajectory events and evaluation results are described by reference to their versioned schemas
-(`kernelwright.trajectory/1`, `kernelwright.eval/1`) rather than duplicated here.
+Trajectory events are described by reference to their versioned schema (`kernelwright.trajectory/1`);
+evaluation results (`kernelwright.eval/2`, sandbox/schema.py) by their top level and the paired-timing
+fields (`speed`: the intervals), and the job's result by webapp.jobs.results.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from sandbox.schema import SCHEMA_VERSION as EVAL_SCHEMA
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -61,7 +64,7 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
             },
             "/api/jobs/{job_id}/progress": {"get": {"summary": "State, current step, last turn, best so far", "parameters": [JOB_ID, SHARE], "responses": {"200": _json(_ref("Progress")), **ERRORS}}},
             "/api/jobs/{job_id}/cancel": {"post": {"summary": "Cancel (a running job stops after its current turn)", "parameters": [JOB_ID], "responses": {"200": _json(_ref("Job")), **ERRORS}}},
-            "/api/jobs/{job_id}/artifacts": {"get": {"summary": "Files of the best candidate and its evaluation", "parameters": [JOB_ID, SHARE], "responses": {"200": _json({"type": "object"}), **ERRORS}}},
+            "/api/jobs/{job_id}/artifacts": {"get": {"summary": "Files of the best candidate and its evaluation", "parameters": [JOB_ID, SHARE], "responses": {"200": _json({"type": "object", "properties": {"best_version": {"type": "integer", "nullable": True}, "files": {"type": "array", "items": {"type": "object"}}, "evaluation": {**_ref("EvalResult"), "nullable": True}}}), **ERRORS}}},
             "/api/jobs/{job_id}/artifacts/best.zip": {
                 "get": {"summary": "The best candidate as a zip (with README and evaluation.json)", "parameters": [JOB_ID, SHARE], "responses": {"200": {"description": "zip", "content": {"application/zip": {}}}, **ERRORS}}
             },
@@ -73,6 +76,22 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                 }
             },
             "/api/jobs/{job_id}/trajectory": {"get": {"summary": "The trajectory JSON (kernelwright.trajectory/1)", "parameters": [JOB_ID, SHARE], "responses": {"200": _json(_ref("Trajectory")), **ERRORS}}},
+            "/api/export": {
+                "get": {
+                    "summary": "The jobs you may see as training rows (agent.export): sft, one row per run; rl, one row per turn",
+                    "parameters": [
+                        {"name": name, "in": "query", "required": False, "schema": schema}
+                        for name, schema in (("format", {"type": "string", "enum": ["sft", "rl"], "default": "sft"}),
+                                             ("file", {"type": "string", "enum": ["jsonl", "parquet"], "default": "jsonl"}),
+                                             ("task", {"type": "string"}), ("min_reward", {"type": "integer"}),
+                                             ("since", {"type": "string", "format": "date"}), ("until", {"type": "string", "format": "date"}),
+                                             ("visibility", {"type": "string", "enum": ["any", "private", "public"]}),
+                                             ("mine", {"type": "string", "enum": ["1", "true", "on"]}))
+                    ],
+                    "responses": {"200": {"description": "JSON Lines or parquet", "content": {"application/jsonl": {}, "application/vnd.apache.parquet": {}}},
+                                  "400": _json(_ref("Error"), "a bad filter")},
+                }
+            },
             "/api/evaluate": {
                 "post": {
                     "summary": "Evaluate a candidate against a task on the gpu queue (synchronous)",
@@ -102,7 +121,50 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                 },
                 "Best": {
                     "type": "object",
-                    "properties": {"version": {"type": "integer", "nullable": True}, "reward": {"type": "integer", "nullable": True}, "speedup_vs_eager": {"type": "number", "nullable": True}, "speedup_vs_compile": {"type": "number", "nullable": True}},
+                    "description": "the job's result: its best verified candidate as the stored evaluation measured it (the same number the pages and the zip README show)",
+                    "properties": {
+                        "version": {"type": "integer", "nullable": True},
+                        "reward": {"type": "integer", "nullable": True},
+                        "speedup_vs_eager": {"type": "number", "nullable": True, "description": "the median per-round paired ratio (eval/2); an older result's bare ratio"},
+                        "speedup_vs_compile": {"type": "number", "nullable": True},
+                        "confirmed": {"type": "boolean", "description": "the evaluation is the loop's final one (the median of the best's evaluations after the last turn)"},
+                        "result": {**_ref("Result"), "nullable": True},
+                    },
+                },
+                "SpeedupView": {
+                    "type": "object",
+                    "description": "the candidate against one baseline, timed in the same paired rounds",
+                    "properties": {
+                        "baseline": {"type": "string", "enum": ["eager", "compile"]},
+                        "ratio": {"type": "number", "description": "median over the rounds of baseline / candidate (above 1: faster)"},
+                        "ci_low": {"type": "number", "nullable": True, "description": "bootstrap 95% interval, lower end (null: no interval recorded, a result before eval/2)"},
+                        "ci_high": {"type": "number", "nullable": True},
+                        "rounds": {"type": "integer", "nullable": True},
+                        "verdict": {"type": "string", "enum": ["faster", "slower", "no measurable difference", ""], "description": "faster only when ci_low > 1; an interval holding 1.0 is 'no measurable difference'; '' without an interval"},
+                        "text": {"type": "string", "description": "e.g. '1.42x vs eager (95% interval 1.37-1.48x, 12 paired rounds)'"},
+                    },
+                },
+                "Speed": {
+                    "type": "object",
+                    "properties": {
+                        "vs_eager": {**_ref("SpeedupView"), "nullable": True},
+                        "vs_compile": {**_ref("SpeedupView"), "nullable": True},
+                        "has_interval": {"type": "boolean"},
+                        "noisy": {"type": "boolean", "description": "the timing window was noisy: no speed milestone was given"},
+                        "milestone": {"type": "string", "description": "why the reward is what it is (the sandbox's words)"},
+                        "text": {"type": "string"},
+                    },
+                },
+                "Result": {
+                    "allOf": [_ref("Speed")],
+                    "type": "object",
+                    "properties": {
+                        "version": {"type": "integer"},
+                        "reward": {"type": "integer", "nullable": True},
+                        "confirmed": {"type": "boolean"},
+                        "schema": {"type": "string", "description": "the evaluation's schema, e.g. " + EVAL_SCHEMA},
+                        "text": {"type": "string", "description": "e.g. 'reward 3 · 1.42x vs eager (95% interval 1.37-1.48x, 12 paired rounds) · ...'"},
+                    },
                 },
                 "Job": {
                     "type": "object",
@@ -133,6 +195,7 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                         "reward": {"type": "integer", "nullable": True},
                         "speedup_vs_eager": {"type": "number", "nullable": True},
                         "speedup_vs_compile": {"type": "number", "nullable": True},
+                        "speed": _ref("Speed"),
                         "has_error": {"type": "boolean"},
                         "improved": {"type": "boolean"},
                         "prompt_tokens": {"type": "integer"},
@@ -140,7 +203,7 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                         "cost_usd": {"type": "number"},
                         "created_at": {"type": "string", "format": "date-time"},
                         "events": {"type": "array", "items": {"type": "object"}, "description": "kernelwright.trajectory/1 events of this turn"},
-                        "evaluation": {"type": "object", "nullable": True, "description": "kernelwright.eval/1 result"},
+                        "evaluation": {**_ref("EvalResult"), "nullable": True, "description": "the turn's last evaluation"},
                     },
                 },
                 "TurnPage": {
@@ -177,7 +240,34 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                         "options": _ref("Options"),
                     },
                 },
-                "EvalResult": {"type": "object", "description": "kernelwright.eval/1 (sandbox/schema.py EvalResult.to_dict())", "properties": {"schema": {"type": "string"}, "status": {"type": "string"}, "reward": {"type": "integer"}}},
+                "EvalResult": {
+                    "type": "object",
+                    "description": EVAL_SCHEMA + " (sandbox/schema.py EvalResult.to_dict()); the fields a client needs for speed are listed",
+                    "properties": {
+                        "schema": {"type": "string", "enum": [EVAL_SCHEMA]},
+                        "status": {"type": "string", "enum": ["ok", "incorrect", "rejected", "compile_error", "runtime_error", "timeout"]},
+                        "reward": {"type": "integer", "description": "-1, 1, 2, 3; 'faster' judged on the intervals' lower ends against 1.05; 1 on a noisy window"},
+                        "task_hash": {"type": "string", "description": "sandbox.cache.sha256_text of the task source; the same as the job's task_hash"},
+                        "speedup_vs_eager": {"type": "number", "nullable": True},
+                        "speedup_vs_compile": {"type": "number", "nullable": True},
+                        "speed": {"type": "object", "nullable": True, "properties": {
+                            "vs_eager": {**_ref("Speedup"), "nullable": True},
+                            "vs_compile": {**_ref("Speedup"), "nullable": True},
+                            "rounds": {"type": "integer"},
+                            "noise": {"type": "number"}, "noise_limit": {"type": "number"}, "noisy": {"type": "boolean"},
+                            "verdict": {"type": "string"}, "milestone": {"type": "string"},
+                        }},
+                    },
+                },
+                "Speedup": {
+                    "type": "object",
+                    "description": "sandbox.schema.Speedup",
+                    "properties": {
+                        "baseline": {"type": "string"}, "ratio": {"type": "number"}, "ci_low": {"type": "number"}, "ci_high": {"type": "number"},
+                        "rounds": {"type": "integer"}, "verdict": {"type": "string", "enum": ["faster", "slower", "no measurable difference"]},
+                        "per_round": {"type": "array", "items": {"type": "number"}},
+                    },
+                },
             },
         },
     }

@@ -19,7 +19,7 @@ from webapp.jobs import permissions
 from webapp.jobs.models import Artifact, Job, Turn, task_hash
 from webapp.jobs.notifications import JobNotification, Kind, announce
 from webapp.jobs.task_check import check_task_source
-from webapp.jobs.turns import summarize
+from webapp.jobs.turns import evaluation_behind, summarize
 
 logger = logging.getLogger(__name__)
 
@@ -167,6 +167,8 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]], attempt: int 
             "evaluation": s.evaluation,
             "speedup_eager": s.speedup_eager,
             "speedup_compile": s.speedup_compile,
+            "speed": s.speed,
+            "best_speedup_eager": s.best_speedup_eager,
             "has_error": s.has_error,
             "improved": s.improved,
             "prompt_tokens": s.prompt_tokens,
@@ -196,18 +198,26 @@ def warm_turn_html(turn: Turn) -> None:
         logger.exception("could not pre-render turn %s of job %s", turn.index, turn.job_id)
 
 
+def best_evaluation(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The evaluation event the turn's last best_changed came from."""
+    best_at = max((i for i, e in enumerate(events) if e.get("type") == "best_changed"), default=None)
+    return None if best_at is None else evaluation_behind(events, best_at)
+
+
 def _apply_best(job: Job, best: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    """Store the job's result: the best's evaluation (its `final` one once confirmed) and the
+    speedups taken from it, so Job.result() reads one stored evaluation."""
     version = best.get("version")
-    evaluation = next(
-        (e.get("result") for e in reversed(events) if e.get("type") == "evaluation" and e.get("version") == version),
-        None,
-    )
+    found = best_evaluation(events)
+    evaluation = (found or {}).get("result")
+    source = evaluation if isinstance(evaluation, dict) else best
     Job.objects.filter(pk=job.pk).update(
         best_version=version,
-        best_reward=best.get("reward"),
-        best_speedup_eager=best.get("speedup_vs_eager"),
-        best_speedup_compile=best.get("speedup_vs_compile"),
+        best_reward=source.get("reward", best.get("reward")),
+        best_speedup_eager=source.get("speedup_vs_eager"),
+        best_speedup_compile=source.get("speedup_vs_compile"),
         best_evaluation=evaluation,
+        best_confirmed=(found or {}).get("purpose") == "final",
     )
     files = best.get("files") or {}
     if files:
@@ -219,7 +229,8 @@ def _apply_best(job: Job, best: dict[str, Any], events: list[dict[str, Any]]) ->
 
 def clear_best(job: Job) -> None:
     if Job.objects.filter(pk=job.pk, best_version__isnull=False).update(
-        best_version=None, best_reward=None, best_speedup_eager=None, best_speedup_compile=None, best_evaluation=None
+        best_version=None, best_reward=None, best_speedup_eager=None, best_speedup_compile=None, best_evaluation=None,
+        best_confirmed=False,
     ):
         Artifact.objects.filter(job=job).delete()
 

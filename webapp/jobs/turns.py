@@ -22,6 +22,8 @@ class TurnSummary:
     evaluation: dict[str, Any] | None = None
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    speed: dict[str, Any] | None = None  # the `speed` of the evaluation the speedups came from (eval/2)
+    best_speedup_eager: float | None = None  # the turn's last best_changed, vs eager
     has_error: bool = False
     improved: bool = False
     prompt_tokens: int = 0
@@ -32,7 +34,11 @@ class TurnSummary:
 
 
 def summarize(events: list[dict[str, Any]]) -> TurnSummary:
+    """The turn's reward is its highest (the later of equals), with the speedups and intervals of
+    the evaluation that earned it (a reward event follows its evaluation); in the turn that holds
+    the loop's `final` evaluation, that one: it is the run's result."""
     s = TurnSummary()
+    last_speed, final = None, None
     for e in events:
         kind = e.get("type")
         if kind == "model_message":
@@ -41,6 +47,9 @@ def summarize(events: list[dict[str, Any]]) -> TurnSummary:
             s.cost_usd += float(e.get("cost_usd") or 0.0)
         elif kind == "evaluation":
             s.evaluation = e.get("result") or {}
+            last_speed = s.evaluation.get("speed")
+            if e.get("purpose") == "final":
+                final = s.evaluation
             if s.evaluation.get("status") in ERROR_STATUSES:
                 s.has_error = True
         elif kind == "compile_result":
@@ -52,20 +61,31 @@ def summarize(events: list[dict[str, Any]]) -> TurnSummary:
                 s.reward = reward
                 s.speedup_eager = e.get("speedup_vs_eager")
                 s.speedup_compile = e.get("speedup_vs_compile")
+                s.speed = last_speed
         elif kind == "best_changed":
             s.improved = True
             s.best = e
+            s.best_speedup_eager = e.get("speedup_vs_eager")
         elif kind == "error" and e.get("kind") != "budget":  # a used-up budget is how runs end, not a fault
             s.has_error = True
         elif kind == "tool_result" and not e.get("ok", True):
             s.has_error = True
         elif kind == "finished":
             s.finished = e
-    if s.reward is None and s.evaluation:
-        s.reward = s.evaluation.get("reward")
-        s.speedup_eager = s.evaluation.get("speedup_vs_eager")
-        s.speedup_compile = s.evaluation.get("speedup_vs_compile")
+    scored = final or (s.evaluation if s.reward is None else None)
+    if scored:
+        s.reward = scored.get("reward")
+        s.speedup_eager = scored.get("speedup_vs_eager")
+        s.speedup_compile = scored.get("speedup_vs_compile")
+        s.speed = scored.get("speed")
     return s
+
+
+def evaluation_behind(events: list[dict[str, Any]], at: int) -> dict[str, Any] | None:
+    """The evaluation event that a best_changed or reward event at `at` came from: the last
+    evaluation of its version before it (a later evaluation of that version did not make it)."""
+    version = events[at].get("version")
+    return next((e for e in reversed(events[:at]) if e.get("type") == "evaluation" and e.get("version") == version), None)
 
 
 def group_by_turn(events: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:

@@ -13,6 +13,8 @@ from django.templatetags.static import static
 from django.urls import reverse
 
 from webapp.jobs.highlight import Line, highlight_path
+from webapp.jobs.results import SpeedReport
+from webapp.jobs.turns import evaluation_behind
 
 register = template.Library()
 
@@ -74,6 +76,23 @@ def speedup(value: Any) -> str:
         return f"{float(value):.3f}x"
     except (TypeError, ValueError):
         return "n/a"
+
+
+@register.filter
+def speed_parts(evaluation: Any) -> list[str]:
+    """An EvalResult dict's speedups in words, with their intervals (webapp.jobs.results)."""
+    return SpeedReport.of(evaluation if isinstance(evaluation, dict) else None).parts()
+
+
+@register.filter
+def best_speed_parts(event: Any, items: Any) -> list[str]:
+    """A best_changed event's speedups in words, from the evaluation it came from (`items`: the
+    turn's (event, diff) pairs)."""
+    events = [e for e, _ in items or ()]
+    at = next((i for i, e in enumerate(events) if e is event), None)
+    behind = evaluation_behind(events, at) if at is not None else None
+    ev = event if isinstance(event, dict) else {}
+    return SpeedReport.of((behind or {}).get("result"), ev.get("speedup_vs_eager"), ev.get("speedup_vs_compile")).parts()
 
 
 @register.filter

@@ -100,14 +100,23 @@ def job_json(job: Job) -> dict[str, Any]:
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
         "cancel_requested": job.cancel_requested,
-        "best": {
-            "version": job.best_version,
-            "reward": job.best_reward,
-            "speedup_vs_eager": job.best_speedup_eager,
-            "speedup_vs_compile": job.best_speedup_compile,
-        },
+        "best": best_json(job),
         "summary": job.summary,
         "turns": job.turns.count(),
+    }
+
+
+def best_json(job: Job) -> dict[str, Any]:
+    """The job's result (Job.result(): what the pages and the README show): the bare numbers, and
+    under `result` the confirmation and the paired intervals in numbers and in words."""
+    result = job.result()
+    return {
+        "version": job.best_version,
+        "reward": job.best_reward,
+        "speedup_vs_eager": job.best_speedup_eager,
+        "speedup_vs_compile": job.best_speedup_compile,
+        "confirmed": job.best_confirmed,
+        "result": result.to_dict() if result else None,
     }
 
 
@@ -117,6 +126,7 @@ def turn_json(turn: Turn, with_events: bool = True) -> dict[str, Any]:
         "reward": turn.reward,
         "speedup_vs_eager": turn.speedup_eager,
         "speedup_vs_compile": turn.speedup_compile,
+        "speed": turn.report().to_dict(),
         "has_error": turn.has_error,
         "improved": turn.improved,
         "prompt_tokens": turn.prompt_tokens,
@@ -228,7 +238,7 @@ def progress(request, job_id: int):
             "turns": job.turns.count(),
             "elapsed_s": elapsed,
             "cancel_requested": job.cancel_requested,
-            "best": job_json(job)["best"],
+            "best": best_json(job),
         }
     )
 

@@ -180,6 +180,7 @@ def _live_state(job: Job) -> dict:
         "best_reward": job.best_reward,
         "best_speedup_eager": job.best_speedup_eager,
         "best_speedup_compile": job.best_speedup_compile,
+        "result": result.to_dict() if (result := job.result()) else None,
         "cancel_requested": job.cancel_requested,
         "head_key": head_key(job),
     }
@@ -187,7 +188,7 @@ def _live_state(job: Job) -> dict:
 
 def head_key(job: Job) -> str:
     """What the header, actions and best card show: when it changes, the page fetches them again."""
-    return f"{job.state}|{job.best_version}|{job.best_reward}|{job.best_speedup_eager}|{job.cancel_requested}"
+    return f"{job.state}|{job.best_version}|{job.best_reward}|{job.best_speedup_eager}|{job.best_confirmed}|{job.cancel_requested}"
 
 
 def fmt_elapsed(job: Job) -> str:
