@@ -372,24 +372,22 @@ class Child:
             self.isolation.notes.append("pids cgroup")
         netns = not self.contained and bool(options.network_namespace) and netns_available()
         self.isolation.network_namespace = self.contained or netns
-        p2c_r, p2c_w = os.pipe()
-        c2p_r, c2p_w = os.pipe()
-        channel.widen_pipe(p2c_w)
-        channel.widen_pipe(c2p_w)
-        env = scrubbed_env(self._env(p2c_r, c2p_w, env_extra))
+        # one unix socketpair carries both directions (descriptors of sealed memfds ride with the
+        # messages, sandbox.shared); the child's end is its KW_FD_IN and KW_FD_OUT
+        self._sock, theirs = channel.socketpair()
+        self.traffic = channel.Traffic()
+        fd = theirs.fileno()
+        env = scrubbed_env(self._env(fd, fd, env_extra))
         log = open(self.log_path, "wb")
         self.proc = None
         try:
             if client is not None:
-                self.proc = self._spawn_from(client, env, netns, [p2c_r, c2p_w, log.fileno()])
+                self.proc = self._spawn_from(client, env, netns, [fd, fd, log.fileno()])
             if self.proc is None:
-                self.proc = self._popen(env, log, (p2c_r, c2p_w), netns)
+                self.proc = self._popen(env, log, (fd,), netns)
         finally:
             log.close()
-            os.close(p2c_r)
-            os.close(c2p_w)
-        self._to_child = p2c_w
-        self._from_child = c2p_r
+            theirs.close()
         self.started = time.monotonic()
         self.deadline = self.started + limits.wall_s
 
@@ -499,17 +497,24 @@ class Child:
         self.deadline = time.monotonic() + (seconds if seconds is not None else self.limits.wall_s)
 
     def send(self, obj: Any) -> None:
+        """A message to the child; `shared.Handle`s received from the other child are passed on
+        as descriptors, large tensors go by sealed memfd (sandbox.channel)."""
         try:
-            channel.send(self._to_child, obj)
+            channel.send(self._sock, obj, self.traffic)
         except (BrokenPipeError, OSError) as exc:
             raise channel.ChannelClosed() from exc
 
     def recv(self, timeout: float | None = None, max_bytes: int = 1 << 33) -> Any:
+        """The child's next message; its large tensors stay in the child's sealed memfds and
+        arrive as `shared.Handle`s, which the parent forwards without mapping."""
         left = self.deadline - time.monotonic()
         timeout = left if timeout is None else min(timeout, left)
         if timeout <= 0:
             raise channel.ChannelTimeout()
-        return channel.recv(self._from_child, timeout, max_bytes)
+        try:
+            return channel.recv(self._sock, timeout, max_bytes, traffic=self.traffic)
+        except ConnectionResetError as exc:
+            raise channel.ChannelClosed() from exc
 
     def exit_description(self, wait_s: float = 5.0) -> str:
         """How the child ended, in words (signal names, the file-size limit, ...)."""
@@ -571,11 +576,7 @@ class Child:
 
     def close(self) -> None:
         """Always called: kills whatever is left and removes the folders."""
-        for fd in (self._to_child, self._from_child):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._sock.close()
         self.kill()
         try:
             self.proc.wait(timeout=5)

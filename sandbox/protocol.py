@@ -38,8 +38,7 @@ from typing import Any
 
 from . import audit, cache, containment, devlock
 from .build import Artifacts, build
-from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge
-from .compare import compare_outputs, within_reference_error
+from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge, Traffic
 from .isolation import Child, Limits, start_child
 from .options import PRESETS, EvalOptions
 from .schema import (
@@ -66,9 +65,9 @@ REJECT_STATIC = True
 class _Stop(Exception):
     """Ends the protocol early with a status and reason."""
 
-    def __init__(self, status: Status, reason: str):
+    def __init__(self, status: Status, reason: str, trial: TrialResult | None = None):
         super().__init__(reason)
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.trial = status, reason, trial
 
 
 def _torch_version() -> str:
@@ -158,6 +157,9 @@ def _recv(child: Child, who: str, stage: str) -> Any:
     except (ChannelClosed, EOFError):
         how = child.exit_description()
         tail = child.log_tail(1500).strip()
+        if "SIGSEGV" in how and who == "the candidate":
+            how += (" (trial and timing inputs are mapped read-only from the reference's sealed memfd: a forward that "
+                    "writes to an input faults)")
         raise _Stop(Status.RUNTIME_ERROR, f"{who} died during {stage}: {how}" + (f"\n--- its output (tail) ---\n{tail}" if tail else "")) from None
     except MessageTooLarge as exc:
         child.kill()
@@ -368,10 +370,14 @@ def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | Non
     except _Stop as stop:
         res.status = stop.status
         res.reasons.append(stop.reason)
+        if stop.trial is not None:
+            res.trials.append(stop.trial)
     except containment.Unavailable as exc:  # fail closed: nothing untrusted ran
         res.status = Status.RUNTIME_ERROR
         res.reasons.append(str(exc))
     finally:
+        if children:
+            res.audit.findings.append(transport_finding(children))
         for child in children:  # both at once: a CUDA context takes ~0.1 s to tear down
             child.kill()
         if children and children[0].role == "reference" and res.timing.compile is not None:
@@ -384,6 +390,16 @@ def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | Non
     res.duration_s = time.perf_counter() - started
     progress("done", {"status": res.status.value, "reward": res.reward})
     return res
+
+
+def transport_finding(children: list[Child]) -> str:
+    """What crossed the parent's channels in one evaluation (sandbox.channel.Traffic): the bytes
+    through the sockets stay small at any tensor size; the tensors are handed on as memfds."""
+    total = Traffic()
+    for child in children:
+        total.add(child.traffic)
+    return (f"transport: {total.messages} messages, {total.socket_bytes / 1e6:.2f} MB through the sockets, "
+            f"{total.shared_bytes / 1e6:.1f} MB handed on as {total.descriptors} sealed memfd descriptors")
 
 
 def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend: str, res: EvalResult,
@@ -423,67 +439,35 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     # the candidate initialises its device and imports its module while the reference works
     _send(cand, {"options": _opts_msg(options), "backend": backend, **cand_setup}, "the candidate", "setup")
 
-    # 4. reference data
+    # 4. reference data: the reference builds its model and sends the base weights at once, so
+    # the candidate builds its model while the reference draws the first trial
     progress("reference", {})
     preset = PRESETS[options.preset]
     fp_seed = secrets.randbits(62)
     _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "fingerprint_seed": fp_seed, "reinit": preset["reinit_trial"],
                 "wide": preset["wide_trial"], "shape": preset["shape_trial"]}, "the reference (task)", "setup")
-    data = _recv(ref, "the reference (task)", "computing expected outputs")
+    data = _recv(ref, "the reference (task)", "building the model")
     if not data.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
     res.device = data["device_name"]
     res.device_id = data.get("device_id", "")
-    res.audit.findings.extend(f"protocol: {n}" for n in data["notes"])
 
-    # the candidate builds its model with the reference's weights; baselines wait until it is idle
     progress("import", {})
     _send(cand, {"variants": data["variants"]}, "the candidate", "setup")
     ready = _recv(cand, "the candidate", "import")
     if not ready.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, _user_error(ready, "candidate"))
 
-    # 5. baselines: the reference moves its timing sets to the device and builds torch.compile
-    # (its first call compiles: CPU work, untimed) while the candidate runs its trials; nothing is
-    # timed until step 8, where eager, torch.compile and the candidate are timed side by side
-    ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-    _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_window_cpu(options, backend)},
-          "the reference (task)", "baseline set-up")
-    ref_timing: dict = {}
-
-    def ref_ready() -> dict:
-        """The reference's reply to the set-up, read once, before anything else is asked of it."""
-        if not ref_timing:
-            progress("baseline", {"compile": options.compile_baseline})
-            ref_timing.update(_recv(ref, "the reference (task)", "the baseline set-up (torch.compile)"))
-            if not ref_timing.get("ok"):
-                raise _Stop(Status.RUNTIME_ERROR, "task: " + ref_timing.get("error", "baseline set-up failed"))
-            if ref_timing.get("compile_error"):
-                res.audit.findings.append(ref_timing["compile_error"])
-        return ref_timing
-
-    # 6. correctness trials (the candidate's wall-time limit starts now, not while it waited)
+    # 6. correctness trials, one at a time (the candidate's wall-time limit starts now, not while it waited)
     cand.restart_clock()
-    trials = data["trials"]
-    progress("correctness", {"trial": 0, "of": len(trials)})
-    _send(cand, {"cmd": "trials", "trials": [{"variant": t["variant"], "inputs": t["inputs"]} for t in trials]}, "the candidate", "trials")
-    while True:
-        msg = _recv(cand, "the candidate", "the correctness trials")
-        if msg.get("type") == "progress":
-            progress("correctness", {"trial": msg["trial"], "of": msg["of"]})
-            continue
-        break
+    progress("correctness", {"trial": 0})
+    trials, msg = _run_trials(ref, cand, progress)
+    res.audit.findings.extend(f"protocol: {n}" for n in msg["notes"])
     progress("judging", {})
-    if msg.get("ok") is False:
-        trial = msg.get("trial")
-        if trial is not None:
-            res.trials.append(TrialResult(index=trial, kind=trials[trial]["kind"], passed=False, message=msg.get("error", "")[:2000]))
-        raise _Stop(Status.RUNTIME_ERROR, _user_error(msg, "candidate"))
     rejections, incorrect, values_only = _judge_trials(msg, trials, options, res)
     widen = 1.0  # the timed-call fingerprint bounds, in tolerance units (wider after a float64 pass)
     if values_only and not rejections:
-        ref_ready()
-        incorrect, widen = _rejudge_against_float64(ref, trials, values_only, msg, options, res, incorrect)
+        incorrect, widen = _rejudge_against_float64(trials, values_only, res, incorrect)
 
     # 7. audit
     _judge_audit(msg, options, backend, res, rejections)
@@ -496,15 +480,22 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
         res.reasons.extend(incorrect)
         return
 
-    # 8. timing: one window, eager / torch.compile / candidate interleaved in rounds
-    names = list(ref_ready()["callables"])
+    # 8. timing: the timing sets (kept on the device by both children), then the baselines (the
+    # reference builds torch.compile, whose first call compiles: CPU work, untimed) while the
+    # candidate prepares its side; then one window, eager / torch.compile / candidate in rounds
     progress("timing", {"budget_s": options.timing_budget_s, "rounds": options.timing_rounds})
-    sets = data["timing_sets"]
-    _send(cand, {"cmd": "timing_setup", "sets": [s["inputs"] for s in sets], "shapes": sets[0]["shapes"], "fingerprint_seed": fp_seed,
-                 **_window_cpu(options, backend)}, "the candidate", "timing")
+    fingerprints, shapes = _timing_sets(ref, cand, options.input_sets)
+    ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
+    _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_window_cpu(options, backend)},
+          "the reference (task)", "baseline set-up")
+    _send(cand, {"cmd": "timing_setup", "shapes": shapes, "fingerprint_seed": fp_seed, **_window_cpu(options, backend)},
+          "the candidate", "timing")
     ready = _recv(cand, "the candidate", "the timing set-up")
     if not ready.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, "candidate: " + ready.get("error", "timing set-up failed"))
+    progress("baseline", {"compile": options.compile_baseline})
+    names = list(_baseline_ready(ref, res)["callables"])
+    progress("timing", {"budget_s": options.timing_budget_s, "rounds": options.timing_rounds})
     paired = _Paired(ref, cand, [*names, "candidate"], options, res.device_id)
     try:
         paired.run(progress)
@@ -516,8 +507,8 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
         raise _Stop(Status.RUNTIME_ERROR, "candidate: " + timed.get("error", "timing failed"))
     _send(ref, {"cmd": "timing_end"}, "the reference (task)", "baseline timing")
     base = _recv(ref, "the reference (task)", "baseline timing")
-    problems = _judge_timing(timed, data["fingerprints"], msg, options, backend, res, files, widen)
-    _record_timing(res, paired, timed, base, backend, len(sets))
+    problems = _judge_timing(timed, fingerprints, msg, options, backend, res, files, widen)
+    _record_timing(res, paired, timed, base, backend, options.input_sets)
     res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))
     res.audit.graph_launches = int(timed.get("graph_launches", 0))
     if problems:
@@ -539,7 +530,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     res.roofline = _roofline(ref, data, res, options)
     if want_profile:
         progress("profile", {})
-        _send(cand, {"cmd": "profile", "sets": [s["inputs"] for s in sets], "calls": 5}, "the candidate", "profiling")
+        _send(cand, {"cmd": "profile", "calls": 5}, "the candidate", "profiling")
         prof = _recv(cand, "the candidate", "profiling")
         if prof.get("ok"):
             total = sum(r["total_ms"] for r in prof["rows"]) or 1.0
@@ -561,56 +552,121 @@ def _candidate_artifacts(cand: Child, artifacts: Artifacts) -> dict:
     return setup
 
 
+REF = "the reference (task)"
+
+
+def _run_trials(ref: Child, cand: Child, progress: Progress) -> tuple[list[dict], dict]:
+    """The correctness trials, one at a time: the reference draws a trial (its expected outputs
+    stay in the reference), the candidate runs it on the reference's inputs (descriptors of the
+    reference's sealed memfd, forwarded unread), and the reference compares the candidate's
+    outputs (descriptors of the candidate's sealed memfd) with its own. Only descriptors, specs,
+    the candidate's checks and the comparison's summary pass through here. Returns the trials
+    (kind, note, checks, comparison) and the candidate's closing report (ops, custom-kernel
+    calls, findings) with the reference's notes."""
+    trials: list[dict] = []
+    while True:
+        _send(ref, {"cmd": "trial"}, REF, "the trials")
+        t = _recv(ref, REF, "computing expected outputs")
+        if not t.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, _user_error(t, "task"))
+        if t.get("done"):
+            notes = t["notes"]
+            break
+        i = len(trials)
+        progress("correctness", {"trial": i + 1})
+        _send(cand, {"cmd": "trial", "index": i, "variant": t["variant"], "variant_spec": t["variant_spec"], "inputs": t.pop("inputs")},
+              "the candidate", "the correctness trials")
+        del t["variant_spec"]
+        got = _recv(cand, "the candidate", "the correctness trials")
+        trials.append({"kind": t["kind"], "note": t.get("note", ""), "checks": got.get("checks", [])})
+        if got.get("ok") is False:
+            raise _Stop(Status.RUNTIME_ERROR, _user_error(got, "candidate"), trial=TrialResult(
+                index=i, kind=t["kind"], passed=False, message=got.get("error", "")[:2000]))
+        clean = not any(kind in ("reject", "incorrect") for kind, _ in got["checks"])
+        _send(ref, {"cmd": "compare", "spec": got["spec"], "outputs": got.pop("outputs"), "clean": clean}, REF, "the comparison")
+        cmp = _recv(ref, REF, "the comparison")
+        if not cmp.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, _user_error(cmp, "task"))
+        trials[-1]["cmp"] = cmp
+    _send(cand, {"cmd": "trials_end"}, "the candidate", "the correctness trials")
+    msg = _recv(cand, "the candidate", "the correctness trials")
+    msg["notes"] = notes
+    return trials, msg
+
+
+def _timing_sets(ref: Child, cand: Child | None, n: int) -> tuple[list, list]:
+    """`n` timing input sets, one at a time: the reference draws one and keeps it on its device,
+    the candidate copies it to its device (cpu: keeps the read-only map). Returns the expected
+    outputs' fingerprints (value, allowed deviation) per set and the outputs' shapes."""
+    prints, shapes = [], []
+    for _ in range(n):
+        _send(ref, {"cmd": "timing_set"}, REF, "the timing sets")
+        got = _recv(ref, REF, "the timing sets")
+        if not got.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, _user_error(got, "task"))
+        prints.append(got["fingerprint"])
+        shapes = got["shapes"]
+        if cand is not None:
+            _send(cand, {"cmd": "timing_set", "inputs": got.pop("inputs")}, "the candidate", "the timing sets")
+            if not _recv(cand, "the candidate", "the timing sets").get("ok"):
+                raise _Stop(Status.RUNTIME_ERROR, "candidate: the timing sets could not be set up")
+    return prints, shapes
+
+
+def _baseline_ready(ref: Child, res: EvalResult) -> dict:
+    """The reference's reply to its timing set-up (torch.compile built, or why not)."""
+    ready = _recv(ref, REF, "the baseline set-up (torch.compile)")
+    if not ready.get("ok"):
+        raise _Stop(Status.RUNTIME_ERROR, "task: " + ready.get("error", "baseline set-up failed"))
+    if ready.get("compile_error"):
+        res.audit.findings.append(ready["compile_error"])
+    return ready
+
+
 def _judge_trials(msg: dict, trials: list[dict], options: EvalOptions, res: EvalResult) -> tuple[list[str], list[str], list[int]]:
-    """(rejections, incorrect, values_only): the last lists the failing trials when every
-    failure is a value-only mismatch of a returned result (else it is empty)."""
+    """(rejections, incorrect, values_only) from the reference's comparisons and the candidate's
+    checks: the last lists the failing trials when every failure is a value-only mismatch of a
+    returned result (else it is empty)."""
     rejections: list[str] = []
     incorrect: list[str] = []
     values_only: list[int] = []
-    other_failure = len(msg["results"]) < len(trials)
-    for i, (trial, got) in enumerate(zip(trials, msg["results"], strict=False)):
-        cmp = compare_outputs(trial["spec"], trial["expected"], got["spec"], got["outputs"], options)
-        problems = [text for kind, text in got["checks"] if kind == "incorrect"]
-        rejects = [text for kind, text in got["checks"] if kind == "reject"]
-        passed = cmp.passed and not problems and not rejects
-        message = "; ".join(x for x in [cmp.message, *problems, *rejects] if x)
+    other_failure = False
+    for i, trial in enumerate(trials):
+        cmp, checks = trial["cmp"], trial["checks"]
+        problems = [text for kind, text in checks if kind == "incorrect"]
+        rejects = [text for kind, text in checks if kind == "reject"]
+        passed = cmp["passed"] and not problems and not rejects
+        message = "; ".join(x for x in [cmp["message"], *problems, *rejects] if x)
         kind = trial["kind"] + (f" ({trial['note']})" if trial.get("note") else "")
-        res.trials.append(TrialResult(index=i, kind=trial["kind"], passed=passed, max_abs_error=cmp.max_abs_error,
-                                      max_rel_error=cmp.max_rel_error, mismatched=cmp.mismatched, total=cmp.total,
+        res.trials.append(TrialResult(index=i, kind=trial["kind"], passed=passed, max_abs_error=cmp["max_abs_error"],
+                                      max_rel_error=cmp["max_rel_error"], mismatched=cmp["mismatched"], total=cmp["total"],
                                       message=(f"[{kind}] " if trial.get("note") else "") + message))
         for text in rejects:
             if text not in rejections:
                 rejections.append(text)
-        if not cmp.passed or problems:
+        if not cmp["passed"] or problems:
             incorrect.append(f"trial {i + 1} ({kind}): {message}")
-            if cmp.values_only and not problems and not rejects:
+            if cmp["values_only"] and not problems and not rejects:
                 values_only.append(i)
             else:
                 other_failure = True
-    if len(msg["results"]) < len(trials):
-        incorrect.append(f"the candidate returned {len(msg['results'])} of {len(trials)} trial results")
     return rejections, incorrect, [] if other_failure else values_only
 
 
-def _rejudge_against_float64(ref: Child, trials: list[dict], failing: list[int], msg: dict, options: EvalOptions,
-                             res: EvalResult, incorrect: list[str]) -> tuple[list[str], float]:
+def _rejudge_against_float64(trials: list[dict], failing: list[int], res: EvalResult, incorrect: list[str]) -> tuple[list[str], float]:
     """The `failing` trials (value-only mismatches, and the only failures) get a second look
-    against the task in float64 (compare.within_reference_error); the verdict changes only if
-    every one of them passes that way. Returns (incorrect, fingerprint widening in units)."""
-    import torch
-
-    if any(isinstance(x, torch.Tensor) and x.dtype == torch.float64 for i in failing for x in trials[i]["expected"]):
-        return incorrect, 1.0  # already float64: nothing more exact to compare with
+    against the task in float64 (compare.within_reference_error, run in the reference child when
+    it compared them); the verdict changes only if every one of them passes that way. Returns
+    (incorrect, fingerprint widening in units)."""
     verdicts = []
     for i in failing:
-        t = trials[i]
-        _send(ref, {"cmd": "exact", "variant": t["variant"], "inputs": t["inputs"]}, "the reference (task)", "float64 recomputation")
-        exact = _recv(ref, "the reference (task)", "float64 recomputation")
-        if not exact.get("ok"):
-            res.audit.findings.append(f"protocol: float64 recomputation unavailable ({exact.get('error', '')[:200]})")
+        exact = trials[i]["cmp"].get("exact") or {"ok": False, "float64": True}
+        if exact.get("float64"):
+            return incorrect, 1.0  # already float64: nothing more exact to compare with
+        if "error" in exact:
+            res.audit.findings.append(f"protocol: float64 recomputation unavailable ({exact['error'][:200]})")
             return incorrect, 1.0
-        ok, text, units = within_reference_error(t["expected"], msg["results"][i]["outputs"], exact["outputs"], options)
-        verdicts.append((i, ok, text, units))
+        verdicts.append((i, exact["ok"], exact["text"], exact["units"]))
     if not all(v[1] for v in verdicts):
         return incorrect + [f"trial {i + 1}, against float64: {text}" for i, ok, text, _ in verdicts if not ok], 1.0
     for i, _, text, _ in verdicts:
@@ -817,11 +873,12 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         ref.write_files({"task.py": task_source}, subdir=".")
         _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "fingerprint_seed": 1, "reinit": False,
                     "wide": False, "shape": False}, "the reference (task)", "setup")
-        data = _recv(ref, "the reference (task)", "computing outputs")
+        data = _recv(ref, "the reference (task)", "building the model")
         if not data.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
         res.device = data["device_name"]
         res.device_id = data.get("device_id", "")
+        _timing_sets(ref, None, options.input_sets)
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
         _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": 1, **_window_cpu(options, backend)},
               "the reference (task)", "baseline set-up")

@@ -24,16 +24,20 @@ from . import channel
 from .devlock import NO_LOCK, DeviceLock, device_lock_name
 
 WORKDIR = Path(".")
-FD_IN = 0
-FD_OUT = 1
+SOCK_IN: Any = None
+SOCK_OUT: Any = None
 
 
 def configure_from_env() -> None:
-    """Read the channel fds and folder (also called after a zygote fork)."""
-    global WORKDIR, FD_IN, FD_OUT
+    """Read the channel's socket fds and the folder (also called after a zygote fork)."""
+    import socket
+
+    global WORKDIR, SOCK_IN, SOCK_OUT
     WORKDIR = Path(os.environ.get("KW_WORKDIR", "."))
-    FD_IN = int(os.environ.get("KW_FD_IN", "0"))
-    FD_OUT = int(os.environ.get("KW_FD_OUT", "1"))
+    if "KW_FD_IN" in os.environ:
+        SOCK_IN = socket.socket(fileno=int(os.environ["KW_FD_IN"]))
+        out = int(os.environ["KW_FD_OUT"])
+        SOCK_OUT = SOCK_IN if out == SOCK_IN.fileno() else socket.socket(fileno=out)
 
 
 configure_from_env()
@@ -49,11 +53,12 @@ def trace(label: str) -> None:
 
 
 def send(obj: Any) -> None:
-    channel.send(FD_OUT, obj)
+    channel.send(SOCK_OUT, obj)
 
 
 def recv() -> Any:
-    return channel.recv(FD_IN)
+    """The parent's next message, its shared tensors mapped read-only (sandbox.shared)."""
+    return channel.recv(SOCK_IN, map=True)
 
 
 def early_device_init() -> None:
@@ -153,7 +158,7 @@ def _finite(leaves: list[Any]) -> bool:
 def role_reference() -> None:
     import torch
 
-    from .harness import fingerprint_weights, flatten, load_module_from_source, to_cpu, to_device
+    from .harness import flatten, load_module_from_source, to_device
 
     early_device_init()
     trace("reference: waiting for setup")
@@ -175,9 +180,6 @@ def role_reference() -> None:
             send({"ok": False, "stage": "task", "error": f"the task file defines no {attr} (KernelBench format needs Model, get_inputs, get_init_inputs)", "file": "task.py", "line": None})
             return
 
-    def init_inputs() -> list:
-        return list(task.get_init_inputs())
-
     # Built under the device context, so parameters and inputs are drawn on the device itself:
     # drawing a 67 MB input on the CPU and copying it over took longer than all the GPU work.
     def make_model(init: list, seed: int) -> Any:
@@ -198,117 +200,205 @@ def role_reference() -> None:
         spec = flatten(out, leaves)
         return spec, leaves
 
-    def state(model: Any) -> dict:
-        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
-
     stage = "init"
     try:
-        base_init = init_inputs()
+        base_init = list(task.get_init_inputs())
         stage = "model"
         base = make_model(base_init, seeds["weights"])
         stage = "inputs"
-        variants = [{"init_inputs": base_init, "state_dict": state(base), "kind": "base"}]
-        models = [base]  # per variant, for the float64 recomputation ("exact")
-        trials: list[dict] = []
-        notes: list[str] = []
         first_inputs = make_inputs(seeds["random"][0])
         stage = "forward"
-        run(base, first_inputs)
+        roof = _roofline_counts(base, first_inputs, run)
+        stage = "size"
+        _require_memory(roof, device)
     except BaseException as exc:
         what = {"init": "get_init_inputs() failed: ", "model": "Model(*get_init_inputs()) failed: ",
-                "inputs": "get_inputs() failed: ", "forward": "Model.forward failed on get_inputs(): "}[stage]
+                "inputs": "get_inputs() failed: ", "forward": "Model.forward failed on get_inputs(): ", "size": ""}[stage]
         send(_error("task", exc, roots, what))
         return
+    trace("reference: model built, first forward done")
+    meta = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in first_inputs]  # shapes and sizes only
+    ctx = _RefContext(task, make_model, make_inputs, run, seeds, msg, base, base_init, meta, device, options)
+    del first_inputs
+    LOCK.release()
+    send({"ok": True, "variants": [ctx.variants[0]], "roofline": roof, "device_name": _device_name(device),
+          "device_id": device_lock_name(device)})
+    trace("reference: set-up sent")
+    _reference_loop(ctx, roots)
 
-    try:
-        trace("reference: model built, first forward done")
+
+def _require_memory(roof: dict, device: str) -> None:
+    """A trial holds its inputs and expected outputs here, the candidate's copies of them and its
+    outputs (and, on the cpu, the comparison's temporaries): about 2 x inputs + 4 x outputs of host
+    memory on the cpu backend, inputs + outputs of memfds on cuda (one trial at a time)."""
+    from . import shared
+
+    i, o, p = roof["input_bytes"], roof["output_bytes"], roof["param_bytes"]
+    needed = 2 * i + 4 * o + 2 * p if device == "cpu" else i + o + p
+    shared.require_host(needed, f"one trial ({i / 1e9:.2f} GB of inputs, {o / 1e9:.2f} GB of outputs)")
+
+
+class _RefContext:
+    """What the reference keeps between commands: its models per variant, the trial being
+    judged (its inputs and expected outputs never leave this process), the timing sets."""
+
+    def __init__(self, task, make_model, make_inputs, run, seeds, msg, base, base_init, first_inputs, device, options):
+        self.task, self.make_model, self.make_inputs, self.run = task, make_model, make_inputs, run
+        self.seeds, self.msg, self.base, self.base_init = seeds, msg, base, base_init
+        self.device, self.options = device, options
+        self.eval_options = _eval_options(options)
+        self.variants = [{"init_inputs": base_init, "state_dict": _state(base), "kind": "base"}]
+        self.models = [base]
+        self.notes: list[str] = []
+        self.current: dict | None = None
+        self.trials = self._trials(first_inputs)
+        self.sets: list = []
+        self.shapes: list | None = None
+        self.weights: list | None = None
+
+    def add_variant(self, init: list, model: Any, kind: str) -> int:
+        self.variants.append({"init_inputs": init, "state_dict": _state(model), "kind": kind})
+        self.models.append(model)
+        return len(self.variants) - 1
+
+    def _trials(self, first_inputs: list):
+        """Yields (kind, variant, inputs, note, (spec, outputs) or None) one trial at a time: random x N, reinit, wide, the
+        smaller and larger shape (docs/evaluation.md section 4). One trial's tensors at a time."""
+        import torch
+
+        seeds, msg = self.seeds, self.msg
         for s in seeds["random"]:
-            inputs = make_inputs(s)
-            spec, leaves = run(base, inputs)
-            trials.append({"kind": "random", "variant": 0, "inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
+            yield "random", 0, self.make_inputs(s), "", None
         trace("reference: random trials computed")
-
         if msg["reinit"]:
-            if len(variants[0]["state_dict"]) == 0:
-                notes.append("reinit trial skipped: the model has no parameters or buffers")
+            if len(self.variants[0]["state_dict"]) == 0:
+                self.notes.append("reinit trial skipped: the model has no parameters or buffers")
             else:
-                other = make_model(base_init, seeds["reinit"])
-                variants.append({"init_inputs": base_init, "state_dict": state(other), "kind": "reinit"})
-                models.append(other)
-                inputs = make_inputs(seeds["reinit_inputs"])
-                spec, leaves = run(other, inputs)
-                trials.append({"kind": "reinit", "variant": len(variants) - 1, "inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
-
+                v = self.add_variant(self.base_init, self.make_model(self.base_init, seeds["reinit"]), "reinit")
+                yield "reinit", v, self.make_inputs(seeds["reinit_inputs"]), "", None
         if msg["wide"]:
-            inputs = _widen(make_inputs(seeds["wide"]), seeds["wide"])
-            spec, leaves = run(base, inputs)
-            if not _finite(leaves):
+            inputs = _widen(self.make_inputs(seeds["wide"]), seeds["wide"])
+            outcome = self.run(self.base, inputs)
+            if not _finite(outcome[1]):
                 inputs = [x.abs() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-                spec, leaves = run(base, inputs)
-            if _finite(leaves):
-                trials.append({"kind": "wide", "variant": 0, "inputs": to_cpu(inputs), "spec": spec, "expected": to_cpu(leaves)})
+                outcome = self.run(self.base, inputs)
+            if _finite(outcome[1]):
+                yield "wide", 0, inputs, "", outcome
             else:
-                notes.append("wide-distribution trial skipped: the reference is not finite on such inputs")
-
+                self.notes.append("wide-distribution trial skipped: the reference is not finite on such inputs")
+            del inputs, outcome
         if msg["shape"]:
-            checked = [_size_note(task, first_inputs)]
+            checked = [_size_note(self.task, first_inputs)]
             for direction in ("smaller", "larger"):
-                shaped = _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inputs, device, direction)
+                shaped = _shape_trial(self.task, self.make_model, self.make_inputs, self.run, seeds, self.base_init, first_inputs,
+                                      self.device, direction)
                 if isinstance(shaped, str):
-                    notes.append(shaped)
+                    self.notes.append(shaped)
                     continue
                 init, model, inputs, spec, leaves, changed = shaped
-                variants.append({"init_inputs": init, "state_dict": state(model), "kind": "shape"})
-                models.append(model)
-                trials.append({"kind": "shape", "variant": len(variants) - 1, "inputs": to_cpu(inputs), "spec": spec,
-                               "expected": to_cpu(leaves), "note": changed})
+                del shaped
+                v = self.add_variant(init, model, "shape")
                 checked.append(changed)
-            notes.append("shapes checked: " + "; ".join(checked))
-
+                yield "shape", v, inputs, changed, (spec, leaves)
+                del inputs, spec, leaves
+            self.notes.append("shapes checked: " + "; ".join(checked))
         trace("reference: trials computed")
-        timing_sets = []
-        fingerprints = []
-        eval_options = _eval_options(options)
-        shapes = None
-        for s in seeds["timing"]:
-            inputs = make_inputs(s)
-            spec, leaves = run(base, inputs)
-            if shapes is None:
-                shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
-                weights = fingerprint_weights(shapes, msg["fingerprint_seed"], device)
-            fingerprints.append(_expected_fingerprint(leaves, weights, eval_options))
-            timing_sets.append({"inputs": to_cpu(inputs), "spec": spec, "shapes": shapes})
-        trace("reference: timing sets computed")
-        roof = _roofline_counts(base, first_inputs, run)
-        trace("reference: roofline counted")
-    except BaseException as exc:
-        send(_error("task", exc, roots, "the reference failed while preparing trials: "))
-        return
 
-    LOCK.release()
-    send({"ok": True, "variants": variants, "trials": trials, "timing_sets": timing_sets, "fingerprints": fingerprints, "notes": notes, "roofline": roof,
-          "device_name": _device_name(device), "device_id": device_lock_name(device)})
-    trace("reference: data sent")
-    del trials, variants
+    def next_trial(self) -> dict:
+        """The next trial's inputs (and a new variant's weights) for the candidate; its expected
+        outputs stay here until `compare`."""
+        self.current = None
+        got = next(self.trials, None)
+        if got is None:
+            return {"ok": True, "done": True, "notes": self.notes}
+        kind, v, inputs, note, outcome = got
+        spec, leaves = outcome if outcome is not None else self.run(self.models[v], inputs)
+        del got, outcome
+        self.current = {"variant": v, "inputs": inputs, "spec": spec, "expected": leaves}
+        new = self.variants[v] if v > 0 and v == len(self.variants) - 1 else None
+        return {"ok": True, "kind": kind, "variant": v, "note": note, "inputs": inputs, "variant_spec": new}
 
+    def compare(self, cmd: dict) -> dict:
+        """The candidate's outputs of the current trial (read-only maps of its sealed memfd)
+        against the expected ones, on the device; a value-only failure of an otherwise clean
+        trial is also judged against the task in float64 (compare.within_reference_error)."""
+        import torch
+
+        from .compare import compare_outputs, within_reference_error
+        from .harness import to_device
+
+        cur, self.current = self.current, None
+        if cur is None:
+            return {"ok": False, "error": "no trial to compare"}
+        got = [to_device(x, self.device) if isinstance(x, torch.Tensor) else x for x in cmd["outputs"]]
+        cmp = compare_outputs(cur["spec"], cur["expected"], cmd["spec"], got, self.eval_options)
+        reply = {"ok": True, "passed": cmp.passed, "message": cmp.message, "max_abs_error": cmp.max_abs_error,
+                 "max_rel_error": cmp.max_rel_error, "mismatched": cmp.mismatched, "total": cmp.total,
+                 "values_only": cmp.values_only, "exact": None}
+        exact_possible = not any(isinstance(x, torch.Tensor) and x.dtype == torch.float64 for x in cur["expected"])
+        if not cmp.passed and cmp.values_only and cmd.get("clean") and exact_possible:
+            exact = _exact(self.models[cur["variant"]], cur["inputs"], self.run)
+            if exact.get("ok"):
+                ok, text, units = within_reference_error(cur["expected"], got, exact["outputs"], self.eval_options)
+                reply["exact"] = {"ok": ok, "text": text, "units": units}
+            else:
+                reply["exact"] = {"ok": False, "error": exact["error"]}
+        elif not cmp.passed and cmp.values_only and cmd.get("clean"):
+            reply["exact"] = {"ok": False, "float64": True}
+        return reply
+
+    def timing_set(self) -> dict:
+        """One more timing input set: kept here on the device, its inputs for the candidate, the
+        fingerprint of its expected outputs for the parent."""
+        import torch
+
+        from .harness import fingerprint_weights
+
+        inputs = self.make_inputs(self.seeds["timing"][len(self.sets)])
+        spec, leaves = self.run(self.base, inputs)
+        if self.shapes is None:
+            self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
+            self.weights = fingerprint_weights(self.shapes, self.msg["fingerprint_seed"], self.device)
+        self.sets.append(inputs)
+        return {"ok": True, "inputs": inputs, "shapes": self.shapes, "fingerprint": _expected_fingerprint(leaves, self.weights, self.eval_options)}
+
+
+def _state(model: Any) -> dict:
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def _reference_loop(ctx: _RefContext, roots: list[str]) -> None:
+    """The reference's commands after its set-up, each under the device lock held shared."""
+    import torch
+
+    device = ctx.device
     paced: _Paced | None = None
     while True:
         cmd = recv()
-        if cmd["cmd"] == "exit":
+        name = cmd["cmd"]
+        if name == "exit":
             return
-        if cmd["cmd"] == "timing_setup":  # while the candidate runs its trials: nothing is timed yet
+        if name in ("trial", "compare", "timing_set"):
+            try:
+                with LOCK.shared():
+                    reply = ctx.next_trial() if name == "trial" else ctx.compare(cmd) if name == "compare" else ctx.timing_set()
+            except BaseException as exc:
+                send(_error("task", exc, roots, "the reference failed while preparing trials: "))
+                return
+            send(reply)
+            del reply
+        elif name == "timing_setup":  # nothing is timed yet
             with LOCK.shared():
-                sets = [to_device(s["inputs"], device) for s in timing_sets]
-                hook = _fingerprint_hook(timing_sets, cmd["fingerprint_seed"], device)
-            paced = _Paced(device, cmd, sets, roots)
-            paced.add("eager", base, hook, "the task's Model.forward")
+                hook = _fingerprint_hook(ctx.shapes, cmd["fingerprint_seed"], device)
+            paced = _Paced(device, cmd, ctx.sets, roots)
+            paced.add("eager", ctx.base, hook, "the task's Model.forward")
             result: dict[str, Any] = {"ok": True, "compile_error": None, "compile_infra": False}
             if cmd["compile"]:
                 try:
                     _configure_inductor()
-                    compiled = torch.compile(base)
+                    compiled = torch.compile(ctx.base)
                     with LOCK.shared(), torch.no_grad():  # the first call compiles: minutes of CPU, not timed
-                        compiled(*sets[0])
+                        compiled(*ctx.sets[0])
                         sync(device)
                     paced.add("compile", compiled, hook, "torch.compile(Model)")
                 except BaseException as exc:
@@ -316,20 +406,16 @@ def role_reference() -> None:
             result["callables"] = list(paced.fns)
             result["clock"] = paced.timer.clock
             send(result)
-        elif cmd["cmd"] in ("warm", "block"):
+        elif name in ("warm", "block"):
             send(paced.command(cmd) if paced else {"ok": False, "error": "no timing set-up"})
-        elif cmd["cmd"] == "timing_end":
-            stats = {name: se.stats(paced.timer.pinned_cpu) for name, se in paced.series.items() if se.times} if paced else {}
+        elif name == "timing_end":
+            stats = {n: se.stats(paced.timer.pinned_cpu) for n, se in paced.series.items() if se.times} if paced else {}
             send({"ok": True, "stats": stats})
-        elif cmd["cmd"] == "exact":
-            with LOCK.shared():
-                exact = _exact(models[cmd["variant"]], cmd["inputs"], device, to_device, run)
-            send(exact)
-        elif cmd["cmd"] == "ceilings":
+        elif name == "ceilings":
             send(_measure_ceilings(device, cmd.get("dtype", "float32")))
 
 
-def _exact(model: Any, inputs: list, device: str, to_device: Any, run: Any) -> dict:
+def _exact(model: Any, inputs: list, run: Any) -> dict:
     """The task's outputs computed in float64 (a copy of the model and the trial's inputs cast
     up), to tell a candidate that is more exact than the float32 reference from a wrong one."""
     import copy
@@ -338,9 +424,9 @@ def _exact(model: Any, inputs: list, device: str, to_device: Any, run: Any) -> d
 
     try:
         m = copy.deepcopy(model).double()
-        xs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in to_device(inputs, device)]
+        xs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
         _, leaves = run(m, xs)
-        return {"ok": True, "outputs": [x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in leaves]}
+        return {"ok": True, "outputs": leaves}
     except BaseException as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
 
@@ -454,12 +540,12 @@ class _Paced:
             return {"ok": False, "error": f"{self.labels[name]} raised during timing: {text}"}
 
 
-def _fingerprint_hook(timing_sets: list[dict], seed: int, device: str) -> Any:
+def _fingerprint_hook(shapes: list, seed: int, device: str) -> Any:
     """The baselines run the same per-call hook as the candidate, so timing conditions match."""
 
     from .harness import fingerprint, fingerprint_weights, flatten
 
-    weights = fingerprint_weights(timing_sets[0]["shapes"], seed, device)
+    weights = fingerprint_weights(shapes, seed, device)
 
     def hook(out: Any, k: int) -> None:
         leaves: list = []
@@ -486,7 +572,7 @@ def _device_name(device: str) -> str:
 
 
 # The larger shape trial's inputs stay within this many times the benchmark's input bytes, and
-# within SHAPE_MAX_BYTES: the trial's inputs and outputs cross the pipes (issue 17, item 3).
+# within SHAPE_MAX_BYTES: the trial's inputs, outputs and the candidate's copies are alive at once.
 SHAPE_GROWTH = 8
 SHAPE_MAX_BYTES = 1 << 30
 
@@ -599,7 +685,8 @@ def _roofline_counts(model: Any, inputs: list, run: Any) -> dict:
 
     params = list(model.parameters()) + list(model.buffers())
     dtypes = sorted({str(x.dtype).replace("torch.", "") for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()})
-    return {"flops": flops, "min_bytes": float(nbytes(inputs) + nbytes(leaves) + nbytes(params)), "dtypes": dtypes}
+    i, o, p = nbytes(inputs), nbytes(leaves), nbytes(params)
+    return {"flops": flops, "min_bytes": float(i + o + p), "dtypes": dtypes, "input_bytes": i, "output_bytes": o, "param_bytes": p}
 
 
 def _measure_ceilings(device: str, dtype_name: str = "float32") -> dict:
@@ -642,9 +729,9 @@ def role_candidate() -> None:
         load_module_from_source,
         same_bits,
         storage_span,
-        to_cpu,
         to_device,
     )
+    from .shared import is_mapped_read_only
     from .timing import Timer  # noqa: F401  binds time.perf_counter before any candidate code runs
 
     early_device_init()
@@ -686,7 +773,7 @@ def role_candidate() -> None:
         _prewarm(audit, device)
     trace("candidate: imported")
     LOCK.release()
-    variants = recv()["variants"]
+    variants = dict(enumerate(recv()["variants"]))  # later ones (shape trials) arrive with their trial
     if failure is not None:
         send(failure)
         return
@@ -719,77 +806,76 @@ def role_candidate() -> None:
     findings: list[tuple[str, str]] = [(k, f"at import: {t}") for k, t in integrity.check()]
     integrity = audit.Integrity() if findings else integrity
     timing: _CandidateTiming | None = None
+    timing_sets: list = []
+    ops: dict[str, int] = {}
+    calls_per_forward: list[int] = []
+    reply_ends = [False]  # the last reply was an error: the process ends after sending it
+
+    def trial(cmd: dict) -> dict:
+        """One correctness trial: the forward, recorded, then the checks of docs/evaluation.md
+        section 6; the outputs go back by sealed memfd, to be compared in the reference."""
+        i, v = int(cmd["index"]), int(cmd["variant"])
+        try:
+            model = model_for(v)
+            inputs = to_device(cmd["inputs"], device)
+            # an input mapped read-only (the cpu backend's memfd) cannot change: writing to it faults
+            before = [x.clone() if isinstance(x, torch.Tensor) and not is_mapped_read_only(x) else None for x in inputs]
+            calls0 = custom_calls()
+            recorder = audit.make_recorder()
+            with torch.no_grad(), recorder:
+                out = model(*inputs)
+            leaves: list = []
+            spec = flatten(out, leaves)
+            snapshot = [x.clone() if type(x) is torch.Tensor else None for x in leaves]
+            sync(device)
+            if device == "cpu":
+                time.sleep(0.01)  # a background thread still writing would show now
+        except _Stage as st:
+            reply_ends[0] = True
+            return _error(st.stage, st.exc, roots, st.prefix) | {"trial": i}
+        except BaseException as exc:
+            reply_ends[0] = True
+            return _error("forward", exc, roots, f"ModelNew.forward raised in trial {i + 1}: ") | {"trial": i}
+        checks = _output_checks(leaves, snapshot, inputs, model, device, same_bits, storage_span)
+        for j, (a, b) in enumerate(zip(before, inputs, strict=False)):
+            if isinstance(a, torch.Tensor) and not same_bits(a, b):
+                checks.append(("incorrect", f"input {j} was modified in place by forward"))
+        for name, count in recorder.ops.items():
+            ops[name] = ops.get(name, 0) + count
+        calls_per_forward.append(sum(custom_calls().values()) - sum(calls0.values()))
+        if v != 0:
+            models.pop(v, None)  # a reinit or shape variant serves one trial
+        return {"type": "trial", "spec": spec, "outputs": leaves, "checks": checks}
 
     while True:
         cmd = recv()
         if cmd["cmd"] == "exit":
             return
-        if cmd["cmd"] == "trials":
-            trace("candidate: trials received")
+        if cmd["cmd"] == "trial":
+            if cmd.get("variant_spec") is not None:
+                variants[int(cmd["variant"])] = cmd["variant_spec"]
             LOCK.acquire()  # shared; released before the reply (a failing trial ends the process)
-            results, ops, calls_per_forward = [], {}, []
-            for i, trial in enumerate(cmd["trials"]):
-                send({"type": "progress", "trial": i + 1, "of": len(cmd["trials"])})
-                try:
-                    model = model_for(trial["variant"])
-                    inputs = to_device(trial["inputs"], device)
-                    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-                    calls0 = custom_calls()
-                    recorder = audit.make_recorder()
-                    with torch.no_grad(), recorder:
-                        out = model(*inputs)
-                    leaves: list = []
-                    spec = flatten(out, leaves)
-                    snapshot = [x.clone() if type(x) is torch.Tensor else None for x in leaves]
-                    sync(device)
-                    if device == "cpu":
-                        time.sleep(0.01)  # a background thread still writing would show now
-                except _Stage as st:
-                    send(_error(st.stage, st.exc, roots, st.prefix) | {"trial": i})
-                    return
-                except BaseException as exc:
-                    send(_error("forward", exc, roots, f"ModelNew.forward raised in trial {i + 1}: ") | {"trial": i})
-                    return
-                checks: list[tuple[str, str]] = []
-                guarded = list(inputs) + list(model.parameters()) + list(model.buffers())
-                spans = [(j, storage_span(x)) for j, x in enumerate(guarded) if isinstance(x, torch.Tensor)]
-                for j, leaf in enumerate(leaves):
-                    if isinstance(leaf, torch.Tensor):
-                        if type(leaf) is not torch.Tensor:
-                            checks.append(("reject", f"output {j} is a {type(leaf).__name__}, not a plain torch.Tensor (lazy or subclass outputs are not allowed)"))
-                            leaves[j] = None
-                            continue
-                        if leaf.device.type != device:
-                            checks.append(("incorrect", f"output {j} is on {leaf.device}, expected {device}"))
-                        if leaf.layout != torch.strided:
-                            checks.append(("reject", f"output {j} has layout {leaf.layout}; outputs must be dense strided tensors"))
-                        if snapshot[j] is not None and not same_bits(snapshot[j], leaf):
-                            checks.append(("reject", f"output {j} changed after forward returned: work continued on another stream or thread after the call"))
-                        span = storage_span(leaf)
-                        for k, other in spans:
-                            if span and other and span[0] < other[1] and other[0] < span[1]:
-                                what = f"input {k}" if k < len(inputs) else "a parameter/buffer"
-                                checks.append(("reject", f"output {j} shares memory with {what} (outputs must be fresh tensors)"))
-                                break
-                for j, (a, b) in enumerate(zip(before, inputs, strict=False)):
-                    if isinstance(a, torch.Tensor) and not same_bits(a, b):
-                        checks.append(("incorrect", f"input {j} was modified in place by forward"))
-                for name, count in recorder.ops.items():
-                    ops[name] = ops.get(name, 0) + count
-                calls1 = custom_calls()
-                calls_per_forward.append(sum(calls1.values()) - sum(calls0.values()))
-                results.append({"spec": spec, "outputs": [to_cpu(x) if isinstance(x, torch.Tensor) else x for x in leaves], "checks": checks})
-            found = integrity.check()
-            findings.extend(found)
-            LOCK.release()
-            trace("candidate: trials run")
-            send({"type": "trials", "results": results, "ops": ops, "custom_calls": custom_calls(),
-                  "calls_per_forward": calls_per_forward, "findings": findings})
+            try:
+                reply = trial(cmd)
+            finally:
+                LOCK.release()
+            send(reply)
+            del reply
+            if reply_ends[0]:
+                return
+        elif cmd["cmd"] == "trials_end":
+            findings.extend(integrity.check())
+            send({"type": "trials", "ops": ops, "custom_calls": custom_calls(), "calls_per_forward": calls_per_forward,
+                  "findings": findings})
             findings = []
-            trace("candidate: results sent")
+            trace("candidate: trials run")
+        elif cmd["cmd"] == "timing_set":
+            with LOCK.shared():
+                timing_sets.append(to_device(cmd["inputs"], device))
+            send({"ok": True})
         elif cmd["cmd"] == "timing_setup":
             trace("candidate: timing sets received")
-            timing = _CandidateTiming(cmd, model_for(0), device, custom_calls, integrity, to_device, roots)
+            timing = _CandidateTiming(cmd, timing_sets, model_for(0), device, custom_calls, integrity, roots)
             send({"ok": True})
         elif cmd["cmd"] in ("warm", "block"):
             send(timing.paced.command(cmd) if timing else {"ok": False, "error": "no timing set-up"})
@@ -797,8 +883,38 @@ def role_candidate() -> None:
             send(timing.end() if timing else {"ok": False, "error": "no timing set-up"})
         elif cmd["cmd"] == "profile":
             with LOCK.exclusive():  # per-kernel times, undisturbed
-                prof = _profile(cmd, model_for(0), device, to_device)
+                prof = _profile(cmd, timing_sets, model_for(0), device)
             send(prof)
+
+
+def _output_checks(leaves: list, snapshot: list, inputs: list, model: Any, device: str, same_bits: Any, storage_span: Any) -> list:
+    """Plain, strided, on the device, unchanged after return, sharing no memory with an input,
+    parameter or buffer. A subclass output is replaced by None (it is never sent)."""
+    import torch
+
+    checks: list[tuple[str, str]] = []
+    guarded = list(inputs) + list(model.parameters()) + list(model.buffers())
+    spans = [(j, storage_span(x)) for j, x in enumerate(guarded) if isinstance(x, torch.Tensor)]
+    for j, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        if type(leaf) is not torch.Tensor:
+            checks.append(("reject", f"output {j} is a {type(leaf).__name__}, not a plain torch.Tensor (lazy or subclass outputs are not allowed)"))
+            leaves[j] = None
+            continue
+        if leaf.device.type != device:
+            checks.append(("incorrect", f"output {j} is on {leaf.device}, expected {device}"))
+        if leaf.layout != torch.strided:
+            checks.append(("reject", f"output {j} has layout {leaf.layout}; outputs must be dense strided tensors"))
+        if snapshot[j] is not None and not same_bits(snapshot[j], leaf):
+            checks.append(("reject", f"output {j} changed after forward returned: work continued on another stream or thread after the call"))
+        span = storage_span(leaf)
+        for k, other in spans:
+            if span and other and span[0] < other[1] and other[0] < span[1]:
+                what = f"input {k}" if k < len(inputs) else "a parameter/buffer"
+                checks.append(("reject", f"output {j} shares memory with {what} (outputs must be fresh tensors)"))
+                break
+    return checks
 
 
 def _prewarm(audit: Any, device: str) -> None:
@@ -821,11 +937,10 @@ class _CandidateTiming:
     output fingerprints (every timed call's, checked by the parent against the reference's), the
     custom-kernel count, and after the window the kernel names and integrity findings."""
 
-    def __init__(self, cmd: dict, model: Any, device: str, custom_calls: Any, integrity: Any, to_device: Any, roots: list[str]):
+    def __init__(self, cmd: dict, sets: list, model: Any, device: str, custom_calls: Any, integrity: Any, roots: list[str]):
         from .harness import fingerprint, fingerprint_weights, flatten
 
         with LOCK.shared():
-            sets = [to_device(s, device) for s in cmd["sets"]]
             weights = fingerprint_weights([tuple(s) if s is not None else None for s in cmd["shapes"]], cmd["fingerprint_seed"], device)
         self.prints: list[tuple[int, float]] = []
 
@@ -879,12 +994,11 @@ def _cuda_kernel_names(model: Any, inputs: list) -> tuple[list[str], int]:
     return sorted(set(names)), graphs
 
 
-def _profile(cmd: dict, model: Any, device: str, to_device: Any) -> dict:
+def _profile(cmd: dict, sets: list, model: Any, device: str) -> dict:
     import kwrt
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    sets = [to_device(s, device) for s in cmd["sets"]]
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     kwrt._profile = True
     try:

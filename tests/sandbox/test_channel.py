@@ -4,7 +4,6 @@ and a hostile sender's malformed message is refused, never decoded into somethin
 from __future__ import annotations
 
 import json
-import os
 import threading
 
 import pytest
@@ -14,9 +13,8 @@ from sandbox import channel
 
 
 def _pipe():
-    r, w = os.pipe()
-    channel.widen_pipe(w)
-    return r, w
+    """(receiving end, sending end) of a channel's socketpair."""
+    return channel.socketpair()
 
 
 def _message() -> dict:
@@ -27,9 +25,9 @@ def _message() -> dict:
 def test_round_trip_keeps_structure_dtypes_and_bytes():
     r, w = _pipe()
     msg = _message()
-    t = threading.Thread(target=channel.send, args=(w, msg))  # 2.4 MB: more than the pipe holds
+    t = threading.Thread(target=channel.send, args=(w, msg))  # 2.4 MB: by memfd; the rest inline
     t.start()
-    got = channel.recv(r, timeout=10)
+    got = channel.recv(r, timeout=10, map=True)
     t.join()
     assert torch.equal(msg["big"], got["big"]) and torch.equal(msg["small"], got["small"])
     assert isinstance(got["nested"][0], tuple) and got["nested"][0][0].dtype == torch.float16
@@ -42,11 +40,16 @@ def test_non_contiguous_tensors_arrive_contiguous():
     channel.send(w, {"x": x})
     got = channel.recv(r, timeout=10)["x"]
     assert got.is_contiguous() and torch.equal(got, x)
+    big = torch.arange(40000.0).reshape(200, 200).t()  # 160 KB: by memfd
+    channel.send(w, {"x": big})
+    got = channel.recv(r, timeout=10, map=True)["x"]
+    x = big
+    assert got.is_contiguous() and torch.equal(got, x)
 
 
 def _raw(w: int, tree, payload: bytes = b"") -> None:
     header = json.dumps(tree).encode()
-    os.write(w, len(header).to_bytes(channel.HEADER, "little") + header + payload)
+    w.sendall(len(header).to_bytes(channel.HEADER, "little") + header + payload)
 
 
 @pytest.mark.parametrize("spec,match", [
@@ -67,7 +70,7 @@ def test_sizes_beyond_the_limit_are_refused_before_allocating():
     with pytest.raises(channel.MessageTooLarge):
         channel.recv(r, timeout=10, max_bytes=1 << 30)
     r, w = _pipe()
-    os.write(w, (100 << 20).to_bytes(channel.HEADER, "little"))
+    w.sendall((100 << 20).to_bytes(channel.HEADER, "little"))
     with pytest.raises(channel.MessageTooLarge, match="header"):
         channel.recv(r, timeout=10)
 
@@ -76,8 +79,8 @@ def test_a_silent_sender_times_out_and_a_closed_one_is_reported():
     r, w = _pipe()
     with pytest.raises(channel.ChannelTimeout):
         channel.recv(r, timeout=0.2)
-    os.write(w, (10).to_bytes(channel.HEADER, "little") + b"{")
-    os.close(w)
+    w.sendall((10).to_bytes(channel.HEADER, "little") + b"{")
+    w.close()
     with pytest.raises(channel.ChannelClosed):
         channel.recv(r, timeout=5)
 
