@@ -76,6 +76,23 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                 }
             },
             "/api/jobs/{job_id}/trajectory": {"get": {"summary": "The trajectory JSON (kernelwright.trajectory/1)", "parameters": [JOB_ID, SHARE], "responses": {"200": _json(_ref("Trajectory")), **ERRORS}}},
+            "/api/evaluations": {
+                "get": {"summary": "Your evaluations of one batch (without results)",
+                        "parameters": [{"name": "batch", "in": "query", "required": True, "schema": {"type": "string"}}],
+                        "responses": {"200": _json({"type": "object"}), "400": _json(_ref("Error"), "no batch given"), **ERRORS}},
+                "post": {
+                    "summary": "Queue candidates against one task (asynchronous: 202 with ids; poll, or give a webhook)",
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object", "required": ["task", "candidates"], "properties": {
+                        "task": {"type": "string"}, "candidates": {"type": "array", "items": {"type": "object", "properties": {"files": {"type": "object", "additionalProperties": {"type": "string"}}}}},
+                        "options": _ref("Options"), "webhook": {"type": "string", "description": "an https URL called with each result (signed)"}}}}}},
+                    "responses": {"202": _json({"type": "object"}, "queued"), "400": _json(_ref("Error")), "429": _json(_ref("Error"), "over a quota (Retry-After)"), **ERRORS},
+                },
+            },
+            "/api/evaluations/{evaluation_id}": {
+                "get": {"summary": "One evaluation: state, reward and, when done, its EvalResult",
+                        "parameters": [{"name": "evaluation_id", "in": "path", "required": True, "schema": {"type": "integer"}}],
+                        "responses": {"200": _json({"type": "object", "properties": {"result": {**_ref("EvalResult"), "nullable": True}}}), **ERRORS}},
+            },
             "/api/export": {
                 "get": {
                     "summary": "The jobs you may see as training rows (agent.export): sft, one row per run; rl, one row per turn",
