@@ -81,6 +81,24 @@ def default_timing_cpu() -> int | None:
         raise ValueError(f"KERNELWRIGHT_TIMING_CPU must be a CPU number, got {value!r}") from None
 
 
+# The log standard deviation of an honest copy's paired speedup between separate evaluations,
+# each window pinned to one CPU: cuda measured on the H200 (ninth session, 8 windows each of a
+# 2048^2 matmul, a 1.2 ms conv, a 16 us softmax and a 10 us relu, load changed between windows:
+# 0.0014-0.0155), taken at 0.01; cpu on the 2-core host under load (docs/benchmarks.md).
+WINDOW_SPREAD = {"cuda": 0.01, "cpu": 0.02}
+
+
+def default_window_spread() -> float | None:
+    """KERNELWRIGHT_WINDOW_SPREAD, for a host whose own honest-copy bench measured another spread."""
+    value = os.environ.get("KERNELWRIGHT_WINDOW_SPREAD", "").strip()
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"KERNELWRIGHT_WINDOW_SPREAD must be a number, got {value!r}") from None
+
+
 @dataclass
 class EvalOptions:
     backend: str = "auto"  # "auto" | "cpu" | "cuda"
@@ -122,6 +140,11 @@ class EvalOptions:
     # window spread by more than this (max / min - 1; 0.25: the slowest round 25% slower than the
     # fastest): the speed milestone is then withheld (reward 1 with the reason), not guessed.
     noise_limit: float = 0.25
+    # How far apart separate evaluations of an honest copy land: the log standard deviation of its
+    # paired speedup between windows (each window a new pair of processes). Added in quadrature
+    # to each side of the rounds' bootstrap interval (sandbox.timing.widen). None: the backend's
+    # measured default (WINDOW_SPREAD; docs/evaluation.md section 8 and docs/benchmarks.md).
+    window_spread: float | None = field(default_factory=default_window_spread)
 
     def validate(self) -> None:
         if self.backend not in BACKENDS:
@@ -140,6 +163,8 @@ class EvalOptions:
             raise ValueError("timing_rounds must be at least 3 (a median ratio and its interval need rounds)")
         if not self.noise_limit > 0:
             raise ValueError("noise_limit must be positive")
+        if self.window_spread is not None and not 0 <= self.window_spread < 1:
+            raise ValueError(f"window_spread must be in [0, 1), got {self.window_spread}")
         if self.timing_cpu is not None and not 0 <= self.timing_cpu < (os.cpu_count() or 1):
             raise ValueError(f"timing_cpu must be a CPU of this host (0..{(os.cpu_count() or 1) - 1}), got {self.timing_cpu}")
 
@@ -149,6 +174,10 @@ class EvalOptions:
         if self.backend != "auto":
             return self.backend
         return "cuda" if cuda_present() else "cpu"
+
+    def spread(self, backend: str) -> float:
+        """The between-window term of the speedup intervals on this backend (`window_spread`)."""
+        return self.window_spread if self.window_spread is not None else WINDOW_SPREAD.get(backend, max(WINDOW_SPREAD.values()))
 
     def threads(self) -> int:
         return self.cpu_threads or max(1, min(4, os.cpu_count() or 1))

@@ -81,3 +81,25 @@ def timing_plan(gpus: Sequence[str], available: set[int] | None = None,
         near = (local(gpu) or set()) & free
         taken[gpu] = max(near or free)
     return TimingPlan(taken, available - set(taken.values()))
+
+
+def window_cpu_for(device_id: str, gpus: Sequence[str] | None = None, available: set[int] | None = None,
+                   spare: int = 2) -> int | None:
+    """The CPU a GPU's paired windows run on when no timing CPU is configured: the GPU's place
+    among the host's GPUs (sorted UUIDs) counted down from the highest CPU this process may use,
+    so windows on different GPUs never share a CPU and every window of one GPU uses the same one.
+
+    Why pin at all: the reference and the candidate are two processes, and unpinned each ran
+    wherever the scheduler put it; on the H200 host an honest copy of a 16 us softmax then read
+    0.71x to 1.31x from one evaluation to the next, each with a tight interval (between-window log
+    spread 0.196); with both on one CPU, 0.97x to 1.02x (0.016), every interval holding 1.0
+    (docs/benchmarks.md, ninth session). None when the host has too few CPUs to spare one."""
+    from .devlock import _normal_uuid, host_gpu_uuids
+
+    cpus = sorted(os.sched_getaffinity(0) if available is None else available)
+    known = sorted(_normal_uuid(g) for g in (host_gpu_uuids() if gpus is None else gpus))
+    me = _normal_uuid(device_id) if device_id else ""
+    place = known.index(me) if me in known else 0
+    if len(cpus) < place + 1 + spare:
+        return None
+    return cpus[-(1 + place)]

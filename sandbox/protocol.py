@@ -193,7 +193,7 @@ def _seeds(options: EvalOptions) -> dict:
             "random": [s() for _ in range(options.random_trials())], "timing": [s() for _ in range(options.input_sets)]}
 
 
-def _window_cpu(options: EvalOptions, backend: str) -> dict:
+def _window_cpu(options: EvalOptions, backend: str, device_id: str = "") -> dict:
     """The CPU every timed loop of a window runs on, for the children's timing set-up. The
     configured timing CPU (strict: an unusable one is an error); else, on the cpu backend with one
     thread, the evaluator's last CPU for every window (the device lock "cpu" lets one window run
@@ -202,15 +202,18 @@ def _window_cpu(options: EvalOptions, backend: str) -> dict:
     interval of 1.10-1.22 (the two processes on CPUs with different loads); pinned to one CPU, 12
     of 12 copies held 1.0 (docs/evaluation.md section 8). With more threads the pin would hold the
     calling thread only, and the intra-op pool's other threads could land on its CPU (a 0.02 ms
-    softmax then took 8 ms a call): unpinned. cuda without a timing CPU: unpinned (windows on
-    different GPUs run at once and must not share a CPU; `./kw run --timing-cpus` gives each GPU's
-    worker its own)."""
+    softmax then took 8 ms a call): unpinned. cuda without a timing CPU: the GPU's own CPU
+    (placement.window_cpu_for: windows on different GPUs never share one), not strict."""
     import os
 
     if options.timing_cpu is not None:
         return {"cpu": options.timing_cpu, "strict_cpu": True}
     if backend == "cpu" and options.threads() == 1:
         return {"cpu": max(os.sched_getaffinity(0)), "strict_cpu": False}
+    if backend == "cuda":
+        from .placement import window_cpu_for
+
+        return {"cpu": window_cpu_for(device_id), "strict_cpu": False}
     return {"cpu": None, "strict_cpu": False}
 
 
@@ -294,8 +297,8 @@ class _Paired:
         return [getattr(r, f"{name}_ms") for r in self.rounds]
 
 
-def _speedup(baseline: str, base_ms: list[float], cand_ms: list[float]) -> Speedup:
-    sp = paired_speedup(base_ms, cand_ms)
+def _speedup(baseline: str, base_ms: list[float], cand_ms: list[float], spread: float) -> Speedup:
+    sp = paired_speedup(base_ms, cand_ms, spread=spread)
     verdict = "faster" if sp["ci_low"] > 1.0 else "slower" if sp["ci_high"] < 1.0 else "no measurable difference"
     return Speedup(baseline=baseline, ratio=sp["ratio"], ci_low=sp["ci_low"], ci_high=sp["ci_high"], rounds=sp["rounds"],
                    verdict=verdict, per_round=sp["per_round"])
@@ -322,9 +325,10 @@ def judge_speed(rounds: list[Round], names: list[str], options: EvalOptions) -> 
     cand = [r.candidate_ms for r in rounds]
     eager = [r.eager_ms for r in rounds]
     speed = Speed(rounds=len(rounds), noise_limit=options.noise_limit)
-    speed.vs_eager = _speedup("eager", eager, cand)
+    spread = options.spread(options.resolved_backend())
+    speed.vs_eager = _speedup("eager", eager, cand, spread)
     if "compile" in names:
-        speed.vs_compile = _speedup("compile", [r.compile_ms for r in rounds], cand)
+        speed.vs_compile = _speedup("compile", [r.compile_ms for r in rounds], cand, spread)
     speed.noise = round_noise(eager)
     speed.noisy = speed.noise > options.noise_limit
     parts = [speedup_words(x) for x in (speed.vs_eager, speed.vs_compile) if x is not None]
@@ -486,9 +490,9 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     progress("timing", {"budget_s": options.timing_budget_s, "rounds": options.timing_rounds})
     fingerprints, shapes = _timing_sets(ref, cand, options.input_sets)
     ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-    _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_window_cpu(options, backend)},
+    _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_window_cpu(options, backend, res.device_id)},
           "the reference (task)", "baseline set-up")
-    _send(cand, {"cmd": "timing_setup", "shapes": shapes, "fingerprint_seed": fp_seed, **_window_cpu(options, backend)},
+    _send(cand, {"cmd": "timing_setup", "shapes": shapes, "fingerprint_seed": fp_seed, **_window_cpu(options, backend, res.device_id)},
           "the candidate", "timing")
     ready = _recv(cand, "the candidate", "the timing set-up")
     if not ready.get("ok"):
@@ -880,7 +884,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         res.device_id = data.get("device_id", "")
         _timing_sets(ref, None, options.input_sets)
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-        _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": 1, **_window_cpu(options, backend)},
+        _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": 1, **_window_cpu(options, backend, res.device_id)},
               "the reference (task)", "baseline set-up")
         ready = _recv(ref, "the reference (task)", "the baseline set-up (torch.compile)")
         if not ready.get("ok"):

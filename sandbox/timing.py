@@ -26,7 +26,8 @@ interleaved. Each callable is warmed up once (`Timer.warm`), then the parent run
 rounds; in each round every callable runs one block of calls (`Timer.block`, into its `Series`),
 in an order rotated per round (`round_order`). A round gives one ratio per baseline (the
 baseline's block median over the candidate's), and the speedup is the median of those ratios
-with a bootstrap 95% interval (`paired_speedup`). The spread of the eager baseline's block
+with a 95% interval (`paired_speedup`): the bootstrap over the rounds, widened by how far apart
+separate windows of an honest copy land (`widen`, EvalOptions.window_spread). The spread of the eager baseline's block
 medians over the rounds (`round_noise`) says whether the machine held still.
 """
 
@@ -458,16 +459,32 @@ def bootstrap_median_ci(values: Sequence[float], resamples: int = BOOTSTRAP_RESA
     return float(lo), float(hi)
 
 
+def widen(ratio: float, lo: float, hi: float, spread: float, z: float = 1.96) -> tuple[float, float]:
+    """The bootstrap interval [lo, hi] around `ratio`, each side widened in log space by the
+    between-window term: sqrt(side^2 + (z * spread)^2). `spread` is the log standard deviation of
+    an honest copy's paired speedup between separate evaluations (EvalOptions.window_spread):
+    the rounds of one window share its two processes, so their bootstrap cannot see how far
+    another pair of processes would land."""
+    if spread <= 0 or not (ratio > 0 and lo > 0 and hi > 0) or math.isinf(ratio):
+        return lo, hi
+    w = z * spread
+    down = math.hypot(math.log(ratio / lo), w)
+    up = math.hypot(math.log(hi / ratio), w)
+    return ratio * math.exp(-down), ratio * math.exp(up)
+
+
 def paired_speedup(baseline_ms: Sequence[float], candidate_ms: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
-                   seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+                   seed: int = BOOTSTRAP_SEED, spread: float = 0.0) -> dict[str, Any]:
     """The candidate against one baseline timed in the same rounds: a ratio per round (the
     baseline's block median over the candidate's: above 1 the candidate is faster), their
-    median, and its bootstrap 95% interval."""
+    median, and its 95% interval: the rounds' bootstrap widened by the between-window `spread`
+    (`widen`)."""
     if len(baseline_ms) != len(candidate_ms) or not baseline_ms:
         raise ValueError("need one baseline and one candidate median per round")
     ratios = [b / c if c > 0 else math.inf for b, c in zip(baseline_ms, candidate_ms, strict=True)]
-    lo, hi = bootstrap_median_ci(ratios, resamples, seed)
-    return {"ratio": statistics.median(ratios), "ci_low": lo, "ci_high": hi, "rounds": len(ratios), "per_round": ratios}
+    ratio = statistics.median(ratios)
+    lo, hi = widen(ratio, *bootstrap_median_ci(ratios, resamples, seed), spread)
+    return {"ratio": ratio, "ci_low": lo, "ci_high": hi, "rounds": len(ratios), "per_round": ratios}
 
 
 def round_noise(block_medians: Sequence[float]) -> float:

@@ -5,13 +5,15 @@ machine withholds the speed milestone. No assertion on an absolute time."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from sandbox import evaluate
-from sandbox.options import EvalOptions
+from sandbox.options import WINDOW_SPREAD, EvalOptions
 from sandbox.protocol import judge_speed, speedup_words
 from sandbox.schema import EvalResult, Round, Speedup, Status, milestone_reward
-from sandbox.timing import bootstrap_median_ci, calls_per_block, paired_speedup, round_noise, round_order
+from sandbox.timing import bootstrap_median_ci, calls_per_block, paired_speedup, round_noise, round_order, widen
 from tests.sandbox.helpers import task
 
 # ---- the statistics ----------------------------------------------------------------------------
@@ -89,10 +91,35 @@ def test_an_honest_copy_reads_no_measurable_difference():
 
 def test_a_faster_candidate_earns_its_milestones_on_a_quiet_machine():
     eager = [2.0 + 0.01 * (i % 3) for i in range(12)]
-    speed, reward = judge_speed(_rounds(eager, [1.0] * 12, [1.5] * 12), ["eager", "compile", "candidate"], EvalOptions(backend="cpu"))
+    opts = EvalOptions(backend="cpu", window_spread=0.0)
+    speed, reward = judge_speed(_rounds(eager, [1.0] * 12, [1.5] * 12), ["eager", "compile", "candidate"], opts)
     assert speed.vs_eager.verdict == "faster" and speed.vs_eager.ci_low > 1.9 and speed.vs_compile.ci_low == pytest.approx(1.5)
     assert reward == 3 and "reward 3" in speed.milestone
     assert "x faster than eager (95% interval" in speedup_words(speed.vs_eager)
+
+
+def test_the_interval_is_widened_by_how_far_apart_separate_windows_land():
+    """Twelve identical rounds have a bootstrap interval of width 0; the between-window spread
+    still widens it, in log space, by 1.96 x spread on each side."""
+    sp = paired_speedup([1.015] * 12, [1.0] * 12, spread=0.01)
+    assert sp["ratio"] == pytest.approx(1.015)
+    assert sp["ci_low"] == pytest.approx(1.015 * math.exp(-0.0196)) and sp["ci_high"] == pytest.approx(1.015 * math.exp(0.0196))
+    assert sp["ci_low"] < 1.0 < sp["ci_high"]  # 1.5% within one window is not yet a measurable difference
+    # in quadrature: a side already wider than the spread term grows by less than the term
+    lo, hi = widen(2.0, 1.8, 2.1, 0.01)
+    assert 1.8 * math.exp(-0.0196) < lo < 1.8 and 2.1 < hi < 2.1 * math.exp(0.0196)
+    assert widen(2.0, 1.8, 2.1, 0.0) == (1.8, 2.1)
+
+
+def test_the_backends_spread_is_the_default_and_an_option_overrides_it():
+    assert EvalOptions().spread("cuda") == WINDOW_SPREAD["cuda"] and EvalOptions().spread("cpu") == WINDOW_SPREAD["cpu"]
+    assert EvalOptions(window_spread=0.05).spread("cuda") == 0.05
+    with pytest.raises(ValueError, match="window_spread"):
+        EvalOptions(window_spread=-0.1).validate()
+    eager = [1.03] * 12
+    wide, _ = judge_speed(_rounds(eager, [1.0] * 12), ["eager", "candidate"], EvalOptions(backend="cpu"))
+    narrow, _ = judge_speed(_rounds(eager, [1.0] * 12), ["eager", "candidate"], EvalOptions(backend="cpu", window_spread=0.0))
+    assert wide.vs_eager.verdict == "no measurable difference" and narrow.vs_eager.verdict == "faster"
 
 
 def test_a_noisy_machine_withholds_the_speed_milestone():

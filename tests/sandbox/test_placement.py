@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sandbox.placement import format_cpulist, parse_cpulist, timing_plan
+from sandbox.placement import format_cpulist, parse_cpulist, timing_plan, window_cpu_for
 
 
 def test_cpulists_round_trip():
@@ -35,3 +35,12 @@ def test_a_host_with_too_few_cpus_is_not_pinned():
     assert timing_plan(["0"], available={0, 1}, local=lambda gpu: None) is None  # 2 CPUs: both stay shared
     assert timing_plan(["0"], available={0, 1, 2}, local=lambda gpu: None).timing_cpu == {"0": 2}
     assert timing_plan([], available=set(range(8))) is None
+
+
+def test_each_gpus_windows_get_one_cpu_of_their_own_counted_down_from_the_top():
+    gpus = ["GPU-bbbb", "GPU-aaaa", "GPU-cccc"]
+    cpus = set(range(16))
+    assert window_cpu_for("aaaa", gpus, cpus) == 15 and window_cpu_for("GPU-bbbb", gpus, cpus) == 14
+    assert window_cpu_for("cccc", gpus, cpus) == 13
+    assert window_cpu_for("", gpus, cpus) == 15  # an unknown device: the first place
+    assert window_cpu_for("cccc", gpus, {0, 1, 2, 3}) is None  # too few CPUs to spare one per GPU
