@@ -251,7 +251,9 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
     out_index = {o: k for k, o in enumerate(grp.outputs)}
     row_operands = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
     flat = not grp.reductions and not row_operands and all(o.kind in (FULL, GEN) for o in grp.operands)
-    par = f"if(rows * cols >= {int(config.get('parallel_min', 1 << 17))}) "
+    # `parallel:` names the construct the condition is for: on the combined `parallel for simd` an
+    # unmodified if() also applies to the simd part (OpenMP 5.0), and below the threshold the loop ran scalar
+    par = f"if(parallel: rows * cols >= {int(config.get('parallel_min', 1 << 17))}) "
     L.append("    (void)stream;")
     if flat:
         L.append("    const int64_t n = rows * cols;")
