@@ -4,6 +4,7 @@ from django.urls import path
 
 from webapp.jobs.views import accounts, api, batch, compare, files, pages
 from webapp.jobs.views import export as export_views
+from webapp.jobs.views import library
 
 app_name = "jobs"
 
@@ -20,6 +21,8 @@ urlpatterns = [
     path("jobs/check/", pages.check_source, name="check"),
     path("jobs/import/", pages.import_view, name="import"),
     path("jobs/export/", export_views.export_page, name="export"),
+    path("tasks/", library.task_library, name="task_library"),
+    path("tasks/<int:folder>/<str:stem>/start/", library.start_from_library, name="task_start"),
     path("jobs/<int:job_id>/", pages.job_detail, name="detail"),
     path("jobs/<int:job_id>/updates/", pages.job_updates, name="updates"),
     path("jobs/<int:job_id>/head/", pages.job_head_html, name="head"),
