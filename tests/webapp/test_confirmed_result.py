@@ -191,3 +191,12 @@ def test_the_migration_fills_stored_rows(transactional_db):
     assert turn.best_speedup_eager == events[-2]["speedup_vs_eager"]
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_compare_shows_each_sides_interval(owner, client):
+    a = import_trajectory(owner, confirmed_run(eval2(2, 1.42, 1.2)))
+    b = import_trajectory(owner, confirmed_run(eval2(2, 1.01, 0.99)))
+    html = client.get(f"/compare/?a={a.pk}&b={b.pk}").content
+    row = text_of(html, "compare-speed")
+    assert a.result().speed.vs_eager.text() in row and b.result().speed.vs_eager.text() in row
+    assert "no measurable difference vs eager" in row
