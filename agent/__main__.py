@@ -2,7 +2,14 @@
 
     python -m agent optimize TASK.py [--backend cpu|cuda|auto] [--model NAME] [--base-url URL]
                                      [--api-key KEY] [--max-turns N] [--out DIR] [--resume TRAJ]
+    python -m agent optimize FILE.py --class NAME [--init JSON] --inputs SPEC [SPEC ...] [...]
+    python -m agent optimize MODEL.pt2 [...]
     python -m agent show TRAJ.json
+
+TASK.py is a KernelBench-format task. Any other file with nn.Module subclasses runs as one with
+--class (agent.module_task writes the task, as the web form does); an ExportedProgram saved with
+torch.export.save runs from its .pt2 file (agent.exported_task: the file is loaded only inside
+the sandbox, and the inputs are random values of the recorded shapes and dtypes).
     python -m agent export RUN_DIR... --format sft|rl --out FILE.jsonl|FILE.parquet
 
 Progress goes to stderr (a bar and one line per turn), the final result to stdout. Without a
@@ -169,18 +176,65 @@ def report(result: Any, out: Path) -> str:
     return "\n".join(lines)
 
 
+class UsageError(Exception):
+    """The command line cannot make a task; the message says what was expected."""
+
+
+def task_source(args: argparse.Namespace) -> tuple[str, str]:
+    """(task source, task name) from FILE and --class/--init/--inputs, by the same functions as
+    the web form: a .pt2 ExportedProgram, a chosen nn.Module class, or a KernelBench task."""
+    from agent.exported_task import exported_task_source, looks_exported
+    from agent.module_task import SpecError, find_module_classes, task_from_module
+
+    path = Path(args.task)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        if path.suffix == ".pt2" or looks_exported(data):
+            if args.module_class or args.inputs or args.init is not None:
+                raise UsageError("a .pt2 file brings its module and example inputs: drop --class, --init and --inputs")
+            return exported_task_source(data, path.stem), path.stem
+        try:
+            source = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"{path} is neither UTF-8 Python source nor a .pt2 file") from None
+        if args.module_class:
+            if not args.inputs:
+                raise UsageError(f"--class {args.module_class} needs --inputs: one spec per input of forward(), e.g. --inputs 'float32[32,64]'")
+            return task_from_module(source, args.module_class, args.init, args.inputs), args.module_class
+        if args.inputs or args.init is not None:
+            raise UsageError("--init and --inputs describe the class given with --class NAME")
+        if not ("class Model" in source and "def get_inputs" in source):
+            try:
+                names = [c.name for c in find_module_classes(source)]
+            except SyntaxError as exc:
+                raise UsageError(f"{path}: syntax error on line {exc.lineno}: {exc.msg}") from None
+            hint = (f"it defines nn.Module classes {', '.join(names)}: pick one with --class NAME --inputs SPEC"
+                    if names else "and it defines no nn.Module class")
+            raise UsageError(f"{path} is not a KernelBench task (class Model, get_inputs(), get_init_inputs()); {hint}")
+        return source, path.stem
+    except SpecError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from agent.evaluator import LocalEvaluator
     from agent.loop import Budgets, run, task_from_trajectory
-    from agent.task import task_from_file
+    from agent.task import task_from_source
 
     traj = None
     if args.resume:
         traj = Trajectory.load(args.resume)
         task = task_from_trajectory(traj)
         if args.task:
-            fresh = task_from_file(args.task, task.backend, task.options)
-            if fresh.task_hash != task.task_hash:
+            try:
+                source, name = task_source(args)
+            except UsageError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            if task_from_source(source, name, task.backend, task.options).task_hash != task.task_hash:
                 print("error: TASK differs from the task recorded in the trajectory", file=sys.stderr)
                 return EXIT_USAGE
     elif args.task:
@@ -196,9 +250,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 options[key.strip()] = json.loads(value)
             except json.JSONDecodeError:
                 options[key.strip()] = value
-        task = task_from_file(args.task, args.backend, options)
+        try:
+            source, name = task_source(args)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        task = task_from_source(source, name, args.backend, options)
     else:
-        print("error: give TASK.py or --resume TRAJ", file=sys.stderr)
+        print("error: give TASK.py (or FILE.py --class NAME, or MODEL.pt2) or --resume TRAJ", file=sys.stderr)
         return EXIT_USAGE
 
     out = Path(args.out or f"runs/{task.name}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -265,8 +324,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m agent", description="Kernelwright agent: optimise a PyTorch task with custom kernels.")
     sub = p.add_subparsers(dest="command", required=True)
-    o = sub.add_parser("optimize", help="run the agent on a KernelBench-format task")
-    o.add_argument("task", nargs="?", help="the task file (Model, get_inputs, get_init_inputs)")
+    o = sub.add_parser("optimize", help="run the agent on a task: KernelBench format, any nn.Module class, or a .pt2")
+    o.add_argument("task", nargs="?", help="a KernelBench task (Model, get_inputs, get_init_inputs), any .py file with --class, or a .pt2")
+    o.add_argument("--class", dest="module_class", default=None, metavar="NAME",
+                   help="the nn.Module subclass of FILE to optimise (FILE need not be a KernelBench task)")
+    o.add_argument("--init", default=None, metavar="JSON",
+                   help="--class's constructor arguments as JSON: a list (positional) or an object (keywords), e.g. '[64, 256]'")
+    o.add_argument("--inputs", action="extend", nargs="+", default=[], metavar="SPEC",
+                   help="one spec per input of forward(): DTYPE[DIMS] [DISTRIBUTION], e.g. 'float32[32,64]' 'int64[8,128] randint(0,50257)'")
     o.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="auto")
     o.add_argument("--model", default=None, help="model name (default: OPENAI_MODEL or gpt-4o)")
     o.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")

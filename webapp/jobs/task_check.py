@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from agent.exported_task import exported_task_limit, is_exported_task
+
 MAX_SOURCE_BYTES = 256 * 1024
 REQUIRED_FUNCTIONS = ("get_inputs", "get_init_inputs")
 
@@ -21,9 +23,17 @@ class TaskCheck:
     name: str = ""  # a default job name taken from the module docstring
 
 
-def check_task_source(source: str, max_bytes: int = MAX_SOURCE_BYTES) -> TaskCheck:
+def source_limit(source: str) -> int:
+    """A task's size limit: a task made from a .pt2 carries the file (agent.exported_task), so it
+    may be larger than a hand-written one."""
+    return exported_task_limit() if is_exported_task(source) else MAX_SOURCE_BYTES
+
+
+def check_task_source(source: str, max_bytes: int | None = None) -> TaskCheck:
+    """`max_bytes`: None for the limit of the task's kind (source_limit)."""
     errors: list[str] = []
     size = len(source.encode("utf-8", errors="replace"))
+    max_bytes = source_limit(source) if max_bytes is None else max_bytes
     if not source.strip():
         return TaskCheck(False, ["The source is empty."])
     if size > max_bytes:

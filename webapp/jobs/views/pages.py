@@ -24,7 +24,15 @@ from django.views.decorators.http import require_http_methods, require_POST
 from webapp.jobs import charts, services
 from webapp.jobs.importer import MAX_IMPORT_BYTES, ImportRefused, import_trajectory
 from webapp.jobs.models import Job, Turn
-from webapp.jobs.module_wrapper import SpecError, find_module_classes, task_from_module
+from webapp.jobs.module_wrapper import (
+    MAX_EXPORTED_BYTES,
+    SpecError,
+    exported_task_source,
+    find_module_classes,
+    looks_exported,
+    read_exported,
+    task_from_module,
+)
 from webapp.jobs.permissions import can_change, visible_jobs
 from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
 from webapp.jobs.turn_html import turn_html, turns_html
@@ -80,6 +88,26 @@ def gallery(request):
 
 
 # -- new job ---------------------------------------------------------------------------------
+def is_exported_upload(upload) -> bool:
+    """A .pt2 file (torch.export.save): by its name, or by its first bytes (a zip archive)."""
+    if upload.name.lower().endswith(".pt2"):
+        return True
+    head = upload.read(4)
+    upload.seek(0)
+    return looks_exported(head)
+
+
+def exported_upload_task(upload) -> tuple[str, list[str]]:
+    """(task source, errors) for an uploaded .pt2: read and checked here (a zip and its JSON),
+    loaded only inside the sandbox (agent.exported_task)."""
+    if upload.size > MAX_EXPORTED_BYTES:
+        return "", [f"The .pt2 file is {upload.size} bytes; the limit is {MAX_EXPORTED_BYTES} bytes."]
+    try:
+        return exported_task_source(upload.read(), upload.name.rsplit(".", 1)[0]), []
+    except SpecError as exc:
+        return "", [str(exc)[:1].upper() + str(exc)[1:] + "."]
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def new_job(request):
@@ -89,17 +117,23 @@ def new_job(request):
     if request.method == "POST":
         values.update({k: request.POST.get(k, v) for k, v in values.items()})
         upload = request.FILES.get("file")
-        if upload is not None:
+        exported = upload is not None and is_exported_upload(upload)
+        task_source = ""
+        if exported:
+            task_source, errors = exported_upload_task(upload)
+            values.update(source="", module_class="")  # the task comes from the file alone
+        elif upload is not None:
             if upload.size > MAX_SOURCE_BYTES:
                 errors.append(f"The file is {upload.size} bytes; the limit is {MAX_SOURCE_BYTES} bytes.")
             else:
                 try:
                     values["source"] = upload.read().decode("utf-8")
                 except UnicodeDecodeError:
-                    errors.append("The file is not UTF-8 text.")
-                if not values["name"]:
-                    values["name"] = (values["module_class"] or upload.name.rsplit(".", 1)[0])[:200]
-        task_source = values["source"]
+                    errors.append("The file is neither UTF-8 text nor a .pt2 file.")
+        if upload is not None and not values["name"]:
+            values["name"] = (values["module_class"] or upload.name.rsplit(".", 1)[0])[:200]
+        if not exported:
+            task_source = values["source"]
         if not errors and values["module_class"]:
             # any module: the chosen nn.Module subclass becomes a KernelBench-format task
             try:
@@ -118,7 +152,8 @@ def new_job(request):
     return render(
         request,
         "jobs/new_job.html",
-        {"errors": errors, "values": values, "choices": OPTION_CHOICES, "max_bytes": MAX_SOURCE_BYTES, "endpoint": endpoint_configured()},
+        {"errors": errors, "values": values, "choices": OPTION_CHOICES, "max_bytes": MAX_SOURCE_BYTES,
+         "max_exported_bytes": MAX_EXPORTED_BYTES, "endpoint": endpoint_configured()},
         status=400 if errors else 200,
     )
 
@@ -135,7 +170,11 @@ def default_policy() -> str:
 
 @require_POST
 def check_source(request):
-    """The server half of the live check: parse with `ast` (never import)."""
+    """The server half of the live check: parse with `ast` (never import); a .pt2 upload is
+    read as a zip and its JSON graph (never loaded)."""
+    upload = request.FILES.get("file")
+    if upload is not None and is_exported_upload(upload):
+        return JsonResponse(check_exported(upload))
     source = request.POST.get("source", "")
     result = check_task_source(source)
     try:
@@ -153,6 +192,22 @@ def check_source(request):
             check = check_task_source(wrapped)
             body.update(ok=check.ok, errors=check.errors)
     return JsonResponse(body)
+
+
+def check_exported(upload) -> dict:
+    """The live check's answer for a .pt2: its recorded inputs, or what is wrong with it."""
+    body = {"ok": False, "errors": [], "name": upload.name.rsplit(".", 1)[0], "classes": [], "kernelbench": False,
+            "exported": None}
+    if upload.size > MAX_EXPORTED_BYTES:
+        body["errors"] = [f"The .pt2 file is {upload.size} bytes; the limit is {MAX_EXPORTED_BYTES} bytes."]
+        return body
+    try:
+        info = read_exported(upload.read())
+    except SpecError as exc:
+        body["errors"] = [str(exc)]
+        return body
+    body.update(ok=True, exported={"bytes": upload.size, "inputs": info.inputs, "torch_version": info.torch_version})
+    return body
 
 
 # -- the job page (live + trajectory viewer) -------------------------------------------------

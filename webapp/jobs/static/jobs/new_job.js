@@ -145,9 +145,49 @@
     if (!source.value.trim()) { clearTimeout(timer); seq++; delete form.dataset.checking; list.replaceChildren(); setSubmit(false, "upload or paste a task first"); return; }
     schedule();
   });
+  // A .pt2 (torch.export.save): the file itself is the task; the server reads its table of
+  // contents and recorded inputs (never loads it) and the source box is set aside.
+  const exportedNote = document.getElementById("exported-note");
+  const maxExported = parseInt(form.dataset.maxExportedBytes, 10);
+
+  function setExported(on) {
+    exportedNote.hidden = !on;
+    source.disabled = on;
+    if (on) { source.value = ""; picker.hidden = true; }
+  }
+
+  async function checkExported(f) {
+    const mine = ++seq;
+    clearTimeout(timer);
+    if (f.size > maxExported) { show([[false, `.pt2 file too large (${f.size} bytes, limit ${maxExported})`]]); setSubmit(false, "the file is too large"); return; }
+    const body = new FormData();
+    body.set("file", f);
+    form.dataset.checking = "1";
+    try {
+      const resp = await fetch(form.dataset.checkUrl, { method: "POST", body, headers: { "X-CSRFToken": csrf }, credentials: "same-origin" });
+      const data = await resp.json();
+      if (mine !== seq) return;
+      if (data.ok) {
+        const inputs = data.exported.inputs;
+        show([[true, `ExportedProgram, ${data.exported.bytes} bytes` + (data.exported.torch_version ? ` (saved by torch ${data.exported.torch_version})` : "")],
+              [true, "recorded inputs: " + (inputs.length ? inputs.join("; ") : "none")]]);
+      } else show(data.errors.map((e) => [false, e]));
+      setSubmit(data.ok, "the .pt2 file does not pass the check above");
+      form.dataset.checked = data.ok ? "ok" : "error";
+    } catch (err) {
+      if (mine !== seq) return;
+      show([[true, `.pt2 file, ${f.size} bytes (checked again on submission)`]]);
+      setSubmit(true, "");
+    } finally {
+      if (mine === seq) delete form.dataset.checking;
+    }
+  }
+
   file.addEventListener("change", () => {
     const f = file.files[0];
-    if (!f) return;
+    if (!f) { setExported(false); return; }
+    if (f.name.toLowerCase().endsWith(".pt2")) { setExported(true); checkExported(f); return; }
+    setExported(false);
     if (f.size > maxBytes) { show([[false, `file too large (${f.size} bytes, limit ${maxBytes})`]]); setSubmit(false, "the file is too large"); return; }
     f.text().then((text) => { source.value = text; check(text); });
   });
