@@ -4,7 +4,8 @@ The view is a thin wrapper around `collect_health()`, which tests call directly.
 required when the product cannot work without it (database, Redis, channel layer, at least one
 live worker per queue, the sandbox's containment); any required part down makes the report not
 ok (HTTP 503). A part can be up and still carry a warning (containment switched off on purpose),
-which the page shows in large letters and the JSON lists under "warnings".
+which the page shows in large letters and the JSON lists under "warnings". An optional part that
+is not set up (no model endpoint) is neither up nor down: state "not configured", ok null.
 """
 
 from __future__ import annotations
@@ -22,16 +23,23 @@ from webapp.queues import Queue
 SCHEMA = "kernelwright.health/1"
 
 
+UP, DOWN, NOT_CONFIGURED = "up", "down", "not configured"
+
+
 @dataclass
 class PartStatus:
     name: str
-    ok: bool
+    ok: bool | None  # None: not configured, neither up nor a failure
     required: bool
     summary: str  # one line for people
     detail: dict = field(default_factory=dict)
     error: str | None = None
     elapsed_ms: float = 0.0
     warning: str | None = None  # up, but a person must know: shown loudly on /health/
+
+    @property
+    def state(self) -> str:
+        return NOT_CONFIGURED if self.ok is None else UP if self.ok else DOWN
 
 
 @dataclass
@@ -51,7 +59,7 @@ class HealthReport:
             "status": "ok" if self.ok else "unavailable",
             "ok": self.ok,
             "warnings": [f"{p.name}: {p.warning}" for p in self.parts if p.warning],
-            "parts": {p.name: asdict(p) for p in self.parts},
+            "parts": {p.name: {**asdict(p), "state": p.state} for p in self.parts},
         }
 
 
@@ -61,6 +69,14 @@ class Down(Exception):
     def __init__(self, error: str, summary: str = "down", detail: dict | None = None) -> None:
         super().__init__(error)
         self.summary, self.detail = summary, detail or {}
+
+
+class NotConfigured(Exception):  # noqa: N818 - a finding, like Down
+    """An optional part this deployment did not set up: neither up nor a failure."""
+
+    def __init__(self, summary: str, detail: dict) -> None:
+        super().__init__(summary)
+        self.summary, self.detail = summary, detail
 
 
 # A check returns (summary, detail) or (summary, detail, warning), and raises when its part is down.
@@ -75,6 +91,8 @@ def _timed(name: str, required: bool, check: Check) -> PartStatus:
         ok, error, warning = True, None, (rest[0] if rest else None)
     except Down as down:
         summary, detail, ok, error = down.summary, down.detail, False, str(down)
+    except NotConfigured as absent:
+        summary, detail, ok, error = absent.summary, absent.detail, None, None
     except Exception as exc:  # each failure becomes a red part, never a 500
         summary, detail, ok, error = "down", {}, False, f"{type(exc).__name__}: {exc}"
     elapsed = round((time.perf_counter() - start) * 1000, 1)
@@ -194,13 +212,15 @@ def check_containment() -> tuple[str, dict, str | None]:
 
 
 def check_model_endpoint() -> tuple[str, dict]:
-    """Configuration only (never the key, never a call to the model): calls cost money and time."""
+    """Configuration only (never the key, never a call to the model): calls cost money and time.
+    Unset, it is not configured: jobs then run the built-in policy, which needs no endpoint."""
     base_url = settings.OPENAI_BASE_URL or ("https://api.openai.com/v1" if settings.OPENAI_API_KEY else "")
     configured = bool(base_url)
     detail = {"configured": configured, "base_url": base_url or None, "model": settings.KERNELWRIGHT_MODEL,
               "api_key_set": bool(settings.OPENAI_API_KEY)}
-    summary = f"{settings.KERNELWRIGHT_MODEL} at {base_url}" if configured else "not configured (built-in offline policy only)"
-    return summary, detail
+    if not configured:
+        raise NotConfigured("not configured: jobs run the built-in offline policy (set OPENAI_BASE_URL to use a model)", detail)
+    return f"{settings.KERNELWRIGHT_MODEL} at {base_url}", detail
 
 
 def collect_health(worker_timeout: float | None = None) -> HealthReport:
