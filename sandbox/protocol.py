@@ -464,8 +464,8 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
 
     # 6. correctness trials, one at a time (the candidate's wall-time limit starts now, not while it waited)
     cand.restart_clock()
-    progress("correctness", {"trial": 0})
-    trials, msg = _run_trials(ref, cand, progress)
+    progress("correctness", {"trial": 0, "of": data["planned"]})
+    trials, msg = _run_trials(ref, cand, lambda i: progress("correctness", {"trial": i, "of": max(i, data["planned"])}))
     res.audit.findings.extend(f"protocol: {n}" for n in msg["notes"])
     progress("judging", {})
     rejections, incorrect, values_only = _judge_trials(msg, trials, options, res)
@@ -559,7 +559,7 @@ def _candidate_artifacts(cand: Child, artifacts: Artifacts) -> dict:
 REF = "the reference (task)"
 
 
-def _run_trials(ref: Child, cand: Child, progress: Progress) -> tuple[list[dict], dict]:
+def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None]) -> tuple[list[dict], dict]:
     """The correctness trials, one at a time: the reference draws a trial (its expected outputs
     stay in the reference), the candidate runs it on the reference's inputs (descriptors of the
     reference's sealed memfd, forwarded unread), and the reference compares the candidate's
@@ -577,7 +577,7 @@ def _run_trials(ref: Child, cand: Child, progress: Progress) -> tuple[list[dict]
             notes = t["notes"]
             break
         i = len(trials)
-        progress("correctness", {"trial": i + 1})
+        progress(i + 1)
         _send(cand, {"cmd": "trial", "index": i, "variant": t["variant"], "variant_spec": t["variant_spec"], "inputs": t.pop("inputs")},
               "the candidate", "the correctness trials")
         del t["variant_spec"]

@@ -221,7 +221,7 @@ def role_reference() -> None:
     ctx = _RefContext(task, make_model, make_inputs, run, seeds, msg, base, base_init, meta, device, options)
     del first_inputs
     LOCK.release()
-    send({"ok": True, "variants": [ctx.variants[0]], "roofline": roof, "device_name": _device_name(device),
+    send({"ok": True, "variants": [ctx.variants[0]], "planned": ctx.planned(), "roofline": roof, "device_name": _device_name(device),
           "device_id": device_lock_name(device)})
     trace("reference: set-up sent")
     _reference_loop(ctx, roots)
@@ -255,6 +255,13 @@ class _RefContext:
         self.sets: list = []
         self.shapes: list | None = None
         self.weights: list | None = None
+
+    def planned(self) -> int:
+        """How many trials `_trials` will yield, as far as known before drawing them (a wide or
+        shape trial the reference cannot run is skipped later)."""
+        msg = self.msg
+        return (len(self.seeds["random"]) + int(bool(msg["reinit"] and self.variants[0]["state_dict"])) + int(bool(msg["wide"]))
+                + (2 if msg["shape"] and _size_consts(self.task) else 0))
 
     def add_variant(self, init: list, model: Any, kind: str) -> int:
         self.variants.append({"init_inputs": init, "state_dict": _state(model), "kind": kind})
@@ -363,6 +370,15 @@ class _RefContext:
         return {"ok": True, "inputs": inputs, "shapes": self.shapes, "fingerprint": _expected_fingerprint(leaves, self.weights, self.eval_options)}
 
 
+def _release_device_cache(device: str) -> None:
+    """Give a trial's freed device memory back to the driver: the two children share one GPU, and
+    a 6.4 GB task's trial leaves tens of GB in the caching allocator of each."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 def _state(model: Any) -> dict:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
@@ -386,7 +402,8 @@ def _reference_loop(ctx: _RefContext, roots: list[str]) -> None:
                 send(_error("task", exc, roots, "the reference failed while preparing trials: "))
                 return
             send(reply)
-            del reply
+            del reply, cmd
+            _release_device_cache(device)
         elif name == "timing_setup":  # nothing is timed yet
             with LOCK.shared():
                 hook = _fingerprint_hook(ctx.shapes, cmd["fingerprint_seed"], device)
@@ -860,9 +877,10 @@ def role_candidate() -> None:
             finally:
                 LOCK.release()
             send(reply)
-            del reply
             if reply_ends[0]:
                 return
+            del reply, cmd
+            _release_device_cache(device)
         elif cmd["cmd"] == "trials_end":
             findings.extend(integrity.check())
             send({"type": "trials", "ops": ops, "custom_calls": custom_calls(), "calls_per_forward": calls_per_forward,

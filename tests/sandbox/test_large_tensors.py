@@ -1,0 +1,121 @@
+"""Tensors of hundreds of MB evaluate on the CPU backend (they cross no pipe), a forward that
+writes to its input dies on the read-only mapping, and the candidate's process never holds the
+reference's expected outputs (sandbox.shared, docs/evaluation.md sections 3-6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox import evaluate, protocol
+
+SWISH = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+batch_size = {rows}
+dim = {cols}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _honest(task: str) -> dict[str, str]:
+    return {"model_new.py": task.replace("class Model(", "class ModelNew(")}
+
+
+@pytest.mark.slow
+def test_a_400_mb_task_evaluates_on_the_cpu_backend(quick):
+    """KernelBench level 1 problem 25 (Swish) at 2048 x 49152 fp32: 403 MB per tensor; the
+    shape trials and the timing sets included (before sealed memfds such sizes went through the
+    pipes three times per tensor; at 4096 x 393216 the message limit refused them)."""
+    task = SWISH.format(rows=2048, cols=49152)
+    res = evaluate(task, _honest(task), quick(torch_ops="allow", timing_rounds=3, input_sets=2, eval_timeout_s=600))
+    assert res.status.value == "ok", res.reasons
+    assert all(t.passed for t in res.trials) and len(res.trials) >= 6
+    transport = next(f for f in res.audit.findings if f.startswith("transport:"))
+    assert " 0." in transport.split("MB through")[0]  # well under 1 MB through the sockets
+
+
+def test_a_forward_that_writes_to_its_input_faults(quick):
+    task = SWISH.format(rows=256, cols=256)  # 256 KB: by memfd
+    files = {"model_new.py": task.replace("class Model(", "class ModelNew(").replace(
+        "return x * torch.sigmoid(x)", "x.mul_(torch.sigmoid(x))\n        return x.clone()")}
+    res = evaluate(task, files, quick(torch_ops="allow"))
+    assert res.status.value == "runtime_error", res.reasons
+    assert "SIGSEGV" in res.reasons[0] and "mapped read-only" in res.reasons[0]
+
+
+SPY = '''import ctypes
+import gc
+import mmap
+import os
+
+import torch
+import torch.nn as nn
+
+
+def expected_reachable(out):
+    """Any tensor equal to `out` (other than itself), or any readable descriptor whose bytes hold
+    out's first 4 KB: where an expected output would be if it had reached this process."""
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj is not out and obj.shape == out.shape and obj.dtype == out.dtype:
+            if torch.equal(obj, out):
+                return True
+    head = ctypes.string_at(out.data_ptr(), 4096)
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fd = int(name)
+            size = os.fstat(fd).st_size
+            if size < 4096:
+                continue
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except (OSError, ValueError):
+            continue
+        try:
+            if mm.find(head) >= 0:
+                return True
+        finally:
+            mm.close()
+    return False
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = x * torch.sigmoid(x)
+        if expected_reachable(out):
+            return torch.zeros_like(out)  # found: this trial must fail, and the test with it
+        return out
+'''
+
+
+def test_the_spy_finds_a_copy_when_one_is_reachable():
+    """The spy below works: in a process that holds a copy, it finds it (a test that can fail)."""
+    import torch
+
+    namespace: dict = {}
+    exec(compile(SPY, "spy", "exec"), namespace)
+    out = torch.randn(256, 256)
+    copy = out.clone()  # noqa: F841  reachable through gc
+    assert namespace["expected_reachable"](out)
+
+
+def test_the_candidate_cannot_find_the_expected_outputs(quick, monkeypatch):
+    """A candidate that computes the right answer, then searches its process (every tensor the
+    garbage collector knows, every descriptor it holds) for a second copy of it, would return
+    zeros if it found one: the expected outputs never reach its process, so it passes."""
+    monkeypatch.setattr(protocol, "REJECT_STATIC", False)  # gc walking and /proc are statically rejected
+    task = SWISH.format(rows=256, cols=256)
+    res = evaluate(task, {"model_new.py": SPY}, quick(torch_ops="allow"))
+    assert res.status.value == "ok", res.reasons
+    assert all(t.passed for t in res.trials)
