@@ -21,9 +21,10 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 LOCK_DIR = "/tmp/kernelwright-locks"
+OnWait = Callable[[bool], None]  # True: waiting for another process's hold; False: taken
 
 
 def prepare_dir(path: str = LOCK_DIR) -> str:
@@ -57,7 +58,7 @@ def host_gpu_uuids() -> list[str]:
     import glob
 
     uuids = []
-    for info in glob.glob("/proc/driver/nvidia/gpus/*/information"):
+    for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):  # by PCI bus id
         try:
             for line in open(info):
                 if line.startswith("GPU UUID:"):
@@ -105,8 +106,10 @@ class DeviceLock:
     def available(self) -> bool:
         return self._fd is not None
 
-    def acquire(self, exclusive: bool = False) -> bool:
-        """Take the lock; False when nothing was taken (no file, or already held)."""
+    def acquire(self, exclusive: bool = False, on_wait: OnWait | None = None) -> bool:
+        """Take the lock; False when nothing was taken (no file, or already held). `on_wait`:
+        called with True when another process holds the lock, so this call waits for it, and
+        with False once it is taken (the job page then says what it waits for)."""
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         if self._held is not None:
             if self._held == fcntl.LOCK_SH and mode == fcntl.LOCK_EX:
@@ -114,13 +117,12 @@ class DeviceLock:
             return False
         if self._fd is None:
             return False
-        while True:
-            try:
-                fcntl.flock(self._fd, mode)
-                break
-            except OSError as exc:
-                if exc.errno != errno.EINTR:
-                    raise
+        if not _flock(self._fd, mode | fcntl.LOCK_NB):
+            if on_wait is not None:
+                on_wait(True)
+            _flock(self._fd, mode)
+            if on_wait is not None:
+                on_wait(False)
         self._held = mode
         return True
 
@@ -130,19 +132,49 @@ class DeviceLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
-    def _hold(self, exclusive: bool) -> Iterator[None]:
-        took = self.acquire(exclusive)
+    def _hold(self, exclusive: bool, on_wait: OnWait | None) -> Iterator[None]:
+        took = self.acquire(exclusive, on_wait)
         try:
             yield
         finally:
             if took:
                 self.release()
 
-    def shared(self) -> contextlib.AbstractContextManager[None]:
-        return self._hold(False)
+    def shared(self, on_wait: OnWait | None = None) -> contextlib.AbstractContextManager[None]:
+        return self._hold(False, on_wait)
 
-    def exclusive(self) -> contextlib.AbstractContextManager[None]:
-        return self._hold(True)
+    def exclusive(self, on_wait: OnWait | None = None) -> contextlib.AbstractContextManager[None]:
+        return self._hold(True, on_wait)
+
+
+def _flock(fd: int, mode: int) -> bool:
+    """flock(2), retried on EINTR; False when LOCK_NB found the lock taken."""
+    while True:
+        try:
+            fcntl.flock(fd, mode)
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) and mode & fcntl.LOCK_NB:
+                return False
+            if exc.errno != errno.EINTR:
+                raise
+
+
+def held_exclusively(name: str, folder: str = LOCK_DIR) -> bool:
+    """Whether some process holds the device's lock exclusively now (a timed loop runs): a
+    probe that takes nothing (a shared try on a fresh open file, released at once). Read by the
+    gpu worker while its evaluation is in a phase that needs the lock shared, to say the
+    evaluation waits for the device."""
+    lock = DeviceLock(name, folder)
+    if lock._fd is None:
+        return False
+    try:
+        free = _flock(lock._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        if free:
+            fcntl.flock(lock._fd, fcntl.LOCK_UN)
+        return not free
+    finally:
+        os.close(lock._fd)
 
 
 def device_lock_name(device: str) -> str:
@@ -154,6 +186,22 @@ def device_lock_name(device: str) -> str:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     uuid = getattr(props, "uuid", None)
     return f"gpu-{_normal_uuid(str(uuid))}" if uuid else f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}-{torch.cuda.current_device()}"
+
+
+def host_lock_name(backend: str) -> str | None:
+    """The lock name of this process's device without initialising CUDA: 'cpu', or the GPU
+    that CUDA_VISIBLE_DEVICES names alone (by UUID, or by index in PCI bus order, as nvidia-smi
+    numbers them); None when that cannot be told (several GPUs visible, say)."""
+    if backend != "cuda":
+        return "cpu"
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if len(visible) != 1:
+        return None
+    if not visible[0].isdigit():
+        return f"gpu-{_normal_uuid(visible[0])}"
+    uuids = host_gpu_uuids()
+    index = int(visible[0])
+    return f"gpu-{uuids[index]}" if index < len(uuids) else None
 
 
 NO_LOCK = DeviceLock(None)

@@ -90,15 +90,17 @@ def abandoned_result(why: str) -> dict[str, Any]:
 
     return EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, reasons=[why]).to_dict()
 
+DEVICE_WAIT = "waiting for the device (another evaluation is being timed)"
 STEP_WORDS = {
+    "device_wait": DEVICE_WAIT,
     "compile": "compiling",
     "compiling": "compiling",
     "starting": "starting the sandbox",
     "reference": "running the reference",
     "roofline": "measuring the roofline",
     "done": "evaluated",
-    "baseline": "timing baselines",
-    "baselines": "timing baselines",
+    "baseline": "preparing the baselines",  # timing sets on the device, torch.compile's first call (compiles)
+    "baselines": "preparing the baselines",
     "import": "importing the candidate",
     "correctness": "checking correctness",
     "judging": "comparing outputs",
@@ -109,8 +111,7 @@ STEP_WORDS = {
 }
 
 
-def step_text(step: str, detail: dict[str, Any] | None) -> str:
-    words = STEP_WORDS.get(step, step.replace("_", " "))
+def _counted(words: str, detail: dict[str, Any] | None) -> str:
     detail = detail or {}
     index = detail.get("trial", detail.get("index", detail.get("i")))
     total = detail.get("of", detail.get("total", detail.get("n")))
@@ -119,7 +120,28 @@ def step_text(step: str, detail: dict[str, Any] | None) -> str:
     return words
 
 
-def _progress(job_id: int | None, attempt: int | None = None, task_id: str | None = None):
+def step_text(step: str, detail: dict[str, Any] | None) -> str:
+    words = STEP_WORDS.get(step, step.replace("_", " "))
+    if step in ("baseline", "baselines") and (detail or {}).get("compile"):
+        words += " (building torch.compile)"
+    return _counted(words, detail)
+
+
+# Steps in which the evaluation's children take the device lock shared (sandbox.devlock): while
+# another evaluation's timed loop holds it exclusively, they wait, and the page says so. (From
+# "timing" on, this evaluation's own timing may hold it: a probe cannot tell whose it is.)
+SHARED_LOCK_STEPS = {"starting", "reference", "import", "baseline", "baselines", "correctness", "judging"}
+DEVICE_PROBE_S = 1.0
+
+
+class StepState:
+    """The evaluation's last reported step, and whether the page now shows the device wait."""
+
+    def __init__(self) -> None:
+        self.step, self.text, self.waiting = "", "", False
+
+
+def _progress(job_id: int | None, attempt: int | None = None, task_id: str | None = None, state: StepState | None = None):
     if job_id is None:
         return None
     from webapp.jobs.services import set_step
@@ -132,9 +154,50 @@ def _progress(job_id: int | None, attempt: int | None = None, task_id: str | Non
             why = unwanted(task_id, job_id, attempt)
             if why:
                 raise Abandoned(why)
-        set_step(job_id, step_text(step, detail), attempt)
+        text = step_text(step, detail)
+        if state is not None:
+            state.step, state.text, state.waiting = step, text, False
+        set_step(job_id, text, attempt)
 
     return on_progress
+
+
+@contextlib.contextmanager
+def device_wait_shown(job_id: int | None, attempt: int | None, backend: str, state: StepState, folder: str | None = None):
+    """While the evaluation runs, a thread probes the device lock every DEVICE_PROBE_S: in a
+    step that needs it shared, held exclusively means another evaluation's timing runs and
+    this one waits, so the job's step reads DEVICE_WAIT until the lock is free again."""
+    from sandbox.devlock import LOCK_DIR, held_exclusively, host_lock_name
+
+    name = host_lock_name(backend)
+    if job_id is None or name is None:
+        yield
+        return
+    from webapp.jobs.services import set_step
+
+    stop = threading.Event()
+
+    def watch() -> None:
+        from django.db import connection
+
+        try:
+            while not stop.wait(DEVICE_PROBE_S):
+                busy = state.step in SHARED_LOCK_STEPS and held_exclusively(name, folder or LOCK_DIR)
+                if busy != state.waiting:
+                    state.waiting = busy
+                    set_step(job_id, DEVICE_WAIT if busy else state.text, attempt)
+        except Exception:  # noqa: BLE001 - the label is a courtesy; the evaluation goes on
+            logger.exception("device-wait probe of job %s stopped", job_id)
+        finally:
+            connection.close()
+
+    watcher = threading.Thread(target=watch, name=f"device-wait-{job_id}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join(timeout=DEVICE_PROBE_S + 5)
 
 
 def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None,
@@ -144,15 +207,22 @@ def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str,
     why = unwanted(task_id, job_id, attempt)
     if why:
         return abandoned_result(why)
+    state = StepState()
     try:
-        with watched(task_id, job_id, attempt):
-            result = LocalEvaluator().evaluate(task_source, files, options, on_progress=_progress(job_id, attempt, task_id))
+        with watched(task_id, job_id, attempt), device_wait_shown(job_id, attempt, _backend(options), state):
+            result = LocalEvaluator().evaluate(task_source, files, options, on_progress=_progress(job_id, attempt, task_id, state))
     except Abandoned as stop:
         logger.warning("evaluation %s of job %s stopped: %s", task_id, job_id, stop)
         return abandoned_result(str(stop))
     data = result.to_dict()
     remember_baselines(data, options)
     return data
+
+
+def _backend(options: dict[str, Any]) -> str:
+    from agent.task import resolve_backend
+
+    return resolve_backend(str(options.get("backend") or "auto"))
 
 
 def profile_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None,
