@@ -83,9 +83,13 @@ def early_device_init() -> None:
 
 
 def setup_process(options: dict, backend: str) -> str:
-    """Identical numerics for every process: thread count and precision flags."""
+    """Identical numerics and allocator behaviour for every process: thread count, precision
+    flags, malloc thresholds (sandbox.allocator)."""
     import torch
 
+    from .allocator import steady
+
+    steady()
     torch.set_num_threads(int(options["_threads"]))
     allow = bool(options.get("allow_tf32", False))
     torch.backends.cuda.matmul.allow_tf32 = allow

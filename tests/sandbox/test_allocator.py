@@ -1,0 +1,35 @@
+"""Every evaluation process starts with the host allocator in its steady state (sandbox.allocator):
+a batch of freed outputs is reused by the next batch instead of being returned to the system and
+faulted in again, whatever the process did before. Counted in page faults, not timed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+PROBE = r"""
+import resource, sys, torch
+from sandbox import allocator
+if sys.argv[1] == "steady":
+    assert allocator.steady()
+def batch():
+    held = [torch.ones(512, 1024) for _ in range(4)]  # four 2 MB outputs held at once, as the timer's batches do
+    del held
+batch()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    batch()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(mode: str) -> int:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120, check=True)
+    return int(out.stdout.strip())
+
+
+def test_batches_of_outputs_reuse_memory_once_the_thresholds_are_fixed():
+    fresh, steady = _faults("fresh"), _faults("steady")
+    # a fresh process returns each freed batch and faults the next one in (about 512 pages a tensor)
+    assert fresh > 20 * 512, fresh
+    assert steady < 200, steady
