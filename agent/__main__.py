@@ -222,7 +222,7 @@ def task_source(args: argparse.Namespace) -> tuple[str, str]:
 def cmd_optimize(args: argparse.Namespace) -> int:
     from agent.evaluator import LocalEvaluator
     from agent.loop import Budgets, run, task_from_trajectory
-    from agent.task import task_from_source
+    from agent.task import is_task, task_from_source
 
     traj = None
     if args.resume:
@@ -234,7 +234,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             except UsageError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-            if task_from_source(source, name, task.backend, task.options).task_hash != task.task_hash:
+            if not is_task(task.task_hash, source):
                 print("error: TASK differs from the task recorded in the trajectory", file=sys.stderr)
                 return EXIT_USAGE
     elif args.task:

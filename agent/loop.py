@@ -37,6 +37,7 @@ from agent.events import (
     TurnStarted,
 )
 from agent.policy import Action, Observation, Policy, TaskInfo
+from agent.task import is_task
 from agent.tools import ToolOutcome, ToolRunner, as_eval_result, tool_specs
 from agent.trajectory import Totals, Trajectory
 from agent.workspace import Workspace
@@ -153,6 +154,7 @@ class _Run:
         self.workspace = Workspace(reference=task.source)
         self.runner = ToolRunner(self.workspace, evaluator, task, on_progress=on_progress)
         self.best: BestCandidate | None = None
+        self.best_confirmed = False  # the best is the final, confirmed evaluation (set_best)
         self.totals = Totals()
         self.turn = 0
         self.overhead_ms: list[float] = []
@@ -180,7 +182,7 @@ class _Run:
         ev = self.traj.task()
         if ev is None:
             raise ValueError("the trajectory has no task event; it cannot be resumed")
-        if self.task.task_hash and ev.task_hash and self.task.task_hash != ev.task_hash:
+        if self.task.task_hash and ev.task_hash and not is_task(ev.task_hash, self.task.source):
             raise ValueError("the trajectory belongs to another task (task hashes differ)")
         evals: dict[int, dict[str, Any]] = {}
         for e in self.traj.events:
@@ -326,13 +328,14 @@ class _Run:
         self.record(EvaluationEvent(turn=self.turn, version=version, result=result, purpose=purpose))
         self.record(RewardEvent(turn=self.turn, version=version, reward=int(result.get("reward") or 0),
                                 speedup_vs_eager=result.get("speedup_vs_eager"),
-                                speedup_vs_compile=result.get("speedup_vs_compile")))
+                                speedup_vs_compile=result.get("speedup_vs_compile"), speed=result.get("speed")))
 
-    def set_best(self, cand: BestCandidate) -> None:
-        self.best = cand
+    def set_best(self, cand: BestCandidate, confirmed: bool = False) -> None:
+        """`confirmed`: made from the final evaluation after the last turn (the run's result)."""
+        self.best, self.best_confirmed = cand, confirmed
         self.record(BestChanged(turn=self.turn, version=cand.version, reward=cand.reward,
                                 speedup_vs_eager=cand.speedup_vs_eager, speedup_vs_compile=cand.speedup_vs_compile,
-                                files=dict(cand.files)))
+                                files=dict(cand.files), speed=(cand.result or {}).get("speed"), confirmed=confirmed))
 
     def record_evaluation(self, out: ToolOutcome) -> None:
         res, v = out.evaluation, self.workspace.version
@@ -387,7 +390,7 @@ class _Run:
         pick = sorted(draws, key=lambda r: r.get("speedup_vs_eager") or 0.0)[(len(draws) - 1) // 2]
         self.record(EvaluationEvent(turn=self.turn, version=b.version, result=pick, purpose="final",
                                     draws_ms=[m for m in (_median_ms(r) for r in draws) if m is not None]))
-        self.set_best(BestCandidate.of(b.version, b.files, b.turn, pick))
+        self.set_best(BestCandidate.of(b.version, b.files, b.turn, pick), confirmed=True)
         return f"confirmed: median of {len(draws)} evaluations"
 
     def finish(self, reason: str, summary: str) -> RunResult:
@@ -407,6 +410,8 @@ class _Run:
                 best_reward=b.reward if b else None,
                 speedup_vs_eager=b.speedup_vs_eager if b else None,
                 speedup_vs_compile=b.speedup_vs_compile if b else None,
+                speed=(b.result or {}).get("speed") if b else None,
+                confirmed=bool(b) and self.best_confirmed,
                 summary=summary,
             )
         )

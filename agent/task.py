@@ -7,10 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from agent.policy import TaskInfo
+from sandbox.cache import sha256_text
 
 
 def task_hash(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+    """A task's identity everywhere (trajectories, jobs, evaluations, evaluation.json, the zip
+    README): the sandbox's hash of the source (sandbox.cache.sha256_text, as EvalResult.task_hash)."""
+    return sha256_text(source)
+
+
+def is_task(recorded_hash: str, source: str) -> bool:
+    """Whether a recorded hash names this source: today's hash, or the plain sha256 of the UTF-8
+    source that trajectories recorded before both hashes became one."""
+    legacy = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    return recorded_hash in (task_hash(source), legacy)
 
 
 def resolve_backend(backend: str) -> str:

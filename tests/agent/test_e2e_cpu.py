@@ -51,6 +51,13 @@ def test_good_run_produces_a_verified_candidate_and_a_loadable_trajectory(script
     assert res.best.speedup_vs_eager == evals[-1].result["speedup_vs_eager"]
     assert traj.best().speedup_vs_eager == res.best.speedup_vs_eager  # the last best_changed
     assert "confirmed: median of 3 evaluations" in traj.finished().summary
+    # the events carry the paired intervals, and say which best is the confirmed result
+    final_speed = evals[-1].result["speed"]
+    assert final_speed["vs_eager"]["ci_low"] <= final_speed["vs_eager"]["ratio"] <= final_speed["vs_eager"]["ci_high"]
+    assert traj.best().speed == final_speed and traj.best().confirmed
+    assert traj.finished().speed == final_speed and traj.finished().confirmed
+    assert not traj.of_type(BestChanged)[0].confirmed and traj.of_type(BestChanged)[0].speed is not None
+    assert [e.speed for e in traj.of_type(RewardEvent)] == [e.result.get("speed") for e in evals[:3]]
     back = Trajectory.load(traj.save(tmp_path / "t.json"))
     assert back.best().files == res.best.files and back.finished().reason == "model_finished"
     assert steps, "the sandbox's per-step progress reaches on_progress"

@@ -13,15 +13,14 @@ import secrets
 from django.conf import settings
 from django.db import models
 
-from sandbox.cache import sha256_text
+from agent.task import task_hash as agent_task_hash
 from webapp.jobs.results import BestResult, SpeedReport
 
 
 def task_hash(source: str) -> str:
-    """The task's hash everywhere in the web app: the sandbox's (EvalResult.task_hash, so the job,
-    its evaluations, evaluation.json and the zip README agree): sha256 over the source's UTF-8
-    length (8 bytes, little-endian) and then its bytes (sandbox.cache.sha256_text)."""
-    return sha256_text(source)
+    """The task's hash, as everywhere else (agent.task.task_hash: the sandbox's, so the job, its
+    evaluations, evaluation.json and the zip README agree)."""
+    return agent_task_hash(source)
 
 
 class Job(models.Model):
