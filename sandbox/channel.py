@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import json
+import os
 import select
 import socket
 import time
@@ -118,12 +119,12 @@ class _Outgoing:
         self.shared_bytes += h.nbytes
         return {"dtype": h.dtype, "shape": list(h.shape), "__shared__": self.fd_index(h.fd.fd), "offset": h.offset}
 
-    def finish(self) -> list[int]:
+    def finish(self, alloc: Any) -> list[int]:
         """Pack the large tensors into one sealed memfd; returns the descriptors this process
         created (closed once sent: the receiver holds its own)."""
         if not self.to_pack:
             return []
-        fd, offsets = shared.pack([t for t, _ in self.to_pack])
+        fd, offsets = shared.pack([t for t, _ in self.to_pack], alloc)
         index = self.fd_index(fd)
         for (_, spec), off in zip(self.to_pack, offsets, strict=True):
             spec["__shared__"], spec["offset"] = index, off
@@ -151,10 +152,11 @@ def _encode_tree(obj: Any, out: _Outgoing) -> Any:
     raise TypeError(f"cannot send a {type(obj).__name__}")
 
 
-def send(sock: socket.socket, obj: Any, traffic: Traffic | None = None) -> None:
+def send(sock: socket.socket, obj: Any, traffic: Traffic | None = None, alloc: Any = shared.new_memfd) -> None:
+    """`alloc(size)` makes the memfd for the large tensors (a child: `request_memfd`)."""
     out = _Outgoing()
     tree = _encode_tree(obj, out)
-    own = out.finish()
+    own = out.finish(alloc)
     try:
         header = json.dumps(tree).encode()
         first = len(header).to_bytes(HEADER, "little") + header
@@ -261,21 +263,79 @@ def _shape(spec: dict) -> tuple[Any, list[int], int]:
     return dtype, shape, numel
 
 
+MAX_ALLOC = 1 << 40
+
+
+def _read_message_head(sock: socket.socket, deadline: float | None) -> tuple[Any, list[int], int]:
+    """A message's header: (tree, received descriptors, header size)."""
+    head, raw_fds = _read_head(sock, deadline)
+    size = int.from_bytes(head, "little")
+    try:
+        if size > (64 << 20):
+            raise MessageTooLarge(f"message header of {size} bytes exceeds the 64 MB limit")
+        raw = bytearray(size)
+        _read_into(sock, memoryview(raw), deadline)
+        return json.loads(raw), raw_fds, size
+    except BaseException:
+        for fd in raw_fds:
+            shared._close_quietly(fd)
+        raise
+
+
+def _control(tree: Any) -> str | None:
+    """'alloc' (a child asks for a memfd) or 'memfd' (the answer), else None."""
+    if isinstance(tree, dict) and isinstance(tree.get("__dict__"), dict) and len(tree["__dict__"]) == 1:
+        key = next(iter(tree["__dict__"]))
+        return {"__alloc__": "alloc", "__memfd__": "memfd"}.get(key)
+    return None
+
+
+def _serve_alloc(sock: socket.socket, tree: Any) -> None:
+    size = tree["__dict__"]["__alloc__"]
+    if not isinstance(size, int) or not 0 <= size <= MAX_ALLOC:
+        raise ValueError(f"malformed message: memfd request of {size!r} bytes")
+    fd = shared.new_memfd(size)
+    try:
+        header = json.dumps({"__dict__": {"__memfd__": 0}}).encode()
+        sock.sendmsg([len(header).to_bytes(HEADER, "little") + header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    finally:
+        os.close(fd)
+
+
+def request_memfd(sock: socket.socket, size: int, inbox: list) -> int:
+    """A child's memfd of `size` bytes, made by the parent (shared.new_memfd says why). Messages
+    that arrive before the answer (the parent may have sent the next command) go to `inbox`."""
+    header = json.dumps({"__dict__": {"__alloc__": size}}).encode()
+    sock.sendall(len(header).to_bytes(HEADER, "little") + header)
+    while True:
+        tree, raw_fds, size_h = _read_message_head(sock, None)
+        if _control(tree) == "memfd" and len(raw_fds) == 1:
+            return raw_fds[0]
+        inbox.append(_read_body(sock, tree, raw_fds, size_h, None, 1 << 34, True, None))
+
+
 def recv(sock: socket.socket, timeout: float | None = None, max_bytes: int = 1 << 34, map: bool = False,
-         traffic: Traffic | None = None) -> Any:
+         traffic: Traffic | None = None, serve_alloc: bool = False) -> Any:
     """One message. Inline tensors arrive as fresh tensors (at most `max_bytes` in all); shared
-    ones as checked `shared.Handle`s, or mapped read-only when `map` (a child's use)."""
+    ones as checked `shared.Handle`s, or mapped read-only when `map` (a child's use).
+    `serve_alloc` (the parent): memfd requests that come first are answered on the way."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        tree, raw_fds, size = _read_message_head(sock, deadline)
+        if not (serve_alloc and _control(tree) == "alloc"):
+            break
+        for fd in raw_fds:
+            shared._close_quietly(fd)
+        _serve_alloc(sock, tree)
+    return _read_body(sock, tree, raw_fds, size, deadline, max_bytes, map, traffic)
+
+
+def _read_body(sock: socket.socket, tree: Any, raw_fds: list[int], size: int, deadline: float | None, max_bytes: int,
+               map: bool, traffic: Traffic | None) -> Any:
+    """The rest of a message after its header: inline tensors, then the shared ones checked."""
     import torch
 
-    deadline = None if timeout is None else time.monotonic() + timeout
-    head, raw_fds = _read_head(sock, deadline)
     fds = [shared._Fd(fd) for fd in raw_fds]  # closed when the last handle using one is gone
-    size = int.from_bytes(head, "little")
-    if size > (64 << 20):
-        raise MessageTooLarge(f"message header of {size} bytes exceeds the 64 MB limit")
-    raw = bytearray(size)
-    _read_into(sock, memoryview(raw), deadline)
-    tree = json.loads(raw)
     specs: list = []
     _tensor_specs(tree, specs)
     inline = sorted((s for s in specs if "__tensor__" in s), key=lambda s: int(s["__tensor__"]))

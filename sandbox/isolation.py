@@ -512,7 +512,7 @@ class Child:
         if timeout <= 0:
             raise channel.ChannelTimeout()
         try:
-            return channel.recv(self._sock, timeout, max_bytes, traffic=self.traffic)
+            return channel.recv(self._sock, timeout, max_bytes, traffic=self.traffic, serve_alloc=True)
         except ConnectionResetError as exc:
             raise channel.ChannelClosed() from exc
 

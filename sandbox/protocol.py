@@ -4,15 +4,16 @@ states the same in prose).
  1. compile   build the candidate (cached by content hash); errors -> compile_error
  2. scan      static scan of the candidate's sources for tampering techniques -> rejected
  3. start     two isolated children: REFERENCE (task code) and CANDIDATE (candidate code)
- 4. reference draws inputs from secret seeds and computes expected outputs for: 5+ random
-              trials, a reinit trial (other weights), a wide-distribution trial, two shape trials
-              (size constants scaled down and up), and the timing input sets; it never talks to the
-              candidate, the parent relays inputs only
- 5. baseline  the reference moves its timing sets to the device and builds torch.compile (its
-              first call compiles) while the candidate runs its trials; nothing is cached
- 6. trials    the candidate runs each trial (inputs + the reference's state_dict); the parent
-              compares outputs; the child reports aliasing, input mutation, late writes,
+ 4. reference draws inputs from secret seeds, one trial at a time: 5+ random trials, a reinit
+              trial (other weights), a wide-distribution trial, two shape trials (size constants
+              scaled down and up); it never talks to the candidate, the parent forwards the
+              descriptors of its sealed memfds (sandbox.shared) without reading them
+ 6. trials    the candidate runs each trial (inputs + the reference's state_dict) and returns its
+              outputs by sealed memfd; the REFERENCE compares them with the expected outputs,
+              which never leave it; the candidate reports aliasing, input mutation, late writes,
               subclass outputs, dispatched aten ops, custom kernel calls, flag changes, tampering
+ 5. baseline  after the trials: the timing input sets (kept on both devices), then the reference
+              builds torch.compile (its first call compiles); nothing is cached
  7. audit     torch-ops=forbid: compute ops -> rejected; no custom kernel ran -> rejected
  8. timing    only for correct, unrejected candidates, paired: eager and torch.compile (in the
               reference child) and the candidate (in its child) timed interleaved in ONE window,
@@ -465,7 +466,9 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     # 6. correctness trials, one at a time (the candidate's wall-time limit starts now, not while it waited)
     cand.restart_clock()
     progress("correctness", {"trial": 0, "of": data["planned"]})
-    trials, msg = _run_trials(ref, cand, lambda i: progress("correctness", {"trial": i, "of": max(i, data["planned"])}))
+    roof = data["roofline"]
+    ahead = roof["input_bytes"] + roof["output_bytes"] <= PIPELINE_MAX_BYTES
+    trials, msg = _run_trials(ref, cand, lambda i: progress("correctness", {"trial": i, "of": max(i, data["planned"])}), ahead)
     res.audit.findings.extend(f"protocol: {n}" for n in msg["notes"])
     progress("judging", {})
     rejections, incorrect, values_only = _judge_trials(msg, trials, options, res)
@@ -559,39 +562,75 @@ def _candidate_artifacts(cand: Child, artifacts: Artifacts) -> dict:
 REF = "the reference (task)"
 
 
-def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None]) -> tuple[list[dict], dict]:
-    """The correctness trials, one at a time: the reference draws a trial (its expected outputs
-    stay in the reference), the candidate runs it on the reference's inputs (descriptors of the
-    reference's sealed memfd, forwarded unread), and the reference compares the candidate's
-    outputs (descriptors of the candidate's sealed memfd) with its own. Only descriptors, specs,
-    the candidate's checks and the comparison's summary pass through here. Returns the trials
-    (kind, note, checks, comparison) and the candidate's closing report (ops, custom-kernel
-    calls, findings) with the reference's notes."""
+# Trials up to this many bytes (inputs + outputs) overlap: the reference draws trial i + 1 and
+# compares trial i - 1 while the candidate runs trial i (three trials alive in the reference).
+# Larger ones run one at a time, so a task needs about one trial's memory.
+PIPELINE_MAX_BYTES = 256 << 20
+
+
+def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None], ahead: bool) -> tuple[list[dict], dict]:
+    """The correctness trials: the reference draws a trial (its expected outputs stay in the
+    reference), the candidate runs it on the reference's inputs (descriptors of the reference's
+    sealed memfd, forwarded unread), and the reference compares the candidate's outputs
+    (descriptors of the candidate's sealed memfd) with its own. Only descriptors, specs, the
+    candidate's checks and the comparison's summary pass through here. `ahead`: the reference's
+    work on the neighbouring trials overlaps the candidate's run. Returns the trials (kind, note,
+    checks, comparison) and the candidate's closing report (ops, custom-kernel calls, findings)
+    with the reference's notes."""
     trials: list[dict] = []
-    while True:
-        _send(ref, {"cmd": "trial"}, REF, "the trials")
+    notes: list[str] = []
+
+    def drawn() -> dict | None:
         t = _recv(ref, REF, "computing expected outputs")
         if not t.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(t, "task"))
         if t.get("done"):
-            notes = t["notes"]
-            break
-        i = len(trials)
-        progress(i + 1)
-        _send(cand, {"cmd": "trial", "index": i, "variant": t["variant"], "variant_spec": t["variant_spec"], "inputs": t.pop("inputs")},
-              "the candidate", "the correctness trials")
-        del t["variant_spec"]
-        got = _recv(cand, "the candidate", "the correctness trials")
-        trials.append({"kind": t["kind"], "note": t.get("note", ""), "checks": got.get("checks", [])})
-        if got.get("ok") is False:
-            raise _Stop(Status.RUNTIME_ERROR, _user_error(got, "candidate"), trial=TrialResult(
-                index=i, kind=t["kind"], passed=False, message=got.get("error", "")[:2000]))
+            notes.extend(t["notes"])
+            return None
+        return t
+
+    def ask_compare(i: int, got: dict) -> None:
         clean = not any(kind in ("reject", "incorrect") for kind, _ in got["checks"])
-        _send(ref, {"cmd": "compare", "spec": got["spec"], "outputs": got.pop("outputs"), "clean": clean}, REF, "the comparison")
+        _send(ref, {"cmd": "compare", "index": i, "spec": got["spec"], "outputs": got.pop("outputs"), "clean": clean}, REF, "the comparison")
+
+    def compared(i: int) -> None:
         cmp = _recv(ref, REF, "the comparison")
         if not cmp.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(cmp, "task"))
-        trials[-1]["cmp"] = cmp
+        trials[i]["cmp"] = cmp
+
+    _send(ref, {"cmd": "trial"}, REF, "the trials")
+    t = drawn()
+    waiting: tuple[int, dict] | None = None  # a trial the candidate ran whose comparison is still to ask for
+    while t is not None or waiting is not None:
+        i = len(trials)
+        if t is not None:
+            progress(i + 1)
+            _send(cand, {"cmd": "trial", "index": i, "variant": t["variant"], "variant_spec": t["variant_spec"], "inputs": t.pop("inputs")},
+                  "the candidate", "the correctness trials")
+            trials.append({"kind": t["kind"], "note": t.get("note", ""), "checks": []})
+            if ahead:
+                _send(ref, {"cmd": "trial"}, REF, "the trials")
+        if waiting is not None:
+            ask_compare(*waiting)
+        nxt = drawn() if t is not None and ahead else None
+        if waiting is not None:
+            compared(waiting[0])
+            waiting = None
+        if t is not None:
+            got = _recv(cand, "the candidate", "the correctness trials")
+            if got.get("ok") is False:
+                raise _Stop(Status.RUNTIME_ERROR, _user_error(got, "candidate"), trial=TrialResult(
+                    index=i, kind=t["kind"], passed=False, message=got.get("error", "")[:2000]))
+            trials[i]["checks"] = got["checks"]
+            waiting = (i, got)
+            if not ahead:
+                ask_compare(*waiting)
+                compared(i)
+                waiting = None
+                _send(ref, {"cmd": "trial"}, REF, "the trials")
+                nxt = drawn()
+        t = nxt
     _send(cand, {"cmd": "trials_end"}, "the candidate", "the correctness trials")
     msg = _recv(cand, "the candidate", "the correctness trials")
     msg["notes"] = notes

@@ -56,21 +56,35 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def pack(tensors: list[Any], name: str = "kw-tensors") -> tuple[int, list[int]]:
-    """Copy `tensors` (any device) into one new memfd, each at a page-aligned offset, and seal it.
-    Returns (fd, offsets). The copy goes straight from the tensor (a device tensor: one
-    device-to-host copy) into the memfd's pages through a writable mapping, which is closed
-    before sealing (F_SEAL_WRITE fails while a writable mapping exists)."""
+def new_memfd(size: int) -> int:
+    """An empty sealable memfd of `size` bytes. Sizing it is a file-size change, which the
+    children's RLIMIT_FSIZE (output_limit_mb) would refuse with SIGXFSZ: a child asks the parent
+    for one (channel.request_memfd); writing into its pages through a mapping changes no size."""
+    fd = os.memfd_create("kw-tensors", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def pack(tensors: list[Any], alloc: Any = new_memfd) -> tuple[int, list[int]]:
+    """Copy `tensors` (any device) into one new memfd (`alloc(size)`), each at a page-aligned
+    offset, and seal it. Returns (fd, offsets). The copy goes straight from the tensor (a device
+    tensor: one device-to-host copy) into the memfd's pages through a writable mapping, which is
+    closed before sealing (F_SEAL_WRITE fails while a writable mapping exists)."""
     import torch
 
     offsets, size = [], 0
     for t in tensors:
         offsets.append(size)
         size += _aligned(t.numel() * t.element_size())
-    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fd = alloc(size)
     try:
+        if os.fstat(fd).st_size != size:
+            raise BadHandle(f"an allocated memfd has {os.fstat(fd).st_size} bytes, not {size}")
         if size:
-            os.ftruncate(fd, size)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             try:
                 for t, off in zip(tensors, offsets, strict=True):

@@ -52,12 +52,19 @@ def trace(label: str) -> None:
         print(f"[trace {time.perf_counter() - _T0:7.3f}s] {label}", file=sys.stderr, flush=True)
 
 
+# Messages that arrived while a send waited for its memfd (channel.request_memfd), in order.
+_INBOX: list = []
+
+
 def send(obj: Any) -> None:
-    channel.send(SOCK_OUT, obj)
+    """To the parent; the memfd for large tensors comes from the parent (shared.new_memfd)."""
+    channel.send(SOCK_OUT, obj, alloc=lambda size: channel.request_memfd(SOCK_OUT, size, _INBOX))
 
 
 def recv() -> Any:
     """The parent's next message, its shared tensors mapped read-only (sandbox.shared)."""
+    if _INBOX:
+        return _INBOX.pop(0)
     return channel.recv(SOCK_IN, map=True)
 
 
@@ -254,8 +261,9 @@ class _RefContext:
         self.variants = [{"init_inputs": base_init, "state_dict": _state(base), "kind": "base"}]
         self.models = [base]
         self.notes: list[str] = []
-        self.current: dict | None = None
+        self.pending: dict[int, dict] = {}  # drawn trials awaiting their comparison, by index
         self.trials = self._trials(first_inputs)
+        self.drawn = 0
         self.sets: list = []
         self.shapes: list | None = None
         self.weights: list | None = None
@@ -318,19 +326,19 @@ class _RefContext:
     def next_trial(self) -> dict:
         """The next trial's inputs (and a new variant's weights) for the candidate; its expected
         outputs stay here until `compare`."""
-        self.current = None
         got = next(self.trials, None)
         if got is None:
             return {"ok": True, "done": True, "notes": self.notes}
         kind, v, inputs, note, outcome = got
         spec, leaves = outcome if outcome is not None else self.run(self.models[v], inputs)
         del got, outcome
-        self.current = {"variant": v, "inputs": inputs, "spec": spec, "expected": leaves}
+        index, self.drawn = self.drawn, self.drawn + 1
+        self.pending[index] = {"variant": v, "inputs": inputs, "spec": spec, "expected": leaves}
         new = self.variants[v] if v > 0 and v == len(self.variants) - 1 else None
-        return {"ok": True, "kind": kind, "variant": v, "note": note, "inputs": inputs, "variant_spec": new}
+        return {"ok": True, "index": index, "kind": kind, "variant": v, "note": note, "inputs": inputs, "variant_spec": new}
 
     def compare(self, cmd: dict) -> dict:
-        """The candidate's outputs of the current trial (read-only maps of its sealed memfd)
+        """The candidate's outputs of trial `index` (read-only maps of its sealed memfd)
         against the expected ones, on the device; a value-only failure of an otherwise clean
         trial is also judged against the task in float64 (compare.within_reference_error)."""
         import torch
@@ -338,9 +346,9 @@ class _RefContext:
         from .compare import compare_outputs, within_reference_error
         from .harness import to_device
 
-        cur, self.current = self.current, None
+        cur = self.pending.pop(int(cmd["index"]), None)
         if cur is None:
-            return {"ok": False, "error": "no trial to compare"}
+            return {"ok": False, "error": f"no trial {cmd['index']} to compare"}
         got = [to_device(x, self.device) if isinstance(x, torch.Tensor) else x for x in cmd["outputs"]]
         cmp = compare_outputs(cur["spec"], cur["expected"], cmd["spec"], got, self.eval_options)
         reply = {"ok": True, "passed": cmp.passed, "message": cmp.message, "max_abs_error": cmp.max_abs_error,

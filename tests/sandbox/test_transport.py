@@ -119,3 +119,22 @@ def test_socket_bytes_per_evaluation_stay_small_whatever_the_tensor_size():
     assert res.status.value == "ok", res.reasons
     through, handed = _traffic(res)
     assert through < 1.0 and handed > 40.0
+
+
+def test_a_child_under_a_file_size_limit_sends_tensors_larger_than_it_in_a_memfd_of_the_parent():
+    """Sizing a memfd is a file-size change (RLIMIT_FSIZE, the children's output_limit_mb): the
+    child asks the parent for the memfd and only writes into its pages."""
+    parent, child = channel.socketpair()
+    code = textwrap.dedent(f"""
+        import resource, socket, torch
+        from sandbox import channel
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        sock = socket.socket(fileno={child.fileno()})
+        inbox = []
+        channel.send(sock, {{"x": torch.ones(1 << 20)}}, alloc=lambda n: channel.request_memfd(sock, n, inbox))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child.fileno(),))
+    child.close()
+    got = channel.recv(parent, timeout=60, map=True, serve_alloc=True)["x"]
+    assert proc.wait(timeout=60) == 0
+    assert got.shape == (1 << 20,) and bool((got == 1).all())
