@@ -212,3 +212,19 @@ def test_a_real_gpu_worker_evaluates_a_batch_while_the_caller_polls(live_workers
     assert good["state"] == "done" and good["result"]["status"] == "ok" and good["reward"] >= 1, good.get("result")
     assert bad["state"] == "done" and bad["result"]["status"] == "incorrect" and bad["reward"] == -1
     assert good["webhook"]["status"].startswith("refused:") and hook.calls == []  # the worker checked again
+
+
+@pytest.mark.django_db
+def test_a_row_whose_message_was_lost_is_sent_again_on_the_next_poll(api, gpu_places, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    ev_id = post(api).json()["evaluations"][0]["id"]
+    long_ago = timezone.now() - timedelta(seconds=settings.CELERY_GPU_TIME_LIMIT + 700)
+    Evaluation.objects.filter(pk=ev_id).update(task_id="lost-with-redis", dispatched_at=long_ago)
+    assert api.get(f"/api/evaluations/{ev_id}").json()["state"] == "queued"
+    row = Evaluation.objects.get(pk=ev_id)
+    assert row.task_id not in ("", "lost-with-redis") and row.dispatched_at > long_ago
+    evaluations.run(ev_id, "lost-with-redis")  # the old message, should it come after all
+    assert Evaluation.objects.get(pk=ev_id).state == "queued"

@@ -165,7 +165,12 @@ def submit(user, token: ApiToken | None, sub: Submission) -> list[Evaluation]:
 # -- the gpu queue -----------------------------------------------------------------------------------------
 def dispatch(user_id: Any) -> int:
     """Send the user's queued, unsent rows (oldest first) while the user has a place on the gpu
-    queue; returns how many went."""
+    queue; returns how many went. A row sent longer ago than a gpu task may live (its message was
+    lost with Redis, its place has aged out) is sent again under a new task id; should the old
+    message still come, `run` ignores it (the row no longer carries its id)."""
+    lost = timezone.now() - timedelta(seconds=float(getattr(settings, "CELERY_GPU_TIME_LIMIT", 1800)) + 600)
+    Evaluation.objects.filter(owner_id=user_id, state=Evaluation.State.QUEUED, dispatched_at__lt=lost).update(
+        task_id="", dispatched_at=None)
     sent = 0
     for pk in Evaluation.objects.filter(owner_id=user_id, state=Evaluation.State.QUEUED, task_id="").values_list("pk", flat=True):
         task_id = uuid.uuid4().hex
