@@ -47,20 +47,13 @@ from webapp.queues import EVALUATE_CANDIDATE_TASK, worker_died_reason
 
 logger = logging.getLogger(__name__)
 
-# Settings and their defaults (a deployment overrides them in webapp/settings.py).
-DEFAULTS: dict[str, Any] = {
-    "KERNELWRIGHT_EVALUATION_BATCH_MAX": 64,  # candidates in one POST
-    "KERNELWRIGHT_EVALUATIONS_PER_DAY": 2000,  # candidates one token may post in 24 hours
-    "KERNELWRIGHT_EVALUATION_POSTS_PER_MINUTE": 30,  # POSTs one token may make in a minute
-    "KERNELWRIGHT_WEBHOOK_ALLOWED_NETWORKS": [],  # CIDRs a webhook may reach although not public
-    "KERNELWRIGHT_WEBHOOK_TIMEOUT_S": 5.0,  # the gpu worker waits this long on a webhook
-}
 MAX_FILES_BYTES = 1024 * 1024  # one candidate's files, as /api/evaluate
 RATE_KEY = "kernelwright:evaluation-posts:{token}:{minute}"
 
 
 def limit(name: str) -> Any:
-    return getattr(settings, name, DEFAULTS[name])
+    """A setting of this module (defined, with its default, in webapp/settings.py)."""
+    return getattr(settings, name)
 
 
 class Refused(Exception):

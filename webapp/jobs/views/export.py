@@ -30,7 +30,7 @@ VISIBILITIES = ("any", Job.Visibility.PRIVATE.value, Job.Visibility.PUBLIC.value
 
 
 def max_jobs() -> int:
-    return int(getattr(settings, "KERNELWRIGHT_EXPORT_MAX_JOBS", 500))
+    return int(settings.KERNELWRIGHT_EXPORT_MAX_JOBS)
 
 
 class BadQuery(ValueError):

@@ -27,8 +27,7 @@ MAX_LISTED = 500
 
 
 def folders() -> list[Path]:
-    default = [settings.BASE_DIR / "benchmarks" / "tasks", settings.BASE_DIR / "var" / "task-library" / "tasks"]
-    return [Path(p) for p in getattr(settings, "KERNELWRIGHT_TASK_LIBRARY", default)]
+    return [Path(p) for p in settings.KERNELWRIGHT_TASK_LIBRARY]
 
 
 @dataclass
