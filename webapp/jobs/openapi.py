@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.exported_task import MAX_EXPORTED_BYTES
 from sandbox.schema import SCHEMA_VERSION as EVAL_SCHEMA
 
 
@@ -112,8 +113,12 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
             "/api/evaluate": {
                 "post": {
                     "summary": "Evaluate a candidate against a task on the gpu queue (synchronous)",
+                    "description": "Waits for the result in the request (up to KERNELWRIGHT_API_EVALUATE_TIMEOUT, 900 s by default) and holds one of the caller's gpu places meanwhile (KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER, shared with their jobs and batches). For several candidates or long evaluations use POST /api/evaluations.",
                     "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("EvaluateRequest")}}},
-                    "responses": {"200": _json(_ref("EvalResult"), "the sandbox result, with reward"), "400": _json(_ref("Error")), "504": _json(_ref("Error"), "timed out"), **ERRORS},
+                    "responses": {"200": _json(_ref("EvalResult"), "the sandbox result, with reward"), "400": _json(_ref("Error")),
+                                  "429": _json(_ref("Error"), "all of the caller's gpu places are taken (Retry-After; `outstanding` and `limit` in the body)"),
+                                  "503": _json(_ref("Error"), "the queue's Redis does not answer (Retry-After)"),
+                                  "504": _json(_ref("Error"), "timed out"), **ERRORS},
                 }
             },
         },
@@ -133,8 +138,30 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                 },
                 "JobCreate": {
                     "type": "object",
-                    "required": ["source"],
-                    "properties": {"name": {"type": "string"}, "source": {"type": "string", "description": "KernelBench-format module: Model, get_inputs, get_init_inputs"}, "options": _ref("Options")},
+                    "description": "The task, as on the new-job form: `source` alone (a KernelBench-format module), `source` with `module` (any nn.Module class of it), or `exported_program` alone (a .pt2 file).",
+                    "properties": {
+                        "name": {"type": "string", "description": "default: the module docstring's first line, the class name, or 'exported'"},
+                        "source": {"type": "string", "description": "a KernelBench-format module (Model, get_inputs, get_init_inputs), or with `module` any Python file with nn.Module subclasses; at most 256 KiB"},
+                        "module": _ref("ModuleChoice"),
+                        "exported_program": {
+                            "type": "string", "format": "byte",
+                            "description": f"an ExportedProgram saved with torch.export.save (a .pt2 file), base64 (line breaks allowed), at most {MAX_EXPORTED_BYTES} bytes decoded; not with `source` or `module`. The server reads only the archive's table of contents and JSON graph; the file is loaded only inside the sandbox, and the task's inputs are random values of the recorded example inputs' shapes and dtypes (not the example values).",
+                        },
+                        "options": _ref("Options"),
+                    },
+                },
+                "ModuleChoice": {
+                    "type": "object",
+                    "required": ["class"],
+                    "description": "Which nn.Module subclass of `source` to optimise, built into a KernelBench-format task (agent/module_task.py); the file is parsed, never imported, by the server.",
+                    "properties": {
+                        "class": {"type": "string", "description": "the class name, e.g. SEBlock"},
+                        "init": {"oneOf": [{"type": "array", "items": {}}, {"type": "object"}], "description": "constructor arguments: an array (positional) or an object (keyword); default none"},
+                        "inputs": {
+                            "oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}],
+                            "description": "one spec per input of forward() (or one string, one spec a line): DTYPE[DIMS] [DISTRIBUTION], e.g. float32[8,64,28,28] or int64[8,128] randint(0,50257)",
+                        },
+                    },
                 },
                 "Best": {
                     "type": "object",
@@ -252,7 +279,7 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                     "type": "object",
                     "required": ["task", "files"],
                     "properties": {
-                        "task": {"type": "string"},
+                        "task": {"type": "string", "description": "the reference module: at most 256 KiB, or a task made from a .pt2 (its size limit)"},
                         "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "relative path -> text (model_new.py, kernels/*.cu|*.cpp)"},
                         "options": _ref("Options"),
                     },

@@ -7,26 +7,31 @@ Reads accept `?share=<token>` like the pages. Permissions are the pages' (webapp
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
+import uuid
 from typing import Any
 
 from django.conf import settings
 from django.http import JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
+from redis.exceptions import RedisError
 
-from webapp.jobs import services
+from webapp.jobs import evaluations, scheduler, services
 from webapp.jobs.models import ApiToken, Job, Turn
-from webapp.jobs.module_wrapper import SpecError, task_from_module
+from webapp.jobs.module_wrapper import MAX_EXPORTED_BYTES, SpecError, exported_task_source, task_from_module
 from webapp.jobs.openapi import openapi_schema
 from webapp.jobs.permissions import can_change, can_view, visible_jobs
-from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
+from webapp.jobs.runner import SANDBOX_OPTION_KEYS
+from webapp.jobs.task_check import check_task_source
 from webapp.jobs.views import files as file_views
 from webapp.jobs.views.access import share_token
 
 SAFE = ("GET", "HEAD", "OPTIONS")
-MAX_FILES_BYTES = 1024 * 1024
+EVALUATE_RETRY_AFTER_S = 30  # about one CPU evaluation: by then one of the caller's places is likely free
 TURN_PAGE = 200
 
 
@@ -163,23 +168,68 @@ def jobs(request):
     body = _json_body(request)
     if isinstance(body, JsonResponse):
         return body
-    source, name = str(body.get("source", "")), str(body.get("name", ""))
-    module = body.get("module")
-    if module is not None:
-        # any module: {"class": "SEBlock", "init": [64] or {"channels": 64}, "inputs": ["float32[8,64,28,28]"]}
-        if not isinstance(module, dict) or not isinstance(module.get("class"), str):
-            return error(400, "invalid job", errors=['module must be an object with "class", "init" and "inputs"'])
-        inputs = module.get("inputs") or []
-        try:
-            source = task_from_module(source, module["class"], module.get("init"), inputs if isinstance(inputs, list) else str(inputs))
-        except SpecError as exc:
-            return error(400, "invalid job", errors=[str(exc)])
-        name = name or module["class"]
+    task = job_task(body)
+    if isinstance(task, JsonResponse):
+        return task
+    source, name = task
     try:
         job = services.create_job(request.api_user, name, source, body.get("options") or {})
     except services.InvalidJob as exc:
         return error(400, "invalid job", errors=exc.errors)
     return JsonResponse(job_json(job), status=201)
+
+
+def invalid_job(message: str) -> JsonResponse:
+    return error(400, "invalid job", errors=[message])
+
+
+def job_task(body: dict[str, Any]) -> tuple[str, str] | JsonResponse:
+    """(task source, job name) of a new job's body, made as the form makes it: `source` as it is
+    (a KernelBench-format task), `source` + `module` (any nn.Module class of it:
+    agent.module_task) or `exported_program` (a .pt2, base64: agent.exported_task)."""
+    source, name, module = body.get("source", ""), str(body.get("name") or ""), body.get("module")
+    if not isinstance(source, str):
+        return invalid_job("`source` must be the module's source text")
+    if body.get("exported_program") is not None:
+        if source or module is not None:
+            return invalid_job(
+                "give `exported_program` alone: the task comes from the file, not from `source` or `module`"
+            )
+        return exported_job_task(body["exported_program"], name)
+    if module is None:
+        return source, name
+    if not isinstance(module, dict) or not isinstance(module.get("class"), str) or not module["class"].strip():
+        return invalid_job('`module` must be an object with "class" (required), "init" and "inputs"')
+    init, inputs = module.get("init"), module.get("inputs") or []
+    if init is not None and not isinstance(init, list | dict):
+        return invalid_job(
+            "`module.init` must be a JSON array (positional) or object (keyword) of constructor arguments"
+        )
+    if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(i, str) for i in inputs))):
+        return invalid_job("`module.inputs` must be an array of input specs or one string of them, one per line")
+    try:
+        return task_from_module(source, module["class"], init, inputs), name or module["class"].strip()
+    except SpecError as exc:
+        return invalid_job(str(exc))
+
+
+def exported_job_task(value: Any, name: str) -> tuple[str, str] | JsonResponse:
+    """A .pt2 sent as base64 (line breaks allowed): checked by its zip and JSON graph, never
+    loaded here (agent.exported_task loads it inside the sandbox)."""
+    if not isinstance(value, str):
+        return invalid_job("`exported_program` must be a .pt2 file (torch.export.save) as a base64 string")
+    text = "".join(value.split())
+    if len(text) > (MAX_EXPORTED_BYTES + 2) // 3 * 4:
+        return invalid_job(f"the .pt2 file is more than {MAX_EXPORTED_BYTES} bytes, the limit")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        return invalid_job(f"`exported_program` is not base64: {exc}")
+    name = name or "exported"
+    try:
+        return exported_task_source(data, name), name
+    except SpecError as exc:
+        return invalid_job(str(exc))
 
 
 @api_view(("GET",), auth_required=False)
@@ -260,7 +310,9 @@ def artifacts(request, job_id: int):
     return JsonResponse(
         {
             "best_version": job.best_version,
-            "files": [{"path": a.path, "bytes": len(a.content.encode()), "version": a.version} for a in job.artifacts.all()],
+            "files": [
+                {"path": a.path, "bytes": len(a.content.encode()), "version": a.version} for a in job.artifacts.all()
+            ],
             "evaluation": job.best_evaluation,
         }
     )
@@ -286,36 +338,58 @@ def trajectory(request, job_id: int):
 
 @api_view(("POST",))
 def evaluate(request):
-    """Task + candidate in, sandbox result (with reward) out; runs on the gpu queue."""
+    """Task + candidate in, sandbox result (with reward) out, in this request. The caller holds
+    one of their gpu places (KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER, shared with their
+    jobs and batches) while it runs, so synchronous calls cannot pass that bound: over it, 429.
+    Many candidates, or anything slow: POST /api/evaluations (asynchronous)."""
     body = _json_body(request)
     if isinstance(body, JsonResponse):
         return body
     task, files = body.get("task"), body.get("files")
     if not isinstance(task, str):
         return error(400, "`task` must be the reference module source")
-    check = check_task_source(task, MAX_SOURCE_BYTES)
+    check = check_task_source(task)
     if not check.ok:
         return error(400, "invalid task", errors=check.errors)
-    if not isinstance(files, dict) or not files or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-        return error(400, "`files` must be an object of relative path -> text")
-    if sum(len(v.encode()) for v in files.values()) > MAX_FILES_BYTES:
-        return error(400, f"the candidate files exceed {MAX_FILES_BYTES} bytes")
-    if any(p.startswith("/") or ".." in p.split("/") for p in files):
-        return error(400, "file paths must be relative and stay inside the workspace")
+    problem = evaluations.files_problem(files)
+    if problem:
+        return error(400, problem)
     try:
         opts = services.normalize_options(body.get("options") or {})
     except services.InvalidJob as exc:
         return error(400, "invalid options", errors=exc.errors)
-    sandbox_opts = {k: opts[k] for k in ("backend", "torch_ops", "preset")}
-    timeout = float(getattr(settings, "KERNELWRIGHT_API_EVALUATE_TIMEOUT", 900))
+    return evaluate_now(request.api_user, task, files, {k: opts[k] for k in SANDBOX_OPTION_KEYS})
+
+
+def evaluate_now(user, task: str, files: dict[str, str], options: dict[str, Any]) -> JsonResponse:
+    """Send one evaluation to the gpu queue under a place of the user's and wait for it; the
+    place is given back whatever happens (result, timeout, a lost broker)."""
     from celery.exceptions import TimeoutError as CeleryTimeout
 
-    result = services.celery_app().send_task(
-        "kernelwright.gpu.evaluate", kwargs={"task_source": task, "files": files, "options": sandbox_opts, "job_id": None}
-    )
+    task_id = uuid.uuid4().hex
     try:
-        data = result.get(timeout=timeout)
-    except CeleryTimeout:
-        result.revoke()
-        return error(504, f"the evaluation did not finish within {timeout:.0f} s")
+        priority = scheduler.reserve_gpu_slot(user.pk, task_id, wait=False)
+    except scheduler.TooManyEvaluations as exc:
+        resp = error(429, str(exc), outstanding=exc.outstanding, limit=exc.limit)
+        resp["Retry-After"] = str(EVALUATE_RETRY_AFTER_S)
+        return resp
+    except RedisError:
+        resp = error(503, "the evaluation queue does not answer; try again shortly")
+        resp["Retry-After"] = "5"
+        return resp
+    timeout = float(getattr(settings, "KERNELWRIGHT_API_EVALUATE_TIMEOUT", 900))
+    try:
+        result = services.celery_app().send_task(
+            "kernelwright.gpu.evaluate",
+            kwargs={"task_source": task, "files": files, "options": options, "job_id": None},
+            task_id=task_id,
+            priority=priority,
+        )
+        try:
+            data = result.get(timeout=timeout)
+        except CeleryTimeout:
+            result.revoke()
+            return error(504, f"the evaluation did not finish within {timeout:.0f} s")
+    finally:
+        scheduler.release_gpu_slot(user.pk, task_id)
     return JsonResponse(data)
