@@ -9,7 +9,9 @@ own class name and constructor. This module
 - reads input specs such as `float32[8,64,28,28]` or `int64[8,128] randint(0,50257)`
   (`parse_input_spec`) and constructor arguments as JSON (`parse_init_args`),
 - writes the task (`wrapper_source`): the file verbatim, then `class Model(TheirClass)` and
-  `get_inputs` / `get_init_inputs` built from the specs.
+  `get_inputs` / `get_init_inputs` built from the specs,
+- says what went wrong when such a module fails at run time (`error_that_matters`: the root
+  cause of a chained traceback, in one line).
 
 Plain Python (no Django, no torch): the web app (webapp/jobs/module_wrapper.py), the API and the
 CLI (`python -m agent optimize FILE --class NAME ...`) all call it.
@@ -335,3 +337,28 @@ def task_from_module(source: str, class_name: str, init_args: str | list | dict 
         return wrapper_source(source, class_name.strip(), parse_init_args(init_args), parse_input_specs(inputs))
     except SyntaxError as exc:
         raise SpecError(f"Syntax error on line {exc.lineno}: {exc.msg}") from None
+
+
+# -- a run-time failure, said first -------------------------------------------------------------
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<msg>.+)$")
+_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
+_WRAPPERS = ("ShapeProp error for:", "While executing", "Failed running call_", "Dynamo failed")
+
+
+def error_that_matters(text: str) -> str:
+    """The user's error in a failure's traceback, in one line: the root cause of a chained
+    traceback (torch.fx's ShapeProp and export wrap a shape mismatch in errors about their own
+    nodes) and the last frame outside torch and the standard library that led to it, e.g.
+    "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x16 and 32x8) (task.py, line 12,
+    in forward)". The text itself when it holds no exception line. Shown before the traceback;
+    plain Python, so the agent's policies and the job page use the same words."""
+    lines = text.splitlines()
+    place = ""
+    for line in lines:
+        frame = _FILE_LINE.match(line)
+        if frame and not frame["file"].startswith("<") and not any(d in frame["file"] for d in ("site-packages", "/lib/python")):
+            place = f"{frame['file'].rsplit('/', 1)[-1]}, line {frame['line']}, in {frame['fn']}"
+        exc = _EXC_LINE.match(line.strip())
+        if exc and not exc["msg"].startswith(_WRAPPERS):
+            return f"{exc['type']}: {exc['msg']}" + (f" ({place})" if place else "")
+    return text.strip().splitlines()[0] if text.strip() else ""

@@ -8,10 +8,12 @@ enough to reject the usual mistakes (a syntax error, a missing `Model`, `get_inp
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
 
 from agent.exported_task import exported_task_limit, is_exported_task
+from agent.module_task import error_that_matters
+
+__all__ = ["MAX_SOURCE_BYTES", "TaskCheck", "check_task_source", "error_that_matters", "source_limit"]
 
 MAX_SOURCE_BYTES = 256 * 1024
 REQUIRED_FUNCTIONS = ("get_inputs", "get_init_inputs")
@@ -59,27 +61,3 @@ def check_task_source(source: str, max_bytes: int | None = None) -> TaskCheck:
     doc = ast.get_docstring(tree) or ""
     name = doc.strip().splitlines()[0][:120] if doc.strip() else ""
     return TaskCheck(not errors, errors, name)
-
-
-# -- a run-time failure, said first -------------------------------------------------------------
-_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)): (?P<msg>.+)$")
-_FILE_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
-_WRAPPERS = ("ShapeProp error for:", "While executing", "Failed running call_", "Dynamo failed")
-
-
-def error_that_matters(text: str) -> str:
-    """The user's error in a failure's traceback, in one line: the root cause of a chained
-    traceback (torch.fx's ShapeProp and export wrap a shape mismatch in errors about their own
-    nodes) and the last frame outside torch and the standard library that led to it, e.g.
-    "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x16 and 32x8) (task.py, line 12,
-    in forward)". The text itself when it holds no exception line. Shown before the traceback."""
-    lines = text.splitlines()
-    place = ""
-    for line in lines:
-        frame = _FILE_LINE.match(line)
-        if frame and not frame["file"].startswith("<") and not any(d in frame["file"] for d in ("site-packages", "/lib/python")):
-            place = f"{frame['file'].rsplit('/', 1)[-1]}, line {frame['line']}, in {frame['fn']}"
-        exc = _EXC_LINE.match(line.strip())
-        if exc and not exc["msg"].startswith(_WRAPPERS):
-            return f"{exc['type']}: {exc['msg']}" + (f" ({place})" if place else "")
-    return text.strip().splitlines()[0] if text.strip() else ""
