@@ -381,6 +381,7 @@ def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | Non
         res.status = Status.RUNTIME_ERROR
         res.reasons.append(str(exc))
     finally:
+        progress("teardown", {})  # the children's exit (a CUDA context takes ~0.1 s) and folders
         if children:
             res.audit.findings.append(transport_finding(children))
         for child in children:  # both at once: a CUDA context takes ~0.1 s to tear down
@@ -490,7 +491,7 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     # 8. timing: the timing sets (kept on the device by both children), then the baselines (the
     # reference builds torch.compile, whose first call compiles: CPU work, untimed) while the
     # candidate prepares its side; then one window, eager / torch.compile / candidate in rounds
-    progress("timing", {"budget_s": options.timing_budget_s, "rounds": options.timing_rounds})
+    progress("baseline", {"compile": options.compile_baseline})
     fingerprints, shapes = _timing_sets(ref, cand, options.input_sets)
     ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
     _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_window_cpu(options, backend, res.device_id)},
@@ -500,7 +501,6 @@ def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend:
     ready = _recv(cand, "the candidate", "the timing set-up")
     if not ready.get("ok"):
         raise _Stop(Status.RUNTIME_ERROR, "candidate: " + ready.get("error", "timing set-up failed"))
-    progress("baseline", {"compile": options.compile_baseline})
     names = list(_baseline_ready(ref, res)["callables"])
     progress("timing", {"budget_s": options.timing_budget_s, "rounds": options.timing_rounds})
     paired = _Paired(ref, cand, [*names, "candidate"], options, res.device_id)
