@@ -131,6 +131,7 @@ def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_tur
         "correct": bool(res.verified), "reward": best.reward if best else None,
         "speedup_vs_eager": best.speedup_vs_eager if best else None,
         "speedup_vs_compile": best.speedup_vs_compile if best else None,
+        "ci_low_vs_eager": _ci_low(best.result if best else None, "vs_eager"),
         "evaluations": len(evals), "turns": res.turns, "seconds": round(secs, 1),
         "library_parts": getattr(pol, "library_parts", None),
         "best_label": getattr(pol, "best_label", None),
@@ -138,20 +139,32 @@ def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_tur
     }
 
 
+def _ci_low(result: dict[str, Any] | None, which: str) -> float | None:
+    """The lower end of the paired 95% interval of a speedup (EvalResult.speed.<which>.ci_low)."""
+    sp = ((result or {}).get("speed") or {}).get(which) or {}
+    return sp.get("ci_low")
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     def x(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.2f}x"
 
-    lines = ["| task | captured | correct | evals | vs eager | best candidate |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| task | captured | correct | evals | vs eager (ci low) | vs compile | best candidate |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['capture']} | {'yes' if r['correct'] else 'NO'} | {r['evaluations']} | "
-                     f"{x(r['speedup_vs_eager'])} | {(r.get('best_label') or '')[:60]} |")
+                     f"{x(r['speedup_vs_eager'])} ({x(r.get('ci_low_vs_eager'))}) | {x(r.get('speedup_vs_compile'))} | "
+                     f"{(r.get('best_label') or '')[:60]} |")
     n = len(rows) or 1
     ok = [r for r in rows if r["correct"]]
     lines += ["", f"captured {sum(r['capture'] != 'no' for r in rows)}/{len(rows)}, correct {len(ok)}/{len(rows)}, "
               f"faster than eager (reward >= 2) {sum((r['reward'] or 0) >= 2 for r in rows)}/{len(rows)}, "
               f"geomean vs eager over correct {x(geomean([r['speedup_vs_eager'] for r in ok if r['speedup_vs_eager']]))}, "
               f"over all (1.0x where none) {x(geomean([(r['speedup_vs_eager'] or 1.0) if r['correct'] else 1.0 for r in rows]) if n else None)}"]
+    vc = [r["speedup_vs_compile"] for r in ok if r.get("speedup_vs_compile")]
+    if vc:
+        lines.append(f"faster than torch.compile (reward 3) {sum((r['reward'] or 0) >= 3 for r in rows)}/{len(rows)}, "
+                     f"geomean vs torch.compile over correct {x(geomean(vc))}")
     return "\n".join(lines)
 
 
@@ -171,8 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-variants", type=int, default=1)
     ap.add_argument("--confirmations", type=int, default=0)
     ap.add_argument("--compile-baseline", action="store_true", help="also time torch.compile (slow on the CPU)")
+    ap.add_argument("--timing-budget", type=float, help="seconds of timed calls per callable (the sandbox's "
+                    "timing_budget_s; default: the sandbox's)")
+    ap.add_argument("--shard", help="K/N: run only every N-th task from the K-th (0-based), for N processes "
+                    "sharing one machine")
+    ap.add_argument("--time-limit", type=float, default=0.0, help="start no task after this many seconds "
+                    "(the rest are listed as not run)")
+    ap.add_argument("--merge", nargs="*", type=Path, help="print the table of these --out files (nothing is run)")
     ap.add_argument("--out", help="JSON with every task's row")
     args = ap.parse_args(argv)
+    if args.merge:
+        rows = [r for f in args.merge for r in json.loads(f.read_text())["tasks"]]
+        print(format_table(rows))
+        return 0
     paths: list[Path] = []
     if args.kernelbench is not None:
         paths += kernelbench_paths(args.kernelbench, args.level, args.problems, args.sample, args.seed)
@@ -180,12 +204,21 @@ def main(argv: list[str] | None = None) -> int:
         paths += sorted(BLOCKS_DIR.glob("*.py"))
     if not paths:
         ap.error("nothing to run: give --kernelbench with --problems/--sample, or --blocks")
+    if args.shard:
+        k, n = (int(x) for x in args.shard.split("/"))
+        paths = paths[k::n]
     options: dict[str, Any] = {"torch_ops": args.torch_ops, "preset": "default"}
     if not args.compile_baseline:
         options["compile_baseline"] = False
+    if args.timing_budget:
+        options["timing_budget_s"] = args.timing_budget
     env = environment(args.backend)
     rows = []
+    started = time.time()
     for p in paths:
+        if args.time_limit and time.time() - started > args.time_limit:
+            print(f"{p.stem}: not run (past --time-limit {args.time_limit:.0f} s)", flush=True)
+            continue
         row = run_one(p, args.backend, options, args.cap, args.max_turns, args.max_variants, args.confirmations)
         rows.append(row)
         print(f"{row['name']:<60} capture={row['capture']:<7} correct={row['correct']} evals={row['evaluations']} "

@@ -34,6 +34,46 @@ class Unsupported(Exception):
     """Something in the forward that the built-in policy cannot express; the message says what."""
 
 
+class TaskFails(Unsupported):
+    """The task's own forward raises on its own inputs: no capture can succeed, and no policy
+    (built-in or model-driven) can optimise it until the task is fixed. The message is one line."""
+
+
+def _where(e: BaseException, path: str) -> str:
+    """' (task.py line N, in forward: <code>)' for the innermost frame of the task's own file."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" ({os.path.basename(path)} line {f.lineno}, in {f.name}: {(f.line or '').strip()[:120]})"
+
+
+def _one_line(e: BaseException) -> str:
+    """`Type: message` on one line: the message's first line, at most 300 characters."""
+    msg = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {msg[:300]}"
+
+
+def _check_task_runs(model: nn.Module, inputs: list[Any], path: str) -> None:
+    """Run the forward once, eagerly: if the task itself fails (a shape mismatch, a typo), that is
+    the reason, not the capture's wrapping of it (ShapeProp's node dump, export's trace)."""
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except Exception as e:  # noqa: BLE001 - the task's own error, reported as it is
+        raise TaskFails(f"the task's own forward fails on its inputs (get_inputs()): {_one_line(e)}"
+                        f"{_where(e, path)}") from None
+
+
+def _fx_error(e: BaseException) -> str:
+    """torch.fx's failure in one line; ShapeProp wraps the op's own error (chained as its cause)
+    in a dump of the fx node, which is kept out."""
+    if isinstance(e, Unsupported):
+        return str(e)
+    cause = e.__cause__ if "ShapeProp error" in str(e) and e.__cause__ is not None else e
+    return f"torch.fx failed: {_one_line(cause)}"
+
+
 # Elementwise ops by target, with the IR name and how to read extra scalar arguments.
 _UNARY = {
     torch.exp: "exp", torch.log: "log", torch.tanh: "tanh", torch.sigmoid: "sigmoid", torch.relu: "relu",
@@ -538,10 +578,11 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
         capture = "fx"
         extra = {"guard": capture_export.structure_guard(model)}
     except Exception as e:  # noqa: BLE001 - any fx failure: try torch.export
-        fx_error = str(e) if isinstance(e, Unsupported) else f"torch.fx failed: {type(e).__name__}: {e}"
+        fx_error = _fx_error(e)
         try:
             ex = capture_export.capture(model, inputs, _float_attrs(model), notes)
         except capture_export.ExportUnsupported as e2:
+            _check_task_runs(model, inputs, path)
             raise Unsupported(f"{fx_error}; and {e2}") from None
         nodes, capture = ex["nodes"], "export"
         extra = {"guard": ex["guard"], "islands": ex["islands"], "export_code": ex["code"], "fx_error": fx_error}
@@ -590,10 +631,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = analyze(args.task, args.device, not args.no_profile)
     except Unsupported as e:
-        out = {"ok": False, "error": str(e)}
+        out = {"ok": False, "error": str(e), "task_fails": isinstance(e, TaskFails)}
     except Exception as e:  # noqa: BLE001 - the task's own code failed
         tb = traceback.format_exc(limit=4)
-        out = {"ok": False, "error": f"the task failed while being analysed: {type(e).__name__}: {e}", "traceback": tb}
+        out = {"ok": False, "error": f"the task failed while being analysed: {_one_line(e)}{_where(e, args.task)}",
+               "traceback": tb, "task_fails": True}
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 

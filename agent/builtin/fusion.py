@@ -257,6 +257,7 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
 def _finish_operands(g: Graph, grp: Group) -> None:
     if grp.split is None:
         grp.split = _best_split(g, grp)
+        grp.space = _spaces(g, grp, grp.split) or grp.space
     for n in grp.nodes:
         for a in n.args:
             if isinstance(a, Ref) and not grp.member(a.name) and all(o.value != a.name for o in grp.operands):
@@ -271,16 +272,43 @@ def _finish_operands(g: Graph, grp: Group) -> None:
                 grp.scalars.append(a)
 
 
+def _spaces(g: Graph, grp: Group, split: int) -> dict[str, str] | None:
+    """Each node's space in a reduction-free group under `split` (the spaces `_try_join` gave were
+    for its provisional split): "row" where the node reads only per-row values and has a per-row
+    shape, else "full"; None when a node is neither (the split does not fit the group)."""
+    space: dict[str, str] = {}
+    for n in grp.nodes:
+        row = _is_row_shape(n.shape, grp.full, split)
+        for d in n.refs():
+            if d in space:
+                row = row and space[d] == "row"
+            else:
+                try:
+                    kind = classify(_align(g.node(d).shape, n.shape, grp.full, split), grp.full, split)[0]
+                except FusionError:
+                    return None
+                row = row and kind in ROW_KINDS
+        if not row and _pad(n.shape, len(grp.full)) != grp.full:
+            return None
+        space[n.name] = "row" if row else "full"
+    return space
+
+
 def _best_split(g: Graph, grp: Group) -> int:
-    """For a purely elementwise group: the row/column split with the cheapest indexing."""
+    """For a purely elementwise group: the row/column split with the cheapest indexing, and of
+    those the one with the fewest (so longest) rows: a per-channel bias over NCHW split as N*C*H
+    rows of W columns ran 7x slower than torch's relu over the same tensor (a short simd loop and
+    its scalar remainder per row), as N*C rows of H*W it is one long vector loop per row."""
     k = len(grp.full)
     ext = {a.name for n in grp.nodes for a in n.args if isinstance(a, Ref) and not grp.member(a.name)}
     best, best_cost = max(k - 1, 0), None
     cost_of = {FULL: 0, SCALAR: 0, ROW: 0, COL: 0, ROWGEN: 1, COLGEN: 2, GEN: 3}
     for j in range(max(k - 1, 0), -1, -1):
         try:
-            cost = sum(cost_of[classify(g.node(e).shape, grp.full, j)[0]] for e in ext)
+            cost = (sum(cost_of[classify(g.node(e).shape, grp.full, j)[0]] for e in ext), math.prod(grp.full[:j]))
         except FusionError:
+            continue
+        if _spaces(g, grp, j) is None:
             continue
         if best_cost is None or cost < best_cost:
             best, best_cost = j, cost

@@ -246,17 +246,20 @@ class _Emitter:
             at = n.attrs
             self.emit(f"# {n.name}: library convolution ({'cuDNN' if self.backend == 'cuda' else 'oneDNN'}); its "
                       "epilogue is fused into the next kernel")
-            if at.get("module"):
-                # the module's own geometry, read at run time: another init argument (the shape trial's) can
-                # change its groups (a depthwise convolution's channels) and the candidate must follow
-                geo = [self.attr(f"{at['module']}.{k}") for k in ("stride", "padding", "dilation", "groups")]
-            else:
-                geo = [str(tuple(at["stride"])), str(tuple(at["padding"])), str(tuple(at["dilation"])), str(at["groups"])]
-            self.emit(f"{v} = torch.nn.functional.conv2d({self.val(a[0])}, {self.val(a[1])}, None, {', '.join(geo)})")
+            self.emit(f"{v} = torch.nn.functional.conv2d({self.val(a[0])}, {self.val(a[1])}, None, "
+                      f"{', '.join(self.conv_geometry(at))})")
         elif n.op == "derived":
             self.emit(f"{v} = _derived[{n.name!r}]")
         else:
             raise ValueError(f"no Python emission for {n.op}")
+
+    def conv_geometry(self, at: dict[str, Any]) -> list[str]:
+        """stride, padding, dilation, groups of a convolution as call arguments."""
+        if at.get("module"):
+            # the module's own geometry, read at run time: another init argument (the shape trial's) can
+            # change its groups (a depthwise convolution's channels) and the candidate must follow
+            return [self.attr(f"{at['module']}.{k}") for k in ("stride", "padding", "dilation", "groups")]
+        return [str(tuple(at["stride"])), str(tuple(at["padding"])), str(tuple(at["dilation"])), str(at["groups"])]
 
     def attr(self, path: str) -> str:
         """A module attribute (conv geometry) as a local bound once per call through slots."""
@@ -326,8 +329,7 @@ class _Emitter:
         if op == "matmul_nt":
             return f"torch.matmul({a[0]}, {a[1]}.t())"
         if op == "conv2d":
-            return (f"{F}.conv2d({a[0]}, {a[1]}, {a[2]}, {tuple(at['stride'])}, {tuple(at['padding'])}, "
-                    f"{tuple(at['dilation'])}, {at['groups']})")
+            return f"{F}.conv2d({a[0]}, {a[1]}, {a[2]}, {', '.join(self.conv_geometry(at))})"
         if op == "batchnorm":
             return f"{F}.batch_norm({a[0]}, {a[1]}, {a[2]}, {a[3]}, {a[4]}, False, 0.0, {a[5]})"
         if op == "layernorm":

@@ -39,7 +39,13 @@ def make_plan(g: Graph, islands: bool = True) -> Plan:
     g = g.copy()
     for _ in range(len(g.nodes) + 1):
         try:
-            return plan(lower(g))
+            p = plan(lower(g))
+            lone = _lone_bias_adds(g, p) if islands else []
+            if not lone:
+                return p
+            for name in lone:
+                g.node(name).attrs["island"] = LONE_BIAS
+            continue
         except (LoweringError, FusionError) as e:
             name = getattr(e, "node", None)
             if isinstance(e, FusionError) and name is not None:
@@ -48,6 +54,25 @@ def make_plan(g: Graph, islands: bool = True) -> Plan:
                 raise GenerationError(str(e)) from None
             g.node(name).attrs["island"] = str(e)
     raise GenerationError("the graph could not be planned")
+
+
+LONE_BIAS = ("its bias add would be a kernel of its own (a launch and a pass over the output for one add): the "
+             "library call adds it in its epilogue")
+
+
+def _lone_bias_adds(g: Graph, p: Plan) -> list[str]:
+    """The linear/conv2d nodes of g whose lowered bias add is alone in its group (nothing to fuse it
+    with: a view, a reduction over other dims or the output follows). With the bias, the library call
+    (addmm, a convolution with bias) does the add in its epilogue, one launch fewer."""
+    origin = p.graph.meta.get("origin") or {}
+    out = []
+    for grp in p.groups:
+        if len(grp.nodes) != 1 or grp.nodes[0].op != "add":
+            continue
+        src = origin.get(grp.nodes[0].name)
+        if src and _has(g, src) and g.node(src).op in ("linear", "conv2d") and not g.node(src).attrs.get("island"):
+            out.append(src)
+    return out
 
 
 def _has(g: Graph, name: str) -> bool:

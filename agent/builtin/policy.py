@@ -65,7 +65,10 @@ class _Tried:
         return self.status == "ok" and self.reward >= 1
 
     def key(self) -> tuple:
-        return (self.reward, -(self.median_ms if self.median_ms is not None else math.inf))
+        """As the loop ranks candidates (agent.loop.BestCandidate.beats): reward, then the speedup
+        vs eager measured in each candidate's own paired window, then the median."""
+        vs = self.speedup_vs_eager if self.speedup_vs_eager is not None else -math.inf
+        return (self.reward, vs, -(self.median_ms if self.median_ms is not None else math.inf))
 
 
 @dataclass
@@ -162,8 +165,8 @@ class BuiltinPolicy(Policy):
         self.analysis = analyze_source(self.task.source, device=backend, profile=True, timeout=self.analysis_timeout_s)
         self.steps = [_Step("analyse")]
         if not self.analysis.ok:
-            self.blockers = [f"the forward could not be captured ({self.analysis.error})"]
-            if self.torch_ops == "allow":
+            self.blockers = [f"the forward could not be captured ({_headline(self.analysis.error)})"]
+            if self.torch_ops == "allow" and not self.analysis.data.get("task_fails"):
                 self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
             self.steps.append(_Step("finish"))
             return
@@ -299,6 +302,11 @@ class BuiltinPolicy(Policy):
     def _analyse_action(self) -> Action:
         assert self.task is not None and self.analysis is not None
         an = self.analysis
+        if not an.ok and an.data.get("task_fails"):
+            msg = (f"Analysis of {self.task.name}: {_headline(an.error)}.\n\nThe task itself has to be fixed first: "
+                   "every candidate is checked against the reference's output, and the reference raises. Nothing was "
+                   "changed.")
+            return Action(message=msg, tool_calls=[self._call("read_file", path="reference.py")])
         if not an.ok:
             msg = (f"Analysis of {self.task.name}: the forward could not be captured as a graph (neither torch.fx nor "
                    f"torch.export), so the built-in policy cannot generate kernels for it.\n\nReason: {an.error}\n\n")
@@ -480,16 +488,24 @@ class BuiltinPolicy(Policy):
         return Action(message=msg, tool_calls=calls + [self._call("compile"), self._call("evaluate")])
 
     def _fallback_action(self, head: str | None = None) -> Action:
-        """The reference's own computation, evaluated when nothing generated was correct (torch-ops=allow):
-        every run ends with a correct candidate and says which parts stayed library calls."""
+        """The reference's own computation (torch-ops=allow), evaluated when nothing generated was
+        correct AND faster than eager by more than 5%: the loop keeps the best verified candidate, so
+        a correct generated candidate that is slower than the reference (per-call overhead at small
+        sizes, a library op called through ATen) loses to the reference itself, and every run ends
+        with a correct candidate that says which parts stayed library calls."""
         assert self.task is not None
         head = self._report_last() if head is None else head
-        if self._best() is not None:
+        best = self._best()
+        if best is not None and best.reward >= 2:
             return self._next_or_finish(head)
         why = []
         an = self.analysis
         if an is not None and not an.ok:
-            why.append(f"the forward could not be captured: {an.error}")
+            why.append(f"the forward could not be captured: {_headline(an.error)}")
+        elif best is not None:
+            why.append(f"the generated candidates are correct but not faster than eager by more than 5% (best: "
+                       f"'{best.label}', {_x(best.speedup_vs_eager)}), so the reference's own computation is "
+                       "timed too and the faster of the two is kept")
         else:
             fails = [t for t in self.tried if not t.correct]
             if fails:
@@ -562,8 +578,12 @@ class BuiltinPolicy(Policy):
         self.best_label = best.label if best is not None else None
         an = self.analysis
         fallback = best is not None and best.graph is None
+        generated = [t for t in self.tried if t.correct and t.graph is not None]
+        if an is not None and not an.ok and an.data.get("task_fails"):
+            summary = f"Not optimised: {_headline(an.error)}; fix the task (the reference raises, so no candidate can be checked)."
+            return Action(message=head + summary, tool_calls=[self._call("finish", summary=summary)])
         if an is not None and not an.ok and best is None:
-            summary = f"Not optimised: the forward could not be captured ({an.error})."
+            summary = f"Not optimised: the forward could not be captured ({_headline(an.error)})."
             if self.torch_ops != "allow":
                 summary += (" Under torch-ops=forbid that blocks it: without a graph no kernel can be generated "
                             "(under torch-ops=allow the reference's own computation would be the candidate).")
@@ -581,8 +601,11 @@ class BuiltinPolicy(Policy):
                        f" ({_ms(best.eager_ms)}), {_x(best.speedup_vs_compile)} vs torch.compile"
                        f" ({_ms(best.compile_ms)}), reward {best.reward}.")
             if fallback:
-                why = (f"the forward could not be captured ({an.error})" if an is not None and not an.ok
-                       else "no generated candidate was correct")
+                g_best = max(generated, key=lambda t: t.key()) if generated else None
+                why = (f"the forward could not be captured ({_headline(an.error)})" if an is not None and not an.ok
+                       else f"the generated candidates were correct but slower than the reference's own computation "
+                            f"(best generated: '{g_best.label}', {_x(g_best.speedup_vs_eager)} vs eager)"
+                       if g_best is not None else "no generated candidate was correct")
                 summary = ("Not optimised: " + why + ". The candidate is the reference's own computation (every op "
                            "the library/ATen call the reference makes), verified correct. " + summary)
             if best.fraction_of_sol is not None:
@@ -605,6 +628,13 @@ class BuiltinPolicy(Policy):
                           for t in steps)
         msg = head + "Summary of the candidates:\n" + table + "\n\n" + summary
         return Action(message=msg, tool_calls=[self._call("finish", summary=summary)])
+
+
+def _headline(error: str, limit: int = 400) -> str:
+    """An error as one line for a plan or a summary: its first line (a traceback or a dump of
+    the failing node stays in the analysis data), at most `limit` characters."""
+    line = (error.strip().splitlines() or [""])[0].rstrip(" .:")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 def _library_line(n: Node, backend: str, plan: Plan | None = None) -> str:

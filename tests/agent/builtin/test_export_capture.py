@@ -287,3 +287,53 @@ def test_under_forbid_the_plan_names_what_blocks_it():
     assert not res.verified
     fin = res.trajectory.finished().summary
     assert "torch-ops=forbid" in fin and "tril" in fin
+
+
+GEMM_GN_MIN_BIAS = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gemm = nn.Linear(16, 32)
+        self.group_norm = nn.GroupNorm(8, 32)
+        self.bias = nn.Parameter(torch.randn(1, 32, 1, 1))
+
+    def forward(self, x):
+        x = self.group_norm(self.gemm(x))
+        x = torch.min(x, dim=1, keepdim=True)[0]
+        return x + self.bias
+
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_broadcast_whose_split_is_chosen_late_reads_each_operand_where_it_varies(tmp_path):
+    """KernelBench level 2 #75: [8, 1] + [1, 32, 1, 1] is an elementwise group whose row/column
+    split is chosen after the group is built; its values' spaces follow that split (a per-row
+    value under the provisional split varies per column under the chosen one: the C++ read an
+    operand it never loaded). The GEMM's bias add, alone before a view, stays in the library call."""
+    an = _analysis(GEMM_GN_MIN_BIAS, profile=False)
+    assert an.ok, an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
+    assert "torch.nn.functional.linear(v_x, p_gemm_weight, p_gemm_bias)" in c.files["model_new.py"]
+    _check_candidate(GEMM_GN_MIN_BIAS, c.files, tmp_path)
+
+
+def test_a_per_channel_operand_splits_the_iteration_space_into_long_rows():
+    """A conv bias over NCHW: N*C rows of H*W columns (one long vector loop per row), not N*C*H
+    rows of W."""
+    src = PERMUTE_LN.replace("y = x.permute(0, 2, 3, 1)\n        y = self.norm(y)\n        return torch.relu(y).permute(0, 3, 1, 2) * 2.0",
+                             "return torch.relu(x + self.norm.weight.view(-1, 1, 1))")
+    an = _analysis(src, profile=False)
+    assert an.ok, an.error
+    (grp,) = make_plan(an.graph).groups
+    assert grp.full == [2, 8, 5, 6] and grp.split == 2

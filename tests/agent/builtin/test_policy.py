@@ -107,3 +107,63 @@ def test_the_cpu_plan_has_no_graph_turn():
     pol = BuiltinPolicy()
     pol.reset(task_from_source(task_source("rmsnorm_swish", **SMALL["rmsnorm_swish"]), "rmsnorm_swish", "cpu"), [], [])
     assert "graph" not in [s.kind for s in pol.steps] and pol.steps[-2].kind == "restore"
+
+
+def _evaluated(reward: int, median_ms: float, vs_eager: float):
+    from agent.policy import Observation
+
+    res = {"status": "ok", "reward": reward, "speedup_vs_eager": vs_eager,
+           "timing": {"candidate": {"median_ms": median_ms}, "eager": {"median_ms": median_ms * vs_eager}}}
+    return [Observation("x", "evaluate", "evaluated", data={"evaluation": res})]
+
+
+def _drive(pol, evaluations):
+    """The policy's actions with each evaluate answered from `evaluations` in turn (no sandbox)."""
+    actions, obs = [], []
+    for _ in range(12):
+        act = pol.next_action(obs)
+        actions.append(act)
+        names = [c.name for c in act.tool_calls]
+        if "finish" in names:
+            return actions
+        obs = evaluations.pop(0) if "evaluate" in names else []
+    raise AssertionError("the policy did not finish")
+
+
+@pytest.mark.parametrize("generated, fallback_runs", [((1, 0.2, 0.6), True), ((2, 0.05, 2.4), False)])
+def test_under_allow_the_reference_is_timed_too_unless_a_generated_candidate_beats_eager(generated, fallback_runs):
+    """A correct generated candidate that is slower than eager loses to the reference's own
+    computation (the loop keeps the best verified one); a faster one makes the fallback moot."""
+    from agent.policy import TaskInfo
+
+    pol = BuiltinPolicy(max_variants=1, profile_best=False, try_unrewritten=False)
+    src = task_source("row_softmax_small", rows=8, cols=16)
+    pol.reset(TaskInfo("softmax", src, "cpu", options={"torch_ops": "allow"}), [], [])
+    actions = _drive(pol, [_evaluated(*generated), _evaluated(1, 0.12, 1.0)])
+    written = [c.arguments["content"] for a in actions for c in a.tool_calls if c.name == "write_file"]
+    took_fallback = any("the reference's own computation" in w and "lib.fused" not in w for w in written)
+    assert took_fallback == fallback_runs
+    summary = actions[-1].tool_calls[-1].arguments["summary"]
+    if fallback_runs:
+        assert "slower than the reference's own computation" in summary and "0.60x" in summary
+        assert pol.best_label.startswith("The reference's own computation")
+    else:
+        assert "2.40x vs eager" in summary and "Not optimised" not in summary
+
+
+def test_a_task_whose_forward_raises_says_so_in_one_line():
+    """Issue 19: a module that fails at run time reads as its own error (the shape mismatch, where),
+    not torch.fx's ShapeProp dump, and no advice that another policy could still try."""
+    from agent.policy import TaskInfo
+
+    src = task_source("row_softmax_small", rows=8, cols=16).replace(
+        "return torch.softmax(x, dim=1)", "return torch.softmax(x @ torch.ones(3, 3), dim=1)")
+    pol = BuiltinPolicy()
+    pol.reset(TaskInfo("broken", src, "cpu", options={"torch_ops": "allow"}), [], [])
+    assert [s.kind for s in pol.steps] == ["analyse", "finish"]
+    first = pol.next_action([])
+    summary = pol.next_action([]).tool_calls[-1].arguments["summary"]
+    for text in (first.message, summary):
+        assert "the task's own forward fails" in text and "cannot be multiplied" in text and "line " in text
+        assert "ShapeProp" not in text and "model-driven" not in text
+    assert "\n" not in summary
