@@ -34,7 +34,7 @@ from webapp.jobs.module_wrapper import (
     task_from_module,
 )
 from webapp.jobs.permissions import can_change, visible_jobs
-from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
+from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source, error_that_matters
 from webapp.jobs.turn_html import turn_html, turns_html
 from webapp.jobs.views.access import LoginNeeded, changeable_job, login_redirect, share_token, viewable_job
 
@@ -229,7 +229,7 @@ def _live_state(job: Job) -> dict:
     return {
         "state": job.state,
         "step": job.step,
-        "reason": job.reason,
+        "reason": failure_reason(job),
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
         "best_reward": job.best_reward,
@@ -256,6 +256,36 @@ def fmt_elapsed(job: Job) -> str:
     return (f"{h}h " if h else "") + (f"{m}m " if h or m else "") + f"{sec}s"
 
 
+# -- a failed job's reason, said first ------------------------------------------------------------
+NO_CANDIDATE = "no correct candidate found ("  # the runner's words when none passed (runner._finish_from_trajectory)
+UNSAID = ("", "no verified candidate")  # a summary that says no more than NO_CANDIDATE (agent.loop's default)
+
+
+def failure_reason(job: Job) -> str:
+    """The header's line under the state, in one line. A failed job's stored reason may only say
+    that nothing passed ("no correct candidate found (the policy finished)") or be a traceback;
+    the line leads with what went wrong instead: the policy's closing words (the run's summary),
+    else the last failed evaluation's first reason, a traceback cut to its root cause
+    (agent.module_task.error_that_matters), with the budget that ended the run when one did."""
+    reason = error_that_matters(job.reason)
+    if job.state != Job.State.FAILED or not reason.startswith(NO_CANDIDATE):
+        return reason
+    why = error_that_matters(job.summary) if job.summary.strip() not in UNSAID else ""
+    why = why or last_evaluation_reason(job)
+    if not why:
+        return reason
+    ended = reason.removeprefix(NO_CANDIDATE).rstrip(")")
+    return why if ended in ("", "the policy finished", "run ended") else f"{why} ({ended})"
+
+
+def last_evaluation_reason(job: Job) -> str:
+    """The first reason of the newest evaluation that failed, in one line ("" when none did)."""
+    for evaluation in job.turns.exclude(evaluation=None).order_by("-index").values_list("evaluation", flat=True):
+        if evaluation.get("status") not in (None, "ok") and evaluation.get("reasons"):
+            return error_that_matters(str(evaluation["reasons"][0]))
+    return ""
+
+
 def _head_context(request, job: Job) -> dict:
     """What jobs/_job_head.html needs: the job page renders it, and /jobs/<id>/head/ again."""
     return {
@@ -263,6 +293,7 @@ def _head_context(request, job: Job) -> dict:
         "head_key": head_key(job),
         "terminal": job.state in Job.TERMINAL,
         "elapsed": fmt_elapsed(job),
+        "reason": failure_reason(job),
         "n_turns": job.turns.count(),
         "totals": _totals(job),
         "share": share_token(request),
