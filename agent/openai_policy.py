@@ -23,7 +23,7 @@ from typing import Any
 from agent.errors import PolicyError
 from agent.events import BestChanged, Event, ModelMessage, ToolCall, ToolResult, TurnStarted
 from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation, Usage
-from agent.tools import ARGUMENTS_ERROR_KEY, INVALID_ARGUMENTS_KEY, limit_for, trim_for_model
+from agent.tools import ARGUMENTS_ERROR_KEY, INVALID_ARGUMENTS_KEY, limit_for, source_for_model, trim_for_model
 
 PROMPTS = Path(__file__).parent / "prompts"
 
@@ -264,7 +264,7 @@ class OpenAIPolicy(Policy):
         parts = [
             f"Task: {t.name} (backend: {t.backend}; sandbox options: {opts})",
             "The reference module (also readable as reference.py, which you cannot change):",
-            f"```python\n{t.source.rstrip()}\n```",
+            f"```python\n{source_for_model(t.source).rstrip()}\n```",
             "Write model_new.py with class ModelNew and your kernels, evaluate, then improve. "
             "Start now by calling a tool.",
         ]

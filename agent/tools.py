@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.evaluator import Evaluator, ProgressCallback
+from agent.exported_task import is_exported_task
 from agent.policy import TOOL_NAMES, TaskInfo, ToolInvocation
-from agent.workspace import REFERENCE_PATH, Edit, Workspace, WorkspaceError
+from agent.workspace import REFERENCE_PATH, Edit, Workspace, WorkspaceError, check_path
 
 # Set by a policy when the model's arguments were not a JSON object: the tool then answers
 # with the parse error instead of running (agent.openai_policy fills these).
@@ -148,6 +149,26 @@ def trim_for_model(text: str, limit: int) -> tuple[str, int]:
     return text[:head] + note + text[-tail:], cut
 
 
+# Where agent.exported_task's task source carries the .pt2 file (base64, up to the next """).
+BLOB_START = '_KW_PT2 = """\n'
+
+
+def source_for_model(source: str) -> str:
+    """The task source as a model reads it (read_file of reference.py, the prompt): a task made
+    from a .pt2 carries the file as base64, up to ~940 KiB that tell a model nothing and would
+    fill its context, so that part gives way to a one-line marker (the result still parses)."""
+    start = source.find(BLOB_START) + len(BLOB_START) if is_exported_task(source) else -1
+    end = source.find('"""', start) if start >= len(BLOB_START) else -1
+    if end < 0:
+        return source
+    blob = source[start:end]
+    marker = (
+        f"[{len(blob)} characters cut: the .pt2 file itself, base64 ({blob.count(chr(10))} lines). "
+        "The sandbox loads it with torch.export.load; Model runs its graph, there is nothing to read here.]\n"
+    )
+    return source[:start] + marker + source[end:]
+
+
 def limit_for(tool: str) -> int:
     return MODEL_LIMITS.get(tool, MODEL_LIMITS["default"])
 
@@ -254,7 +275,10 @@ class ToolRunner:
         return ToolOutcome(call.call_id, call.name, True, text)
 
     def _tool_read_file(self, call: ToolInvocation, args: dict[str, Any]) -> ToolOutcome:
-        return ToolOutcome(call.call_id, call.name, True, self.workspace.read(args["path"]))
+        text = self.workspace.read(args["path"])
+        if check_path(args["path"]) == REFERENCE_PATH:
+            text = source_for_model(text)
+        return ToolOutcome(call.call_id, call.name, True, text)
 
     def _tool_write_file(self, call: ToolInvocation, args: dict[str, Any]) -> ToolOutcome:
         edit = self.workspace.write(args["path"], args["content"])
