@@ -225,7 +225,7 @@ class _Paired:
     """The parent's side of paired timing [sandbox.timing, docs/evaluation.md section 8]: eager and
     torch.compile run in the reference child (trusted baseline code never runs in the candidate's
     process), the candidate in the candidate child; the parent asks each child in turn, over the
-    pipes, for a warm-up and then for one block of calls per callable per round, in an order
+    sockets, for a warm-up and then for one block of calls per callable per round, in an order
     rotated per round. It holds the device lock exclusively for the whole window (the children's
     timers take none), and keeps the child that is not timing stopped (Child.pause), so neither
     side's leftover threads run during the other's calls."""
@@ -608,7 +608,7 @@ def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None], ahead:
             progress(i + 1)
             _send(cand, {"cmd": "trial", "index": i, "variant": t["variant"], "variant_spec": t["variant_spec"], "inputs": t.pop("inputs")},
                   "the candidate", "the correctness trials")
-            trials.append({"kind": t["kind"], "note": t.get("note", ""), "checks": []})
+            trials.append({"kind": t["kind"], "note": t.get("note", ""), "checks": [], "output_bytes": t["output_bytes"]})
             if ahead:
                 _send(ref, {"cmd": "trial"}, REF, "the trials")
         if waiting is not None:
@@ -623,6 +623,7 @@ def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None], ahead:
                 raise _Stop(Status.RUNTIME_ERROR, _user_error(got, "candidate"), trial=TrialResult(
                     index=i, kind=t["kind"], passed=False, message=got.get("error", "")[:2000]))
             trials[i]["checks"] = got["checks"]
+            _bound_outputs(got, trials[i]["output_bytes"])
             waiting = (i, got)
             if not ahead:
                 ask_compare(*waiting)
@@ -635,6 +636,18 @@ def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None], ahead:
     msg = _recv(cand, "the candidate", "the correctness trials")
     msg["notes"] = notes
     return trials, msg
+
+
+def _bound_outputs(got: dict, expected_bytes: int) -> None:
+    """Outputs holding more bytes than the reference's are wrong whatever they hold; they are not
+    passed on (the reference would map what they announce, so a candidate could make it
+    populate terabytes), and the trial fails on their structure."""
+    from .shared import Handle
+
+    held = sum(x.nbytes for x in got["outputs"] if isinstance(x, Handle))
+    if held > expected_bytes:
+        got["checks"].append(("incorrect", f"the outputs hold {held} bytes, the reference's {expected_bytes}"))
+        got["outputs"] = [None] * len(got["outputs"])
 
 
 def _timing_sets(ref: Child, cand: Child | None, n: int) -> tuple[list, list]:

@@ -14,6 +14,9 @@ namespaces (private /tmp and /dev/shm), so a path would mean nothing to the othe
 - every received descriptor is checked (`Handle.check`): a memfd, sealed, large enough; a child
   that sends a socket, a pipe or an unsealed file is refused.
 
+Every system call used here (memfd_create, ftruncate, fcntl, mmap, sendmsg, recvmsg) is outside
+sandbox/seccomp.py's denylist (tests/sandbox/test_transport.py checks it).
+
 Memory: a memfd lives while a process holds its descriptor or a mapping of it; the senders and
 the parent drop them after each trial, so a task needs about one trial's inputs and outputs at a
 time. `require_host` turns a task that cannot fit into a clear error instead of an OOM kill.
@@ -142,7 +145,6 @@ class _Fd:
     def __init__(self, fd: int):
         self.fd = fd
         self._finalizer = weakref.finalize(self, _close_quietly, fd)
-        self.mapping: mmap.mmap | None = None
 
     def close(self) -> None:
         self._finalizer()
@@ -188,7 +190,10 @@ class Handle:
             raise BadHandle(f"a passed memfd of {size} bytes does not hold a tensor of {self.nbytes} bytes at {self.offset}")
 
     def tensor(self) -> Any:
-        """The tensor, mapped read-only (one mapping per memfd, shared by its tensors)."""
+        """The tensor, mapped read-only: its own pages only, populated at once (faster than a
+        fault per 4 KB page). Only the announced tensor is mapped, never the rest of the memfd,
+        so what a mapping populates is what the message says it holds (the parent bounds what a
+        candidate's outputs may hold before the reference maps them, protocol._run_trials)."""
         import torch
 
         from .channel import dtype_of
@@ -197,13 +202,13 @@ class Handle:
         n = self.nbytes // dtype.itemsize
         if n == 0:
             return torch.empty(self.shape, dtype=dtype)
-        if self.fd.mapping is None:
-            size = os.fstat(self.fd.fd).st_size
-            self.fd.mapping = mmap.mmap(self.fd.fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ)
-            _register_span(self.fd.mapping, size)
+        length = _aligned(self.nbytes)
+        mapping = mmap.mmap(self.fd.fd, length, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ,
+                            offset=self.offset)
+        _register_span(mapping, length)
         with warnings.catch_warnings():  # "the given buffer is not writable": that is the point
             warnings.simplefilter("ignore")
-            return torch.frombuffer(self.fd.mapping, dtype=dtype, count=n, offset=self.offset).view(self.shape)
+            return torch.frombuffer(mapping, dtype=dtype, count=n).view(self.shape)
 
 
 # ---- memory ---------------------------------------------------------------------------------

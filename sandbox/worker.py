@@ -1,12 +1,13 @@
 """Child process entry point: `python -m sandbox.worker ROLE` (started only by isolation.Child).
 
 Roles:
-- reference: imports the TASK, draws every input from the secret seeds the parent sends,
-  computes the expected outputs and times the eager / torch.compile baselines. Its results go
-  to the parent only; the candidate process never sees the seeds or the expected outputs.
-- candidate: imports the CANDIDATE, runs the trials it is given (inputs only), records what its
-  forward dispatched, checks materialisation / aliasing / input mutation / flags / tampering,
-  and runs the timing loop. The parent compares its outputs with the expected ones.
+- reference: imports the TASK, draws every input from the secret seeds the parent sends (one
+  trial at a time), computes the expected outputs, compares the candidate's outputs with them
+  and times the eager / torch.compile baselines. The expected outputs never leave it: the parent
+  gets comparison summaries and fingerprints; the candidate never sees seeds or expected outputs.
+- candidate: imports the CANDIDATE, runs the trials it is given (inputs only, mapped read-only),
+  records what its forward dispatched, checks materialisation / aliasing / input mutation /
+  flags / tampering, returns its outputs by sealed memfd, and runs the timing loop.
 - prebuild: imports the candidate once so load_inline builds its extension (compile step).
 """
 
@@ -325,7 +326,9 @@ class _RefContext:
 
     def next_trial(self) -> dict:
         """The next trial's inputs (and a new variant's weights) for the candidate; its expected
-        outputs stay here until `compare`."""
+        outputs stay here until `compare` (the parent learns their size only)."""
+        import torch
+
         got = next(self.trials, None)
         if got is None:
             return {"ok": True, "done": True, "notes": self.notes}
@@ -335,7 +338,9 @@ class _RefContext:
         index, self.drawn = self.drawn, self.drawn + 1
         self.pending[index] = {"variant": v, "inputs": inputs, "spec": spec, "expected": leaves}
         new = self.variants[v] if v > 0 and v == len(self.variants) - 1 else None
-        return {"ok": True, "index": index, "kind": kind, "variant": v, "note": note, "inputs": inputs, "variant_spec": new}
+        nbytes = sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
+        return {"ok": True, "index": index, "kind": kind, "variant": v, "note": note, "inputs": inputs, "variant_spec": new,
+                "output_bytes": nbytes}
 
     def compare(self, cmd: dict) -> dict:
         """The candidate's outputs of trial `index` (read-only maps of its sealed memfd)

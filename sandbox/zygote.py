@@ -8,7 +8,8 @@ folder of children's folders) and each forked child takes namespaces of its own 
 (containment.isolate_forked_child) before any user code runs: it sees neither the zygote nor
 its siblings. Uncontained (KERNELWRIGHT_UNCONTAINED=1), a child applies isolation._preexec.
 The zygote holds no secrets: it is started with the scrubbed environment and receives only
-spawn, wait and signal requests (JSON) and the child's three pipe/log fds.
+spawn, wait and signal requests (JSON) and the child's fds: its end of the channel's socketpair
+(twice: KW_FD_IN, KW_FD_OUT) and its log.
 """
 
 from __future__ import annotations

