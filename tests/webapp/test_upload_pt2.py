@@ -57,6 +57,10 @@ def test_a_job_from_a_pt2_carries_the_file_in_its_task(client, exported):
     job = Job.objects.get(owner__username="pt2-owner")
     assert job.name == "scorer" and EXPORTED_MARK in job.source and embedded(job.source) == exported.read_bytes()
     assert "Recorded inputs: x: int64[4,6]; scale: float32[4,6,1]" in job.source
+    # the job page shows the task without the file's base64 (the download keeps it)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    blob = re.search(r'_KW_PT2 = """\n(.*?)"""', job.source, re.S).group(1)
+    assert blob[:200] not in page and "Recorded inputs" in page and "_KW_PT2" in page
 
 
 def test_the_check_lists_the_recorded_inputs(client, exported):

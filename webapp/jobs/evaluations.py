@@ -42,7 +42,7 @@ from django.utils import timezone
 from webapp.jobs import scheduler, services
 from webapp.jobs.models import ApiToken, Evaluation, task_hash
 from webapp.jobs.runner import SANDBOX_OPTION_KEYS
-from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
+from webapp.jobs.task_check import check_task_source
 from webapp.queues import EVALUATE_CANDIDATE_TASK, worker_died_reason
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def parse(body: dict[str, Any]) -> Submission:
     task, candidates = body.get("task"), body.get("candidates")
     if not isinstance(task, str):
         raise Refused(400, "`task` must be the reference module source")
-    check = check_task_source(task, MAX_SOURCE_BYTES)
+    check = check_task_source(task)
     if not check.ok:
         raise Refused(400, "invalid task", check.errors)
     most = int(limit("KERNELWRIGHT_EVALUATION_BATCH_MAX"))

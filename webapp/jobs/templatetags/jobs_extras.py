@@ -48,6 +48,15 @@ def code_lines(text: Any, path: Any = None) -> list[Line]:
 
 
 @register.filter
+def without_blob(source: Any) -> str:
+    """A task source as a page shows it: a .pt2 task's base64 file cut to a one-line marker
+    (agent.tools.source_for_model; the download keeps the whole task)."""
+    from agent.tools import source_for_model
+
+    return source_for_model(source if isinstance(source, str) else str(source or ""))
+
+
+@register.filter
 def loglines(log: str | None) -> list[tuple[str, str]]:
     """Compile log -> (css class, line) with errors and warnings marked."""
     out = []
