@@ -905,8 +905,13 @@ def role_candidate() -> None:
             findings = []
             trace("candidate: trials run")
         elif cmd["cmd"] == "timing_set":
+            # timed on ordinary heap memory, like the reference's own sets (a memfd's shmem pages
+            # may be mapped differently, e.g. never as transparent huge pages); fingerprints still
+            # catch a forward that changes them
             with LOCK.shared():
-                timing_sets.append(to_device(cmd["inputs"], device))
+                timing_sets.append([x.clone() if isinstance(x, torch.Tensor) and is_mapped_read_only(x) else x
+                                    for x in to_device(cmd["inputs"], device)])
+            del cmd
             send({"ok": True})
         elif cmd["cmd"] == "timing_setup":
             trace("candidate: timing sets received")
