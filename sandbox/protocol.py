@@ -258,7 +258,9 @@ class _Paired:
     def run(self, progress: Progress | None = None) -> None:
         o = self.options
         try:
-            with self.lock.exclusive():
+            # a window that must wait for another evaluation's says so ("device_wait"), then "timing" again
+            on_wait = (lambda waiting: progress("device_wait" if waiting else "timing", {})) if progress else None
+            with self.lock.exclusive(on_wait=on_wait):
                 t0 = time.time()
                 for name in list(self.names):
                     reply = self._ask(name, {"cmd": "warm", "budget_s": o.timing_budget_s, "max_calls": o.max_timed_calls,

@@ -62,3 +62,32 @@ def test_the_probe_sees_another_process_timing_and_takes_nothing(tmp_path):
     assert not held_exclusively("cpu", folder)
     with DeviceLock("cpu", folder).shared():
         assert not held_exclusively("cpu", folder)  # shared holders are not a timed loop
+
+
+def test_an_evaluation_whose_window_waits_for_another_says_so():
+    """A real evaluation: another process takes the cpu device exclusively as the baselines are
+    ready, so the paired window must wait; its progress says "device_wait", then "timing"."""
+    from sandbox import evaluate
+    from sandbox.options import EvalOptions
+    from tests.sandbox.helpers import task
+
+    source = task("softmax_tiny.py")
+    steps: list[str] = []
+    holders: list[subprocess.Popen] = []
+
+    def progress(step: str, detail: dict | None = None) -> None:
+        steps.append(step)
+        if step == "baseline" and not holders:
+            holders.append(hold_exclusively(DeviceLock("cpu", prepare_dir()).path, 2.0))
+
+    try:
+        res = evaluate(source, {"model_new.py": source.replace("class Model(", "class ModelNew(")},
+                       EvalOptions(backend="cpu", torch_ops="allow", compile_baseline=False, timing_budget_s=0.1),
+                       on_progress=progress)
+    finally:
+        for h in holders:
+            h.wait(timeout=30)
+    assert res.status.value == "ok", res.reasons
+    assert holders and "device_wait" in steps, steps
+    after = steps[steps.index("device_wait") + 1:]
+    assert "timing" in after, steps

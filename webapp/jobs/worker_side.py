@@ -108,6 +108,7 @@ STEP_WORDS = {
     "audit": "auditing",
     "profile": "profiling",
     "profiling": "profiling",
+    "teardown": "stopping the sandbox",
 }
 
 
