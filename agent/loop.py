@@ -79,7 +79,7 @@ class BestCandidate:
         """The candidate as one of its evaluations (an EvalResult dict) measured it."""
         return cls(version=version, reward=int(result.get("reward") or 0), files=files, turn=turn,
                    speedup_vs_eager=result.get("speedup_vs_eager"), speedup_vs_compile=result.get("speedup_vs_compile"),
-                   candidate_ms=_median_ms(result), result=result)
+                   candidate_ms=median_ms(result), result=result)
 
     def beats(self, other: BestCandidate | None) -> bool:
         """Higher reward wins; at equal reward the higher speedup vs eager, each measured against
@@ -198,7 +198,7 @@ class _Run:
                     turn=e.turn,
                     speedup_vs_eager=e.speedup_vs_eager,
                     speedup_vs_compile=e.speedup_vs_compile,
-                    candidate_ms=_median_ms(evals.get(e.version)),
+                    candidate_ms=median_ms(evals.get(e.version)),
                     result=evals.get(e.version),
                 )
         self.totals = self.traj.totals()
@@ -389,7 +389,7 @@ class _Run:
         # the draw with the median paired speedup vs eager (each from its own window)
         pick = sorted(draws, key=lambda r: r.get("speedup_vs_eager") or 0.0)[(len(draws) - 1) // 2]
         self.record(EvaluationEvent(turn=self.turn, version=b.version, result=pick, purpose="final",
-                                    draws_ms=[m for m in (_median_ms(r) for r in draws) if m is not None]))
+                                    draws_ms=[m for m in (median_ms(r) for r in draws) if m is not None]))
         self.set_best(BestCandidate.of(b.version, b.files, b.turn, pick), confirmed=True)
         return f"confirmed: median of {len(draws)} evaluations"
 
@@ -419,9 +419,12 @@ class _Run:
         return RunResult(reason, b, self.traj, self.turn, self.totals, self.overhead_ms)
 
 
-def _median_ms(result: dict[str, Any] | None) -> float | None:
+def median_ms(result: dict[str, Any] | None, timed: str = "candidate") -> float | None:
+    """The median time of one timed callable ("candidate", "eager", "compile") in an evaluation's
+    result dict (kernelwright.eval JSON); None where it was not timed. Import it; do not re-read
+    the nesting elsewhere."""
     try:
-        return float(result["timing"]["candidate"]["median_ms"])  # type: ignore[index]
+        return float(result["timing"][timed]["median_ms"])  # type: ignore[index]
     except (TypeError, KeyError, ValueError):
         return None
 

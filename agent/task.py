@@ -8,6 +8,7 @@ from typing import Any
 
 from agent.policy import TaskInfo
 from sandbox.cache import sha256_text
+from sandbox.options import resolve_backend
 
 
 def task_hash(source: str) -> str:
@@ -23,23 +24,8 @@ def is_task(recorded_hash: str, source: str) -> bool:
     return recorded_hash in (task_hash(source), legacy)
 
 
-def resolve_backend(backend: str) -> str:
-    """'auto' -> 'cuda' when this host has an NVIDIA GPU, else 'cpu' (the sandbox's own rule)."""
-    if backend in ("cpu", "cuda"):
-        return backend
-    if backend != "auto":
-        raise ValueError(f"backend must be cpu, cuda or auto, got {backend!r}")
-    try:
-        from sandbox.options import cuda_present
-
-        return "cuda" if cuda_present() else "cpu"
-    except ImportError:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def task_from_source(source: str, name: str, backend: str = "auto", options: dict[str, Any] | None = None) -> TaskInfo:
+    """A task evaluated on this host (the CLI's LocalEvaluator): "auto" is resolved here."""
     if "class Model" not in source or "def get_inputs" not in source:
         raise ValueError(f"{name}: not a KernelBench-format task (needs class Model and get_inputs())")
     return TaskInfo(

@@ -305,7 +305,7 @@ class ToolRunner:
                 "nothing to compile: the workspace has no kernels/*.cu or kernels/*.cpp file yet "
                 "(a load_inline candidate is built by evaluate).",
             )
-        res = _as_compile_result(self._require_evaluator().compile(self.task.source, files, self.options))
+        res = as_compile_result(self._require_evaluator().compile(self.task.source, files, self.options))
         return ToolOutcome(
             call.call_id, call.name, bool(res.ok), format_compile(res), compile=res, data={"compile": _asdict(res)}
         )
@@ -350,7 +350,9 @@ def as_eval_result(res: Any) -> Any:
     return EvalResult.from_dict(res) if isinstance(res, dict) else res
 
 
-def _as_compile_result(res: Any) -> Any:
+def as_compile_result(res: Any) -> Any:
+    """A build's result as the sandbox's dataclass, whether it came as one or as its JSON dict
+    (from a Celery worker): the one place a CompileResult is rebuilt outside the sandbox."""
     from sandbox.schema import CompileError, CompileResult
 
     if isinstance(res, dict):

@@ -169,11 +169,8 @@ class EvalOptions:
             raise ValueError(f"timing_cpu must be a CPU of this host (0..{(os.cpu_count() or 1) - 1}), got {self.timing_cpu}")
 
     def resolved_backend(self) -> str:
-        """"auto" means cuda when this host has a GPU; resolved in the parent without initialising
-        CUDA there (nvidia-smi / device files), so the parent stays fork-safe."""
-        if self.backend != "auto":
-            return self.backend
-        return "cuda" if cuda_present() else "cpu"
+        """This evaluation's backend on this host (resolve_backend): called where it runs."""
+        return resolve_backend(self.backend)
 
     def spread(self, backend: str) -> float:
         """The between-window term of the speedup intervals on this backend (`window_spread`)."""
@@ -199,6 +196,21 @@ class EvalOptions:
         if unknown:
             raise ValueError(f"unknown evaluation options: {sorted(unknown)}")
         return cls(**data)
+
+
+def resolve_backend(requested: str, configured: str = "auto") -> str:
+    """The one rule for "auto", applied on the host that evaluates (a gpu worker, or the CLI's own
+    host; never an agent worker, which may have no GPU): `configured` (a gpu worker's
+    KERNELWRIGHT_BACKEND) when it names a backend, else cuda when this host has an NVIDIA device,
+    else cpu. Decided from device files without initialising CUDA, so the caller stays fork-safe."""
+    for name, value in (("backend", requested), ("configured backend", configured)):
+        if value not in BACKENDS:
+            raise ValueError(f"{name} must be one of {BACKENDS}, got {value!r}")
+    if requested != "auto":
+        return requested
+    if configured != "auto":
+        return configured
+    return "cuda" if cuda_present() else "cpu"
 
 
 def cuda_present() -> bool:

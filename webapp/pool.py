@@ -28,10 +28,11 @@ from typing import Any
 
 from celery.signals import task_postrun, task_prerun
 
+from webapp.queues import EVALUATE_TASK, Queue, task_name
+
 logger = logging.getLogger(__name__)
 
-GPU_TASK_PREFIX = "kernelwright.gpu."
-EVALUATE_TASK = "kernelwright.gpu.evaluate"  # the name webapp.jobs.tasks registers (CeleryEvaluator sends it too)
+GPU_TASK_PREFIX = task_name(Queue.GPU, "")
 RUN_KEY = "kernelwright:pool:run:{task_id}"
 RUN_TTL_S = 7 * 24 * 3600
 
@@ -45,7 +46,7 @@ class TaskRun:
     task: str
     worker: str  # Celery node name, "gpu1@host"
     cuda_visible_devices: str  # the worker's pinning; "" on the cpu backend
-    backend: str  # the worker's KERNELWRIGHT_BACKEND
+    backend: str  # the worker's KERNELWRIGHT_BACKEND (as configured; "auto" is resolved per evaluation)
     pid: int  # the pool process that ran it
     started: float
     finished: float | None = None
@@ -93,13 +94,6 @@ def sharing_violations(runs: Iterable[TaskRun], per_device: int = 1) -> list[tup
     runs = list(runs)
     return [group for group in combinations(runs, per_device + 1)
             if all(a.shares_device_with(b) and a.overlaps(b) for a, b in combinations(group, 2))]
-
-
-def runs_by_worker(runs: Iterable[TaskRun]) -> dict[str, list[TaskRun]]:
-    out: dict[str, list[TaskRun]] = {}
-    for run in sorted(runs, key=lambda r: r.started):
-        out.setdefault(run.worker, []).append(run)
-    return out
 
 
 # --- the record, written by the worker ------------------------------------------------------------

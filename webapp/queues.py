@@ -29,6 +29,12 @@ def task_name(queue: Queue, name: str) -> str:
     return f"{TASK_PREFIX}.{Queue(queue).value}.{name}"
 
 
+# Every task's name, defined here once (webapp.jobs.tasks registers them, senders import them).
+RUN_JOB_TASK = task_name(Queue.AGENT, "run_job")  # one job's agent loop
+BUILD_TASK = task_name(Queue.COMPILE, "build")  # a candidate's build
+EVALUATE_TASK = task_name(Queue.GPU, "evaluate")  # one evaluation for a job or /api/evaluate
+PROFILE_TASK = task_name(Queue.GPU, "profile")
+BACKEND_TASK = task_name(Queue.GPU, "backend")  # which backend a gpu worker resolves "auto" to
 # A candidate of a batch posted to /api/evaluations (webapp.jobs.evaluations): evaluated, stored, announced.
 EVALUATE_CANDIDATE_TASK = task_name(Queue.GPU, "evaluate_candidate")
 

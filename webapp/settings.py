@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from sandbox.options import BACKENDS
 from webapp.queues import celery_queue_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -173,6 +174,7 @@ STATIC_ROOT = VAR_DIR / "static"  # for `manage.py collectstatic`; whitenoise wa
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 _PLOTLY_PACKAGE_DATA = Path(importlib.util.find_spec("plotly").origin).parent / "package_data"
 STATICFILES_DIRS = [d for d in [BASE_DIR / "static"] if d.is_dir()] + [("plotly", _PLOTLY_PACKAGE_DATA)]
+PLOTLY_STATIC_PATH = "plotly/plotly.min.js"  # the pages' plotly.js under STATIC_URL (webapp.jobs.templatetags)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
@@ -240,10 +242,14 @@ CELERY_INCLUDE = ["webapp.pool"]
 OPENAI_BASE_URL = envstr("OPENAI_BASE_URL", "")
 OPENAI_API_KEY = envstr("OPENAI_API_KEY", "")
 KERNELWRIGHT_MODEL = envstr("KERNELWRIGHT_MODEL", "gpt-4o-mini")
-# auto | cpu | cuda; "auto" is resolved lazily by webapp.core.backend (importing torch is slow).
+# What a gpu worker evaluates a job's backend "auto" on: auto (cuda when the host has an NVIDIA
+# device, else cpu), cpu or cuda (sandbox.options.resolve_backend, applied by the gpu worker; the
+# agent and web hosts need no GPU and ignore it, except /healthz reporting this host's).
 KERNELWRIGHT_BACKEND = envstr("KERNELWRIGHT_BACKEND", "auto").strip().lower()
-if KERNELWRIGHT_BACKEND not in {"auto", "cpu", "cuda"}:
-    raise ValueError(f"KERNELWRIGHT_BACKEND must be auto, cpu or cuda, not {KERNELWRIGHT_BACKEND!r}")
+if KERNELWRIGHT_BACKEND not in BACKENDS:
+    raise ValueError(f"KERNELWRIGHT_BACKEND must be one of {', '.join(BACKENDS)}, not {KERNELWRIGHT_BACKEND!r}")
+# POST /api/evaluate waits this long for its result in the request (504 after; docs/webapp.md).
+KERNELWRIGHT_API_EVALUATE_TIMEOUT = envfloat("KERNELWRIGHT_API_EVALUATE_TIMEOUT", 900.0)
 
 # /healthz: how long to wait for workers to answer a broadcast.
 HEALTH_WORKER_TIMEOUT = envfloat("KERNELWRIGHT_HEALTH_WORKER_TIMEOUT", 1.0)

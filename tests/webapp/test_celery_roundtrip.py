@@ -61,6 +61,18 @@ def test_tasks_carry_their_queue_time_limits_and_visibility_outlasts_them() -> N
     assert app.conf.broker_transport_options["visibility_timeout"] > longest
 
 
+def test_every_job_task_is_named_for_its_queue_and_handed_back_when_its_worker_dies() -> None:
+    import webapp.jobs.tasks  # noqa: F401 - registers the tasks on the app
+    from webapp import queues
+
+    names = [queues.RUN_JOB_TASK, queues.BUILD_TASK, queues.EVALUATE_TASK, queues.PROFILE_TASK, queues.BACKEND_TASK,
+             queues.EVALUATE_CANDIDATE_TASK]
+    for name in names:
+        task = app.tasks[name]
+        assert (task.acks_late, task.reject_on_worker_lost) == (True, True), name
+        assert queues.queue_for_task(name) is not None, name
+
+
 def test_long_task_settings_are_on() -> None:
     assert app.conf.task_acks_late is True
     assert app.conf.task_reject_on_worker_lost is True

@@ -5,20 +5,21 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from webapp.core.backend import resolve_backend
+from sandbox.options import cuda_present
+from webapp.core.backend import backend_info
 
 
 def test_cpu_backend_needs_no_probe() -> None:
-    info = resolve_backend("cpu")
+    info = backend_info("cpu")
     assert (info.backend, info.gpu_name, info.torch_version, info.ok) == ("cpu", None, None, True)
 
 
-def test_auto_follows_what_torch_sees() -> None:
+def test_auto_follows_the_sandbox_rule_and_reports_what_torch_sees() -> None:
     import torch
 
-    info = resolve_backend("auto")
-    assert info.ok
-    assert info.backend == ("cuda" if torch.cuda.is_available() else "cpu")
+    info = backend_info("auto")
+    assert info.backend == ("cuda" if cuda_present() else "cpu")
+    assert info.ok == (info.backend == "cpu" or torch.cuda.is_available())
     assert info.torch_version == torch.__version__
     if info.backend == "cuda":
         assert info.gpu_name == torch.cuda.get_device_name(0)
@@ -27,7 +28,7 @@ def test_auto_follows_what_torch_sees() -> None:
 def test_cuda_requested_without_a_gpu_is_reported_not_hidden() -> None:
     import torch
 
-    info = resolve_backend("cuda")
+    info = backend_info("cuda")
     if torch.cuda.is_available():
         assert info.ok and info.backend == "cuda"
     else:

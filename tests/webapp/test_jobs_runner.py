@@ -143,3 +143,21 @@ def test_finished_jobs_are_left_alone(owner):
     runner.run_job(job.pk)
     job.refresh_from_db()
     assert job.state == Job.State.SUCCEEDED and job.attempts == 0
+
+
+@pytest.mark.slow
+def test_a_job_asking_for_auto_runs_on_the_backend_its_gpu_worker_resolves(live_workers, model_server, owner):
+    # The gpu worker of the stack runs with KERNELWRIGHT_BACKEND=cpu: "auto" is that worker's
+    # answer, not this (agent-side) process's guess, and the job shows it once known.
+    model_server.set_script({"replies": [reply(call("finish", summary="nothing to do"))], "when_exhausted": "error"})
+    job = services.create_job(owner, "softmax", TASK, {"backend": "auto", "policy": "openai", "max_turns": 2},
+                              enqueue=False)
+    runner.run_job(job.pk)
+
+    job.refresh_from_db()
+    assert job.options["backend"] == "cpu" and job.options["requested_backend"] == "auto", job.reason
+    task_event = job.turns.get(index=0).events[0]
+    assert task_event["type"] == "task" and task_event["backend"] == "cpu"
+    assert task_event["options"]["backend"] == "cpu"  # what the builds and evaluations are sent with
+    again = services.retry_job(job)
+    assert again.options["backend"] == "auto"  # a retry asks its own gpu workers again

@@ -1,8 +1,9 @@
-"""Which sandbox backend this process evaluates on: cpu or cuda, and which GPU.
+"""Which sandbox backend this host would evaluate on, and which GPU: what /healthz reports.
 
-`KERNELWRIGHT_BACKEND=auto` means cuda when torch sees a GPU, else cpu. Finding that out imports
-torch (seconds, and hundreds of MB), so the web server asks a short-lived child process once and
-caches the answer; `cpu` needs no probe at all.
+The backend is the sandbox's own rule (sandbox.options.resolve_backend: for `auto`, cuda when the
+host has an NVIDIA device, else cpu), the one a gpu worker here applies. The GPU's name and the
+torch version need torch (seconds, and hundreds of MB), so the web server asks a short-lived child
+process once and caches the answer; `cpu` needs no probe at all.
 """
 
 from __future__ import annotations
@@ -51,17 +52,20 @@ def probe_torch(timeout: float = 120.0) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def resolve_backend(requested: str) -> BackendInfo:
-    if requested == "cpu":
+def backend_info(requested: str) -> BackendInfo:
+    from sandbox.options import resolve_backend
+
+    backend = resolve_backend(requested)
+    if backend == "cpu" and requested == "cpu":
         return BackendInfo(requested, "cpu", None, 0, None)
     try:
         seen = probe_torch()
     except Exception as exc:  # a broken torch install is a health finding, not a crash
-        return BackendInfo(requested, "cpu", None, 0, None, error=str(exc))
-    if seen["cuda_available"]:
+        return BackendInfo(requested, backend, None, 0, None, error=str(exc))
+    if backend == "cuda" and seen["cuda_available"]:
         return BackendInfo(requested, "cuda", seen["gpu_name"], seen["device_count"], seen["torch_version"])
-    error = "KERNELWRIGHT_BACKEND=cuda but torch sees no GPU" if requested == "cuda" else None
-    return BackendInfo(requested, "cpu", None, 0, seen["torch_version"], error=error)
+    error = f"KERNELWRIGHT_BACKEND={requested} means cuda here, but torch sees no GPU" if backend == "cuda" else None
+    return BackendInfo(requested, backend, None, 0, seen["torch_version"], error=error)
 
 
 _lock = threading.Lock()
@@ -75,7 +79,7 @@ def sandbox_backend() -> BackendInfo:
     requested = settings.KERNELWRIGHT_BACKEND
     with _lock:
         if requested not in _cached:
-            _cached[requested] = resolve_backend(requested)
+            _cached[requested] = backend_info(requested)
         return _cached[requested]
 
 

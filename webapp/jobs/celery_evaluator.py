@@ -23,25 +23,33 @@ from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.utils import uuid
-from django.conf import settings
 
-from sandbox.schema import CompileError, CompileResult, EvalResult, Status, Verdict
-from webapp.queues import MAX_DELIVERIES, abandoned_key, alive_key, sent_key
+from agent.tools import as_compile_result
+from sandbox.schema import CompileResult, EvalResult, Status, Verdict
+from webapp.jobs import scheduler, services
+from webapp.jobs.worker_side import worker_died_build, worker_died_result
+from webapp.queues import (
+    BACKEND_TASK,
+    BUILD_TASK,
+    EVALUATE_TASK,
+    MAX_DELIVERIES,
+    PROFILE_TASK,
+    abandoned_key,
+    alive_key,
+    sent_key,
+)
 
 logger = logging.getLogger(__name__)
 
-COMPILE_TASK = "kernelwright.compile.build"
-EVALUATE_TASK = "kernelwright.gpu.evaluate"
-PROFILE_TASK = "kernelwright.gpu.profile"
 POLL_S = 0.2
 LOST_GRACE_S = 20.0  # a running task's liveness key (refreshed every 5 s) missing this long: its worker is gone
 LOST = object()
+# How long the agent waits for each kind of task, queueing included (more than the queue's time limit).
+WAIT_S = {"compile": 900.0, "evaluate": 1800.0, "profile": 1800.0, "backend": 1800.0}
 
 
-def compile_result_from_dict(data: dict[str, Any]) -> CompileResult:
-    d = dict(data)
-    d["errors"] = [CompileError(**e) for e in d.get("errors", [])]
-    return CompileResult(**d)
+class NoBackend(RuntimeError):
+    """No gpu worker said which backend it evaluates on: the job cannot start its policy."""
 
 
 def _timeout_result(what: str, seconds: float) -> EvalResult:
@@ -55,28 +63,19 @@ def _timeout_result(what: str, seconds: float) -> EvalResult:
 class CeleryEvaluator:
     def __init__(self, job_id: int | None = None, app=None, timeouts: dict[str, float] | None = None,
                  attempt: int | None = None, owner_id: Any = None) -> None:
-        from webapp.jobs.services import celery_app
-
         self.job_id, self.attempt, self.owner_id = job_id, attempt, owner_id
-        self.app = app or celery_app()
-        defaults = {"compile": 900.0, "evaluate": 1800.0, "profile": 1800.0}
-        defaults.update(getattr(settings, "KERNELWRIGHT_EVAL_TIMEOUTS", {}) or {})
-        defaults.update(timeouts or {})
-        self.timeouts = defaults
+        self.app = app or services.celery_app()
+        self.timeouts = {**WAIT_S, **(timeouts or {})}
 
     def _tell(self, step: str) -> None:
         if self.job_id is not None:
-            from webapp.jobs.services import set_step
-
-            set_step(self.job_id, step, self.attempt)
+            services.set_step(self.job_id, step, self.attempt)
 
     def _call(self, name: str, what: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """The task's result; None when it did not come back in time; LOST when its worker died
         under each of MAX_DELIVERIES sends."""
-        from webapp.jobs import scheduler
-
         deadline = time.monotonic() + self.timeouts[what]
-        gpu = name != COMPILE_TASK
+        gpu = name != BUILD_TASK
         kwargs = {**kwargs, "attempt": self.attempt}
         for delivery in range(1, MAX_DELIVERIES + 1):
             task_id = uuid()
@@ -156,14 +155,12 @@ class CeleryEvaluator:
         return None
 
     def compile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> CompileResult:
-        data = self._call(COMPILE_TASK, "compile", {"files": files, "options": options, "job_id": self.job_id})
+        data = self._call(BUILD_TASK, "compile", {"files": files, "options": options, "job_id": self.job_id})
         if data is LOST:
-            from webapp.jobs.worker_side import worker_died_build
-
             data = worker_died_build()
         if data is None:
             return CompileResult(ok=False, log=f"the build did not come back within {self.timeouts['compile']:.0f} s")
-        return compile_result_from_dict(data)
+        return as_compile_result(data)
 
     def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any], on_progress=None) -> EvalResult:
         return self._evaluation(EVALUATE_TASK, "evaluate", "evaluation", task_source, files, options)
@@ -176,12 +173,19 @@ class CeleryEvaluator:
         kwargs = {"task_source": task_source, "files": files, "options": options, "job_id": self.job_id}
         data = self._call(name, what, kwargs)
         if data is LOST:
-            from webapp.jobs.worker_side import worker_died_result
-
             data = worker_died_result()
         if data is None:
             return _timeout_result(words, self.timeouts[what])
         return EvalResult.from_dict(data)
+
+    def backend(self) -> str:
+        """The backend a gpu worker resolves "auto" to (webapp.jobs.worker_side.host_backend):
+        asked once per job, where the evaluations will run, before the policy writes code for it."""
+        data = self._call(BACKEND_TASK, "backend", {"job_id": self.job_id})
+        if data is LOST or data is None:
+            why = "its worker died" if data is LOST else f"none answered within {self.timeouts['backend']:.0f} s"
+            raise NoBackend(f"no gpu worker said which backend it evaluates on ({why})")
+        return str(data)
 
 
 def _is_connection_error(exc: BaseException) -> bool:

@@ -162,22 +162,6 @@ class Artifact(models.Model):
         constraints = [models.UniqueConstraint(fields=["job", "path"], name="unique_artifact_path")]
 
 
-class BaselineCache(models.Model):
-    """Eager and torch.compile timings of one task on one device, measured once and reused."""
-
-    task_hash = models.CharField(max_length=64)
-    device = models.CharField(max_length=200)
-    torch_version = models.CharField(max_length=64)
-    options_key = models.CharField(max_length=64)  # hash of the options that change timing
-    timing = models.JSONField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["task_hash", "device", "torch_version", "options_key"], name="unique_baseline")
-        ]
-
-
 class ApiToken(models.Model):
     """`Authorization: Token <key>` for scripts; the key is shown once, only its hash is stored."""
 

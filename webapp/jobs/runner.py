@@ -1,6 +1,7 @@
 """One job's agent run on the agent queue: build the policy and the Celery evaluator, store each
 turn as it completes, honour cancel between turns, and resume from stored turns after a lost
-worker.
+worker. A job asking for backend "auto" first asks a gpu worker what that is there
+(CeleryEvaluator.backend): the policy writes code for the backend its evaluations will run on.
 
 Turn storage: the loop reports events one by one (on_event); a turn is stored when the next
 turn starts or the run ends, so every stored turn is complete and a worker that dies mid-turn
@@ -15,7 +16,11 @@ from typing import Any
 from django.conf import settings
 
 from agent.events import Event, event_from_dict
+from agent.loop import Budgets, run
+from agent.policy import TaskInfo
+from agent.trajectory import Trajectory
 from webapp.jobs import scheduler, services
+from webapp.jobs.celery_evaluator import CeleryEvaluator, NoBackend
 from webapp.jobs.models import Job, Turn
 from webapp.queues import worker_died_reason
 
@@ -74,20 +79,6 @@ class TurnRecorder:
         return [event_from_dict(e) for index in sorted(self.stored) for e in self.stored[index]]
 
 
-def resolve_backend(requested: str) -> str:
-    if requested in ("cpu", "cuda"):
-        return requested
-    configured = getattr(settings, "SANDBOX_BACKEND", getattr(settings, "KERNELWRIGHT_BACKEND", "auto"))
-    if configured in ("cpu", "cuda"):
-        return configured
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return "cpu"
-
-
 def build_policy(options: dict[str, Any]):
     """The built-in policy unless the job asks for the model and an endpoint is configured."""
     base_url = getattr(settings, "OPENAI_BASE_URL", "") or ""
@@ -97,7 +88,7 @@ def build_policy(options: dict[str, Any]):
         return OpenAIPolicy(
             base_url=base_url,
             api_key=getattr(settings, "OPENAI_API_KEY", "") or "none",
-            model=getattr(settings, "KERNELWRIGHT_MODEL", "") or "gpt-4o",
+            model=settings.KERNELWRIGHT_MODEL,
         )
     try:
         from agent.builtin import BuiltinPolicy  # type: ignore[import-not-found]
@@ -133,6 +124,10 @@ def run_job(job_id: int) -> None:
     with scheduler.Heartbeat(job_id, attempt) as heartbeat:
         try:
             finished = _run_loop(job, recorder, attempt > 1, attempt, heartbeat)
+        except NoBackend as exc:
+            if not heartbeat.lost:
+                services.finish_job(job, Job.State.FAILED, str(exc))
+            return
         except Exception as exc:  # noqa: BLE001 - any failure must end the job with a reason
             if heartbeat.lost:
                 return  # another attempt owns the job now
@@ -156,30 +151,25 @@ def stop_lost_job(job_id: int) -> None:
 
 
 def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool, attempt: int | None = None, heartbeat=None):
-    from agent.loop import Budgets, run  # type: ignore[import-not-found]
-    from agent.policy import TaskInfo
-    from agent.trajectory import Trajectory
-
-    backend = resolve_backend(job.options.get("backend", "auto"))
+    evaluator = CeleryEvaluator(job.pk, attempt=attempt, owner_id=job.owner_id)
+    if job.options.get("backend", "auto") == "auto":
+        job = services.record_backend(job, evaluator.backend(), attempt)
     sandbox_options = {k: job.options[k] for k in SANDBOX_OPTION_KEYS if k in job.options}
-    sandbox_options["backend"] = backend
     task = TaskInfo(
-        name=job.name, source=job.source, backend=backend, options=sandbox_options, task_hash=job.task_hash
+        name=job.name, source=job.source, backend=job.options["backend"], options=sandbox_options,
+        task_hash=job.task_hash,
     )
-    from webapp.jobs.celery_evaluator import CeleryEvaluator
-
     history = recorder.history()
     trajectory = Trajectory(history) if (resumed and history) else None
-    result = run(
+    return run(
         task,
         build_policy(job.options),
-        CeleryEvaluator(job.pk, attempt=attempt, owner_id=job.owner_id),
+        evaluator,
         Budgets(max_turns=int(job.options.get("max_turns", 10))),
         on_event=recorder.on_event,
         stop_requested=lambda: (heartbeat is not None and heartbeat.lost) or _cancel_requested(job.pk),
         trajectory=trajectory,
     )
-    return result
 
 
 def _finished_event(job: Job) -> dict[str, Any] | None:

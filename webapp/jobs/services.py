@@ -3,7 +3,8 @@ must see goes through a function here, which saves first and announces after the
 nothing is ever announced that a page could not then fetch.
 
 The agent run itself (building the policy and the Celery evaluator, storing turns as they
-complete, cancel and resume) lives in webapp.jobs.runner; `run_job` is re-exported here.
+complete, cancel and resume) lives in webapp.jobs.runner, which calls these; nothing here
+imports the run's modules.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agent.loop import MAX_TURNS_LIMIT
+from sandbox.options import BACKENDS, PRESETS, TORCH_OPS
 from webapp.jobs import permissions
 from webapp.jobs.models import Artifact, Job, Turn, task_hash
 from webapp.jobs.notifications import JobNotification, Kind, announce
@@ -26,12 +29,8 @@ logger = logging.getLogger(__name__)
 can_view = permissions.can_view
 can_change = permissions.can_change
 
-BACKENDS = ("auto", "cpu", "cuda")
 POLICIES = ("builtin", "openai")
-PRESETS = ("default", "kernelbench", "cuda-agent")
-TORCH_OPS = ("forbid", "allow")
-MAX_TURNS_LIMIT = 200
-RUN_JOB_TASK = "kernelwright.agent.run_job"
+__all__ = ["BACKENDS", "MAX_TURNS_LIMIT", "PRESETS", "TORCH_OPS"]  # re-exported for the forms and the API
 
 
 class InvalidJob(ValueError):
@@ -55,7 +54,7 @@ def normalize_options(raw: dict[str, Any] | None) -> dict[str, Any]:
     opts = {
         "backend": pick("backend", BACKENDS, "auto"),
         "policy": pick("policy", POLICIES, "builtin"),
-        "preset": pick("preset", PRESETS, "default"),
+        "preset": pick("preset", tuple(PRESETS), "default"),
         "torch_ops": pick("torch_ops", TORCH_OPS, "forbid"),
     }
     try:
@@ -272,11 +271,30 @@ def cancel_job(job: Job) -> Job:
 
 
 def retry_job(job: Job, owner=None) -> Job:
-    """A failed or cancelled job runs again as a new job with the same task and options."""
+    """A failed or cancelled job runs again as a new job with the same task and options (the
+    backend as asked for: "auto" is resolved again by the gpu workers of the new run)."""
     if job.state not in (Job.State.FAILED, Job.State.CANCELLED):
         raise InvalidJob([f"only a failed or cancelled job can be retried (this one is {job.state})"])
     name = job.name if job.name.endswith("(retry)") else f"{job.name} (retry)"
-    return create_job(owner or job.owner, name, job.source, job.options)
+    options = {**job.options, "backend": job.options.get(REQUESTED_BACKEND) or job.options.get("backend")}
+    return create_job(owner or job.owner, name, job.source, options)
+
+
+REQUESTED_BACKEND = "requested_backend"  # the job's option as asked, once "backend" holds the resolved one
+
+
+def record_backend(job: Job, backend: str, attempt: int | None = None) -> Job:
+    """The backend the gpu workers resolved the job's "auto" to becomes its `backend` option (what
+    the page and the API show), the request kept as `requested_backend`; with `attempt`, only
+    while that attempt owns the job."""
+    options = {**job.options, REQUESTED_BACKEND: job.options.get("backend", "auto"), "backend": backend}
+    rows = Job.objects.filter(pk=job.pk)
+    if attempt is not None:
+        rows = rows.filter(attempts=attempt)
+    job.options = options
+    if rows.update(options=options, updated_at=timezone.now()):
+        _after_commit(JobNotification(Kind.STATE, job.pk, state=job.state))
+    return job
 
 
 def set_visibility(job: Job, visibility: str) -> Job:
@@ -296,9 +314,3 @@ def create_share_link(job: Job) -> str:
 def revoke_share_link(job: Job) -> None:
     job.share_token = None
     job.save(update_fields=["share_token"])
-
-
-def run_job(job_id: int) -> None:
-    from webapp.jobs.runner import run_job as _run
-
-    _run(job_id)

@@ -1,21 +1,28 @@
 """Celery tasks of jobs: thin wrappers that unpack arguments and call one plain function.
 
-Names route the work (webapp.queues): `kernelwright.agent.*` runs on the agent queue,
-`kernelwright.compile.*` on compile hosts, `kernelwright.gpu.*` on one worker per GPU.
-The agent task is acks_late + reject_on_worker_lost: if its worker dies, the broker hands the
-job to another worker, which resumes it from the turns already stored. A task whose worker died
-under it webapp.queues.MAX_DELIVERIES times is not run again (webapp.celery.DeliveryLimitedTask):
-the job fails, the build or evaluation returns a failed result saying so.
+Names come from webapp.queues and route the work: `kernelwright.agent.*` runs on the agent
+queue, `kernelwright.compile.*` on compile hosts, `kernelwright.gpu.*` on one worker per GPU.
+Every task is acks_late + reject_on_worker_lost (set for all tasks by webapp.queues): if its
+worker dies, the broker hands it to another worker (a job resumes from the turns already
+stored). A task whose worker died under it webapp.queues.MAX_DELIVERIES times is not run again
+(webapp.celery.DeliveryLimitedTask): the job fails, the build or evaluation returns a failed
+result saying so.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from celery import shared_task
 
-from webapp.queues import EVALUATE_CANDIDATE_TASK
+from webapp.queues import (
+    BACKEND_TASK,
+    BUILD_TASK,
+    EVALUATE_CANDIDATE_TASK,
+    EVALUATE_TASK,
+    PROFILE_TASK,
+    RUN_JOB_TASK,
+)
 
 
 def _stop_job(task, job_id: int) -> None:
@@ -36,30 +43,22 @@ def _failed_evaluation(task, *args, **kwargs) -> dict[str, Any]:
     return worker_died_result()
 
 
-@shared_task(name="kernelwright.agent.run_job", acks_late=True, reject_on_worker_lost=True, ignore_result=True,
-             on_worker_died_too_often=_stop_job)
+@shared_task(name=RUN_JOB_TASK, ignore_result=True, on_worker_died_too_often=_stop_job)
 def run_job(job_id: int) -> None:
     from webapp.jobs.runner import run_job as _run
 
     _run(job_id)
 
 
-@shared_task(name="kernelwright.compile.build", acks_late=True, reject_on_worker_lost=True,
-             on_worker_died_too_often=_failed_build, bind=True)
+@shared_task(name=BUILD_TASK, on_worker_died_too_often=_failed_build, bind=True)
 def build(self, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
           attempt: int | None = None) -> dict[str, Any]:
-    from agent.evaluator import LocalEvaluator
-    from webapp.jobs.worker_side import unwanted, worker_died_build
+    from webapp.jobs.worker_side import build_for_job
 
-    why = unwanted(self.request.id, job_id, attempt)
-    if why:
-        return {**worker_died_build(), "log": why}
-    result = LocalEvaluator().compile("", files, options)
-    return dataclasses.asdict(result)
+    return build_for_job(files, options, job_id, attempt, self.request.id)
 
 
-@shared_task(name="kernelwright.gpu.evaluate", acks_late=True, reject_on_worker_lost=True,
-             on_worker_died_too_often=_failed_evaluation, bind=True)
+@shared_task(name=EVALUATE_TASK, on_worker_died_too_often=_failed_evaluation, bind=True)
 def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
              attempt: int | None = None) -> dict[str, Any]:
     from webapp.jobs.worker_side import evaluate_for_job
@@ -67,13 +66,20 @@ def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, A
     return evaluate_for_job(task_source, files, options, job_id, attempt, self.request.id)
 
 
-@shared_task(name="kernelwright.gpu.profile", acks_late=True, reject_on_worker_lost=True,
-             on_worker_died_too_often=_failed_evaluation, bind=True)
+@shared_task(name=PROFILE_TASK, on_worker_died_too_often=_failed_evaluation, bind=True)
 def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
             attempt: int | None = None) -> dict[str, Any]:
     from webapp.jobs.worker_side import profile_for_job
 
     return profile_for_job(task_source, files, options, job_id, attempt, self.request.id)
+
+
+@shared_task(name=BACKEND_TASK)
+def backend(job_id: int | None = None, attempt: int | None = None) -> str:
+    """What this gpu worker resolves "auto" to (asked once per job, before its policy starts)."""
+    from webapp.jobs.worker_side import host_backend
+
+    return host_backend()
 
 
 def _failed_candidate(task, evaluation_id: int, *args, **kwargs) -> None:
@@ -82,8 +88,7 @@ def _failed_candidate(task, evaluation_id: int, *args, **kwargs) -> None:
     worker_died(evaluation_id)
 
 
-@shared_task(name=EVALUATE_CANDIDATE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
-             on_worker_died_too_often=_failed_candidate, bind=True)
+@shared_task(name=EVALUATE_CANDIDATE_TASK, ignore_result=True, on_worker_died_too_often=_failed_candidate, bind=True)
 def evaluate_candidate(self, evaluation_id: int) -> None:
     """One candidate of a batch posted to /api/evaluations; the outcome is stored on its row."""
     from webapp.jobs.evaluations import run

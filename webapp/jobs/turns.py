@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.events import SCHEMA_VERSION, event_from_dict
+from agent.events import SCHEMA_VERSION
 
 ERROR_STATUSES = {"incorrect", "rejected", "compile_error", "runtime_error", "timeout"}
 
@@ -93,11 +93,6 @@ def group_by_turn(events: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, 
     for e in events:
         out.setdefault(int(e.get("turn") or 0), []).append(e)
     return dict(sorted(out.items()))
-
-
-def validate_events(events: list[Any]) -> list[dict[str, Any]]:
-    """Parse every event with the agent's parser (rejecting unknown shapes) and return the dicts."""
-    return [event_from_dict(e).to_dict() for e in events]
 
 
 def trajectory_dict(turn_events: Iterable[list[dict[str, Any]]]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""What the gpu worker does around a sandbox call: report progress to the job's viewers and
-remember the baselines it measured.
+"""What the compile and gpu workers do around a sandbox call: resolve the backend on their own
+host, report progress to the job's viewers, give up work no longer wanted.
 
 Progress from the sandbox ("correctness", {"trial": 3, "of": 5}) becomes the job's current
 step ("checking correctness 3/5") through services.set_step, which writes and announces, and
@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import signal
 import threading
 import time
 from typing import Any
 
+from webapp.jobs import scheduler, services
 from webapp.queues import abandoned_key, worker_died_reason
 
 logger = logging.getLogger(__name__)
@@ -42,9 +41,7 @@ def unwanted(task_id: str | None, job_id: int | None, attempt: int | None) -> st
         except Exception:  # noqa: BLE001 - Redis restarting: go on
             pass
     if job_id is not None and attempt is not None:
-        from webapp.jobs.scheduler import is_current
-
-        if not is_current(job_id, attempt):
+        if not scheduler.is_current(job_id, attempt):
             return f"abandoned: attempt {attempt} of job {job_id} no longer runs it"
     return ""
 
@@ -145,8 +142,6 @@ class StepState:
 def _progress(job_id: int | None, attempt: int | None = None, task_id: str | None = None, state: StepState | None = None):
     if job_id is None:
         return None
-    from webapp.jobs.services import set_step
-
     checked = [time.monotonic()]
 
     def on_progress(step: str, detail: dict[str, Any] | None = None) -> None:
@@ -158,7 +153,7 @@ def _progress(job_id: int | None, attempt: int | None = None, task_id: str | Non
         text = step_text(step, detail)
         if state is not None:
             state.step, state.text, state.waiting = step, text, False
-        set_step(job_id, text, attempt)
+        services.set_step(job_id, text, attempt)
 
     return on_progress
 
@@ -174,8 +169,6 @@ def device_wait_shown(job_id: int | None, attempt: int | None, backend: str, sta
     if job_id is None or name is None:
         yield
         return
-    from webapp.jobs.services import set_step
-
     stop = threading.Event()
 
     def watch() -> None:
@@ -186,7 +179,7 @@ def device_wait_shown(job_id: int | None, attempt: int | None, backend: str, sta
                 busy = state.step in SHARED_LOCK_STEPS and held_exclusively(name, folder or LOCK_DIR)
                 if busy != state.waiting:
                     state.waiting = busy
-                    set_step(job_id, DEVICE_WAIT if busy else state.text, attempt)
+                    services.set_step(job_id, DEVICE_WAIT if busy else state.text, attempt)
         except Exception:  # noqa: BLE001 - the label is a courtesy; the evaluation goes on
             logger.exception("device-wait probe of job %s stopped", job_id)
         finally:
@@ -201,6 +194,33 @@ def device_wait_shown(job_id: int | None, attempt: int | None, backend: str, sta
         watcher.join(timeout=DEVICE_PROBE_S + 5)
 
 
+def host_backend(requested: str = "auto") -> str:
+    """The backend an evaluation asking for `requested` runs on in this worker: the sandbox's one
+    rule (sandbox.options.resolve_backend) with this worker's KERNELWRIGHT_BACKEND. "auto" is
+    resolved here, on the host that evaluates, never on the agent worker that asks."""
+    from django.conf import settings
+
+    from sandbox.options import resolve_backend
+
+    return resolve_backend(requested or "auto", settings.KERNELWRIGHT_BACKEND)
+
+
+def on_this_host(options: dict[str, Any]) -> dict[str, Any]:
+    """The options with their backend resolved here (host_backend)."""
+    return {**options, "backend": host_backend(str(options.get("backend") or "auto"))}
+
+
+def build_for_job(files: dict[str, str], options: dict[str, Any], job_id: int | None, attempt: int | None = None,
+                  task_id: str | None = None) -> dict[str, Any]:
+    """A candidate's build on a compile worker, unless no longer wanted."""
+    from agent.evaluator import LocalEvaluator
+
+    why = unwanted(task_id, job_id, attempt)
+    if why:
+        return {**worker_died_build(), "log": why}
+    return dataclasses.asdict(LocalEvaluator().compile("", files, options))
+
+
 def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None,
                      attempt: int | None = None, task_id: str | None = None) -> dict[str, Any]:
     from agent.evaluator import LocalEvaluator
@@ -208,22 +228,15 @@ def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str,
     why = unwanted(task_id, job_id, attempt)
     if why:
         return abandoned_result(why)
+    options = on_this_host(options)
     state = StepState()
     try:
-        with watched(task_id, job_id, attempt), device_wait_shown(job_id, attempt, _backend(options), state):
+        with watched(task_id, job_id, attempt), device_wait_shown(job_id, attempt, options["backend"], state):
             result = LocalEvaluator().evaluate(task_source, files, options, on_progress=_progress(job_id, attempt, task_id, state))
     except Abandoned as stop:
         logger.warning("evaluation %s of job %s stopped: %s", task_id, job_id, stop)
         return abandoned_result(str(stop))
-    data = result.to_dict()
-    remember_baselines(data, options)
-    return data
-
-
-def _backend(options: dict[str, Any]) -> str:
-    from agent.task import resolve_backend
-
-    return resolve_backend(str(options.get("backend") or "auto"))
+    return result.to_dict()
 
 
 def profile_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None,
@@ -234,12 +247,10 @@ def profile_for_job(task_source: str, files: dict[str, str], options: dict[str, 
     if why:
         return abandoned_result(why)
     if job_id is not None:
-        from webapp.jobs.services import set_step
-
-        set_step(job_id, "profiling", attempt)
+        services.set_step(job_id, "profiling", attempt)
     try:
         with watched(task_id, job_id, attempt):
-            return LocalEvaluator().profile(task_source, files, options).to_dict()
+            return LocalEvaluator().profile(task_source, files, on_this_host(options)).to_dict()
     except Abandoned as stop:
         logger.warning("profile %s of job %s stopped: %s", task_id, job_id, stop)
         return abandoned_result(str(stop))
@@ -257,25 +268,3 @@ def worker_died_build() -> dict[str, Any]:
     from sandbox.schema import CompileResult
 
     return dataclasses.asdict(CompileResult(ok=False, mode="none", log=worker_died_reason("build")))
-
-
-def options_key(options: dict[str, Any]) -> str:
-    timing_relevant = {k: options.get(k) for k in sorted(options) if k not in ("cache_dir",)}
-    return hashlib.sha256(json.dumps(timing_relevant, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def remember_baselines(result: dict[str, Any], options: dict[str, Any]) -> None:
-    """Keep the eager/compile timings of a task per device and torch version (the sandbox reuses
-    its own cache for measuring; this table is what pages and the API show and compare)."""
-    from webapp.jobs.models import BaselineCache
-
-    timing = result.get("timing") or {}
-    if not (result.get("task_hash") and result.get("device") and timing.get("eager")):
-        return
-    BaselineCache.objects.update_or_create(
-        task_hash=result["task_hash"],
-        device=result["device"][:200],
-        torch_version=result.get("torch_version", "")[:64],
-        options_key=options_key(options),
-        defaults={"timing": {k: timing.get(k) for k in ("eager", "compile", "clock", "l2_flush", "input_sets")}},
-    )
