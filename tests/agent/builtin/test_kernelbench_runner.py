@@ -1,0 +1,35 @@
+"""benchmarks.kernelbench without running the policy: size shrinking, the table's counts, and
+merging shard files (the H200 script runs shards in parallel processes)."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks.kernelbench import format_table, main, shrink_ints
+
+
+def _row(name, vs, low, label="Fuse the captured graph as it is", correct=True, reward=1):
+    return {"name": name, "capture": "fx", "correct": correct, "evaluations": 2, "speedup_vs_eager": vs,
+            "ci_low_vs_eager": low, "speedup_vs_compile": None, "reward": reward, "best_label": label}
+
+
+def test_sizes_shrink_by_one_power_of_two_and_small_ints_stay():
+    src = "batch_size = 4096\ndim = 393216\nkernel_size = 3\nshape = (1024, 7)\n"
+    out = shrink_ints(src, 32)
+    assert "batch_size = 8\n" in out and "dim = 24\n" in out and "kernel_size = 3\n" in out and "(8, 7)" in out
+
+
+def test_faster_counts_the_interval_low_end_and_names_a_fallback_artefact():
+    rows = [_row("a", 1.4, 1.2), _row("b", 1.3, 0.9), _row("c", 9.0, 7.0, "The reference's own computation (x)"),
+            _row("d", None, None, correct=False)]
+    table = format_table(rows)
+    assert "low end above 1.05x: 2/4 (1 of them the reference's own computation: a timing artefact)" in table
+    assert "correct 3/4" in table and "| a | fx | yes | 2 | 1.40x (1.20x) |" in table
+
+
+def test_merge_prints_one_table_of_every_shard(tmp_path, capsys):
+    for k, rows in enumerate([[_row("a", 1.4, 1.2)], [_row("b", 0.9, 0.8)]]):
+        (tmp_path / f"shard{k}.json").write_text(json.dumps({"tasks": rows}))
+    assert main(["--merge", str(tmp_path / "shard0.json"), str(tmp_path / "shard1.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| a |" in out and "| b |" in out and "correct 2/2" in out
