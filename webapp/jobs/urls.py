@@ -2,9 +2,8 @@
 
 from django.urls import path
 
-from webapp.jobs.views import accounts, api, batch, compare, files, pages
+from webapp.jobs.views import accounts, api, batch, compare, files, library, pages
 from webapp.jobs.views import export as export_views
-from webapp.jobs.views import library
 
 app_name = "jobs"
 
