@@ -142,8 +142,15 @@ class BuiltinPolicy(Policy):
             return self._finish_action()
         step = self.steps[self.pos]
         self.pos += 1
-        if step.kind == "analyse":
-            return self._analyse_action()
+        if step.kind in ("analyse", "finish"):
+            return self._analyse_action() if step.kind == "analyse" else self._finish_action()
+        try:
+            return self._step_action(step)
+        except Exception as exc:  # a bug in one step's generation must not end the run before the fallback
+            head = f"Step {step.kind} failed inside the built-in policy ({type(exc).__name__}: {exc}); moving on.\n\n"
+            return self._next_or_finish(head)
+
+    def _step_action(self, step: _Step) -> Action:
         if step.kind == "candidate":
             return self._candidate_action(step)
         if step.kind == "variant":
@@ -212,9 +219,9 @@ class BuiltinPolicy(Policy):
         self.steps.append(_Step("restore"))
         self.steps.append(_Step("finish"))
 
-    def _build(self, graph: Graph, configs: dict[str, dict] | None = None, **kw: Any) -> Candidate:
+    def _build(self, g: Graph, configs: dict[str, dict] | None = None, **kw: Any) -> Candidate:
         assert self.analysis is not None
-        return build_candidate(graph, self.analysis.data, self.backend, configs, torch_ops=self.torch_ops, **kw)
+        return build_candidate(g, self.analysis.data, self.backend, configs, torch_ops=self.torch_ops, **kw)
 
     def _resume(self, history: list[Event]) -> None:
         """Skip the turns already taken and recover what they measured (the steps are a pure

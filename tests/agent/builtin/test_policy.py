@@ -167,3 +167,33 @@ def test_a_task_whose_forward_raises_says_so_in_one_line():
         assert "the task's own forward fails" in text and "cannot be multiplied" in text and "line " in text
         assert "ShapeProp" not in text and "model-driven" not in text
     assert "\n" not in summary
+
+
+def test_the_cuda_graph_candidate_builds(monkeypatch):
+    """Planning and generation only (no GPU): the graph turn builds the best's graph with graph=True
+    (a keyword that once collided with _build's own parameter and ended runs on the H200 with a
+    TypeError before the fallback turn)."""
+    import agent.builtin.policy as policy_mod
+    from agent.policy import TaskInfo
+
+    real = policy_mod.analyze_source
+    monkeypatch.setattr(policy_mod, "analyze_source", lambda src, device, **kw: real(src, device="cpu", **kw))
+    pol = BuiltinPolicy(max_variants=1)
+    pol.reset(TaskInfo("rmsnorm_swish", task_source("rmsnorm_swish", **SMALL["rmsnorm_swish"]), "cuda"), [], [])
+    step = next(s for s in pol.steps if s.kind == "candidate" and s.graph is not None)
+    cand = pol._build(step.graph, gemm=step.gemm, graph=True, note="graph")
+    assert cand.files and cand.kernel_path in cand.files
+
+
+def test_a_step_that_fails_inside_the_policy_moves_on_instead_of_ending_the_run(monkeypatch):
+    pol = BuiltinPolicy()
+    pol.reset(task_from_source(task_source("rmsnorm_swish", **SMALL["rmsnorm_swish"]), "rmsnorm_swish", "cpu"), [], [])
+    pol.pos = next(i for i, s in enumerate(pol.steps) if s.kind == "candidate")
+
+    def broken(step):
+        raise TypeError("a generator bug")
+
+    monkeypatch.setattr(pol, "_candidate_action", broken)
+    action = pol.next_action([])
+    assert "Step candidate failed inside the built-in policy (TypeError: a generator bug)" in action.message
+    assert pol.pos > next(i for i, st in enumerate(pol.steps) if st.kind == "candidate")  # the run went on past the step
