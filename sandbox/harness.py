@@ -171,6 +171,23 @@ def to_device(obj: Any, device: str) -> Any:
     return obj
 
 
+def cast_floating(obj: Any, precision: str) -> Any:
+    """A model (its floating parameters and buffers) or a tree of inputs (its floating tensors)
+    in the task's precision (EvalOptions.precision); "task" leaves everything as the task made it."""
+    import torch
+
+    if precision in ("", "task"):
+        return obj
+    dtype = getattr(torch, precision)
+    if isinstance(obj, torch.nn.Module):
+        return obj.to(dtype)  # Module.to casts floating parameters and buffers only
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, list | tuple):
+        return type(obj)(cast_floating(x, precision) for x in obj)
+    return obj
+
+
 def to_cpu(obj: Any) -> Any:
     import torch
 

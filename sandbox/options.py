@@ -14,6 +14,10 @@ from typing import Any
 
 BACKENDS = ("auto", "cpu", "cuda")
 TORCH_OPS = ("forbid", "allow")
+# The task's floating-point precision: "task" keeps the dtypes the task makes; the others cast the
+# model's floating parameters and buffers and every floating input to that dtype, in the reference
+# and the candidate alike (KernelBench's `precision`), and the preset's tolerance for that dtype applies.
+PRECISIONS = ("task", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ class EvalOptions:
     # window spread by more than this (max / min - 1; 0.25: the slowest round 25% slower than the
     # fastest): the speed milestone is then withheld (reward 1 with the reason), not guessed.
     noise_limit: float = 0.25
+    precision: str = "task"  # one of PRECISIONS
     # How far apart separate evaluations of an honest copy land: the log standard deviation of its
     # paired speedup between windows (each window a new pair of processes). Added in quadrature
     # to each side of the rounds' bootstrap interval (sandbox.timing.widen). None: the backend's
@@ -151,6 +156,8 @@ class EvalOptions:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.torch_ops not in TORCH_OPS:
             raise ValueError(f"torch_ops must be one of {TORCH_OPS}, got {self.torch_ops!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {self.preset!r}")
         if self.correctness_trials is not None and self.correctness_trials < 1:

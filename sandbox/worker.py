@@ -170,7 +170,7 @@ def _finite(leaves: list[Any]) -> bool:
 def role_reference() -> None:
     import torch
 
-    from .harness import flatten, load_module_from_source, to_device
+    from .harness import cast_floating, flatten, load_module_from_source, to_device
 
     early_device_init()
     trace("reference: waiting for setup")
@@ -194,15 +194,17 @@ def role_reference() -> None:
 
     # Built under the device context, so parameters and inputs are drawn on the device itself:
     # drawing a 67 MB input on the CPU and copying it over took longer than all the GPU work.
+    precision = options.get("precision", "task")
+
     def make_model(init: list, seed: int) -> Any:
         torch.manual_seed(seed)
         with torch.device(device):
-            return task.Model(*init).eval().to(device)
+            return cast_floating(task.Model(*init).eval().to(device), precision)
 
     def make_inputs(seed: int) -> list:
         torch.manual_seed(seed)
         with torch.device(device):
-            return to_device(list(task.get_inputs()), device)
+            return cast_floating(to_device(list(task.get_inputs()), device), precision)
 
     def run(model: Any, inputs: list) -> tuple[Any, list]:
         with torch.no_grad():
@@ -757,6 +759,7 @@ def role_candidate() -> None:
 
     from . import audit
     from .harness import (
+        cast_floating,
         flatten,
         inline_calls,
         install_inline_loader,
@@ -819,7 +822,7 @@ def role_candidate() -> None:
             spec = variants[v]
             try:
                 with torch.device(device):  # as the reference's Model: parameters initialised on the device
-                    m = ModelNew(*spec["init_inputs"])
+                    m = cast_floating(ModelNew(*spec["init_inputs"]), options.get("precision", "task"))
             except BaseException as exc:
                 raise _Stage("init", exc, "ModelNew(*get_init_inputs()) failed: ") from exc
             try:

@@ -27,7 +27,7 @@ from webapp.queues import worker_died_reason
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = scheduler.MAX_ATTEMPTS  # starts of one job (first run + resumes after lost workers)
-SANDBOX_OPTION_KEYS = ("backend", "torch_ops", "preset")
+SANDBOX_OPTION_KEYS = ("backend", "torch_ops", "preset", "precision")
 TOOL_STEPS = {"compile": "compiling", "evaluate": "evaluating", "profile": "profiling"}
 
 

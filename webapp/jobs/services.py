@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agent.loop import MAX_TURNS_LIMIT
-from sandbox.options import BACKENDS, PRESETS, TORCH_OPS
+from sandbox.options import BACKENDS, PRECISIONS, PRESETS, TORCH_OPS
 from webapp.jobs import permissions
 from webapp.jobs.models import Artifact, Job, Turn, task_hash
 from webapp.jobs.notifications import JobNotification, Kind, announce
@@ -56,6 +56,7 @@ def normalize_options(raw: dict[str, Any] | None) -> dict[str, Any]:
         "policy": pick("policy", POLICIES, "builtin"),
         "preset": pick("preset", tuple(PRESETS), "default"),
         "torch_ops": pick("torch_ops", TORCH_OPS, "forbid"),
+        "precision": pick("precision", PRECISIONS, "task"),
     }
     try:
         value = raw.get("max_turns")

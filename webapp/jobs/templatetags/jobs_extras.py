@@ -154,6 +154,12 @@ TORCH_OPS_MEANING = {
     "(allocation, views and library GEMM/convolution are allowed)",
     "allow": "the candidate may call torch operators as well as its own kernels",
 }
+PRECISION_MEANING = {
+    "task": "the task's own dtypes",
+    "float32": "the model's floating parameters and buffers and every floating input cast to float32, in the reference and the candidate",
+    "bfloat16": "the model's floating parameters and buffers and every floating input cast to bfloat16, in the reference and the candidate",
+    "float16": "the model's floating parameters and buffers and every floating input cast to float16, in the reference and the candidate",
+}
 POLICY_MEANING = {"builtin": "the built-in policy (offline, no model)", "openai": "a model behind an OpenAI-compatible endpoint"}
 BACKEND_MEANING = {"auto": "CUDA when a GPU is there, else the CPU", "cpu": "C++ kernels on the CPU", "cuda": "CUDA kernels on the GPU"}
 
@@ -200,7 +206,7 @@ def job_options(options: Any) -> list[tuple[str, str, str]]:
     rows = []
     for key, label, meanings in (("backend", "backend", BACKEND_MEANING), ("policy", "policy", POLICY_MEANING),
                                  ("max_turns", "max turns", None), ("preset", "tolerance preset", None),
-                                 ("torch_ops", "torch ops", TORCH_OPS_MEANING)):
+                                 ("torch_ops", "torch ops", TORCH_OPS_MEANING), ("precision", "precision", PRECISION_MEANING)):
         value = options.get(key)
         if value in (None, ""):
             continue
@@ -225,6 +231,8 @@ def option_help(choices: Any, option: str) -> list[tuple[str, str]]:
             out.append((c, preset_meaning(c)))
         elif option == "torch_ops":
             out.append((c, TORCH_OPS_MEANING.get(c, "")))
+        elif option == "precision":
+            out.append((c, PRECISION_MEANING.get(c, "")))
         else:
             out.append((c, ""))
     return out

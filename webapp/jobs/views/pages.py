@@ -43,6 +43,7 @@ OPTION_CHOICES = {
     "policy": services.POLICIES,
     "preset": services.PRESETS,
     "torch_ops": services.TORCH_OPS,
+    "precision": services.PRECISIONS,
 }
 
 
@@ -113,7 +114,7 @@ def exported_upload_task(upload) -> tuple[str, list[str]]:
 def new_job(request):
     errors: list[str] = []
     values = {"name": "", "source": "", "backend": "auto", "policy": default_policy(), "max_turns": 10, "preset": "default", "torch_ops": "forbid",
-              "module_class": "", "init_args": "", "input_specs": ""}
+              "precision": "task", "module_class": "", "init_args": "", "input_specs": ""}
     if request.method == "POST":
         values.update({k: request.POST.get(k, v) for k, v in values.items()})
         upload = request.FILES.get("file")
