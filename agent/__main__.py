@@ -41,6 +41,7 @@ from agent.events import (
     TurnStarted,
 )
 from agent.trajectory import Trajectory
+from sandbox.options import BACKENDS, PRESETS, TORCH_OPS
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NO_CANDIDATE = 0, 1, 2, 3
 
@@ -332,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--class's constructor arguments as JSON: a list (positional) or an object (keywords), e.g. '[64, 256]'")
     o.add_argument("--inputs", action="extend", nargs="+", default=[], metavar="SPEC",
                    help="one spec per input of forward(): DTYPE[DIMS] [DISTRIBUTION], e.g. 'float32[32,64]' 'int64[8,128] randint(0,50257)'")
-    o.add_argument("--backend", choices=("cpu", "cuda", "auto"), default="auto")
+    o.add_argument("--backend", choices=BACKENDS, default="auto")
     o.add_argument("--model", default=None, help="model name (default: OPENAI_MODEL or gpt-4o)")
     o.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     o.add_argument("--api-key", default=None, help="API key (default: OPENAI_API_KEY)")
@@ -349,8 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--max-tokens", type=int, default=None, help="stop after this many prompt+completion tokens")
     o.add_argument("--max-wall-time", type=float, default=None, help="seconds")
     o.add_argument("--max-cost", type=float, default=None, help="USD")
-    o.add_argument("--torch-ops", choices=("forbid", "allow"), default="forbid")
-    o.add_argument("--preset", choices=("default", "kernelbench", "cuda-agent"), default="default")
+    o.add_argument("--torch-ops", choices=TORCH_OPS, default="forbid")
+    o.add_argument("--preset", choices=list(PRESETS), default="default")
     o.add_argument("--no-compile-baseline", action="store_true", help="skip timing torch.compile (faster on CPU)")
     o.add_argument("--eval-option", "-O", action="append", default=[], metavar="KEY=VALUE",
                    help="any sandbox EvalOptions field, e.g. -O timing_budget_s=0.2 -O correctness_trials=2")

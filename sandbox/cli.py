@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from .options import PRESETS, EvalOptions
+from .options import BACKENDS, PRESETS, TORCH_OPS, EvalOptions
 
 
 def _options(args: argparse.Namespace) -> EvalOptions:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+        p.add_argument("--backend", choices=BACKENDS, default="auto")
         p.add_argument("--preset", choices=list(PRESETS), default="default")
         p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
         p.add_argument("--cache-dir")
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--reference", required=True)
         p.add_argument("--candidate", required=True)
-        p.add_argument("--torch-ops", choices=["forbid", "allow"], default="forbid")
+        p.add_argument("--torch-ops", choices=TORCH_OPS, default="forbid")
         p.add_argument("--trials", type=int)
         common(p)
     p = sub.add_parser("baseline")

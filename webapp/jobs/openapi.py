@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from agent.exported_task import MAX_EXPORTED_BYTES
+from agent.loop import MAX_TURNS_LIMIT
+from sandbox.options import BACKENDS, PRESETS, TORCH_OPS
 from sandbox.schema import SCHEMA_VERSION as EVAL_SCHEMA
 
 
@@ -129,11 +131,11 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                 "Options": {
                     "type": "object",
                     "properties": {
-                        "backend": {"type": "string", "enum": ["auto", "cpu", "cuda"], "default": "auto"},
+                        "backend": {"type": "string", "enum": list(BACKENDS), "default": "auto"},
                         "policy": {"type": "string", "enum": ["builtin", "openai"], "default": "builtin"},
-                        "max_turns": {"type": "integer", "minimum": 1, "maximum": 200, "default": 10},
-                        "preset": {"type": "string", "enum": ["default", "kernelbench", "cuda-agent"], "default": "default"},
-                        "torch_ops": {"type": "string", "enum": ["forbid", "allow"], "default": "forbid"},
+                        "max_turns": {"type": "integer", "minimum": 1, "maximum": MAX_TURNS_LIMIT, "default": 10},
+                        "preset": {"type": "string", "enum": list(PRESETS), "default": "default"},
+                        "torch_ops": {"type": "string", "enum": list(TORCH_OPS), "default": "forbid"},
                     },
                 },
                 "JobCreate": {

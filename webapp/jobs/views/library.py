@@ -21,6 +21,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from benchmarks.synth.similarity import ops_of
+from sandbox.options import BACKENDS
 from webapp.jobs import services
 
 MAX_LISTED = 500
@@ -72,7 +73,7 @@ def task_library(request):
     query = request.GET.get("q", "").strip().lower()
     tasks = [t for t in library() if not query or query in f"{t.name} {t.summary} {t.ops}".lower()]
     return render(request, "jobs/tasks_library.html", {"tasks": tasks[:MAX_LISTED], "total": len(tasks), "query": query,
-                                                       "folders": folders()})
+                                                       "folders": folders(), "backends": BACKENDS})
 
 
 @login_required
