@@ -40,6 +40,7 @@ from agent.events import (
     ToolCall,
     TurnStarted,
 )
+from agent.policy import DEFAULT_MODEL
 from agent.trajectory import Trajectory
 from sandbox.options import BACKENDS, PRESETS, TORCH_OPS
 
@@ -334,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--inputs", action="extend", nargs="+", default=[], metavar="SPEC",
                    help="one spec per input of forward(): DTYPE[DIMS] [DISTRIBUTION], e.g. 'float32[32,64]' 'int64[8,128] randint(0,50257)'")
     o.add_argument("--backend", choices=BACKENDS, default="auto")
-    o.add_argument("--model", default=None, help="model name (default: OPENAI_MODEL or gpt-4o)")
+    o.add_argument("--model", default=None, help="model name (default: OPENAI_MODEL or " + DEFAULT_MODEL + ")")
     o.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     o.add_argument("--api-key", default=None, help="API key (default: OPENAI_API_KEY)")
     o.add_argument("--policy", choices=("auto", "openai", "builtin"), default="auto",

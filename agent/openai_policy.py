@@ -22,7 +22,7 @@ from typing import Any
 
 from agent.errors import PolicyError
 from agent.events import BestChanged, Event, ModelMessage, ToolCall, ToolResult, TurnStarted
-from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation, Usage
+from agent.policy import DEFAULT_MODEL, Action, Observation, Policy, TaskInfo, ToolInvocation, Usage
 from agent.tools import ARGUMENTS_ERROR_KEY, INVALID_ARGUMENTS_KEY, limit_for, source_for_model, trim_for_model
 
 PROMPTS = Path(__file__).parent / "prompts"
@@ -114,7 +114,7 @@ class OpenAIPolicy(Policy):
         if tool_mode not in ("auto", "native", "text"):
             raise ValueError("tool_mode must be 'auto', 'native' or 'text'")
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        self.model = model or os.environ.get("OPENAI_MODEL") or "gpt-4o"
+        self.model = model or os.environ.get("OPENAI_MODEL") or DEFAULT_MODEL
         key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"  # local servers accept any key
         self.temperature = temperature
         self.max_tokens = max_tokens

@@ -15,6 +15,10 @@ from typing import Any
 
 from agent.events import Event
 
+# The model an OpenAI-compatible policy asks for when neither the caller nor OPENAI_MODEL names one
+# (the CLI's and the web app's default: webapp.settings.KERNELWRIGHT_MODEL).
+DEFAULT_MODEL = "gpt-4o-mini"
+
 # The tools a policy may call; agent.tools holds their JSON schemas and implementations.
 TOOL_NAMES = (
     "list_files",  # {} -> the workspace's files and sizes

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from agent.policy import DEFAULT_MODEL
 from sandbox.options import BACKENDS
 from webapp.queues import celery_queue_settings
 
@@ -241,7 +242,7 @@ CELERY_INCLUDE = ["webapp.pool"]
 # The model endpoint (any OpenAI-compatible server) and the sandbox backend.
 OPENAI_BASE_URL = envstr("OPENAI_BASE_URL", "")
 OPENAI_API_KEY = envstr("OPENAI_API_KEY", "")
-KERNELWRIGHT_MODEL = envstr("KERNELWRIGHT_MODEL", "gpt-4o-mini")
+KERNELWRIGHT_MODEL = envstr("KERNELWRIGHT_MODEL", DEFAULT_MODEL)
 # What a gpu worker evaluates a job's backend "auto" on: auto (cuda when the host has an NVIDIA
 # device, else cpu), cpu or cuda (sandbox.options.resolve_backend, applied by the gpu worker; the
 # agent and web hosts need no GPU and ignore it, except /healthz reporting this host's).

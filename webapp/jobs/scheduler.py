@@ -42,11 +42,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from webapp.jobs.models import Job
-from webapp.queues import MAX_DELIVERIES
+from webapp.queues import MAX_DELIVERIES, RUN_JOB_TASK
 
 logger = logging.getLogger(__name__)
 
-RUN_JOB_TASK = "kernelwright.agent.run_job"
 MAX_ATTEMPTS = MAX_DELIVERIES  # starts of one job (first run + resumes after lost workers)
 SLOTS_KEY = "kernelwright:agent-slots:"  # + worker hostname -> its concurrency, expiring
 OUTSTANDING_KEY = "kernelwright:gpu-outstanding:"  # + user id -> sorted set of task ids by send time

@@ -135,9 +135,8 @@ def long_args(arguments: Any) -> list[tuple[str, str, bool, str | None]]:
 @register.simple_tag
 def plotly_src() -> str:
     """Where plotly.js is served: the foundation's static path (from the plotly package)."""
-    path = getattr(settings, "PLOTLY_STATIC_PATH", "plotly/plotly.min.js")
-    if path:
-        return static(path)
+    if settings.PLOTLY_STATIC_PATH:
+        return static(settings.PLOTLY_STATIC_PATH)
     return reverse("jobs:plotly_js")
 
 

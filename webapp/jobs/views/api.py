@@ -29,6 +29,7 @@ from webapp.jobs.runner import SANDBOX_OPTION_KEYS
 from webapp.jobs.task_check import check_task_source
 from webapp.jobs.views import files as file_views
 from webapp.jobs.views.access import share_token
+from webapp.queues import EVALUATE_TASK
 
 SAFE = ("GET", "HEAD", "OPTIONS")
 EVALUATE_RETRY_AFTER_S = 30  # about one CPU evaluation: by then one of the caller's places is likely free
@@ -377,10 +378,10 @@ def evaluate_now(user, task: str, files: dict[str, str], options: dict[str, Any]
         resp = error(503, "the evaluation queue does not answer; try again shortly")
         resp["Retry-After"] = "5"
         return resp
-    timeout = float(getattr(settings, "KERNELWRIGHT_API_EVALUATE_TIMEOUT", 900))
+    timeout = settings.KERNELWRIGHT_API_EVALUATE_TIMEOUT
     try:
         result = services.celery_app().send_task(
-            "kernelwright.gpu.evaluate",
+            EVALUATE_TASK,
             kwargs={"task_source": task, "files": files, "options": options, "job_id": None},
             task_id=task_id,
             priority=priority,
