@@ -50,6 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script: the repository's packages
+from webapp.ports import free_port  # noqa: E402
+
 VAR = Path(os.environ.get("KERNELWRIGHT_VAR_DIR", ROOT / "var"))
 PY = sys.executable
 QUEUES = ("agent", "compile", "gpu")
@@ -65,13 +68,6 @@ or point Kernelwright at a running one:  REDIS_URL=redis://HOST:6379/0 ./kw run"
 
 def say(msg: str) -> None:
     print(f"[kw] {msg}", flush=True)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on now (for the private redis-server, whose port nobody asked for)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class PortUnavailable(Exception):

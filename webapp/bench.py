@@ -100,14 +100,6 @@ def summary(name: str, ms: list[float]) -> str:
 
 
 # -- the stack -------------------------------------------------------------------------------
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def setup_django(db_path: Path, redis_url: str) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     os.environ["DATABASE_URL"] = f"sqlite:///{db_path}"

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from webapp.ports import free_port as free_port  # the tests' one, re-exported
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], object], timeout: float, interval: float = 0.2, what: str = "condition") -> object:
