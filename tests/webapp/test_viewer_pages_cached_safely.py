@@ -93,3 +93,18 @@ def test_signed_in_viewers_always_get_their_own_page(server, job, client) -> Non
     get(server, f"/jobs/{job.pk}/", cookie)
     status, headers, body = get(server, f"/jobs/{job.pk}/", cookie)
     assert status == 200 and "X-Kernelwright-Cache" not in headers and b"csrfmiddlewaretoken" in body
+
+
+def test_a_progress_step_keeps_the_crowds_page_but_not_its_live_state(server, job) -> None:
+    """The running job's step moves several times a second; the page stays cached (its script asks
+    /updates/ for the live state when its socket opens), the live state does not."""
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING)
+    page, updates = f"/jobs/{job.pk}/", f"/jobs/{job.pk}/updates/?since=2"
+    get(server, page), get(server, updates)
+    assert get(server, page)[1].get("X-Kernelwright-Cache") == "viewer"
+    services.set_step(job.pk, "checking correctness 2/5")
+    assert get(server, page)[1].get("X-Kernelwright-Cache") == "viewer"
+    status, headers, body = get(server, updates)
+    assert "X-Kernelwright-Cache" not in headers and "checking correctness 2/5" in body.decode()
+    services.store_turn(job, 3, TURNS[3])  # a new turn is on the next page at once
+    assert b'id="turn-3"' in get(server, page)[2]

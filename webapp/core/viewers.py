@@ -64,15 +64,16 @@ def _lookup(path: str, query: str, job_id: int) -> tuple[str | None, dict | None
     from webapp.jobs.permissions import can_view
 
     try:
-        job = (Job.objects.filter(pk=job_id).only("id", "owner_id", "visibility", "gallery", "share_token", "updated_at")
-               .first())
+        job = Job.objects.filter(pk=job_id).only("id", "owner_id", "visibility", "gallery", "share_token", "updated_at", *PAGE_FIELDS).first()
+        version = _page_version(job) if job is not None and PAGE.match(path) else None
     except Exception:  # noqa: BLE001 - a connection gone stale in this thread: Django's path answers
         connection.close()
         return None, None
     token = (parse_qs(query).get("share") or [None])[0]
     if job is None or not can_view(None, job, token):
         return None, None
-    state = f"{path}?{query}\0{job.visibility}\0{job.gallery}\0{job.share_token}\0{job.updated_at.timestamp()}"
+    changed = version if version is not None else job.updated_at.timestamp()
+    state = f"{path}?{query}\0{job.visibility}\0{job.gallery}\0{job.share_token}\0{changed}"
     key = "kw:viewer:" + hashlib.sha256(state.encode()).hexdigest()
     hit = _memo.get(key)
     if hit is None:
@@ -81,6 +82,23 @@ def _lookup(path: str, query: str, job_id: int) -> tuple[str | None, dict | None
             hit["bytes"] = hit["body"].encode("utf-8")
             _remember(key, hit)
     return key, hit
+
+
+PAGE = re.compile(r"^/jobs/\d+/$")
+PAGE_FIELDS = ("state", "reason", "summary", "finished_at", "best_version", "best_reward", "best_confirmed")
+
+
+def _page_version(job) -> str:
+    """What the job page shows apart from the live step: its state, result and newest turn. A
+    progress step moves `updated_at` several times a second while a job runs, and keyed on it
+    every reload of fifty viewers rendered the page again; the page's script fetches the live
+    state (/updates/, keyed on updated_at) as soon as its socket opens, so a page whose step is a
+    moment old is caught up at once, and everything else on it is in this version."""
+    from webapp.jobs.models import Turn
+
+    last = Turn.objects.filter(job_id=job.pk).order_by("-index").values_list("index", "revision").first()
+    fields = [str(getattr(job, f)) for f in PAGE_FIELDS]
+    return hashlib.sha256("\0".join([*fields, str(last)]).encode()).hexdigest()
 
 
 def _store(key: str, answer: dict) -> None:
