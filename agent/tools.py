@@ -352,14 +352,10 @@ def as_eval_result(res: Any) -> Any:
 
 def as_compile_result(res: Any) -> Any:
     """A build's result as the sandbox's dataclass, whether it came as one or as its JSON dict
-    (from a Celery worker): the one place a CompileResult is rebuilt outside the sandbox."""
-    from sandbox.schema import CompileError, CompileResult
+    (from a Celery worker)."""
+    from sandbox.schema import CompileResult
 
-    if isinstance(res, dict):
-        d = dict(res)
-        d["errors"] = [CompileError(**e) for e in d.get("errors", [])]
-        return CompileResult(**d)
-    return res
+    return CompileResult.from_dict(res) if isinstance(res, dict) else res
 
 
 def _ms(stats: Any) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from agent.builtin import BuiltinPolicy
 from agent.evaluator import LocalEvaluator
 from agent.events import EvaluationEvent
-from agent.loop import Budgets, RunResult, run
+from agent.loop import Budgets, RunResult, median_ms, run
 from agent.task import task_from_source
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -104,7 +104,7 @@ def run_task(path: Path, backend: str, options: dict[str, Any] | None = None, po
     fin = res.trajectory.finished()
 
     def med(k: str) -> float | None:
-        return (timing.get(k) or {}).get("median_ms")
+        return median_ms(best_eval, k)
 
     out = TaskOutcome(
         name=path.stem, correct=res.verified, reward=res.best.reward if res.best else None,
@@ -150,7 +150,7 @@ def _share_cores(threads: int) -> None:
 
 def _any_baseline(evals: list[EvaluationEvent], key: str) -> float | None:
     for e in evals:
-        v = ((e.result.get("timing") or {}).get(key) or {}).get("median_ms")
+        v = median_ms(e.result, key)
         if v:
             return v
     return None

@@ -109,7 +109,7 @@ def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tu
     started = time.perf_counter()
     meta = cache.read_json(final / "meta.json")
     if meta is not None:
-        res = _result_from_meta(meta)
+        res = CompileResult.from_dict(meta)
         res.cached, res.seconds = True, time.perf_counter() - started
         return res, str(final / "lib.so") if res.ok else None
     staging = cache.new_staging_dir(options.cache_dir, "build-")
@@ -143,12 +143,6 @@ def _meta(res: CompileResult) -> dict:
     return d
 
 
-def _result_from_meta(meta: dict) -> CompileResult:
-    m = dict(meta)
-    m["errors"] = [CompileError(**e) for e in m.get("errors", [])]
-    return CompileResult(**m)
-
-
 def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> tuple[CompileResult, str | None, list[dict]]:
     """Import the candidate once in a sandboxed child so load_inline builds its extension."""
     import torch
@@ -160,7 +154,7 @@ def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> 
     meta = cache.read_json(final / "meta.json")
     if meta is not None:
         manifest = meta.pop("manifest", [])
-        res = _result_from_meta(meta)
+        res = CompileResult.from_dict(meta)
         res.cached, res.seconds = True, time.perf_counter() - started
         return res, str(final) if res.ok else None, manifest
     limits = Limits(wall_s=options.compile_timeout_s, fsize_mb=2048, nproc=options.max_processes,

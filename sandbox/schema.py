@@ -58,6 +58,14 @@ class CompileResult:
     errors: list[CompileError] = field(default_factory=list)
     log: str = ""  # full log; trim for a model with agent.tools, never here
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompileResult:
+        """The result from its JSON form (a build's cached meta.json, an evaluation's `compile`,
+        a Celery worker's answer): the one place a CompileResult is rebuilt."""
+        d = dict(data)
+        d["errors"] = [CompileError(**e) for e in d.get("errors", [])]
+        return cls(**d)
+
 
 @dataclass
 class TrialResult:
@@ -242,9 +250,7 @@ class EvalResult:
         d["status"] = Status(d["status"])
         d["verdict"] = Verdict(d["verdict"])
         if d.get("compile") is not None:
-            c = dict(d["compile"])
-            c["errors"] = [CompileError(**e) for e in c.get("errors", [])]
-            d["compile"] = CompileResult(**c)
+            d["compile"] = CompileResult.from_dict(d["compile"])
         d["trials"] = [TrialResult(**t) for t in d.get("trials", [])]
         t = dict(d.get("timing") or {})
         for key in ("candidate", "eager", "compile"):

@@ -20,6 +20,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from agent.loop import median_ms
 from webapp.jobs.diffview import diff_html
 from webapp.jobs.models import Job
 from webapp.jobs.permissions import can_view, visible_jobs
@@ -142,8 +143,7 @@ def _ratio(a: dict, b: dict) -> tuple[float | None, str]:
         return None, "the two sides solve different tasks"
     if a["evaluation"].get("device") != b["evaluation"].get("device"):
         return None, "measured on different devices"
-    ta = ((a["evaluation"].get("timing") or {}).get("candidate") or {}).get("median_ms")
-    tb = ((b["evaluation"].get("timing") or {}).get("candidate") or {}).get("median_ms")
+    ta, tb = median_ms(a["evaluation"]), median_ms(b["evaluation"])
     if not ta or not tb:
         return None, "a side has no timing of a candidate"
     return ta / tb, ""
