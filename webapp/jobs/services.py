@@ -183,8 +183,9 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]], attempt: int 
         _apply_best(job, s.best, events)
     if s.finished is not None and s.finished.get("best_version") is None:
         clear_best(job)  # the run ended without a verified candidate (its best failed the confirmation)
-    _after_commit(JobNotification(Kind.TURN_READY, job.pk, turn=index))
+    # rendered before it is announced: fifty viewers then fetch it from the cache, none waits for a render
     transaction.on_commit(lambda: warm_turn_html(turn))
+    _after_commit(JobNotification(Kind.TURN_READY, job.pk, turn=index))
     return turn
 
 
