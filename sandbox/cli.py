@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("bench", add_help=False)
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "bench":
-        from .bench import main as bench_main
+        from benchmarks.sandbox_bench import main as bench_main  # the bench lives with the others
 
         return bench_main(argv[1:])
     args = parser.parse_args(argv)

@@ -26,14 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import compile_candidate, evaluate
-from .options import EvalOptions, cuda_present
-from .workloads import linear_relu_candidate, linear_relu_task, softmax_candidate, softmax_task
+from sandbox import compile_candidate, evaluate
+from sandbox.options import BACKENDS, EvalOptions, resolve_backend
+from sandbox.workloads import linear_relu_candidate, linear_relu_task, softmax_candidate, softmax_task
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox bench")
-    parser.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto")
     parser.add_argument("--evals", type=int, default=6)
     parser.add_argument("--inline", action="store_true", help="also time a load_inline build (slow)")
     parser.add_argument("--rows", type=int, default=0)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only these sections (default: all)")
     parser.add_argument("--compile-baseline", action="store_true", help="time torch.compile in the rounds too (compiles in every evaluation)")
     args = parser.parse_args(argv or [])
-    backend = args.backend if args.backend != "auto" else ("cuda" if cuda_present() else "cpu")
+    backend = resolve_backend(args.backend)
     cache = tempfile.mkdtemp(prefix="kw-bench-")
     threads = args.threads if args.threads is not None else (1 if backend == "cpu" else 0)
     opts = EvalOptions(backend=backend, cache_dir=cache, compile_baseline=args.compile_baseline, timing_budget_s=0.5, cpu_threads=threads)
@@ -270,7 +270,7 @@ def _do_bench_check(task: str) -> None:
     import torch
     from triton.testing import do_bench
 
-    from .timing import Timer
+    from sandbox.timing import Timer
 
     path = Path(tempfile.mkdtemp()) / "task.py"
     path.write_text(task)
