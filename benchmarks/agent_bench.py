@@ -1,6 +1,6 @@
 """Benchmark: the agent loop's own overhead per turn, excluding model and sandbox time.
 
-    python -m agent.bench [--turns 200]
+    python -m benchmarks.agent_bench [--turns 200]
 
 What is measured: RunResult.overhead_ms, i.e. each turn's wall time minus the time inside
 policy.next_action and inside the evaluator: recording events (with the JSONL journal on
@@ -139,7 +139,7 @@ def get_init_inputs():
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agent.bench")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.agent_bench")
     ap.add_argument("--turns", type=int, default=200)
     args = ap.parse_args(argv)
     print("agent loop overhead per turn (model and sandbox time excluded; InstantEvaluator + ReplayPolicy, "
