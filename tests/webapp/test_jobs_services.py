@@ -31,7 +31,7 @@ def make_job(owner, **kw) -> Job:
 def test_it_creates_a_job_with_normalized_options(owner):
     job = make_job(owner)
     assert job.state == Job.State.QUEUED
-    assert job.options == {"backend": "cpu", "policy": "builtin", "preset": "default", "torch_ops": "forbid", "max_turns": 10}
+    assert job.options == {"backend": "cpu", "policy": "builtin", "preset": "default", "torch_ops": "forbid", "precision": "task", "max_turns": 10}
     assert len(job.task_hash) == 64
 
 
