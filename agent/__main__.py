@@ -42,7 +42,7 @@ from agent.events import (
 )
 from agent.policy import DEFAULT_MODEL
 from agent.trajectory import Trajectory
-from sandbox.options import BACKENDS, PRESETS, TORCH_OPS
+from sandbox.options import BACKENDS, PRECISIONS, PRESETS, TORCH_OPS
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NO_CANDIDATE = 0, 1, 2, 3
 
@@ -240,7 +240,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 print("error: TASK differs from the task recorded in the trajectory", file=sys.stderr)
                 return EXIT_USAGE
     elif args.task:
-        options: dict[str, Any] = {"torch_ops": args.torch_ops, "preset": args.preset}
+        options: dict[str, Any] = {"torch_ops": args.torch_ops, "preset": args.preset, "precision": args.precision}
         if args.no_compile_baseline:
             options["compile_baseline"] = False
         for item in args.eval_option:
@@ -353,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--max-cost", type=float, default=None, help="USD")
     o.add_argument("--torch-ops", choices=TORCH_OPS, default="forbid")
     o.add_argument("--preset", choices=list(PRESETS), default="default")
+    o.add_argument("--precision", choices=PRECISIONS, default="task", help="cast floating parameters, buffers and inputs (task: keep the task's dtypes)")
     o.add_argument("--no-compile-baseline", action="store_true", help="skip timing torch.compile (faster on CPU)")
     o.add_argument("--eval-option", "-O", action="append", default=[], metavar="KEY=VALUE",
                    help="any sandbox EvalOptions field, e.g. -O timing_budget_s=0.2 -O correctness_trials=2")

@@ -11,7 +11,7 @@ from typing import Any
 
 from agent.exported_task import MAX_EXPORTED_BYTES
 from agent.loop import MAX_TURNS_LIMIT
-from sandbox.options import BACKENDS, PRESETS, TORCH_OPS
+from sandbox.options import BACKENDS, PRECISIONS, PRESETS, TORCH_OPS
 from sandbox.schema import SCHEMA_VERSION as EVAL_SCHEMA
 
 
@@ -136,6 +136,8 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
                         "max_turns": {"type": "integer", "minimum": 1, "maximum": MAX_TURNS_LIMIT, "default": 10},
                         "preset": {"type": "string", "enum": list(PRESETS), "default": "default"},
                         "torch_ops": {"type": "string", "enum": list(TORCH_OPS), "default": "forbid"},
+                        "precision": {"type": "string", "enum": list(PRECISIONS), "default": "task",
+                                      "description": "task keeps the task's dtypes; otherwise floating parameters, buffers and inputs are cast to it in the reference and the candidate"},
                     },
                 },
                 "JobCreate": {
