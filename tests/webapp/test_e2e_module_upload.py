@@ -62,3 +62,40 @@ def test_a_module_upload_runs_as_a_kernelbench_task(live_asgi_server, browser_pa
     else:
         page.wait_for_selector("#retry-job", timeout=15000)
     page.screenshot(path=str(screenshot_path("job-module-ended")), full_page=False)
+
+
+def test_a_pt2_upload_runs_from_the_file_alone(live_asgi_server, browser_page, transactional_db, tmp_path):
+    """An ExportedProgram (.pt2) through the form, real workers: the task comes from the file, the
+    sandbox loads it, and the page follows the job to its end."""
+    from agent.exported_task import EXPORTED_MARK
+    from tests.agent.test_cli_modules import export_small_model
+
+    exported = tmp_path / "features.pt2"
+    export_small_model(exported, tokens=False)
+    base, page = live_asgi_server.url, browser_page
+    User.objects.create_user("greta", password=PASSWORD)
+    log_in(page, base, "greta")
+    page.goto(f"{base}/jobs/new/")
+    page.set_input_files("#id_file", str(exported))
+    page.wait_for_selector("#live-check li.ok", timeout=15000)
+    assert "x: float32[4,6,16]" in page.locator("#live-check").inner_text()
+    page.select_option("select[name=backend]", "cpu")
+    page.select_option("select[name=policy]", "builtin")
+    page.fill("input[name=max_turns]", "2")
+    page.wait_for_function("!document.getElementById('new-job-form').dataset.checking && !document.getElementById('submit-job').disabled")
+    with page.expect_navigation(timeout=30000):
+        page.click("#submit-job")
+    assert re.search(r"/jobs/\d+/$", page.url), page.url
+    job = Job.objects.get(owner__username="greta")
+    assert job.name == "features" and EXPORTED_MARK in job.source
+    page.wait_for_function("document.body.dataset.ws === 'open'", timeout=15000)
+    mark_page(page)
+    page.wait_for_function(TERMINAL_JS, timeout=600_000)
+    job.refresh_from_db()
+    assert same_document(page) and page.locator("#job-state").inner_text() == job.state
+    evaluated = page.locator("article.turn .ev-eval")
+    assert evaluated.count() >= 1, page.locator("#turns").inner_text()[:3000]
+    # the sandbox loaded the program and judged a candidate against it (no "task: ..." refusal)
+    results = [t.evaluation for t in job.turns.all() if t.evaluation]
+    assert results and not any(r.startswith("task") for e in results for r in e.get("reasons", [])), results[:1]
+    page.screenshot(path=str(screenshot_path("job-pt2-ended")), full_page=False)
