@@ -527,7 +527,7 @@ def run(args: argparse.Namespace) -> int:
         say("all processes stopped")
 
 
-FAST_TIER = ["-m", "not slow"]
+FAST_TIER = ["-m", "not slow", "--durations=30"]  # the slowest tests listed at the end: what to move to the slow tier next
 
 
 def tier(pytest_args: list[str]) -> list[str]:
