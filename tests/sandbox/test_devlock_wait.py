@@ -65,8 +65,10 @@ def test_the_probe_sees_another_process_timing_and_takes_nothing(tmp_path):
 
 
 def test_an_evaluation_whose_window_waits_for_another_says_so():
-    """A real evaluation: another process takes the cpu device exclusively as the baselines are
-    ready, so the paired window must wait; its progress says "device_wait", then "timing"."""
+    """A real evaluation: another process takes the cpu device exclusively just before the paired
+    window (its "timing" step; the progress call runs in the parent, so the holder has the
+    lock before the window asks), so the window must wait; its progress says "device_wait", then
+    "timing"."""
     from sandbox import evaluate
     from sandbox.options import EvalOptions
     from tests.sandbox.helpers import task
@@ -77,7 +79,7 @@ def test_an_evaluation_whose_window_waits_for_another_says_so():
 
     def progress(step: str, detail: dict | None = None) -> None:
         steps.append(step)
-        if step == "baseline" and not holders:
+        if step == "timing" and not holders:
             holders.append(hold_exclusively(DeviceLock("cpu", prepare_dir()).path, 2.0))
 
     try:
