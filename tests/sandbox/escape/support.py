@@ -222,7 +222,9 @@ def evaluate_hostile(quick, side: str, attack: str, cfg: dict) -> tuple[EvalResu
 
 
 def analysis_report(analysis) -> dict:
-    rep = hostile.find_report(analysis.error)
+    """The hostile task's report: it raises it at import, and the analysis keeps the message's
+    first 300 characters in its one-line error and the whole of it in the traceback."""
+    rep = hostile.find_report(analysis.error, analysis.data.get("traceback", ""))
     assert rep is not None, f"the hostile task sent no report (did it run?): {analysis.ok} {analysis.error[:2000]}"
     return rep
 
