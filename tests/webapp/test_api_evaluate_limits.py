@@ -91,3 +91,13 @@ def test_a_second_call_waits_for_the_first_and_the_place_comes_back(transactiona
         thread.join(30)
     assert first["resp"].status_code in (200, 504), first["resp"].content[:500]
     assert places_taken(owner) == 0
+
+
+def test_the_view_waits_as_a_coroutine_not_in_a_web_thread():
+    """Under ASGI an async view's wait (asyncio.sleep between polls of the result) holds no thread
+    of the server's sync pool, so callers waiting for evaluations do not starve other requests."""
+    import asyncio
+
+    from webapp.jobs.views import api
+
+    assert asyncio.iscoroutinefunction(api.evaluate) and asyncio.iscoroutinefunction(api.evaluate_now)

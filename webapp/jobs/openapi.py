@@ -115,7 +115,7 @@ def openapi_schema(server: str = "") -> dict[str, Any]:
             "/api/evaluate": {
                 "post": {
                     "summary": "Evaluate a candidate against a task on the gpu queue (synchronous)",
-                    "description": "Waits for the result in the request (up to KERNELWRIGHT_API_EVALUATE_TIMEOUT, 900 s by default) and holds one of the caller's gpu places meanwhile (KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER, shared with their jobs and batches). For several candidates or long evaluations use POST /api/evaluations.",
+                    "description": "Waits for the result in the request (up to KERNELWRIGHT_API_EVALUATE_TIMEOUT, 900 s by default; as a coroutine, holding no web thread) and holds one of the caller's gpu places meanwhile (KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER, shared with their jobs and batches). For several candidates or long evaluations use POST /api/evaluations.",
                     "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("EvaluateRequest")}}},
                     "responses": {"200": _json(_ref("EvalResult"), "the sandbox result, with reward"), "400": _json(_ref("Error")),
                                   "429": _json(_ref("Error"), "all of the caller's gpu places are taken (Retry-After; `outstanding` and `limit` in the body)"),

@@ -7,13 +7,16 @@ Reads accept `?share=<token>` like the pages. Permissions are the pages' (webapp
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import functools
 import json
+import time
 import uuid
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import JsonResponse
 from django.utils import timezone
@@ -34,6 +37,7 @@ from webapp.queues import EVALUATE_TASK
 SAFE = ("GET", "HEAD", "OPTIONS")
 EVALUATE_RETRY_AFTER_S = 30  # about one CPU evaluation: by then one of the caller's places is likely free
 TURN_PAGE = 200
+EVALUATE_POLL_S = 0.25  # how often a waiting POST /api/evaluate looks for its result
 
 
 def error(status: int, message: str, **extra: Any) -> JsonResponse:
@@ -55,22 +59,42 @@ def token_user(request):
     return token.user
 
 
+def _admit(request, methods: tuple[str, ...], auth_required: bool) -> JsonResponse | None:
+    """The method and token checks of every API view: None when the request may go on (with
+    request.api_user set), else the error answer."""
+    if request.method not in methods:
+        return error(405, f"method {request.method} not allowed", allowed=list(methods))
+    user = token_user(request)
+    if user is False:
+        return error(401, "invalid token")
+    if user is None:
+        user = request.user if request.method in SAFE else None
+        if user is not None:
+            user.is_authenticated  # noqa: B018 - resolve the lazy session user here (async views cannot later)
+    request.api_user = user
+    if auth_required and (user is None or not user.is_authenticated):
+        return error(401, "authentication required: send `Authorization: Token <key>`")
+    return None
+
+
 def api_view(methods: tuple[str, ...], auth_required: bool = True):
+    """An API view: csrf-exempt, token or session auth, the allowed methods. An async view stays
+    async (it can wait for a result without holding a web thread)."""
     def wrap(view):
+        if asyncio.iscoroutinefunction(view):
+            @csrf_exempt
+            @functools.wraps(view)
+            async def ainner(request, *args, **kwargs):
+                refused = await sync_to_async(_admit)(request, methods, auth_required)
+                return refused if refused is not None else await view(request, *args, **kwargs)
+
+            return ainner
+
         @csrf_exempt
         @functools.wraps(view)
         def inner(request, *args, **kwargs):
-            if request.method not in methods:
-                return error(405, f"method {request.method} not allowed", allowed=list(methods))
-            user = token_user(request)
-            if user is False:
-                return error(401, "invalid token")
-            if user is None:
-                user = request.user if request.method in SAFE else None
-            request.api_user = user
-            if auth_required and (user is None or not user.is_authenticated):
-                return error(401, "authentication required: send `Authorization: Token <key>`")
-            return view(request, *args, **kwargs)
+            refused = _admit(request, methods, auth_required)
+            return refused if refused is not None else view(request, *args, **kwargs)
 
         return inner
 
@@ -338,11 +362,20 @@ def trajectory(request, job_id: int):
 
 
 @api_view(("POST",))
-def evaluate(request):
-    """Task + candidate in, sandbox result (with reward) out, in this request. The caller holds
-    one of their gpu places (KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER, shared with their
-    jobs and batches) while it runs, so synchronous calls cannot pass that bound: over it, 429.
-    Many candidates, or anything slow: POST /api/evaluations (asynchronous)."""
+async def evaluate(request):
+    """Task + candidate in, sandbox result (with reward) out, in this request. The view is async:
+    while the gpu worker evaluates, the request waits as a coroutine, not in a web thread. The
+    caller holds one of their gpu places (KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER, shared
+    with their jobs and batches) while it runs, so synchronous calls cannot pass that bound: over
+    it, 429. Many candidates, or anything slow: POST /api/evaluations (asynchronous)."""
+    checked = await sync_to_async(_evaluation_request)(request)
+    if isinstance(checked, JsonResponse):
+        return checked
+    return await evaluate_now(request.api_user, *checked)
+
+
+def _evaluation_request(request) -> JsonResponse | tuple[str, dict[str, str], dict[str, Any]]:
+    """(task, files, sandbox options) of a POST /api/evaluate, or the 400 that says what is wrong."""
     body = _json_body(request)
     if isinstance(body, JsonResponse):
         return body
@@ -359,17 +392,16 @@ def evaluate(request):
         opts = services.normalize_options(body.get("options") or {})
     except services.InvalidJob as exc:
         return error(400, "invalid options", errors=exc.errors)
-    return evaluate_now(request.api_user, task, files, {k: opts[k] for k in SANDBOX_OPTION_KEYS})
+    return task, files, {k: opts[k] for k in SANDBOX_OPTION_KEYS}
 
 
-def evaluate_now(user, task: str, files: dict[str, str], options: dict[str, Any]) -> JsonResponse:
-    """Send one evaluation to the gpu queue under a place of the user's and wait for it; the
-    place is given back whatever happens (result, timeout, a lost broker)."""
-    from celery.exceptions import TimeoutError as CeleryTimeout
-
+async def evaluate_now(user, task: str, files: dict[str, str], options: dict[str, Any]) -> JsonResponse:
+    """Send one evaluation to the gpu queue under a place of the user's and wait for it, polling
+    its result between sleeps; the place is given back whatever happens (result, timeout, a lost
+    broker)."""
     task_id = uuid.uuid4().hex
     try:
-        priority = scheduler.reserve_gpu_slot(user.pk, task_id, wait=False)
+        priority = await sync_to_async(scheduler.reserve_gpu_slot)(user.pk, task_id, wait=False)
     except scheduler.TooManyEvaluations as exc:
         resp = error(429, str(exc), outstanding=exc.outstanding, limit=exc.limit)
         resp["Retry-After"] = str(EVALUATE_RETRY_AFTER_S)
@@ -380,17 +412,16 @@ def evaluate_now(user, task: str, files: dict[str, str], options: dict[str, Any]
         return resp
     timeout = settings.KERNELWRIGHT_API_EVALUATE_TIMEOUT
     try:
-        result = services.celery_app().send_task(
-            EVALUATE_TASK,
-            kwargs={"task_source": task, "files": files, "options": options, "job_id": None},
-            task_id=task_id,
-            priority=priority,
-        )
-        try:
-            data = result.get(timeout=timeout)
-        except CeleryTimeout:
-            result.revoke()
-            return error(504, f"the evaluation did not finish within {timeout:.0f} s")
+        result = await sync_to_async(services.celery_app().send_task)(
+            EVALUATE_TASK, kwargs={"task_source": task, "files": files, "options": options, "job_id": None},
+            task_id=task_id, priority=priority)
+        deadline = time.monotonic() + timeout
+        while not await sync_to_async(result.ready)():
+            if time.monotonic() > deadline:
+                await sync_to_async(result.revoke)()
+                return error(504, f"the evaluation did not finish within {timeout:.0f} s")
+            await asyncio.sleep(EVALUATE_POLL_S)
+        data = await sync_to_async(result.get)(timeout=30)
     finally:
-        scheduler.release_gpu_slot(user.pk, task_id)
+        await sync_to_async(scheduler.release_gpu_slot)(user.pk, task_id)
     return JsonResponse(data)

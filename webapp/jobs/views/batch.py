@@ -4,8 +4,9 @@
     GET  /api/evaluations?batch=B  the caller's evaluations of a batch
     GET  /api/evaluations/ID       one evaluation: state, reward and, when done, the EvalResult
 
-Replaces POST /api/evaluate for anything but a single quick check: that view holds a web
-thread for up to KERNELWRIGHT_API_EVALUATE_TIMEOUT (900 s) and is deprecated. A POST needs a
+For more than a single quick check use these rather than POST /api/evaluate, which keeps the
+caller's connection open until its one result is in (up to KERNELWRIGHT_API_EVALUATE_TIMEOUT,
+900 s; it waits as a coroutine, holding no web thread, and one of the caller's gpu places). A POST needs a
 token (its quotas are per token); reads accept the browser session too. Only the owner (or
 staff) sees an evaluation; anyone else gets 404.
 """
