@@ -162,6 +162,7 @@ def test_shape_mismatch_message(quick):
     assert "shape (64, 10), expected (64, 256)" in " ".join(res.reasons)
 
 
+@pytest.mark.slow  # 40-80 s on 2 cores (the fast tier stays under CI's 20 minutes)
 def test_compile_baseline_is_timed_in_the_candidates_window(quick, tmp_path):
     """torch.compile is built while the candidate runs its trials and timed in the same rounds as
     eager and the candidate, each evaluation anew: no baseline comes from a cache."""
@@ -254,6 +255,7 @@ def test_options_are_validated():
         evaluate("", {}, EvalOptions(backend="tpu"))
 
 
+@pytest.mark.slow  # 40-80 s on 2 cores (the fast tier stays under CI's 20 minutes)
 def test_children_use_their_own_temp_folder(quick):
     """A child forked from the zygote must not keep the zygote's cached temp folder (/tmp):
     inductor derives its precompiled-header folder from it, which was then shared between
@@ -283,6 +285,7 @@ def test_compile_baseline_failure_from_a_sandbox_limit_says_so():
     assert not infra and text.startswith("torch.compile baseline failed: RuntimeError: Unsupported")
 
 
+@pytest.mark.slow  # 40-80 s on 2 cores (the fast tier stays under CI's 20 minutes)
 def test_spare_children_serve_the_next_evaluation_and_never_a_different_one(quick, monkeypatch):
     """isolation.Spares (on by default on the cuda backend only; forced on here): the second
     evaluation runs in children started during the first; one with other limits does not take
