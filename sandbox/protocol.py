@@ -55,6 +55,7 @@ from .schema import (
     TrialResult,
     Verdict,
     milestone_reward,
+    verdict_of,
 )
 from .timing import REWARM_BELOW_MS, calls_per_block, paired_speedup, round_noise, round_order
 
@@ -302,7 +303,7 @@ class _Paired:
 
 def _speedup(baseline: str, base_ms: list[float], cand_ms: list[float], spread: float) -> Speedup:
     sp = paired_speedup(base_ms, cand_ms, spread=spread)
-    verdict = "faster" if sp["ci_low"] > 1.0 else "slower" if sp["ci_high"] < 1.0 else "no measurable difference"
+    verdict = verdict_of(sp["ci_low"], sp["ci_high"])
     return Speedup(baseline=baseline, ratio=sp["ratio"], ci_low=sp["ci_low"], ci_high=sp["ci_high"], rounds=sp["rounds"],
                    verdict=verdict, per_round=sp["per_round"])
 

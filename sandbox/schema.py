@@ -137,6 +137,19 @@ class Timing:
     input_sets: int = 0
 
 
+FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
+
+
+def verdict_of(ci_low: float, ci_high: float) -> str:
+    """Faster only when the whole interval lies above 1.0, slower below it; an interval that holds
+    1.0 is never a win. The one rule: the sandbox's verdicts and every page that shows one."""
+    if ci_low > 1.0:
+        return FASTER
+    if ci_high < 1.0:
+        return SLOWER
+    return SAME
+
+
 @dataclass
 class Speedup:
     """The candidate against one baseline, timed in the same rounds: `ratio` is the median over the

@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sandbox.schema import FASTER, SAME, SLOWER, verdict_of  # the sandbox's rule, one home
+
 LABELS = {"eager": "eager", "compile": "torch.compile"}
-FASTER, SLOWER, SAME = "faster", "slower", "no measurable difference"
+
 NO_INTERVAL = "no interval recorded"
 
 
@@ -62,15 +64,6 @@ class SpeedupView:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "text": self.text()}
-
-
-def verdict_of(ci_low: float, ci_high: float) -> str:
-    """Faster only when the whole interval lies above 1.0 (the sandbox's rule, sandbox.protocol)."""
-    if ci_low > 1.0:
-        return FASTER
-    if ci_high < 1.0:
-        return SLOWER
-    return SAME
 
 
 @dataclass(frozen=True)
