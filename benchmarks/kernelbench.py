@@ -35,6 +35,7 @@ from agent.task import task_from_source
 from benchmarks.runner import environment, geomean
 
 BLOCKS_DIR = Path(__file__).resolve().parent / "blocks"
+FALLBACK_LABEL = "The reference's own computation"
 
 
 def shrink_ints(source: str, cap: int = 32) -> str:
@@ -83,7 +84,16 @@ def shrink_ints(source: str, cap: int = 32) -> str:
     return "".join(lines)
 
 
-def kernelbench_paths(root: Path, levels: list[int], problems: list[str], sample: int, seed: int) -> list[Path]:
+def level_files(root: Path, lvl: int) -> list[Path]:
+    """A level's problems in KernelBench's order (by number)."""
+    return sorted((root / f"level{lvl}").glob("*.py"), key=lambda q: int(q.name.split("_")[0]))
+
+
+def kernelbench_paths(root: Path, levels: list[int], problems: list[str], sample: int, seed: int,
+                      every: bool = False) -> list[Path]:
+    """The problems named, a sample per level, or (`every`) all problems of the levels."""
+    if every:
+        return [f for lvl in levels for f in level_files(root, lvl)]
     out: list[Path] = []
     for p in problems:  # "2/11" or "2/11_ConvTranspose2d..." or a path
         if Path(p).exists():
@@ -97,7 +107,7 @@ def kernelbench_paths(root: Path, levels: list[int], problems: list[str], sample
     if sample:
         rng = random.Random(seed)
         for lvl in levels:
-            files = sorted((root / f"level{lvl}").glob("*.py"), key=lambda q: int(q.name.split("_")[0]))
+            files = level_files(root, lvl)
             out += rng.sample(files, min(sample, len(files)))
     return out
 
@@ -108,13 +118,14 @@ def _level(path: Path) -> str:
 
 
 def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_turns: int, max_variants: int,
-            confirmations: int) -> dict[str, Any]:
+            confirmations: int, coverage: bool = False) -> dict[str, Any]:
     src = path.read_text()
     if _level(path) != "block":
         src = shrink_ints(src, cap)
     name = f"{_level(path)}/{path.stem}"
     task = task_from_source(src, path.stem, backend, dict(options))
-    pol = BuiltinPolicy(profile_best=False, max_variants=max_variants)
+    pol = BuiltinPolicy(profile_best=False, max_variants=max_variants, first_correct=coverage,
+                        profile_reference=not coverage, analysis_timeout_s=120.0 if coverage else 300.0)
     t0 = time.time()
     res = run(task, pol, LocalEvaluator(), Budgets(max_turns=max_turns, confirmations=confirmations))
     secs = time.time() - t0
@@ -125,6 +136,7 @@ def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_tur
     if an is not None and an.ok:
         capture = str(an.data.get("capture", "fx"))
     best = res.best
+    generated = bool(res.verified) and not (pol.best_label or "").startswith(FALLBACK_LABEL)
     return {
         "name": name, "path": str(path), "capture": capture,
         "capture_error": (an.error if an is not None and not an.ok else (an.data.get("fx_error") if an else None)),
@@ -136,6 +148,11 @@ def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_tur
         "library_parts": getattr(pol, "library_parts", None),
         "best_label": getattr(pol, "best_label", None),
         "summary": fin.summary if fin else "",
+        "generated_correct": generated,
+        "ran": capture != "no" or bool(res.verified),
+        "first_failure": None if generated else (pol.failures[0] if pol.failures else "no candidate tried"),
+        "failures": pol.failures,
+        "forbid_blockers": pol.blockers,
     }
 
 
@@ -162,13 +179,45 @@ def format_table(rows: list[dict[str, Any]]) -> str:
               f"geomean vs eager over correct {x(geomean([r['speedup_vs_eager'] for r in ok if r['speedup_vs_eager']]))}, "
               f"over all (1.0x where none) {x(geomean([(r['speedup_vs_eager'] or 1.0) if r['correct'] else 1.0 for r in rows]) if n else None)}"]
     fast = [r for r in ok if (r.get("ci_low_vs_eager") or 0) > 1.05]
-    fallback = [r for r in fast if (r.get("best_label") or "").startswith("The reference's own computation")]
+    fallback = [r for r in fast if (r.get("best_label") or "").startswith(FALLBACK_LABEL)]
     lines.append(f"faster than eager with the paired interval's low end above 1.05x: {len(fast)}/{len(rows)}"
                  + (f" ({len(fallback)} of them the reference's own computation: a timing artefact)" if fallback else ""))
     vc = [r["speedup_vs_compile"] for r in ok if r.get("speedup_vs_compile")]
     if vc:
         lines.append(f"faster than torch.compile (reward 3) {sum((r['reward'] or 0) >= 3 for r in rows)}/{len(rows)}, "
                      f"geomean vs torch.compile over correct {x(geomean(vc))}")
+    return "\n".join(lines)
+
+
+def failure_class(line: str | None, width: int = 110) -> str:
+    """A first failure as a class: numbers (sizes, lines, counts) folded, one line, cut to `width`."""
+    s = re.sub(r"\d+", "N", (line or "none").splitlines()[0] if line else "none")
+    return s if len(s) <= width else s[:width - 3] + "..."
+
+
+def coverage_table(rows: list[dict[str, Any]]) -> str:
+    """Per level: problems, ran on the backend, captured, a generated candidate correct (and of those,
+    how many the plan names no torch-ops=forbid blocker for), any correct candidate (the reference's
+    own computation included), and the first failures of the problems without a correct generated
+    candidate, counted by class."""
+    lines = ["| level | problems | ran | captured | generated correct | of them no ATen island | "
+             "correct (incl. fallback) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    levels = sorted({r["name"].split("/")[0] for r in rows})
+    for lvl in [*levels, "all"]:
+        rs = [r for r in rows if lvl == "all" or r["name"].split("/")[0] == lvl]
+        lines.append(f"| {lvl} | {len(rs)} | {sum(bool(r.get('ran')) for r in rs)} | "
+                     f"{sum(r['capture'] != 'no' for r in rs)} | {sum(bool(r.get('generated_correct')) for r in rs)} | "
+                     f"{sum(bool(r.get('generated_correct')) and not r.get('forbid_blockers') for r in rs)} | "
+                     f"{sum(bool(r['correct']) for r in rs)} |")
+    for lvl in levels:
+        counts: dict[str, int] = {}
+        for r in rows:
+            if r["name"].split("/")[0] == lvl and not r.get("generated_correct"):
+                c = failure_class(r.get("first_failure"))
+                counts[c] = counts.get(c, 0) + 1
+        if counts:
+            lines += ["", f"{lvl} first failures (no correct generated candidate):"]
+            lines += [f"  {n:>3}  {c}" for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
     return "\n".join(lines)
 
 
@@ -184,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--torch-ops", choices=("allow", "forbid"), default="allow")
     ap.add_argument("--cap", type=int, default=32, help="KernelBench sizes shrunk so that the largest is at most this "
                     "(0: as written)")
-    ap.add_argument("--max-turns", type=int, default=12)
+    ap.add_argument("--coverage", action="store_true", help="every problem of --level (unless --problems/--sample), "
+                    "each stopped at its first correct candidate, short timing; prints the coverage table per level")
+    ap.add_argument("--max-turns", type=int, help="default 12 (--coverage: 6)")
     ap.add_argument("--max-variants", type=int, default=1)
     ap.add_argument("--confirmations", type=int, default=0)
     ap.add_argument("--compile-baseline", action="store_true", help="also time torch.compile (slow on the CPU)")
@@ -199,11 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.merge:
         rows = [r for f in args.merge for r in json.loads(f.read_text())["tasks"]]
-        print(format_table(rows))
+        print(coverage_table(rows) if args.coverage else format_table(rows))
         return 0
+    if args.max_turns is None:
+        args.max_turns = 6 if args.coverage else 12
+    if args.coverage and not args.timing_budget:
+        args.timing_budget = 0.05
     paths: list[Path] = []
     if args.kernelbench is not None:
-        paths += kernelbench_paths(args.kernelbench, args.level, args.problems, args.sample, args.seed)
+        paths += kernelbench_paths(args.kernelbench, args.level, args.problems, args.sample, args.seed,
+                                   every=args.coverage and not (args.problems or args.sample))
     if args.blocks:
         paths += sorted(BLOCKS_DIR.glob("*.py"))
     if not paths:
@@ -216,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         options["compile_baseline"] = False
     if args.timing_budget:
         options["timing_budget_s"] = args.timing_budget
+    if args.coverage:  # coverage, not speed: few timed calls, one thread per process (shards share the cores)
+        options |= {"min_timed_calls": 3, "timing_rounds": 3, "cpu_threads": 1, "eval_timeout_s": 180.0}
     env = environment(args.backend)
     rows = []
     started = time.time()
@@ -223,15 +281,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.time_limit and time.time() - started > args.time_limit:
             print(f"{p.stem}: not run (past --time-limit {args.time_limit:.0f} s)", flush=True)
             continue
-        row = run_one(p, args.backend, options, args.cap, args.max_turns, args.max_variants, args.confirmations)
+        row = run_one(p, args.backend, options, args.cap, args.max_turns, args.max_variants, args.confirmations,
+                      coverage=args.coverage)
         rows.append(row)
         print(f"{row['name']:<60} capture={row['capture']:<7} correct={row['correct']} evals={row['evaluations']} "
-              f"vs_eager={row['speedup_vs_eager']} ({row['seconds']:.0f} s)", flush=True)
+              f"vs_eager={row['speedup_vs_eager']} ({row['seconds']:.0f} s)"
+              + (f" first_failure={failure_class(row['first_failure'], 90)}" if row["first_failure"] else ""), flush=True)
         if args.out:
             Path(args.out).write_text(json.dumps({"environment": env, "options": vars(args) | {"kernelbench": str(args.kernelbench)},
                                                   "tasks": rows}, indent=1, default=str))
     print()
-    print(format_table(rows))
+    print(coverage_table(rows) if args.coverage else format_table(rows))
     return 0
 
 

@@ -93,13 +93,17 @@ class BuiltinPolicy(Policy):
     """Offline expert policy (name "builtin"); options: profile_best (profile the best candidate
     before finishing: per-kernel table and fraction of speed of light), max_variants (launch
     configurations tried per run, the default included), try_unrewritten (also fuse the graph
-    before the rewrites, to show what each rewrite buys), analysis_timeout_s."""
+    before the rewrites, to show what each rewrite buys), analysis_timeout_s, first_correct
+    (finish at the first correct candidate: the coverage benchmark asks whether one exists, not how
+    fast it is), profile_reference (the eager per-op breakdown in the analysis)."""
 
     name = "builtin"
 
     def __init__(self, profile_best: bool = True, max_variants: int = 3, analysis_timeout_s: float = 300.0,
-                 try_unrewritten: bool = True):
+                 try_unrewritten: bool = True, first_correct: bool = False, profile_reference: bool = True):
         self.profile_best = profile_best
+        self.first_correct = first_correct
+        self.profile_reference = profile_reference
         self.max_variants = max(1, max_variants)
         self.analysis_timeout_s = analysis_timeout_s
         self.try_unrewritten = try_unrewritten
@@ -127,6 +131,7 @@ class BuiltinPolicy(Policy):
         self.library_parts: list[str] = []  # what stays a library/ATen call in the final plan, and why
         self.blockers: list[str] = []  # under torch-ops=forbid: what keeps a candidate from being accepted
         self.best_label: str | None = None
+        self.failures: list[str] = []  # one line per step that did not give a correct candidate, in order
 
     # -- Policy interface ------------------------------------------------------------------
     def reset(self, task: TaskInfo, tool_specs: list[dict[str, Any]], history: list[Event]) -> None:
@@ -138,7 +143,7 @@ class BuiltinPolicy(Policy):
 
     def next_action(self, observations: list[Observation]) -> Action:
         self._absorb(observations)
-        if self.pos >= len(self.steps):
+        if self.pos >= len(self.steps) or (self.first_correct and self._best() is not None):
             return self._finish_action()
         step = self.steps[self.pos]
         self.pos += 1
@@ -169,10 +174,13 @@ class BuiltinPolicy(Policy):
         backend = self.task.backend if self.task.backend in ("cpu", "cuda") else "cpu"
         self.backend = backend
         self.torch_ops = str((self.task.options or {}).get("torch_ops", "forbid"))
-        self.analysis = analyze_source(self.task.source, device=backend, profile=True, timeout=self.analysis_timeout_s)
+        self.analysis = analyze_source(self.task.source, device=backend, profile=self.profile_reference,
+                                       timeout=self.analysis_timeout_s)
         self.steps = [_Step("analyse")]
         if not self.analysis.ok:
             self.blockers = [f"the forward could not be captured ({_headline(self.analysis.error)})"]
+            self.failures.append(("the reference raises: " if self.analysis.data.get("task_fails") else "not captured: ")
+                                 + _headline(self.analysis.error))
             if self.torch_ops == "allow" and not self.analysis.data.get("task_fails"):
                 self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
             self.steps.append(_Step("finish"))
@@ -191,6 +199,7 @@ class BuiltinPolicy(Policy):
         except GenerationError as e:
             self.final_plan, n_variants = None, 1
             self.blockers.append(f"the graph could not be planned: {e}")
+            self.failures.append(f"not planned: {_headline(str(e))}")
         if self.analysis.data.get("capture") == "export" and self.torch_ops != "allow":
             preset = str((self.task.options or {}).get("preset", "default"))
             if preset != "kernelbench":
@@ -276,6 +285,9 @@ class BuiltinPolicy(Policy):
                         self.roofline = res["roofline"]
                 self.tried.append(t)
                 self.pending = None
+                if not t.correct:
+                    self.failures.append(f"{'fallback' if t.graph is None else 'candidate'} {t.status}: "
+                                         + _headline("; ".join(t.reasons[:1]) or t.status))
 
     # -- helpers ---------------------------------------------------------------------------
     def _call(self, name: str, **arguments: Any) -> ToolInvocation:
@@ -399,12 +411,14 @@ class BuiltinPolicy(Policy):
         try:
             cand = self._build(step.graph, note=f"Step: {step.title}.", gemm=step.gemm)
         except GenerationError as e:
+            self.failures.append(f"not generated: {_headline(str(e))}")
             msg = head + f"{step.title}: " + (step.rewrite.detail + "\n\n" if step.rewrite else "") + \
                 f"This graph cannot be generated yet: {e}. Moving on."
             return Action(message=msg, tool_calls=[self._call("list_files")])
         if self.torch_ops != "allow":
             blocked = _forbid_blockers(cand.plan)
             if blocked:
+                self.failures.append("blocked under forbid: " + "; ".join(blocked))
                 msg = head + (f"{step.title}: not evaluated. Under torch-ops=forbid the candidate may run only its own "
                               "kernels and library GEMM/convolution, and these parts of the graph have no generator: "
                               + "; ".join(blocked) + ".")

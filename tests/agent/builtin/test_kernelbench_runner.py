@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.kernelbench import format_table, main, shrink_ints
+from benchmarks.kernelbench import coverage_table, failure_class, format_table, main, shrink_ints
 
 
 def _row(name, vs, low, label="Fuse the captured graph as it is", correct=True, reward=1):
@@ -33,3 +33,21 @@ def test_merge_prints_one_table_of_every_shard(tmp_path, capsys):
     assert main(["--merge", str(tmp_path / "shard0.json"), str(tmp_path / "shard1.json")]) == 0
     out = capsys.readouterr().out
     assert "| a |" in out and "| b |" in out and "correct 2/2" in out
+
+
+def _cov(name, capture="export", gen=True, correct=True, failure=None, blockers=()):
+    return {"name": name, "capture": capture, "correct": correct, "generated_correct": gen, "ran": capture != "no",
+            "first_failure": failure, "forbid_blockers": list(blockers)}
+
+
+def test_coverage_table_counts_per_level_and_classes_first_failures():
+    rows = [_cov("L1/1_a"), _cov("L1/2_b", blockers=["v3 (cumsum)"]),
+            _cov("L1/3_c", gen=False, failure="candidate incorrect: max abs error 0.5 at output 0"),
+            _cov("L1/4_d", gen=False, failure="candidate incorrect: max abs error 0.25 at output 0"),
+            _cov("L2/1_e", capture="no", gen=False, correct=False, failure="the reference raises: line 12: boom")]
+    table = coverage_table(rows)
+    assert "| L1 | 4 | 4 | 4 | 2 | 1 | 4 |" in table
+    assert "| L2 | 1 | 0 | 0 | 0 | 0 | 0 |" in table and "| all | 5 | 4 | 4 | 2 | 1 | 4 |" in table
+    assert "    2  candidate incorrect: max abs error N.N at output N" in table
+    assert "    1  the reference raises: line N: boom" in table
+    assert failure_class("x" * 200, 20) == "x" * 17 + "..."
