@@ -8,8 +8,15 @@ the parent by sending a crafted message. Tensors travel two ways:
   descriptor rides with the header (SCM_RIGHTS). The receiver gets a `shared.Handle` per tensor;
   `recv(..., map=True)` (the children) maps them read-only, the parent forwards the handles.
 
-So a trial input goes reference -> candidate without the parent touching its bytes, and a
-message's size no longer depends on the tensors in it. `Traffic` counts what crossed.
+- from SHARE_MIN up on a CUDA device, in a process that called `share_device_tensors` (the cuda
+  backend's children): copied once, device to device, into an exported CUDA allocation
+  (sandbox.device_share), whose descriptor rides the same way; the receiver gets a
+  `device_share.DeviceHandle`, which a child turns into a private device copy. Without the driver's
+  support, or out of device memory, such a tensor goes by memfd instead.
+
+So a trial input goes reference -> candidate without the parent touching its bytes (on the cuda
+backend without leaving the device), and a message's size no longer depends on the tensors in it.
+`Traffic` counts what crossed.
 """
 
 from __future__ import annotations
@@ -23,12 +30,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import shared
+from . import device_share, shared
 
 HEADER = 8
 _CHUNK = 1 << 24
 SHARE_MIN = 1 << 16  # tensors of 64 KB and more go by memfd
 MAX_FDS = 64  # descriptors one message may carry (one per memfd; a message packs its tensors into one)
+HANDLES = (shared.Handle, device_share.DeviceHandle)  # what a parent receives for a shared tensor
+_DEVICE = [False]  # share_device_tensors was called: large CUDA tensors go by exported allocation
+
+
+def share_device_tensors() -> bool:
+    """Send this process's large CUDA tensors by exported device allocation from now on, when the
+    driver supports it (device_share.available); returns whether it does."""
+    _DEVICE[0] = device_share.available()
+    return _DEVICE[0]
 
 
 class ChannelClosed(Exception):
@@ -46,15 +62,17 @@ class MessageTooLarge(Exception):
 @dataclass
 class Traffic:
     """What crossed one channel (both directions, counted by this end): messages, bytes through
-    the socket (headers and small tensors), and bytes handed over as sealed memfds."""
+    the socket (headers and small tensors), bytes handed over as sealed memfds (`shared_bytes`)
+    and as exported device allocations (`device_bytes`), and the descriptors of both."""
 
     messages: int = 0
     socket_bytes: int = 0
     shared_bytes: int = 0
+    device_bytes: int = 0
     descriptors: int = 0
 
     def add(self, other: Traffic) -> None:
-        for k in ("messages", "socket_bytes", "shared_bytes", "descriptors"):
+        for k in ("messages", "socket_bytes", "shared_bytes", "device_bytes", "descriptors"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
 
 
@@ -87,14 +105,17 @@ def dtype_of(name: str) -> Any:
 
 
 class _Outgoing:
-    """A message's tensors while it is encoded: small ones inline, large ones for one memfd,
-    handles received earlier (the parent forwarding) by their own descriptors."""
+    """A message's tensors while it is encoded: small ones inline, large ones for one memfd (or
+    one exported device allocation), handles received earlier (the parent forwarding) by their
+    own descriptors."""
 
     def __init__(self) -> None:
         self.inline: list = []
         self.to_pack: list = []  # (tensor, spec)
+        self.to_export: list = []  # (CUDA tensor, spec)
         self.fds: list[int] = []
         self.shared_bytes = 0
+        self.device_bytes = 0
 
     def fd_index(self, fd: int) -> int:
         if fd not in self.fds:
@@ -105,30 +126,59 @@ class _Outgoing:
         t = t.detach()
         spec = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
         nbytes = t.numel() * t.element_size()
-        if nbytes >= SHARE_MIN:
-            spec["__shared__"] = -1  # filled in by `finish`
+        if nbytes >= SHARE_MIN and _DEVICE[0] and t.is_cuda:
+            spec["__device__"] = -1  # filled in by `finish`
+            self.to_export.append((t, spec))
+        elif nbytes >= SHARE_MIN:
+            spec["__shared__"] = -1
             self.to_pack.append((t, spec))
-            self.shared_bytes += nbytes
         else:
             t = t.cpu().contiguous()
             spec["__tensor__"] = len(self.inline)
             self.inline.append(t)
         return spec
 
-    def handle(self, h: shared.Handle) -> dict:
-        self.shared_bytes += h.nbytes
-        return {"dtype": h.dtype, "shape": list(h.shape), "__shared__": self.fd_index(h.fd.fd), "offset": h.offset}
+    def handle(self, h: shared.Handle | device_share.DeviceHandle) -> dict:
+        kind = "__device__" if isinstance(h, device_share.DeviceHandle) else "__shared__"
+        if kind == "__device__":
+            self.device_bytes += h.nbytes
+        else:
+            self.shared_bytes += h.nbytes
+        return {"dtype": h.dtype, "shape": list(h.shape), kind: self.fd_index(h.fd.fd), "offset": h.offset}
 
     def finish(self, alloc: Any) -> list[int]:
-        """Pack the large tensors into one sealed memfd; returns the descriptors this process
-        created (closed once sent: the receiver holds its own)."""
-        if not self.to_pack:
-            return []
-        fd, offsets = shared.pack([t for t, _ in self.to_pack], alloc)
+        """Export the large CUDA tensors into one device allocation and pack the other large
+        tensors into one sealed memfd; returns the descriptors this process created (closed once
+        sent: the receiver holds its own). Out of device memory, the CUDA tensors join the memfd."""
+        own: list[int] = []
+        try:
+            if self.to_export:
+                try:
+                    fd, offsets = device_share.export([t for t, _ in self.to_export])
+                except device_share.DeviceShareError:
+                    for t, spec in self.to_export:
+                        del spec["__device__"]
+                        spec["__shared__"] = -1
+                        self.to_pack.append((t, spec))
+                else:
+                    own.append(fd)
+                    self._place(self.to_export, "__device__", fd, offsets)
+                    self.device_bytes += sum(t.numel() * t.element_size() for t, _ in self.to_export)
+            if self.to_pack:
+                fd, offsets = shared.pack([t for t, _ in self.to_pack], alloc)
+                own.append(fd)
+                self._place(self.to_pack, "__shared__", fd, offsets)
+                self.shared_bytes += sum(t.numel() * t.element_size() for t, _ in self.to_pack)
+        except BaseException:
+            for fd in own:
+                shared._close_quietly(fd)
+            raise
+        return own
+
+    def _place(self, items: list, kind: str, fd: int, offsets: list[int]) -> None:
         index = self.fd_index(fd)
-        for (_, spec), off in zip(self.to_pack, offsets, strict=True):
-            spec["__shared__"], spec["offset"] = index, off
-        return [fd]
+        for (_, spec), off in zip(items, offsets, strict=True):
+            spec[kind], spec["offset"] = index, off
 
 
 def _encode_tree(obj: Any, out: _Outgoing) -> Any:
@@ -136,7 +186,7 @@ def _encode_tree(obj: Any, out: _Outgoing) -> Any:
 
     if isinstance(obj, torch.Tensor):
         return out.tensor(obj)
-    if isinstance(obj, shared.Handle):
+    if isinstance(obj, HANDLES):
         return out.handle(obj)
     if isinstance(obj, dict):
         for k in obj:
@@ -177,6 +227,7 @@ def send(sock: socket.socket, obj: Any, traffic: Traffic | None = None, alloc: A
         traffic.messages += 1
         traffic.socket_bytes += len(first) + inline
         traffic.shared_bytes += out.shared_bytes
+        traffic.device_bytes += out.device_bytes
         traffic.descriptors += len(out.fds)
 
 
@@ -226,11 +277,15 @@ def _read_head(sock: socket.socket, deadline: float | None) -> tuple[bytes, list
     return bytes(head), fds
 
 
+def _is_tensor(node: dict) -> bool:
+    return "__tensor__" in node or "__shared__" in node or "__device__" in node
+
+
 def _decode_tree(node: Any, leaf: Any) -> Any:
     if isinstance(node, list):
         return [_decode_tree(v, leaf) for v in node]
     if isinstance(node, dict):
-        if "__tensor__" in node or "__shared__" in node:
+        if _is_tensor(node):
             return leaf(node)
         if "__tuple__" in node:
             return tuple(_decode_tree(v, leaf) for v in node["__tuple__"])
@@ -243,7 +298,7 @@ def _tensor_specs(node: Any, out: list) -> None:
         for v in node:
             _tensor_specs(v, out)
     elif isinstance(node, dict):
-        if "__tensor__" in node or "__shared__" in node:
+        if _is_tensor(node):
             out.append(node)
         elif "__tuple__" in node:
             _tensor_specs(node["__tuple__"], out)
@@ -354,19 +409,28 @@ def _read_body(sock: socket.socket, tree: Any, raw_fds: list[int], size: int, de
         socket_bytes += numel * dtype.itemsize
         tensors.append(t)
     handles: dict[int, Any] = {}
+    shared_bytes = device_bytes = 0
     for spec in specs:
-        if "__shared__" in spec:
-            index = int(spec["__shared__"])
-            if not 0 <= index < len(fds):
-                raise ValueError("malformed message: descriptor index")
-            _shape(spec)
-            h = shared.Handle(fds[index], spec["dtype"], [int(x) for x in spec["shape"]], int(spec.get("offset", 0)))
-            h.check()
-            handles[id(spec)] = h.tensor() if map else h
+        kind = "__device__" if "__device__" in spec else "__shared__" if "__shared__" in spec else None
+        if kind is None:
+            continue
+        index = int(spec[kind])
+        if not 0 <= index < len(fds):
+            raise ValueError("malformed message: descriptor index")
+        _shape(spec)
+        cls = device_share.DeviceHandle if kind == "__device__" else shared.Handle
+        h = cls(fds[index], spec["dtype"], [int(x) for x in spec["shape"]], int(spec.get("offset", 0)))
+        h.check()
+        if kind == "__device__":
+            device_bytes += h.nbytes
+        else:
+            shared_bytes += h.nbytes
+        handles[id(spec)] = h.tensor() if map else h
     if traffic is not None:
         traffic.messages += 1
         traffic.socket_bytes += HEADER + size + socket_bytes
-        traffic.shared_bytes += sum(h.nbytes if isinstance(h, shared.Handle) else h.numel() * h.element_size() for h in handles.values())
+        traffic.shared_bytes += shared_bytes
+        traffic.device_bytes += device_bytes
         traffic.descriptors += len(fds)
 
     def leaf(node: dict) -> Any:

@@ -139,6 +139,8 @@ def _child_env(options: EvalOptions, backend: str) -> dict[str, str]:
         env["KW_LOCK_DIR"] = devlock.prepare_dir()
     if os.environ.get("KW_TRACE"):
         env["KW_TRACE"] = "1"
+    if os.environ.get("KERNELWRIGHT_DEVICE_SHARE") == "0":  # the bench's comparison: cuda tensors by host memfd
+        env["KW_DEVICE_SHARE"] = "0"
     return env
 
 
@@ -403,12 +405,14 @@ def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | Non
 
 def transport_finding(children: list[Child]) -> str:
     """What crossed the parent's channels in one evaluation (sandbox.channel.Traffic): the bytes
-    through the sockets stay small at any tensor size; the tensors are handed on as memfds."""
+    through the sockets stay small at any tensor size; the tensors are handed on as descriptors
+    of sealed memfds or (cuda) of exported device allocations."""
     total = Traffic()
     for child in children:
         total.add(child.traffic)
     return (f"transport: {total.messages} messages, {total.socket_bytes / 1e6:.2f} MB through the sockets, "
-            f"{total.shared_bytes / 1e6:.1f} MB handed on as {total.descriptors} sealed memfd descriptors")
+            f"{total.shared_bytes / 1e6:.1f} MB in sealed memfds and {total.device_bytes / 1e6:.1f} MB in device "
+            f"allocations handed on as {total.descriptors} descriptors")
 
 
 def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend: str, res: EvalResult,
@@ -645,9 +649,9 @@ def _bound_outputs(got: dict, expected_bytes: int) -> None:
     """Outputs holding more bytes than the reference's are wrong whatever they hold; they are not
     passed on (the reference would map what they announce, so a candidate could make it
     populate terabytes), and the trial fails on their structure."""
-    from .shared import Handle
+    from .channel import HANDLES
 
-    held = sum(x.nbytes for x in got["outputs"] if isinstance(x, Handle))
+    held = sum(x.nbytes for x in got["outputs"] if isinstance(x, HANDLES))
     if held > expected_bytes:
         got["checks"].append(("incorrect", f"the outputs hold {held} bytes, the reference's {expected_bytes}"))
         got["outputs"] = [None] * len(got["outputs"])

@@ -158,9 +158,8 @@ def _close_quietly(fd: int) -> None:
 
 
 @dataclass
-class Handle:
-    """A tensor in a sealed memfd that this process holds by descriptor: forwarded as is by
-    the parent (which never maps it), mapped read-only by a child (`tensor`)."""
+class Passed:
+    """A tensor that this process holds by a received descriptor (`offset` bytes into it)."""
 
     fd: _Fd
     dtype: str
@@ -175,6 +174,11 @@ class Handle:
         for x in self.shape:
             n *= x
         return n * dtype_of(self.dtype).itemsize
+
+
+class Handle(Passed):
+    """A tensor in a sealed memfd: forwarded as is by the parent (which never maps it), mapped
+    read-only by a child (`tensor`)."""
 
     def check(self) -> None:
         """Refuse anything but a sealed memfd covering this tensor (a hostile sender's socket,

@@ -108,6 +108,8 @@ def setup_process(options: dict, backend: str) -> str:
         torch.cuda.init()
         torch.cuda.set_device(0)
         device = "cuda"
+        if os.environ.get("KW_DEVICE_SHARE") != "0":
+            channel.share_device_tensors()  # trial tensors stay on the device (sandbox.device_share)
     global LOCK
     if options.get("_lock_dir"):
         LOCK = DeviceLock(device_lock_name(device), options["_lock_dir"])

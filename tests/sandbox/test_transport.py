@@ -43,13 +43,13 @@ def test_the_parent_forwards_handles_without_mapping_them():
     assert torch.equal(got, x)
 
 
-def _send_fd(sock, fd: int, nbytes: int) -> None:
+def _send_fd(sock, fd: int, nbytes: int, kind: str = "__shared__") -> None:
     """A hand-made message announcing a float32 tensor of `nbytes` in descriptor `fd`."""
     import array
     import json
     import socket
 
-    tree = {"__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], "__shared__": 0, "offset": 0}}}
+    tree = {"__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], kind: 0, "offset": 0}}}
     header = json.dumps(tree).encode()
     sock.sendmsg([len(header).to_bytes(channel.HEADER, "little") + header],
                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
@@ -70,6 +70,20 @@ def test_an_unsealed_memfd_a_pipe_or_a_short_memfd_is_refused():
     _send_fd(b, unsealed, 1 << 20)
     with pytest.raises(shared.BadHandle, match="does not hold"):
         channel.recv(a, timeout=10)
+
+
+def test_a_pipe_or_a_memfd_announced_as_a_device_allocation_is_refused_without_cuda():
+    """The parent has no CUDA: its check of a device descriptor refuses what is plainly not one."""
+    a, b = channel.socketpair()
+    r, _w = os.pipe()
+    _send_fd(b, r, 1 << 16, "__device__")
+    with pytest.raises(shared.BadHandle, match="socket, pipe or file"):
+        channel.recv(a, timeout=10)
+    fd, _ = shared.pack([torch.ones(1 << 16)])
+    _send_fd(b, fd, 1 << 18, "__device__")
+    with pytest.raises(shared.BadHandle, match="socket, pipe or file"):
+        channel.recv(a, timeout=10)
+    os.close(fd)
 
 
 def test_a_sealed_memfd_cannot_be_written_or_remapped_writable():
@@ -105,10 +119,11 @@ def test_task_too_large_for_the_host_is_a_clear_error():
         shared.require_host(1 << 62, "one trial")
 
 
-def _traffic(res) -> tuple[float, float]:
+def _traffic(res) -> tuple[float, float, float]:
+    """(MB through the sockets, MB in sealed memfds, MB in device allocations) of the finding."""
     line = next(f for f in res.audit.findings if f.startswith("transport:"))
-    m = re.search(r"([\d.]+) MB through the sockets, ([\d.]+) MB handed on", line)
-    return float(m.group(1)), float(m.group(2))
+    m = re.search(r"([\d.]+) MB through the sockets, ([\d.]+) MB in sealed memfds and ([\d.]+) MB in device", line)
+    return float(m.group(1)), float(m.group(2)), float(m.group(3))
 
 
 def test_socket_bytes_per_evaluation_stay_small_whatever_the_tensor_size():
@@ -117,8 +132,8 @@ def test_socket_bytes_per_evaluation_stay_small_whatever_the_tensor_size():
     opts = EvalOptions(backend="cpu", cpu_threads=1, timing_budget_s=0.1, timing_rounds=3, compile_baseline=False)
     res = evaluate(softmax_task(1024, 1024), softmax_candidate(0, "cpu"), opts)
     assert res.status.value == "ok", res.reasons
-    through, handed = _traffic(res)
-    assert through < 1.0 and handed > 40.0
+    through, handed, on_device = _traffic(res)
+    assert through < 1.0 and handed > 40.0 and on_device == 0.0
 
 
 def test_a_child_under_a_file_size_limit_sends_tensors_larger_than_it_in_a_memfd_of_the_parent():
