@@ -215,15 +215,16 @@ class DeviceHandle(Passed):
     CUDA), copied onto the receiver's device by a child (`tensor`)."""
 
     def check(self) -> None:
-        """The parent's check, without CUDA: a descriptor that is not a memfd, pipe, socket or
-        regular file (those are refused), at an aligned offset. The driver checks the rest."""
+        """The parent's check, without CUDA: a character device's descriptor (what NVIDIA's
+        driver exports: one of /dev/nvidiactl) at an aligned offset; a socket, pipe, memfd or
+        file is refused here, anything else by the driver at import."""
         import stat
 
         try:
             st = os.fstat(self.fd.fd)
         except OSError as exc:
             raise BadHandle(f"a passed device descriptor is not open ({exc.strerror})") from None
-        if stat.S_ISSOCK(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        if not stat.S_ISCHR(st.st_mode):
             raise BadHandle("a passed device descriptor is a socket, pipe or file, not a CUDA allocation")
         if self.offset < 0 or self.offset % ALIGN:
             raise BadHandle(f"a passed device tensor at offset {self.offset} is not aligned")
