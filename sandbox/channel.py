@@ -144,7 +144,10 @@ class _Outgoing:
             self.device_bytes += h.nbytes
         else:
             self.shared_bytes += h.nbytes
-        return {"dtype": h.dtype, "shape": list(h.shape), kind: self.fd_index(h.fd.fd), "offset": h.offset}
+        spec = {"dtype": h.dtype, "shape": list(h.shape), kind: self.fd_index(h.fd.fd), "offset": h.offset}
+        if isinstance(h, device_share.DeviceHandle):
+            spec["size"] = h.size
+        return spec
 
     def finish(self, alloc: Any) -> list[int]:
         """Export the large CUDA tensors into one device allocation and pack the other large
@@ -154,7 +157,7 @@ class _Outgoing:
         try:
             if self.to_export:
                 try:
-                    fd, offsets = device_share.export([t for t, _ in self.to_export])
+                    fd, offsets, size = device_share.export([t for t, _ in self.to_export])
                 except device_share.DeviceShareError:
                     for t, spec in self.to_export:
                         del spec["__device__"]
@@ -163,6 +166,8 @@ class _Outgoing:
                 else:
                     own.append(fd)
                     self._place(self.to_export, "__device__", fd, offsets)
+                    for _, spec in self.to_export:
+                        spec["size"] = size
                     self.device_bytes += sum(t.numel() * t.element_size() for t, _ in self.to_export)
             if self.to_pack:
                 fd, offsets = shared.pack([t for t, _ in self.to_pack], alloc)
@@ -418,8 +423,11 @@ def _read_body(sock: socket.socket, tree: Any, raw_fds: list[int], size: int, de
         if not 0 <= index < len(fds):
             raise ValueError("malformed message: descriptor index")
         _shape(spec)
-        cls = device_share.DeviceHandle if kind == "__device__" else shared.Handle
-        h = cls(fds[index], spec["dtype"], [int(x) for x in spec["shape"]], int(spec.get("offset", 0)))
+        shape, offset = [int(x) for x in spec["shape"]], int(spec.get("offset", 0))
+        if kind == "__device__":
+            h: Any = device_share.DeviceHandle(fds[index], spec["dtype"], shape, offset, int(spec.get("size", 0)))
+        else:
+            h = shared.Handle(fds[index], spec["dtype"], shape, offset)
         h.check()
         if kind == "__device__":
             device_bytes += h.nbytes

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from .shared import BadHandle, Passed
@@ -179,9 +180,10 @@ def _copy(dst: int, src: int, nbytes: int) -> None:
         _call("cuMemcpyDtoDAsync_v2", dst, src, nbytes, ctypes.c_void_p(stream.cuda_stream))
 
 
-def export(tensors: list[Any]) -> tuple[int, list[int]]:
+def export(tensors: list[Any]) -> tuple[int, list[int], int]:
     """Copy the device tensors into one new allocation, each at an ALIGN-ed offset, and return
-    (a POSIX descriptor of the allocation, the offsets). This process keeps no handle and no
+    (a POSIX descriptor of the allocation, the offsets, the allocation's size: a receiver maps
+    the whole allocation, the driver maps no part of one). This process keeps no handle and no
     mapping of it: the allocation lives while a descriptor or an importer's handle does.
     Raises DeviceShareError (e.g. out of device memory: code `_OUT_OF_MEMORY`)."""
     import torch
@@ -207,12 +209,15 @@ def export(tensors: list[Any]) -> tuple[int, list[int]]:
         _call("cuMemExportToShareableHandle", ctypes.byref(fd), handle.value, _HANDLE_TYPE_POSIX_FD, 0)
     finally:
         _call("cuMemRelease", handle.value)
-    return fd.value, offsets
+    return fd.value, offsets, size
 
 
+@dataclass
 class DeviceHandle(Passed):
-    """A tensor in an exported CUDA allocation: forwarded as is by the parent (which has no
-    CUDA), copied onto the receiver's device by a child (`tensor`)."""
+    """A tensor in an exported CUDA allocation of `size` bytes: forwarded as is by the parent
+    (which has no CUDA), copied onto the receiver's device by a child (`tensor`)."""
+
+    size: int = 0
 
     def check(self) -> None:
         """The parent's check, without CUDA: a character device's descriptor (what NVIDIA's
@@ -228,10 +233,13 @@ class DeviceHandle(Passed):
             raise BadHandle("a passed device descriptor is a socket, pipe or file, not a CUDA allocation")
         if self.offset < 0 or self.offset % ALIGN:
             raise BadHandle(f"a passed device tensor at offset {self.offset} is not aligned")
+        if self.offset + self.nbytes > self.size:
+            raise BadHandle(f"a passed CUDA allocation of {self.size} bytes does not hold {self.nbytes} bytes at {self.offset}")
 
     def tensor(self) -> Any:
-        """A private device copy of the tensor: import, map the bytes up to its end, copy, unmap.
-        An allocation smaller than that fails to map (BadHandle), never reads past its end."""
+        """A private device copy of the tensor: import, map the allocation (of the size its
+        message announces), copy the tensor's bytes, unmap. An allocation of another size fails
+        to map (BadHandle): nothing past its end is read."""
         import torch
 
         from .channel import dtype_of
@@ -247,7 +255,7 @@ class DeviceHandle(Passed):
                 raise BadHandle(f"a passed device descriptor is not a CUDA allocation ({exc})") from None
             try:
                 try:
-                    mapping = _Mapping(handle.value, _rounded(self.offset + self.nbytes, _granularity(device)), device)
+                    mapping = _Mapping(handle.value, self.size, device)
                 except DeviceShareError as exc:
                     raise BadHandle(f"a passed CUDA allocation does not hold {self.nbytes} bytes at {self.offset} ({exc})") from None
                 try:

@@ -19,7 +19,7 @@ import torch
 
 from sandbox import channel, device_share, evaluate, shared
 from sandbox.options import EvalOptions
-from sandbox.workloads import softmax_candidate, softmax_task
+from sandbox.workloads import linear_relu_candidate, linear_relu_task, softmax_candidate, softmax_task
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
 
@@ -35,7 +35,7 @@ def _share():
 
 def test_a_device_tensor_arrives_as_a_private_copy_on_the_device():
     a, b = channel.socketpair()
-    x = torch.randn(512, 513, device="cuda")
+    x = torch.randn(4096, 2049, device="cuda")  # several granules: the receiver maps the whole allocation
     y = torch.arange(1 << 15, device="cuda", dtype=torch.int64)
     sent = channel.Traffic()
     channel.send(b, {"x": x, "y": y}, sent)
@@ -72,8 +72,9 @@ def test_the_parent_forwards_device_handles_without_cuda():
 
 
 def _announce(sock, fd: int, nbytes: int) -> None:
-    """A hand-made message announcing a float32 device tensor of `nbytes` in descriptor `fd`."""
-    tree = {"__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], "__device__": 0, "offset": 0}}}
+    """A hand-made message announcing a float32 device tensor of `nbytes` in descriptor `fd`,
+    an allocation of as many bytes."""
+    tree = {"__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], "__device__": 0, "offset": 0, "size": nbytes}}}
     header = json.dumps(tree).encode()
     sock.sendmsg([len(header).to_bytes(channel.HEADER, "little") + header],
                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
@@ -90,11 +91,18 @@ def test_a_pipe_a_memfd_or_a_short_allocation_is_refused():
     os.close(fd)
     with pytest.raises(shared.BadHandle, match="socket, pipe or file|not a CUDA allocation"):
         channel.recv(a, timeout=10, map=True)
-    fd, _ = device_share.export([torch.ones(1 << 16, device="cuda")])  # one granule (2 MB on current GPUs)
+    fd, _, size = device_share.export([torch.ones(1 << 16, device="cuda")])  # one granule (2 MB on current GPUs)
     _announce(b, fd, 64 << 20)
     os.close(fd)
     with pytest.raises(shared.BadHandle, match="does not hold"):
         channel.recv(a, timeout=10, map=True)
+    fd, _, size = device_share.export([torch.ones(1 << 16, device="cuda")])
+    tree = {"__dict__": {"x": {"dtype": "float32", "shape": [size // 2], "__device__": 0, "offset": 0, "size": size}}}
+    header = json.dumps(tree).encode()  # a tensor larger than the allocation it claims to lie in
+    b.sendmsg([len(header).to_bytes(channel.HEADER, "little") + header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    os.close(fd)
+    with pytest.raises(shared.BadHandle, match="does not hold"):
+        channel.recv(a, timeout=10)
 
 
 def test_exports_and_imports_leak_no_device_memory():
@@ -119,11 +127,19 @@ def _traffic(res) -> tuple[float, float]:
     return float(m.group(1)), float(m.group(2))
 
 
+CASES = {
+    "softmax": lambda: (softmax_task(1024, 1024), softmax_candidate(0, "cuda")),
+    # several tensors of several granules in one message (inputs; the reinit trial's weights)
+    "linear": lambda: (linear_relu_task(1024, 2048, 2048), linear_relu_candidate("cuda")),
+}
+
+
 @pytest.mark.parametrize("share", ["1", "0"])
-def test_a_cuda_evaluation_keeps_its_trial_tensors_on_the_device(share, monkeypatch, cache_dir):
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_cuda_evaluation_keeps_its_trial_tensors_on_the_device(case, share, monkeypatch, cache_dir):
     monkeypatch.setenv("KERNELWRIGHT_DEVICE_SHARE", share)
     opts = EvalOptions(backend="cuda", compile_baseline=False, timing_budget_s=0.1, timing_rounds=3, cache_dir=cache_dir)
-    res = evaluate(softmax_task(1024, 1024), softmax_candidate(0, "cuda"), opts)
+    res = evaluate(*CASES[case](), opts)
     assert res.status.value == "ok", res.reasons
     memfd_mb, device_mb = _traffic(res)
     if share == "1":

@@ -49,7 +49,7 @@ def _send_fd(sock, fd: int, nbytes: int, kind: str = "__shared__") -> None:
     import json
     import socket
 
-    tree = {"__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], kind: 0, "offset": 0}}}
+    tree = {"__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], kind: 0, "offset": 0, "size": nbytes}}}
     header = json.dumps(tree).encode()
     sock.sendmsg([len(header).to_bytes(channel.HEADER, "little") + header],
                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
