@@ -3,7 +3,7 @@ who may connect, what arrives, and that permission is re-checked for every messa
 
 from __future__ import annotations
 
-import asyncio
+import json
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -12,8 +12,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from webapp.jobs import services
-from webapp.jobs.consumers import CLOSE_FORBIDDEN, RECHECK_TTL_S
+from webapp.jobs.consumers import CLOSE_FORBIDDEN
 from webapp.jobs.models import Job
+from webapp.jobs.notifications import MAX_UPDATE_BYTES, JobNotification, Kind
 from webapp.jobs.sample_trajectory import SOFTMAX_TASK, build
 from webapp.jobs.turns import group_by_turn
 
@@ -65,7 +66,11 @@ def test_the_owner_receives_turn_and_step_notifications(job, owner):
             events = group_by_turn(build(turns=1)["events"])[1]
             await sync_to_async(services.store_turn)(job, 1, events)
             note = await comm.receive_json_from(timeout=5)
+            update = note.pop("update")
             assert note == {"kind": "turn.ready", "job_id": job.pk, "turn": 1, "step": "", "state": "", "reason": ""}
+            # the notice carries the stored turn, rendered: the page shows it without a fetch
+            assert update["last_index"] == 1 and 'id="turn-1"' in update["html"] and 'id="turn-0"' not in update["html"]
+            assert update["live"]["state"] == "running" and update["charts"] is not None
             await sync_to_async(services.set_step)(job.pk, "checking correctness 3/5")
             note = await comm.receive_json_from(timeout=5)
             assert note["kind"] == "job.step" and note["step"] == "checking correctness 3/5"
@@ -131,13 +136,41 @@ def test_a_revoked_share_link_closes_the_socket_at_the_next_message(job):
         connected, _ = await comm.connect(timeout=5)
         assert connected
         await sync_to_async(services.revoke_share_link)(job)
-        await asyncio.sleep(RECHECK_TTL_S + 0.1)  # the consumer's access cache lives this long
         await sync_to_async(services.set_step)(job.pk, "timing")
         output = await comm.receive_output(timeout=5)
         assert output == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
         await comm.disconnect()
 
     run(scenario())
+
+
+def test_a_turn_never_reaches_a_socket_whose_link_was_revoked_before_it_was_stored(job):
+    """The notice carries the turn's content: access is read again after each notice arrives,
+    so a link revoked before the turn was stored closes the socket instead of showing the turn."""
+    token = services.create_share_link(job)
+    comm = communicator(job.pk, query=f"share={token}")
+    turn = group_by_turn(build(turns=2)["events"])
+
+    async def scenario():
+        connected, _ = await comm.connect(timeout=5)
+        assert connected
+        await sync_to_async(services.store_turn)(job, 0, turn[0])
+        assert (await comm.receive_json_from(timeout=5))["turn"] == 0  # allowed: the turn arrives
+        await sync_to_async(services.revoke_share_link)(job)
+        await sync_to_async(services.store_turn)(job, 1, turn[1])
+        output = await comm.receive_output(timeout=5)
+        assert output == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
+        await comm.disconnect()
+
+    run(scenario())
+
+
+def test_an_update_too_big_to_push_leaves_the_fetch_to_the_page():
+    huge = {"html": "x" * (MAX_UPDATE_BYTES + 1), "last_index": 3, "live": {}, "totals": {}, "charts": None}
+    message = JobNotification(Kind.TURN_READY, 7, turn=3, update=huge).to_message()
+    assert json.loads(message["text"]) == {"kind": "turn.ready", "job_id": 7, "turn": 3, "step": "", "state": "", "reason": ""}
+    small = JobNotification(Kind.TURN_READY, 7, turn=3, update=huge | {"html": "<article>"}).to_message()
+    assert json.loads(small["text"])["update"]["html"] == "<article>"
 
 
 def test_a_viewer_misses_nothing_by_fetching_after_reconnect(job, owner):

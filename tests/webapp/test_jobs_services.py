@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -131,7 +132,9 @@ def test_store_turn_announces_after_the_commit(owner):
     services.store_turn(job, 1, events)
     messages = [m for m in _drain(layer, channel) if m["job_id"] == job.pk]
     assert [(m["type"], m["turn"]) for m in messages] == [("turn.ready", 1)]
-    assert "events" not in messages[0]  # notifications stay small: the page fetches the turn
+    assert "events" not in messages[0]  # the turn travels rendered, never as the model's raw events
+    note = json.loads(messages[0]["text"])  # what the browser receives
+    assert note["turn"] == 1 and 'id="turn-1"' in note["update"]["html"] and note["update"]["last_index"] == 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,34 +1,33 @@
-"""The websocket of one job: small notifications to viewers who may see it, nothing else.
+"""The websocket of one job: notifications (a stored turn with its rendered update, a step, a
+state) to viewers who may see the job, nothing else.
 
 Permission is checked on connect (owner, staff, public job, or the share token in the query
-string) and again before forwarding each group message, because a job can turn private or
-its share link be revoked while a viewer is connected. A viewer that lost permission is closed.
+string) and again before forwarding each group message, because a job can turn private or its
+share link be revoked while a viewer is connected. A viewer that lost permission is closed
+before the message, which may hold the turn's content, reaches it.
 
-The re-check reads the job's access fields through a per-process cache that lives for
-RECHECK_TTL_S: with 50 viewers of one job, one query per notification instead of 50 (Channels
-runs them one after another on its single database thread). A revoked link or a job made
-private therefore closes sockets within that time; the HTTP fetch that follows each
-notification checks permission again without any cache.
+The re-check reads the job's access fields once per notice and process, after the notice
+arrived (keyed by the notice's `serial`): with fifty viewers of one job, one query per
+notification instead of fifty (Channels runs them one after another on its single database
+thread), and a change of access committed before a turn was announced is always seen.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from webapp.jobs.models import Job
-from webapp.jobs.notifications import JobNotification, group_name
+from webapp.jobs.notifications import group_name
 from webapp.jobs.permissions import can_view
 
 CLOSE_FORBIDDEN = 4403
-RECHECK_TTL_S = 1.0
 ACCESS_FIELDS = ("id", "owner_id", "visibility", "gallery", "share_token")
 
-_access_cache: dict[int, tuple[float, Job | None]] = {}
+_access_cache: dict[int, tuple[str, Job | None]] = {}  # job id -> (the notice it was read for, the job)
 _access_locks: dict[int, asyncio.Lock] = {}
 
 
@@ -37,19 +36,20 @@ def _load_access(job_id: int) -> Job | None:
     return Job.objects.filter(pk=job_id).only(*ACCESS_FIELDS).first()
 
 
-async def job_access(job_id: int, fresh: bool = False) -> Job | None:
-    """The job's access fields, at most RECHECK_TTL_S old (fresh=True: read now)."""
-    now = time.monotonic()
+async def job_access(job_id: int, serial: str | None = None) -> Job | None:
+    """The job's access fields, read after notice `serial` arrived (once for every socket of
+    this process); without a serial (a connect), read now."""
     hit = _access_cache.get(job_id)
-    if not fresh and hit is not None and now - hit[0] < RECHECK_TTL_S:
+    if serial is not None and hit is not None and hit[0] == serial:
         return hit[1]
     lock = _access_locks.setdefault(job_id, asyncio.Lock())
     async with lock:
         hit = _access_cache.get(job_id)
-        if not fresh and hit is not None and time.monotonic() - hit[0] < RECHECK_TTL_S:
+        if serial is not None and hit is not None and hit[0] == serial:
             return hit[1]
         job = await _load_access(job_id)
-        _access_cache[job_id] = (time.monotonic(), job)
+        if serial is not None:
+            _access_cache[job_id] = (serial, job)
         return job
 
 
@@ -59,7 +59,7 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         query = parse_qs((self.scope.get("query_string") or b"").decode())
         self.share_token = (query.get("share") or [None])[0]
         self.joined = False
-        if not await self._allowed(fresh=True):
+        if not await self._allowed():
             await self.close(code=CLOSE_FORBIDDEN)
             return
         await self.channel_layer.group_add(group_name(self.job_id), self.channel_name)
@@ -75,15 +75,16 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
         if isinstance(content, dict) and content.get("kind") == "ping":
             await self.send_json({"kind": "pong"})
 
-    async def _allowed(self, fresh: bool = False) -> bool:
-        job = await job_access(self.job_id, fresh=fresh)
+    async def _allowed(self, serial: str | None = None) -> bool:
+        job = await job_access(self.job_id, serial)
         return job is not None and can_view(self.scope.get("user"), job, self.share_token)
 
     async def _forward(self, message: dict) -> None:
-        if not await self._allowed():
+        """The notice's client text as encoded once by the announcer (notifications.to_message)."""
+        if not await self._allowed(message["serial"]):
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        await self.send_json(JobNotification.from_message(message).to_client())
+        await self.send(text_data=message["text"])
 
     # One handler per notifications.Kind.
     async def turn_ready(self, message: dict) -> None:

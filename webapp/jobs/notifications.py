@@ -1,7 +1,15 @@
-"""The small messages pushed to a job's websocket viewers, built in one place.
+"""The messages pushed to a job's websocket viewers, built in one place.
 
-The channel layer delivers at most once and drops big messages, so a message only says what
-changed ("turn 4 is stored", "now timing", "finished"); the page fetches the data over HTTP.
+A message says what changed ("turn 4 is stored", "now timing", "finished"). A "turn ready"
+notice also carries the update a page needs to show that turn (webapp.jobs.live.update since the
+turn before: its escaped HTML, the state, totals, charts), built once where the turn was stored,
+so fifty viewers need no fetch; an update over MAX_UPDATE_BYTES is left out and pages fetch it.
+The channel layer delivers at most once: a page that missed a notice asks GET /updates/ for
+every stored turn after its last one (on every reconnect, and when a pushed turn leaves a gap).
+
+The channel-layer message holds the client's JSON text already encoded (`text`), so a web
+process forwards it to each of its sockets without encoding it again, and a `serial` per
+notice, by which the consumer reads the job's access fields once per notice and process.
 `JobConsumer` has one handler per `Kind` (Channels maps "turn.ready" to `turn_ready`).
 """
 
@@ -10,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import json
 import logging
 import os
 import threading
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -29,6 +39,9 @@ def group_name(job_id: int) -> str:
     return f"job-{job_id}"
 
 
+MAX_UPDATE_BYTES = 256 * 1024  # a bigger update (a turn with huge diffs) is fetched, not pushed
+
+
 @dataclass
 class JobNotification:
     kind: Kind
@@ -37,25 +50,27 @@ class JobNotification:
     step: str = ""  # STEP: what the worker is doing now
     state: str = ""  # STATE: the job's new state
     reason: str = ""
-
-    def to_message(self) -> dict[str, Any]:
-        """The channel-layer message: `type` selects the consumer's handler."""
-        body = dataclasses.asdict(self)
-        body["kind"] = self.kind.value
-        return {"type": self.kind.value, **body}
-
-    @classmethod
-    def from_message(cls, message: dict[str, Any]) -> JobNotification:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        data = {k: v for k, v in message.items() if k in fields}
-        data["kind"] = Kind(data["kind"])
-        return cls(**data)
+    update: dict[str, Any] | None = None  # TURN_READY: webapp.jobs.live.update(job, since=turn - 1)
+    serial: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def to_client(self) -> dict[str, Any]:
-        """What the browser receives (the same fields, without Channels' `type`)."""
+        """What the browser receives: the fields without the serial (`update` only when there is one)."""
         body = dataclasses.asdict(self)
         body["kind"] = self.kind.value
+        del body["serial"]
+        if body["update"] is None:
+            del body["update"]
         return body
+
+    def to_message(self) -> dict[str, Any]:
+        """The channel-layer message: `type` selects the consumer's handler, `text` is what the
+        browser receives, sent as is; the small fields stay readable beside it."""
+        client = self.to_client()
+        text = json.dumps(client, ensure_ascii=False, separators=(",", ":"))
+        if self.update is not None and len(text.encode()) > MAX_UPDATE_BYTES:
+            return dataclasses.replace(self, update=None).to_message()
+        client.pop("update", None)
+        return {"type": self.kind.value, **client, "serial": self.serial, "text": text}
 
 
 class _Announcer:

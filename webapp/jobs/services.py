@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from agent.loop import MAX_TURNS_LIMIT
 from sandbox.options import BACKENDS, PRECISIONS, PRESETS, TORCH_OPS
-from webapp.jobs import permissions
+from webapp.jobs import live, permissions
 from webapp.jobs.models import Artifact, Job, Turn, task_hash
 from webapp.jobs.notifications import JobNotification, Kind, announce
 from webapp.jobs.task_check import check_task_source
@@ -183,20 +183,20 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]], attempt: int 
         _apply_best(job, s.best, events)
     if s.finished is not None and s.finished.get("best_version") is None:
         clear_best(job)  # the run ended without a verified candidate (its best failed the confirmation)
-    # rendered before it is announced: fifty viewers then fetch it from the cache, none waits for a render
-    transaction.on_commit(lambda: warm_turn_html(turn))
-    _after_commit(JobNotification(Kind.TURN_READY, job.pk, turn=index))
+    transaction.on_commit(lambda: announce_turn(job.pk, index))
     return turn
 
 
-def warm_turn_html(turn: Turn) -> None:
-    """Render the turn once now, so that viewers (with a shared cache) never wait for it."""
-    from webapp.jobs.turn_html import turn_html
-
+def announce_turn(job_id: int, index: int) -> None:
+    """After the commit: the notice carries the update since the turn before (rendered here once,
+    and cached for the pages), so viewers that have every earlier turn need no fetch. Should it
+    fail, the bare notice goes out and the pages fetch the turn from the database."""
+    update = None
     try:
-        turn_html(turn)
-    except Exception:  # noqa: BLE001 - rendering happens again on demand; never fail a store for it
-        logger.exception("could not pre-render turn %s of job %s", turn.index, turn.job_id)
+        update = live.update(Job.objects.get(pk=job_id), since=index - 1)
+    except Exception:  # noqa: BLE001 - the pages fetch it instead; never fail a store for it
+        logger.exception("could not build the update of turn %s of job %s", index, job_id)
+    announce(JobNotification(Kind.TURN_READY, job_id, turn=index, update=update))
 
 
 def best_evaluation(events: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -14,16 +14,17 @@ import json
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
-from django.db.models import Count, Sum
+from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from webapp.jobs import charts, services
+from webapp.jobs import charts, live, services
 from webapp.jobs.importer import MAX_IMPORT_BYTES, ImportRefused, import_trajectory
-from webapp.jobs.models import Job, Turn
+from webapp.jobs.live import failure_reason, head_key, live_state, totals, turn_summaries, turns_after
+from webapp.jobs.models import Job
 from webapp.jobs.module_wrapper import (
     MAX_EXPORTED_BYTES,
     SpecError,
@@ -34,7 +35,7 @@ from webapp.jobs.module_wrapper import (
     task_from_module,
 )
 from webapp.jobs.permissions import can_change, visible_jobs
-from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source, error_that_matters
+from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
 from webapp.jobs.turn_html import turn_html, turns_html
 from webapp.jobs.views.access import LoginNeeded, changeable_job, login_redirect, share_token, viewable_job
 
@@ -212,41 +213,6 @@ def check_exported(upload) -> dict:
 
 
 # -- the job page (live + trajectory viewer) -------------------------------------------------
-def _turns(job: Job, since: int = -1) -> list[Turn]:
-    return list(job.turns.filter(index__gt=since).order_by("index"))
-
-
-def _turn_summaries(job: Job) -> list[Turn]:
-    """Turns without their events: enough for the timeline and the charts."""
-    return list(job.turns.defer("events", "evaluation").order_by("index"))
-
-
-def _totals(job: Job) -> dict:
-    t = job.turns.aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"), cost=Sum("cost_usd"))
-    return {"prompt_tokens": t["prompt"] or 0, "completion_tokens": t["completion"] or 0, "cost_usd": t["cost"] or 0.0}
-
-
-def _live_state(job: Job) -> dict:
-    return {
-        "state": job.state,
-        "step": job.step,
-        "reason": failure_reason(job),
-        "started_at": job.started_at.isoformat() if job.started_at else None,
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-        "best_reward": job.best_reward,
-        "best_speedup_eager": job.best_speedup_eager,
-        "best_speedup_compile": job.best_speedup_compile,
-        "result": result.to_dict() if (result := job.result()) else None,
-        "cancel_requested": job.cancel_requested,
-        "head_key": head_key(job),
-    }
-
-
-def head_key(job: Job) -> str:
-    """What the header, actions and best card show: when it changes, the page fetches them again."""
-    return f"{job.state}|{job.best_version}|{job.best_reward}|{job.best_speedup_eager}|{job.best_confirmed}|{job.cancel_requested}"
-
-
 def fmt_elapsed(job: Job) -> str:
     if not job.started_at:
         return ""
@@ -255,36 +221,6 @@ def fmt_elapsed(job: Job) -> str:
     s = max(0, round(((job.finished_at or timezone.now()) - job.started_at).total_seconds()))
     h, m, sec = s // 3600, s % 3600 // 60, s % 60
     return (f"{h}h " if h else "") + (f"{m}m " if h or m else "") + f"{sec}s"
-
-
-# -- a failed job's reason, said first ------------------------------------------------------------
-NO_CANDIDATE = "no correct candidate found ("  # the runner's words when none passed (runner._finish_from_trajectory)
-UNSAID = ("", "no verified candidate")  # a summary that says no more than NO_CANDIDATE (agent.loop's default)
-
-
-def failure_reason(job: Job) -> str:
-    """The header's line under the state, in one line. A failed job's stored reason may only say
-    that nothing passed ("no correct candidate found (the policy finished)") or be a traceback;
-    the line leads with what went wrong instead: the policy's closing words (the run's summary),
-    else the last failed evaluation's first reason, a traceback cut to its root cause
-    (agent.module_task.error_that_matters), with the budget that ended the run when one did."""
-    reason = error_that_matters(job.reason)
-    if job.state != Job.State.FAILED or not reason.startswith(NO_CANDIDATE):
-        return reason
-    why = error_that_matters(job.summary) if job.summary.strip() not in UNSAID else ""
-    why = why or last_evaluation_reason(job)
-    if not why:
-        return reason
-    ended = reason.removeprefix(NO_CANDIDATE).rstrip(")")
-    return why if ended in ("", "the policy finished", "run ended") else f"{why} ({ended})"
-
-
-def last_evaluation_reason(job: Job) -> str:
-    """The first reason of the newest evaluation that failed, in one line ("" when none did)."""
-    for evaluation in job.turns.exclude(evaluation=None).order_by("-index").values_list("evaluation", flat=True):
-        if evaluation.get("status") not in (None, "ok") and evaluation.get("reasons"):
-            return error_that_matters(str(evaluation["reasons"][0]))
-    return ""
 
 
 def _head_context(request, job: Job) -> dict:
@@ -296,7 +232,7 @@ def _head_context(request, job: Job) -> dict:
         "elapsed": fmt_elapsed(job),
         "reason": failure_reason(job),
         "n_turns": job.turns.count(),
-        "totals": _totals(job),
+        "totals": totals(job),
         "share": share_token(request),
         "share_qs": share_qs(request),
         "can_change": can_change(request.user, job),
@@ -310,9 +246,9 @@ FULL_TURNS = 10  # the newest turns rendered in full; older ones load when scrol
 
 @job_view()
 def job_detail(request, job: Job):
-    summaries = _turn_summaries(job)
+    summaries = turn_summaries(job)
     older = summaries[:-FULL_TURNS]
-    turns = _turns(job, since=older[-1].index) if older else _turns(job)
+    turns = turns_after(job, since=older[-1].index) if older else turns_after(job)
     stubs = render_to_string("jobs/_turn_stubs.html", {"turns": older}) if older else ""
     qs = share_qs(request)
     ws_path = f"/ws/jobs/{job.pk}/" + qs
@@ -323,7 +259,7 @@ def job_detail(request, job: Job):
         "head_url": reverse("jobs:head", args=[job.pk]),
         "share": share_token(request),
         "last_index": turns[-1].index if turns else -1,
-        "live": _live_state(job),
+        "live": live_state(job),
         "charts": charts.job_charts(job, summaries),
     }
     context = {
@@ -338,10 +274,10 @@ def job_detail(request, job: Job):
 
 @job_view()
 def job_updates(request, job: Job):
-    """What a live page missed since turn `since`: escaped HTML of the new turns, the job's state
-    and fresh chart data. Called after every notification and after every reconnect. Fifty
-    viewers of one job ask the same question at the same moment, so the answer is cached per
-    (job, since, job.updated_at): every change viewers can see moves updated_at."""
+    """What a live page missed since turn `since` (webapp.jobs.live.update): asked on every
+    (re)connect, on a state change, and when a pushed turn does not follow the page's last one.
+    Viewers asking the same question at the same moment get one computation: the answer is
+    cached per (job, since, job.updated_at), and every change viewers can see moves updated_at."""
     try:
         since = int(request.GET.get("since", -1))
     except ValueError:
@@ -349,14 +285,7 @@ def job_updates(request, job: Job):
     key = f"kw:updates:{job.pk}:{since}:{job.updated_at.timestamp():.6f}"
     body = cache.get(key)
     if body is None:
-        turns = _turns(job, since)
-        body = {
-            "html": str(turns_html(turns)),
-            "last_index": turns[-1].index if turns else since,
-            "live": _live_state(job),
-            "totals": _totals(job),
-            "charts": charts.job_charts(job, _turn_summaries(job)) if turns else None,
-        }
+        body = live.update(job, since)
         cache.set(key, body, 30)
     return JsonResponse(body)
 

@@ -1,7 +1,9 @@
-// The live job page: websocket notifications ("turn 4 stored", "now timing"), then HTTP fetches of
-// what changed. After a reload or a dropped connection it asks for every turn after the last one
-// it has, so a missed notification never loses a turn. Turn HTML comes from the server, rendered
-// by Django with autoescaping; everything this script writes itself goes through textContent.
+// The live job page. A "turn ready" notice on the websocket carries the update that shows the
+// turn (its server-rendered HTML, the state, totals, charts); when it follows the last turn the
+// page has, it is shown at once, with no fetch. Otherwise (a gap, a notice without its update)
+// and after every (re)connect or state change the page asks /updates/ for every turn after the
+// last one it has, so a missed notification never loses a turn. Turn HTML comes from the server,
+// rendered by Django with autoescaping; everything this script writes itself goes through textContent.
 (function () {
   "use strict";
   const config = JSON.parse(document.getElementById("job-config").textContent);
@@ -74,16 +76,41 @@
     tickElapsed();
   }
 
-  function addTicks(fragment) {
-    for (const art of fragment.querySelectorAll("article.turn")) {
-      const a = document.createElement("a");
-      a.href = "#turn-" + art.dataset.index;
-      a.textContent = art.dataset.index;
-      a.className = "tick " + [...art.classList].filter((c) => c.startsWith("r-")).join(" ");
-      if (art.dataset.error === "1") a.classList.add("err");
-      if (art.dataset.improved === "1") a.classList.add("imp");
-      timeline.appendChild(a);
+  // The turn's tick on the timeline, added or (a turn stored again) replaced.
+  function setTick(art) {
+    const a = document.createElement("a");
+    a.href = "#turn-" + art.dataset.index;
+    a.textContent = art.dataset.index;
+    a.className = "tick " + [...art.classList].filter((c) => c.startsWith("r-")).join(" ");
+    if (art.dataset.error === "1") a.classList.add("err");
+    if (art.dataset.improved === "1") a.classList.add("imp");
+    const old = timeline.querySelector('a.tick[href="#turn-' + art.dataset.index + '"]');
+    if (old) old.replaceWith(a); else timeline.appendChild(a);
+  }
+
+  // Shows an update (pushed or fetched): new turns appended, a turn stored again replaced in place.
+  async function applyUpdate(data) {
+    if (data.html) {
+      const tpl = document.createElement("template");
+      tpl.innerHTML = data.html; // server-rendered with Django autoescaping
+      for (const art of tpl.content.querySelectorAll("article.turn")) {
+        setTick(art);
+        const old = document.getElementById(art.id);
+        if (old) old.replaceWith(art);
+      }
+      turnsBox.appendChild(tpl.content);
+      lastIndex = Math.max(lastIndex, data.last_index);
+      $("turn-count").textContent = String(turnsBox.querySelectorAll("article.turn").length);
+      document.body.dataset.lastTurn = String(lastIndex);
+      if (location.hash) { const t = document.querySelector(location.hash); if (t) t.scrollIntoView(); }
     }
+    applyLive(data.live);
+    if (data.totals) {
+      $("tok-total").textContent = String(data.totals.prompt_tokens + data.totals.completion_tokens);
+      $("cost-total").textContent = data.totals.cost_usd.toFixed(4);
+    }
+    drawCharts(data.charts);
+    if (data.live.head_key !== $("job-head").dataset.headKey) await refreshHead();
   }
 
   async function fetchUpdates() {
@@ -96,30 +123,19 @@
         const resp = await fetch(config.updates_url + "?" + params, { credentials: "same-origin" });
         if (!resp.ok) break;
         const data = await resp.json();
-        if (data.html && data.last_index > lastIndex) {
-          const tpl = document.createElement("template");
-          tpl.innerHTML = data.html; // server-rendered with Django autoescaping
-          for (const art of tpl.content.querySelectorAll("article.turn")) {
-            const old = document.getElementById(art.id);
-            if (old) old.remove();
-          }
-          addTicks(tpl.content);
-          turnsBox.appendChild(tpl.content);
-          lastIndex = data.last_index;
-          $("turn-count").textContent = String(turnsBox.querySelectorAll("article.turn").length);
-          document.body.dataset.lastTurn = String(lastIndex);
-          if (location.hash) { const t = document.querySelector(location.hash); if (t) t.scrollIntoView(); }
-        }
-        applyLive(data.live);
-        if (data.totals) {
-          $("tok-total").textContent = String(data.totals.prompt_tokens + data.totals.completion_tokens);
-          $("cost-total").textContent = data.totals.cost_usd.toFixed(4);
-        }
-        drawCharts(data.charts);
-        if (data.live.head_key !== $("job-head").dataset.headKey) await refreshHead();
+        if (data.last_index <= lastIndex) data.html = ""; // nothing newer than what the page has
+        await applyUpdate(data);
       } while (again);
     })().finally(() => { fetching = null; });
     return fetching;
+  }
+
+  // A pushed turn is shown when the page has every turn before it (or has it already: stored
+  // again); with a gap, or while a fetch runs, the database says what is missing.
+  function turnReady(note) {
+    if (!note.update || fetching || note.turn > lastIndex + 1) { fetchUpdates(); return; }
+    applyUpdate(note.update);
+    document.body.dataset.pushedTurns = String(Number(document.body.dataset.pushedTurns || 0) + 1);
   }
 
   // The header, the actions (Cancel while it runs; Download, Retry at the end) and the best card
@@ -153,7 +169,8 @@
     };
     socket.onmessage = (msg) => {
       const note = JSON.parse(msg.data);
-      if (note.kind === "turn.ready" || note.kind === "job.state") fetchUpdates();
+      if (note.kind === "turn.ready") turnReady(note);
+      else if (note.kind === "job.state") fetchUpdates();
       else if (note.kind === "job.step") { $("job-step").textContent = note.step; }
     };
     socket.onclose = (ev) => {
