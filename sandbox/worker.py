@@ -246,7 +246,8 @@ def role_reference() -> None:
 def _require_memory(roof: dict, device: str) -> None:
     """A trial holds its inputs and expected outputs here, the candidate's copies of them and its
     outputs (and, on the cpu, the comparison's temporaries): about 2 x inputs + 4 x outputs of host
-    memory on the cpu backend, inputs + outputs of memfds on cuda (one trial at a time)."""
+    memory on the cpu backend; on cuda inputs + outputs of memfds, which is what a message needs
+    when its device export falls back to one (one trial at a time)."""
     from . import shared
 
     i, o, p = roof["input_bytes"], roof["output_bytes"], roof["param_bytes"]
