@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from agent.builtin.cexpr import REDUCE_INIT, c_accumulate, c_float, c_op
 from agent.builtin.fusion import COL, COLGEN, FULL, GEN, ROW, ROWGEN, SCALAR, Group, Plan
 from agent.builtin.graph import REDUCTIONS, Lit, Node, Ref, Scalar, fmt_shape
+from agent.builtin.ownkernels import CPU_SOURCE as OWN_CPU
+from agent.builtin.ownkernels import CUDA_SOURCE as OWN_CUDA
+from agent.builtin.ownkernels import own_call
 
 
 @dataclass
@@ -866,6 +869,8 @@ def generate(plan: Plan, backend: str, configs: dict[str, dict]) -> tuple[str, l
         parts.append("")
         sigs.append(sig)
     parts.append(CUDA_DERIVED if backend == "cuda" else CPU_DERIVED)
+    if any(own_call(st.node, plan.graph) for st in plan.steps if st.kind == "node"):
+        parts.append(OWN_CUDA if backend == "cuda" else OWN_CPU)
     return "\n".join(parts), sigs
 
 

@@ -19,6 +19,7 @@ from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.kernelgen import KernelSig
+from agent.builtin.ownkernels import DENSE_HELPER, emit_lines, own_call
 
 _HELPERS = '''
 
@@ -159,6 +160,7 @@ class _Emitter:
         self.lines: list[str] = []
         self.strided: set[str] = set()  # values that may not be contiguous where they are made
         self.gathers = 0  # strided operands copied to contiguous memory by the kw_gather kernel
+        self.own = 0  # ATen ops computed by kernels of our own (agent.builtin.ownkernels)
         self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
         self.used_params: dict[str, str] = {}  # forward's parameters: graph name -> local variable
@@ -187,7 +189,13 @@ class _Emitter:
         src = a[0].name if a and isinstance(a[0], Ref) else None
         if makes_strided(n, self.strided):
             self.strided.add(n.name)
-        if n.attrs.get("island") or n.op in ISLAND_OPS:
+        own = own_call(n, self.g)
+        if own:
+            self.own += 1
+            self.emit(f"# {n.name}: {n.attrs['target'].split('.')[1]} by our kernel {own['kernel']}")
+            for line in emit_lines(own, v, n.shape, lambda r: self.val(r)):
+                self.emit(line)
+        elif n.attrs.get("island") or n.op in ISLAND_OPS:
             why = str(n.attrs.get("island") or "no generator for this op").replace("\n", " ")
             self.emit(f"# {n.name}: library/ATen call ({why[:150]})")
             self.emit(f"{v} = {self.torch_expr(n)}")
@@ -545,6 +553,8 @@ def _hoistable(plan: Plan) -> set[str]:
             continue
         if any(w in str(n.attrs.get("target", "")) for w in _NOT_CONSTANT):
             continue  # a random draw or uninitialised memory is not a constant
+        if own_call(n, g):
+            continue  # our kernel runs in the forward, where the library and its stream are bound
         if all(r in base or r in ok for r in n.refs()):
             ok.add(n.name)
     islands = {x for x in ok if g.node(x).op in ISLAND_OPS or g.node(x).op == "constant" or g.node(x).attrs.get("island")}
@@ -615,7 +625,7 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     if not init.startswith("    "):
         init = textwrap.indent(textwrap.dedent(init), "    ")
     parts = ['"""' + summary.strip().replace('"""', "'''") + '\n"""', ""]
-    extra = ["import ctypes"] if em.gathers else []
+    extra = ["import ctypes"] if em.gathers or em.own else []
     imports = list(dict.fromkeys(src.get("imports", []) + ["import functools", "import torch", "import torch.nn as nn",
                                                            "import kwrt", *extra]))
     parts += imports
@@ -625,6 +635,8 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     parts.append(_HELPERS)
     if em.gathers:
         parts.append(_CONTIG_HELPER)
+    if em.own:
+        parts.append(DENSE_HELPER)
     if graph:
         parts.append(_GRAPH_HELPERS)
     if guarded:

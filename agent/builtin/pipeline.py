@@ -14,6 +14,7 @@ from agent.builtin.graph import ISLAND_OPS, LIBRARY, Graph, Node, makes_strided
 from agent.builtin.kernelgen import KernelSig, default_config, generate
 from agent.builtin.lower import LoweringError, lower
 from agent.builtin.modelgen import generate_model
+from agent.builtin.ownkernels import own_call
 
 
 class GenerationError(Exception):
@@ -80,9 +81,21 @@ def _has(g: Graph, name: str) -> bool:
 
 
 def library_parts(p: Plan) -> list[Node]:
-    """The plan's nodes that run as library/ATen calls and compute something (not views)."""
+    """The plan's nodes that run as library/ATen calls and compute something (not views); an ATen
+    op that a kernel of our own computes (agent.builtin.ownkernels) is not one."""
     return [st.node for st in p.steps if st.kind == "node" and (st.node.op in ISLAND_OPS or st.node.attrs.get("island")
-                                                                 or st.node.op in LIBRARY)]
+                                                                 or st.node.op in LIBRARY)
+            and not own_call(st.node, p.graph)]
+
+
+def own_parts(p: Plan) -> list[tuple[Node, str]]:
+    """(node, kernel) for each ATen op of the plan that a kernel of our own computes."""
+    out = []
+    for st in p.steps:
+        call = own_call(st.node, p.graph) if st.kind == "node" else None
+        if call:
+            out.append((st.node, call["kernel"]))
+    return out
 
 
 def strided_operands(p: Plan) -> list[tuple[str, str]]:
@@ -103,7 +116,7 @@ def strided_operands(p: Plan) -> list[tuple[str, str]]:
 def build_candidate(g: Graph, meta: dict[str, Any], backend: str, configs: dict[str, dict] | None = None,
                     note: str = "", gemm: str = "cublas", graph: bool = False, torch_ops: str = "forbid") -> Candidate:
     p = make_plan(g)
-    if not p.groups and torch_ops != "allow":
+    if not p.groups and not own_parts(p) and torch_ops != "allow":
         raise GenerationError("after the rewrites nothing is left for a custom kernel (the forward is only library "
                               "GEMM/convolution calls); the default torch-ops policy needs at least one custom kernel")
     cfg = {grp.name: dict(default_config(grp, backend)) for grp in p.groups}

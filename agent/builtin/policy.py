@@ -31,6 +31,7 @@ from agent.builtin.pipeline import (
     build_candidate,
     library_parts,
     make_plan,
+    own_parts,
     strided_operands,
 )
 from agent.builtin.rewrites import Rewrite, all_rewrites
@@ -129,6 +130,7 @@ class BuiltinPolicy(Policy):
         self.notes: list[str] = []
         self.torch_ops = "forbid"
         self.library_parts: list[str] = []  # what stays a library/ATen call in the final plan, and why
+        self.own_parts: list[str] = []  # ATen ops of the final plan that kernels of our own compute
         self.blockers: list[str] = []  # under torch-ops=forbid: what keeps a candidate from being accepted
         self.best_label: str | None = None
         self.failures: list[str] = []  # one line per step that did not give a correct candidate, in order
@@ -208,8 +210,10 @@ class BuiltinPolicy(Policy):
                                      "torch-ops=forbid rejects (the kernelbench preset runs no shape trial)")
         if self.final_plan is not None:
             self.library_parts = [_library_line(n, backend, self.final_plan) for n in library_parts(self.final_plan)]
+            self.own_parts = [f"{n.name}: {n.attrs['target'].split('.')[1]} by our own kernel {k}"
+                              for n, k in own_parts(self.final_plan)]
             self.blockers += _forbid_blockers(self.final_plan)
-            if not self.final_plan.groups:
+            if not self.final_plan.groups and not self.own_parts:
                 self.blockers.append("no custom kernel is left: the forward is only library calls, and torch-ops=forbid "
                                      "needs at least one kernel of the candidate's own")
         if backend == "cuda" and self.final_plan is not None and any(
@@ -380,6 +384,8 @@ class BuiltinPolicy(Policy):
         if self.final_plan is not None:
             for grp in self.final_plan.groups:
                 lines.append(f"  - kernel {grp.name}: fuse [{grp.describe()}] over {grp.full}")
+            for line in self.own_parts:
+                lines.append(f"  - {line} (no fusion: one pass of its own)")
             for line in self.library_parts:
                 lines.append(f"  - {line}")
             for kname, value in strided_operands(self.final_plan):
@@ -434,7 +440,7 @@ class BuiltinPolicy(Policy):
             parts.append(f"{step.title}: our GEMM calls cublasSgemm with cuBLAS's default workspace and heuristics; "
                          "torch.mm reaches cuBLAS (or cuBLASLt) with PyTorch's workspace and its own algorithm choice, "
                          "which is faster for some shapes. The fused epilogue kernels stay the same; the timing decides.\n")
-        elif not cand.plan.groups:
+        elif not cand.plan.groups and not own_parts(cand.plan):
             parts.append(f"{step.title}: nothing in this graph is left for a kernel of our own: the forward is library "
                          "calls only (torch-ops=allow accepts that), so the candidate is the captured graph called op by "
                          "op, without the reference's Python around it.\n")

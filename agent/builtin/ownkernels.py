@@ -1,0 +1,521 @@
+"""Kernels of our own for ATen ops that the fusion generator does not express: pooling, scans,
+arg-reductions, concatenation, flips, cross-entropy and KL divergence.
+
+torch.export keeps these as single ATen ops (`aten.max_pool2d`, `aten.cumsum`, `aten.cat`,
+`aten.cross_entropy_loss`, ...), which the capture stores as `aten` island nodes. Where the
+node's arguments are ones a kernel below handles (float32 data, the options listed per op),
+model_new.py calls our kernel instead of the ATen op, so under torch-ops=forbid the candidate
+computes with its own code; any other form stays the ATen call (an island, a named blocker
+under forbid). Each kernel views its tensor as outer x length x inner around the reduced or
+scanned dim (contiguous memory), so one kernel serves every rank and dim. The sizes are the
+captured ones (an exported graph is specialised), read from the node's shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agent.builtin.graph import Graph, Node, Ref
+
+_POOL = {"max_pool1d": (1, 0), "max_pool2d": (2, 0), "max_pool3d": (3, 0), "avg_pool1d": (1, 1),
+         "avg_pool2d": (2, 1), "avg_pool3d": (3, 1), "adaptive_avg_pool1d": (1, 2), "adaptive_avg_pool2d": (2, 2),
+         "adaptive_avg_pool3d": (3, 2), "_adaptive_avg_pool2d": (2, 2), "_adaptive_avg_pool3d": (3, 2),
+         "adaptive_max_pool1d": (1, 3)}
+_REDUCTION = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _name(n: Node) -> str:
+    return str(n.attrs.get("target", "")).split(".")[1] if n.op == "aten" else ""
+
+
+def _arg(n: Node, i: int, default: Any = None) -> Any:
+    """The i-th positional argument of the island's call: a Ref for a tensor, else its value."""
+    args = n.attrs["call"]["args"]
+    return _dec(n, args[i]) if i < len(args) else default
+
+
+def _kwarg(n: Node, i: int, key: str, default: Any = None) -> Any:
+    kw = n.attrs["call"]["kwargs"]
+    return _dec(n, kw[key]) if key in kw else _arg(n, i, default)
+
+
+def _dec(n: Node, v: dict[str, Any]) -> Any:
+    if "arg" in v:
+        return n.args[v["arg"]]
+    if "list" in v:
+        return [_dec(n, x) for x in v["list"]]
+    if v.get("expr") or set(v) - {"v"}:
+        raise _Unsupported
+    return v["v"]
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _shape(g: Graph, a: Any) -> list[int]:
+    if not isinstance(a, Ref):
+        raise _Unsupported
+    s = g.node(a.name).shape
+    if s is None:
+        raise _Unsupported
+    return list(s)
+
+
+def _float(g: Graph, a: Any) -> bool:
+    return isinstance(a, Ref) and g.node(a.name).dtype == "float32"
+
+
+def own_call(n: Node, g: Graph) -> dict[str, Any] | None:
+    """How our kernel computes island n ({"kernel": ..., "args": [...]} for model_new.py), or None
+    where no kernel of ours handles this form of the op (it stays the ATen call)."""
+    if n.op != "aten" or n.attrs.get("tuple") or n.shape is None:
+        return None
+    try:
+        return _plan(n, g, _name(n))
+    except (_Unsupported, KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
+    if op in _POOL:
+        return _pool(n, g, *_POOL[op])
+    if op in ("cumsum", "cumprod"):
+        x = _arg(n, 0)
+        if not _float(g, x) or n.dtype != "float32" or n.attrs["call"]["kwargs"].get("dtype"):
+            return None
+        o, L, i = _around(_shape(g, x), _arg(n, 1))
+        return {"kernel": "kw_scan", "inputs": [x], "ints": [o, L, i, int(op == "cumprod")], "dtype": "float32"}
+    if op in ("argmax", "argmin"):
+        x = _arg(n, 0)
+        dim = _kwarg(n, 1, "dim")
+        if not _float(g, x):
+            return None
+        shape = _shape(g, x)
+        o, L, i = (1, math.prod(shape), 1) if dim is None else _around(shape, dim)
+        return {"kernel": "kw_argreduce", "inputs": [x], "ints": [o, L, i, int(op == "argmin")], "dtype": "int64"}
+    if op == "flip":
+        x = _arg(n, 0)
+        if not _float(g, x) or len(_shape(g, x)) > 6:
+            return None
+        nd = len(_shape(g, x))
+        return {"kernel": "kw_flip", "inputs": [x], "dims": sorted(d % nd for d in _arg(n, 1)), "dtype": "float32"}
+    if op == "cat":
+        return _cat(n, g)
+    if op == "cross_entropy_loss":
+        return _cross_entropy(n, g)
+    if op == "kl_div":
+        x, t = _arg(n, 0), _arg(n, 1)
+        red, log_target = _kwarg(n, 2, "reduction", 1), _kwarg(n, 3, "log_target", False)
+        if not (_float(g, x) and _float(g, t)) or _shape(g, x) != _shape(g, t) or red not in _REDUCTION:
+            return None
+        return {"kernel": "kw_kl_div", "inputs": [x, t], "ints": [math.prod(_shape(g, x)), red, int(bool(log_target))],
+                "dtype": "float32"}
+    return None
+
+
+def _around(shape: list[int], dim: int) -> tuple[int, int, int]:
+    """outer, length, inner of a contiguous tensor around dim."""
+    d = int(dim) % max(1, len(shape))
+    return math.prod(shape[:d]), (shape[d] if shape else 1), math.prod(shape[d + 1:])
+
+
+def _pool(n: Node, g: Graph, k: int, mode: int) -> dict[str, Any] | None:
+    """Max (mode 0), average (1), adaptive average (2) or adaptive max without indices (3) pooling
+    over the last k dims; the window geometry as ATen defines it (padding, dilation, ceil_mode through
+    the captured output size, count_include_pad, divisor_override)."""
+    x = _arg(n, 0)
+    if not _float(g, x) or n.dtype != "float32":
+        return None
+    ins, outs = _shape(g, x), list(n.shape)
+    if len(ins) < k + 1 or len(outs) != len(ins):
+        return None
+
+    def trip(v: Any, fill: int) -> list[int]:
+        v = [fill] * k if v is None or v == [] else ([int(v)] * k if isinstance(v, int) else [int(e) for e in v])
+        v = v * k if len(v) == 1 else v
+        return [fill] * (3 - k) + v
+
+    kern = stride = pad = dil = [1, 1, 1]
+    cip, div = 1, 0
+    if mode in (0, 1):
+        kern = trip(_arg(n, 1), 1)
+        stride = trip(_arg(n, 2) or _arg(n, 1), 1)
+        pad = trip(_arg(n, 3, 0), 0)
+    if mode == 0:
+        dil = trip(_arg(n, 4, 1), 1)
+    if mode == 1:
+        cip = int(bool(_kwarg(n, 5, "count_include_pad", True)))
+        div = int(_kwarg(n, 6, "divisor_override", None) or 0)
+    if mode == 3 and n.attrs.get("tuple"):
+        return None
+    pad3 = lambda s: [1] * (3 - k) + s[len(s) - k:]  # noqa: E731
+    ints = [math.prod(ins[:len(ins) - k]), *pad3(ins), *pad3(outs), *kern, *stride, *pad, *dil, mode, cip, div]
+    return {"kernel": "kw_pool", "inputs": [x], "ints": ints, "dtype": "float32"}
+
+
+def _cat(n: Node, g: Graph) -> dict[str, Any] | None:
+    xs = _arg(n, 0)
+    if not isinstance(xs, list) or not xs or not all(_float(g, x) for x in xs):
+        return None
+    shapes = [_shape(g, x) for x in xs]
+    nd = len(n.shape)
+    d = int(_arg(n, 1, 0)) % nd
+    pieces = [(x, math.prod(s[d:])) for x, s in zip(xs, shapes, strict=True) if len(s) == nd]  # legacy 1-d empties skip
+    if len(pieces) != len(xs) and any(math.prod(s) for s in shapes):
+        return None
+    return {"kernel": "kw_cat", "inputs": [p[0] for p in pieces], "ints": [math.prod(n.shape[:d]), math.prod(n.shape[d:])],
+            "sizes": [p[1] for p in pieces], "dtype": "float32"}
+
+
+def _cross_entropy(n: Node, g: Graph) -> dict[str, Any] | None:
+    """cross_entropy_loss(x [N, C], target int64 [N]) without class weights or label smoothing."""
+    x, t = _arg(n, 0), _arg(n, 1)
+    weight = _kwarg(n, 2, "weight")
+    red = _kwarg(n, 3, "reduction", 1)
+    ignore = _kwarg(n, 4, "ignore_index", -100)
+    smoothing = _kwarg(n, 5, "label_smoothing", 0.0)
+    if not _float(g, x) or weight is not None or smoothing or red not in _REDUCTION:
+        return None
+    xs, ts = _shape(g, x), _shape(g, t)
+    if len(xs) != 2 or ts != xs[:1] or g.node(t.name).dtype != "int64":
+        return None
+    return {"kernel": "kw_cross_entropy", "inputs": [x, t], "ints": [xs[0], xs[1], red, int(ignore)], "dtype": "float32"}
+
+
+def emit_lines(call: dict[str, Any], out: str, shape: list[int], val) -> list[str]:
+    """model_new.py lines computing `out` (of the node's shape) with our kernel; `val` maps a Ref to
+    its variable. Operands are made contiguous first (the kernels read raw pointers)."""
+    ins = [val(x) for x in call["inputs"]]
+    lines = [f"{x} = {x} if {x}.is_contiguous() else _kw_dense(lib, {x}, _stream)" for x in dict.fromkeys(ins)]
+    lines.append(f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})")
+    k = call["kernel"]
+    if k == "kw_cat":
+        outer, total = call["ints"]
+        off = 0
+        for x, size in zip(ins, call["sizes"], strict=True):
+            lines.append(f"lib.kw_copy_block({x}, {out}, {outer}, {size}, {total}, {off}, _stream)")
+            off += size
+    elif k == "kw_flip":
+        lines.append(f"_kw_flip(lib, {ins[0]}, {out}, {tuple(call['dims'])!r}, _stream)")
+    else:
+        lines.append(f"lib.{k}({', '.join(ins)}, {out}, {', '.join(str(i) for i in call['ints'])}, _stream)")
+    return lines
+
+
+DENSE_HELPER = '''
+
+def _kw_dense(lib, x, stream):
+    """x copied to contiguous memory by our kw_gather kernel (float32), or by .contiguous() for the
+    integer targets of a loss (no arithmetic)."""
+    if x.dtype != torch.float32 or x.dim() > 6:
+        return x.contiguous()
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    pad = 6 - x.dim()
+    lib.kw_gather(ctypes.c_void_p(x.data_ptr()), out, out.numel(), *([1] * pad + list(x.shape)),
+                  *([0] * pad + list(x.stride())), stream)
+    return out
+
+
+def _kw_flip(lib, x, out, dims, stream):
+    """out = x.flip(dims) by kw_gather: the flipped dims read from their last element backwards."""
+    pad = 6 - x.dim()
+    strides = [-s if d in dims else s for d, s in enumerate(x.stride())]
+    start = x.data_ptr() + 4 * sum((x.shape[d] - 1) * x.stride(d) for d in dims if x.shape[d] > 0)
+    lib.kw_gather(ctypes.c_void_p(start), out, out.numel(), *([1] * pad + list(x.shape)), *([0] * pad + strides), stream)
+'''
+
+
+_COMMON = r"""
+// ---- kernels of our own for ops the fusion generator does not express (agent/builtin/ownkernels.py)
+// The per-element work is one function for both backends (KW_HD: host code on the CPU, device
+// code in the .cu); the CPU entry points loop over it with OpenMP, the CUDA ones launch a thread each.
+
+// One output element e of a pooling over the last three dims of [nc, id, ih, iw] (1-d and 2-d pad
+// with size 1); mode 0 max (NaN propagates), 1 average (count_include_pad, divisor_override as
+// ATen), 2 adaptive average, 3 adaptive max.
+KW_HD static inline float kw_pool_one(const float* x, int64_t e, const int64_t* g) {
+    const int64_t id = g[0], ih = g[1], iw = g[2], od = g[3], oh = g[4], ow = g[5], kd = g[6], kh = g[7], kw = g[8];
+    const int64_t sd = g[9], sh = g[10], sw = g[11], pd = g[12], ph = g[13], pw = g[14], mode = g[18];
+    int64_t r = e;
+    const int64_t xo = r % ow; r /= ow;
+    const int64_t yo = r % oh; r /= oh;
+    const int64_t zo = r % od; r /= od;
+    const float* src = x + r * id * ih * iw;
+    int64_t z0, z1, y0, y1, x0, x1, zs = 1, ys = 1, xs = 1;
+    if (mode >= 2) {
+        z0 = zo * id / od; z1 = ((zo + 1) * id + od - 1) / od;
+        y0 = yo * ih / oh; y1 = ((yo + 1) * ih + oh - 1) / oh;
+        x0 = xo * iw / ow; x1 = ((xo + 1) * iw + ow - 1) / ow;
+    } else {
+        z0 = zo * sd - pd; y0 = yo * sh - ph; x0 = xo * sw - pw;
+        zs = g[15]; ys = g[16]; xs = g[17];
+        z1 = z0 + (kd - 1) * zs + 1; y1 = y0 + (kh - 1) * ys + 1; x1 = x0 + (kw - 1) * xs + 1;
+    }
+    if (mode == 0 || mode == 3) {
+        float m = -INFINITY;
+        for (int64_t z = z0; z < z1; z += zs) {
+            if (z < 0 || z >= id) continue;
+            for (int64_t yy = y0; yy < y1; yy += ys) {
+                if (yy < 0 || yy >= ih) continue;
+                for (int64_t xx = x0; xx < x1; xx += xs) {
+                    if (xx < 0 || xx >= iw) continue;
+                    const float v = src[(z * ih + yy) * iw + xx];
+                    if (v > m || v != v) m = v;
+                }
+            }
+        }
+        return m;
+    }
+    int64_t count;
+    if (mode == 1) {
+        const int64_t ze = z0 + kd < id + pd ? z0 + kd : id + pd, ye = y0 + kh < ih + ph ? y0 + kh : ih + ph,
+                      xe = x0 + kw < iw + pw ? x0 + kw : iw + pw;
+        count = (ze - z0) * (ye - y0) * (xe - x0);
+        z1 = ze < id ? ze : id; y1 = ye < ih ? ye : ih; x1 = xe < iw ? xe : iw;
+        z0 = z0 > 0 ? z0 : 0; y0 = y0 > 0 ? y0 : 0; x0 = x0 > 0 ? x0 : 0;
+        if (!g[19]) count = (z1 - z0) * (y1 - y0) * (x1 - x0);
+        if (g[20]) count = g[20];
+    } else {
+        count = (z1 - z0) * (y1 - y0) * (x1 - x0);
+    }
+    double s = 0.0;
+    for (int64_t z = z0; z < z1; ++z)
+        for (int64_t yy = y0; yy < y1; ++yy)
+            for (int64_t xx = x0; xx < x1; ++xx) s += src[(z * ih + yy) * iw + xx];
+    return (float)(s / (double)count);
+}
+
+// One line q = (o, i) of [outer, len, inner]: inclusive cumulative sum (op 0, in double) or product (op 1).
+KW_HD static inline void kw_scan_line(const float* x, float* y, int64_t q, int64_t len, int64_t inner, int64_t op) {
+    const int64_t base = (q / inner) * len * inner + q % inner;
+    double acc = op == 0 ? 0.0 : 1.0;
+    for (int64_t l = 0; l < len; ++l) {
+        acc = op == 0 ? acc + x[base + l * inner] : acc * x[base + l * inner];
+        y[base + l * inner] = (float)acc;
+    }
+}
+
+// One line of [outer, len, inner]: the index of the first maximum (op 0) or minimum (op 1), NaN
+// counting as the extreme (as ATen's argmax/argmin).
+KW_HD static inline int64_t kw_arg_line(const float* x, int64_t q, int64_t len, int64_t inner, int64_t op) {
+    const float* a = x + (q / inner) * len * inner + q % inner;
+    float best = a[0];
+    int64_t at = 0;
+    for (int64_t l = 1; l < len && best == best; ++l) {
+        const float v = a[l * inner];
+        if (v != v || (op == 0 ? v > best : v < best)) { best = v; at = l; }
+    }
+    return at;
+}
+
+// -log_softmax(row)[k]: the row's max, then the sum of exp in double.
+KW_HD static inline double kw_ce_row(const float* row, int64_t c, int64_t k) {
+    float m = row[0];
+    for (int64_t j = 1; j < c; ++j) m = row[j] > m ? row[j] : m;
+    double s = 0.0;
+    for (int64_t j = 0; j < c; ++j) s += exp((double)row[j] - m);
+    return log(s) + m - row[k];
+}
+
+// KL divergence of one element: target * (log(target) - input), 0 where target is 0 (xlogy); with
+// log_target, exp(target) * (target - input).
+KW_HD static inline double kw_kl_one(float x, float t, int64_t log_target) {
+    const double tv = t;
+    return log_target ? exp(tv) * (tv - x) : (tv == 0.0 ? 0.0 : tv * log(tv)) - tv * x;
+}
+"""
+
+
+CPU_SOURCE = "\n#define KW_HD\n" + _COMMON + r"""
+// kw_pool: every output element of a pooling (geometry as kw_pool_one reads it).
+extern "C" int kw_pool(const float* x, float* y, int64_t nc, int64_t id, int64_t ih, int64_t iw, int64_t od,
+                       int64_t oh, int64_t ow, int64_t kd, int64_t kh, int64_t kw, int64_t sd, int64_t sh, int64_t sw,
+                       int64_t pd, int64_t ph, int64_t pw, int64_t dd, int64_t dh, int64_t dw, int64_t mode,
+                       int64_t cip, int64_t divisor, void* stream) {
+    (void)stream;
+    const int64_t g[21] = {id, ih, iw, od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, mode, cip, divisor};
+    const int64_t total = nc * od * oh * ow;
+    #pragma omp parallel for if (total > (1 << 14))
+    for (int64_t e = 0; e < total; ++e) y[e] = kw_pool_one(x, e, g);
+    return 0;
+}
+
+// kw_scan: cumsum (op 0) / cumprod (op 1) along the middle dim of [outer, len, inner].
+extern "C" int kw_scan(const float* x, float* y, int64_t outer, int64_t len, int64_t inner, int64_t op, void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (outer * len * inner > (1 << 16))
+    for (int64_t q = 0; q < outer * inner; ++q) kw_scan_line(x, y, q, len, inner, op);
+    return 0;
+}
+
+// kw_argreduce: argmax (op 0) / argmin (op 1) along the middle dim of [outer, len, inner]; int64 output.
+extern "C" int kw_argreduce(const float* x, int64_t* y, int64_t outer, int64_t len, int64_t inner, int64_t op,
+                            void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (outer * len * inner > (1 << 16))
+    for (int64_t q = 0; q < outer * inner; ++q) y[q] = kw_arg_line(x, q, len, inner, op);
+    return 0;
+}
+
+// kw_copy_block: dst[o, off + j] = src[o, j] for [outer, n_src] into [outer, n_dst] (one input of a cat).
+extern "C" int kw_copy_block(const float* src, float* dst, int64_t outer, int64_t n_src, int64_t n_dst, int64_t off,
+                             void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (outer * n_src > (1 << 16))
+    for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < n_src; ++j) dst[o * n_dst + off + j] = src[o * n_src + j];
+    return 0;
+}
+
+// kw_cross_entropy: x [N, C], targets t [N]; reduction 0 none ([N]), 1 mean over the rows whose
+// target is not ignore_index, 2 sum.
+extern "C" int kw_cross_entropy(const float* x, const int64_t* t, float* y, int64_t n, int64_t c, int64_t reduction,
+                                int64_t ignore, void* stream) {
+    (void)stream;
+    double total = 0.0;
+    int64_t counted = 0;
+    for (int64_t r = 0; r < n; ++r) {
+        const double loss = t[r] != ignore ? kw_ce_row(x + r * c, c, t[r]) : 0.0;
+        total += loss;
+        counted += t[r] != ignore;
+        if (reduction == 0) y[r] = (float)loss;
+    }
+    if (reduction == 1) y[0] = (float)(total / (double)counted);
+    if (reduction == 2) y[0] = (float)total;
+    return 0;
+}
+
+// kw_kl_div: reduction 0 none, 1 mean, 2 sum (batchmean: the sum, then a division in the graph).
+extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, int64_t reduction, int64_t log_target,
+                         void* stream) {
+    (void)stream;
+    double s = 0.0;
+    for (int64_t e = 0; e < n; ++e) {
+        const double v = kw_kl_one(x[e], t[e], log_target);
+        if (reduction == 0) y[e] = (float)v; else s += v;
+    }
+    if (reduction == 1) y[0] = (float)(s / (double)n);
+    if (reduction == 2) y[0] = (float)s;
+    return 0;
+}
+"""
+
+
+CUDA_SOURCE = "\n#define KW_HD __host__ __device__\n" + _COMMON + r"""
+#define KW_GRID(n) for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < (n); q += (int64_t)gridDim.x * blockDim.x)
+
+static unsigned kw_blocks(int64_t n) { int64_t b = (n + 255) / 256; return (unsigned)(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8); }
+
+struct kw_pool_geom { int64_t g[21]; };
+
+__global__ void kw_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t total, kw_pool_geom geom) {
+    KW_GRID(total) y[q] = kw_pool_one(x, q, geom.g);
+}
+
+extern "C" int kw_pool(const float* x, float* y, int64_t nc, int64_t id, int64_t ih, int64_t iw, int64_t od,
+                       int64_t oh, int64_t ow, int64_t kd, int64_t kh, int64_t kw, int64_t sd, int64_t sh, int64_t sw,
+                       int64_t pd, int64_t ph, int64_t pw, int64_t dd, int64_t dh, int64_t dw, int64_t mode,
+                       int64_t cip, int64_t divisor, void* stream) {
+    const kw_pool_geom geom = {{id, ih, iw, od, oh, ow, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, mode, cip, divisor}};
+    const int64_t total = nc * od * oh * ow;
+    kw_pool_kernel<<<kw_blocks(total), 256, 0, (cudaStream_t)stream>>>(x, y, total, geom);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_scan_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t lines, int64_t len,
+                               int64_t inner, int64_t op) {
+    KW_GRID(lines) kw_scan_line(x, y, q, len, inner, op);
+}
+
+extern "C" int kw_scan(const float* x, float* y, int64_t outer, int64_t len, int64_t inner, int64_t op, void* stream) {
+    kw_scan_kernel<<<kw_blocks(outer * inner), 256, 0, (cudaStream_t)stream>>>(x, y, outer * inner, len, inner, op);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_argreduce_kernel(const float* __restrict__ x, int64_t* __restrict__ y, int64_t lines, int64_t len,
+                                    int64_t inner, int64_t op) {
+    KW_GRID(lines) y[q] = kw_arg_line(x, q, len, inner, op);
+}
+
+extern "C" int kw_argreduce(const float* x, int64_t* y, int64_t outer, int64_t len, int64_t inner, int64_t op,
+                            void* stream) {
+    kw_argreduce_kernel<<<kw_blocks(outer * inner), 256, 0, (cudaStream_t)stream>>>(x, y, outer * inner, len, inner, op);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_copy_block_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t outer,
+                                     int64_t n_src, int64_t n_dst, int64_t off) {
+    KW_GRID(outer * n_src) dst[(q / n_src) * n_dst + off + q % n_src] = src[q];
+}
+
+extern "C" int kw_copy_block(const float* src, float* dst, int64_t outer, int64_t n_src, int64_t n_dst, int64_t off,
+                             void* stream) {
+    kw_copy_block_kernel<<<kw_blocks(outer * n_src), 256, 0, (cudaStream_t)stream>>>(src, dst, outer, n_src, n_dst, off);
+    return (int)cudaGetLastError();
+}
+
+// one block of 256 threads: a row per thread at a time, the sums and counts through shared memory
+__global__ void kw_cross_entropy_kernel(const float* __restrict__ x, const int64_t* __restrict__ t, float* y, int64_t n,
+                                        int64_t c, int64_t reduction, int64_t ignore) {
+    __shared__ double part[256];
+    __shared__ long long cnt[256];
+    double total = 0.0;
+    long long counted = 0;
+    for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+        const double loss = t[r] != ignore ? kw_ce_row(x + r * c, c, t[r]) : 0.0;
+        total += loss;
+        counted += t[r] != ignore;
+        if (reduction == 0) y[r] = (float)loss;
+    }
+    part[threadIdx.x] = total;
+    cnt[threadIdx.x] = counted;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if (threadIdx.x < w) { part[threadIdx.x] += part[threadIdx.x + w]; cnt[threadIdx.x] += cnt[threadIdx.x + w]; }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && reduction == 1) y[0] = (float)(part[0] / (double)cnt[0]);
+    if (threadIdx.x == 0 && reduction == 2) y[0] = (float)part[0];
+}
+
+extern "C" int kw_cross_entropy(const float* x, const int64_t* t, float* y, int64_t n, int64_t c, int64_t reduction,
+                                int64_t ignore, void* stream) {
+    kw_cross_entropy_kernel<<<1, 256, 0, (cudaStream_t)stream>>>(x, t, y, n, c, reduction, ignore);
+    return (int)cudaGetLastError();
+}
+
+// blocks of 256 threads reduce in shared memory, then one double atomicAdd per block
+__global__ void kw_kl_div_kernel(const float* __restrict__ x, const float* __restrict__ t, float* y, double* acc,
+                                 int64_t n, int64_t reduction, int64_t log_target) {
+    __shared__ double part[256];
+    double s = 0.0;
+    KW_GRID(n) {
+        const double v = kw_kl_one(x[q], t[q], log_target);
+        if (reduction == 0) y[q] = (float)v; else s += v;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && reduction != 0) atomicAdd(acc, part[0]);
+}
+
+__global__ void kw_kl_div_finish(const double* acc, float* y, int64_t n, int64_t reduction) {
+    y[0] = (float)(reduction == 1 ? acc[0] / (double)n : acc[0]);
+}
+
+extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, int64_t reduction, int64_t log_target,
+                         void* stream) {
+    static double* acc = nullptr;  // one double of scratch, allocated once
+    if (acc == nullptr && cudaMalloc(&acc, sizeof(double)) != cudaSuccess) return (int)cudaGetLastError();
+    cudaMemsetAsync(acc, 0, sizeof(double), (cudaStream_t)stream);
+    const unsigned blocks = kw_blocks(n) < 1024 ? kw_blocks(n) : 1024;
+    kw_kl_div_kernel<<<blocks, 256, 0, (cudaStream_t)stream>>>(x, t, y, acc, n, reduction, log_target);
+    if (reduction != 0) kw_kl_div_finish<<<1, 1, 0, (cudaStream_t)stream>>>(acc, y, n, reduction);
+    return (int)cudaGetLastError();
+}
+"""
