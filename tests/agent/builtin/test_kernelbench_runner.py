@@ -51,3 +51,9 @@ def test_coverage_table_counts_per_level_and_classes_first_failures():
     assert "    2  candidate incorrect: max abs error N.N at output N" in table
     assert "    1  the reference raises: line N: boom" in table
     assert failure_class("x" * 200, 20) == "x" * 17 + "..."
+
+
+def test_a_lower_floor_shrinks_the_sizes_below_64_by_the_same_factor():
+    src = "out_channels = 64\ndepth, height, width = 16, 32, 32\nkernel_size = (3, 3, 3)\n"
+    assert shrink_ints(src, 32) == "out_channels = 32\ndepth, height, width = 16, 32, 32\nkernel_size = (3, 3, 3)\n"
+    assert shrink_ints(src, 32, floor=16) == "out_channels = 32\ndepth, height, width = 8, 16, 16\nkernel_size = (3, 3, 3)\n"
