@@ -19,7 +19,7 @@ from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.kernelgen import KernelSig
-from agent.builtin.ownkernels import DENSE_HELPER, emit_lines, own_call
+from agent.builtin.ownkernels import DENSE_HELPER, emit_lines, op_label, own_call
 
 _HELPERS = '''
 
@@ -192,7 +192,7 @@ class _Emitter:
         own = own_call(n, self.g)
         if own:
             self.own += 1
-            self.emit(f"# {n.name}: {n.attrs['target'].split('.')[1]} by our kernel {own['kernel']}")
+            self.emit(f"# {n.name}: {op_label(n)} by our kernel {own['kernel']}")
             for line in emit_lines(own, v, n.shape, lambda r: self.val(r)):
                 self.emit(line)
         elif n.attrs.get("island") or n.op in ISLAND_OPS:

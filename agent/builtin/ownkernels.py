@@ -1,5 +1,7 @@
 """Kernels of our own for ATen ops that the fusion generator does not express: pooling, scans,
-arg-reductions, concatenation, flips, cross-entropy and KL divergence.
+arg-reductions, concatenation, flips, cross-entropy and KL divergence, triangular masks, vector
+norms, and the reductions and softmaxes over a dim other than the last (which the row kernels
+of the fusion generator do not do).
 
 torch.export keeps these as single ATen ops (`aten.max_pool2d`, `aten.cumsum`, `aten.cat`,
 `aten.cross_entropy_loss`, ...), which the capture stores as `aten` island nodes. Where the
@@ -27,6 +29,11 @@ _REDUCTION = {0: "none", 1: "mean", 2: "sum"}
 
 def _name(n: Node) -> str:
     return str(n.attrs.get("target", "")).split(".")[1] if n.op == "aten" else ""
+
+
+def op_label(n: Node) -> str:
+    """The op's name for the plan and the comments: the ATen op of an island, else the IR op."""
+    return _name(n) or n.op
 
 
 def _arg(n: Node, i: int, default: Any = None) -> Any:
@@ -67,15 +74,48 @@ def _float(g: Graph, a: Any) -> bool:
     return isinstance(a, Ref) and g.node(a.name).dtype == "float32"
 
 
+_REDUCE_OPS = {"sum": 0, "mean": 1, "amax": 2, "amin": 3}
+
+
 def own_call(n: Node, g: Graph) -> dict[str, Any] | None:
-    """How our kernel computes island n ({"kernel": ..., "args": [...]} for model_new.py), or None
-    where no kernel of ours handles this form of the op (it stays the ATen call)."""
-    if n.op != "aten" or n.attrs.get("tuple") or n.shape is None:
+    """How our kernel computes island n ({"kernel": ..., "inputs": [...], ...} for model_new.py), or
+    None where no kernel of ours handles this form of the op (it stays the ATen or torch call)."""
+    if n.shape is None:
         return None
     try:
-        return _plan(n, g, _name(n))
+        if n.op == "aten" and not n.attrs.get("tuple"):
+            return _plan(n, g, _name(n))
+        if n.attrs.get("island") and n.op in (*_REDUCE_OPS, "softmax", "log_softmax"):
+            return _ir_island(n, g)
     except (_Unsupported, KeyError, IndexError, TypeError, ValueError):
         return None
+    return None
+
+
+def _ir_island(n: Node, g: Graph) -> dict[str, Any] | None:
+    """A reduction or softmax of the IR that planning left to torch (over dims other than the last)."""
+    x = n.args[0]
+    if not _float(g, x) or n.dtype != "float32":
+        return None
+    shape = _shape(g, x)
+    if n.op in ("softmax", "log_softmax"):
+        o, L, i = _around(shape, n.attrs["dim"])
+        return {"kernel": "kw_softmax_mid", "inputs": [x], "ints": [o, L, i, int(n.op == "log_softmax")],
+                "dtype": "float32"}
+    block = _dim_block(shape, n.attrs.get("dim"))
+    return None if block is None else {"kernel": "kw_reduce", "inputs": [x], "ints": [*block, _REDUCE_OPS[n.op]],
+                                       "dtype": "float32"}
+
+
+def _dim_block(shape: list[int], dims: Any) -> tuple[int, int, int] | None:
+    """outer, length, inner of a reduction over dims that are adjacent (None: all of them)."""
+    nd = max(1, len(shape))
+    ds = sorted({int(d) % nd for d in dims}) if dims not in (None, []) else list(range(len(shape)))
+    if not ds:
+        return 1, 1, 1
+    if ds != list(range(ds[0], ds[-1] + 1)):
+        return None
+    return math.prod(shape[:ds[0]]), math.prod(shape[ds[0]:ds[-1] + 1]), math.prod(shape[ds[-1] + 1:])
 
 
 def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
@@ -103,6 +143,19 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         return {"kernel": "kw_flip", "inputs": [x], "dims": sorted(d % nd for d in _arg(n, 1)), "dtype": "float32"}
     if op == "cat":
         return _cat(n, g)
+    if op in ("tril", "triu"):
+        x = _arg(n, 0)
+        shape = _shape(g, x)
+        if not _float(g, x) or len(shape) < 2:
+            return None
+        return {"kernel": "kw_tri", "inputs": [x], "ints": [math.prod(shape[:-2]), shape[-2], shape[-1],
+                                                            int(_arg(n, 1, 0)), int(op == "triu")], "dtype": "float32"}
+    if op == "linalg_vector_norm":
+        x, ord_ = _arg(n, 0), _kwarg(n, 1, "ord", 2)
+        block = _dim_block(_shape(g, x), _kwarg(n, 2, "dim"))
+        if not _float(g, x) or ord_ not in (1, 2, 1.0, 2.0) or block is None or n.attrs["call"]["kwargs"].get("dtype"):
+            return None
+        return {"kernel": "kw_reduce", "inputs": [x], "ints": [*block, 4 if ord_ == 2 else 5], "dtype": "float32"}
     if op == "cross_entropy_loss":
         return _cross_entropy(n, g)
     if op == "kl_div":
@@ -319,6 +372,40 @@ KW_HD static inline double kw_ce_row(const float* row, int64_t c, int64_t k) {
     return log(s) + m - row[k];
 }
 
+// One line of [outer, len, inner] reduced: op 0 sum, 1 mean (both in double), 2 max, 3 min (NaN
+// propagates), 4 Euclidean norm, 5 sum of absolute values.
+KW_HD static inline float kw_reduce_line(const float* x, int64_t q, int64_t len, int64_t inner, int64_t op) {
+    const float* a = x + (q / inner) * len * inner + q % inner;
+    if (op == 2 || op == 3) {
+        float m = a[0];
+        for (int64_t l = 1; l < len; ++l) {
+            const float v = a[l * inner];
+            if ((op == 2 ? v > m : v < m) || v != v) m = v;
+        }
+        return m;
+    }
+    double s = 0.0;
+    for (int64_t l = 0; l < len; ++l) {
+        const double v = a[l * inner];
+        s += op == 4 ? v * v : (op == 5 ? fabs(v) : v);
+    }
+    return (float)(op == 1 ? s / (double)len : (op == 4 ? sqrt(s) : s));
+}
+
+// One line of [outer, len, inner]: softmax (or log-softmax) along the middle dim, three passes.
+KW_HD static inline void kw_softmax_line(const float* x, float* y, int64_t q, int64_t len, int64_t inner, int64_t lg) {
+    const int64_t base = (q / inner) * len * inner + q % inner;
+    float m = -INFINITY;
+    for (int64_t l = 0; l < len; ++l) m = x[base + l * inner] > m ? x[base + l * inner] : m;
+    double s = 0.0;
+    for (int64_t l = 0; l < len; ++l) s += exp((double)x[base + l * inner] - m);
+    const double ls = log(s);
+    for (int64_t l = 0; l < len; ++l) {
+        const double v = (double)x[base + l * inner] - m;
+        y[base + l * inner] = (float)(lg ? v - ls : exp(v) / s);
+    }
+}
+
 // KL divergence of one element: target * (log(target) - input), 0 where target is 0 (xlogy); with
 // log_target, exp(target) * (target - input).
 KW_HD static inline double kw_kl_one(float x, float t, int64_t log_target) {
@@ -356,6 +443,36 @@ extern "C" int kw_argreduce(const float* x, int64_t* y, int64_t outer, int64_t l
     (void)stream;
     #pragma omp parallel for if (outer * len * inner > (1 << 16))
     for (int64_t q = 0; q < outer * inner; ++q) y[q] = kw_arg_line(x, q, len, inner, op);
+    return 0;
+}
+
+// kw_reduce: the middle dim of [outer, len, inner] reduced (op as kw_reduce_line).
+extern "C" int kw_reduce(const float* x, float* y, int64_t outer, int64_t len, int64_t inner, int64_t op, void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (outer * len * inner > (1 << 16))
+    for (int64_t q = 0; q < outer * inner; ++q) y[q] = kw_reduce_line(x, q, len, inner, op);
+    return 0;
+}
+
+// kw_softmax_mid: softmax (lg 0) or log-softmax (lg 1) along the middle dim of [outer, len, inner].
+extern "C" int kw_softmax_mid(const float* x, float* y, int64_t outer, int64_t len, int64_t inner, int64_t lg,
+                              void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (outer * len * inner > (1 << 16))
+    for (int64_t q = 0; q < outer * inner; ++q) kw_softmax_line(x, y, q, len, inner, lg);
+    return 0;
+}
+
+// kw_tri: tril (upper 0: keep j - i <= diagonal) or triu (upper 1: keep j - i >= diagonal) of [batch, rows, cols].
+extern "C" int kw_tri(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols, int64_t diagonal,
+                      int64_t upper, void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (batch * rows * cols > (1 << 16))
+    for (int64_t r = 0; r < batch * rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) {
+            const int64_t d = j - r % rows;
+            y[r * cols + j] = (upper ? d >= diagonal : d <= diagonal) ? x[r * cols + j] : 0.0f;
+        }
     return 0;
 }
 
@@ -442,6 +559,42 @@ __global__ void kw_argreduce_kernel(const float* __restrict__ x, int64_t* __rest
 extern "C" int kw_argreduce(const float* x, int64_t* y, int64_t outer, int64_t len, int64_t inner, int64_t op,
                             void* stream) {
     kw_argreduce_kernel<<<kw_blocks(outer * inner), 256, 0, (cudaStream_t)stream>>>(x, y, outer * inner, len, inner, op);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_reduce_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t lines, int64_t len,
+                                 int64_t inner, int64_t op) {
+    KW_GRID(lines) y[q] = kw_reduce_line(x, q, len, inner, op);
+}
+
+extern "C" int kw_reduce(const float* x, float* y, int64_t outer, int64_t len, int64_t inner, int64_t op, void* stream) {
+    kw_reduce_kernel<<<kw_blocks(outer * inner), 256, 0, (cudaStream_t)stream>>>(x, y, outer * inner, len, inner, op);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_softmax_mid_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t lines, int64_t len,
+                                      int64_t inner, int64_t lg) {
+    KW_GRID(lines) kw_softmax_line(x, y, q, len, inner, lg);
+}
+
+extern "C" int kw_softmax_mid(const float* x, float* y, int64_t outer, int64_t len, int64_t inner, int64_t lg,
+                              void* stream) {
+    kw_softmax_mid_kernel<<<kw_blocks(outer * inner), 256, 0, (cudaStream_t)stream>>>(x, y, outer * inner, len, inner, lg);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_tri_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t rows, int64_t cols,
+                              int64_t diagonal, int64_t upper) {
+    KW_GRID(n) {
+        const int64_t d = q % cols - (q / cols) % rows;
+        y[q] = (upper ? d >= diagonal : d <= diagonal) ? x[q] : 0.0f;
+    }
+}
+
+extern "C" int kw_tri(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols, int64_t diagonal,
+                      int64_t upper, void* stream) {
+    kw_tri_kernel<<<kw_blocks(batch * rows * cols), 256, 0, (cudaStream_t)stream>>>(x, y, batch * rows * cols, rows,
+                                                                                      cols, diagonal, upper);
     return (int)cudaGetLastError();
 }
 

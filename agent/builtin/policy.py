@@ -25,6 +25,7 @@ from agent.builtin.fusion import Plan
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
 from agent.builtin.kernelgen import config_variants
 from agent.builtin.modelgen import speed_of_light
+from agent.builtin.ownkernels import op_label
 from agent.builtin.pipeline import (
     Candidate,
     GenerationError,
@@ -210,7 +211,7 @@ class BuiltinPolicy(Policy):
                                      "torch-ops=forbid rejects (the kernelbench preset runs no shape trial)")
         if self.final_plan is not None:
             self.library_parts = [_library_line(n, backend, self.final_plan) for n in library_parts(self.final_plan)]
-            self.own_parts = [f"{n.name}: {n.attrs['target'].split('.')[1]} by our own kernel {k}"
+            self.own_parts = [f"{n.name}: {op_label(n)} by our own kernel {k}"
                               for n, k in own_parts(self.final_plan)]
             self.blockers += _forbid_blockers(self.final_plan)
             if not self.final_plan.groups and not self.own_parts:
