@@ -112,7 +112,7 @@ def bench_policy_render(turns: int) -> tuple[float, float]:
     p.reset(task, tool_specs(), history)
     times = []
     for _ in range(20):
-        p.compact_level = p.dropped_turns = 0
+        p.window.reset()
         t0 = time.perf_counter()
         p._fit_messages()
         times.append((time.perf_counter() - t0) * 1000)

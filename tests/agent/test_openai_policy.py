@@ -7,9 +7,10 @@ import socket
 
 import pytest
 
+from agent.chat.parse import parse_text_tool_calls
 from agent.errors import PolicyError
 from agent.events import BestChanged, ModelMessage, TaskEvent, ToolCall, ToolResult, TurnStarted
-from agent.openai_policy import OpenAIPolicy, parse_text_tool_calls
+from agent.openai_policy import OpenAIPolicy
 from agent.policy import Observation, TaskInfo
 from agent.testing.scenarios import call, reply
 from agent.tools import INVALID_ARGUMENTS_KEY, tool_specs
