@@ -416,6 +416,7 @@ def store_turns(job_id: int, first_index: int, turns: int, conn) -> None:
 
     django.setup()
     from django.db import transaction
+    from django.template.loader import get_template
 
     from webapp.jobs import charts, services
     from webapp.jobs.models import Job
@@ -427,7 +428,10 @@ def store_turns(job_id: int, first_index: int, turns: int, conn) -> None:
     events = group_by_turn(build(turns=first_index + turns)["events"])
     sent: dict[int, float] = {}
     announced = []
-    # warm, as a worker is after its first turn: imports, templates, the cache's and the channel layer's connections
+    # warm, as a worker is after its first turn: imports, compiled templates, the cache's and the
+    # channel layer's connections
+    for name in ("jobs/_turn.html", "jobs/_diff.html"):
+        get_template(name)
     turns_html(job.turns.order_by("index"))
     charts.job_charts(job, list(job.turns.order_by("index")))
     services.set_step(job.pk, "timing")
