@@ -70,7 +70,9 @@ def test_the_owner_receives_turn_and_step_notifications(job, owner):
             assert note == {"kind": "turn.ready", "job_id": job.pk, "turn": 1, "step": "", "state": "", "reason": ""}
             # the notice carries the stored turn, rendered: the page shows it without a fetch
             assert update["last_index"] == 1 and 'id="turn-1"' in update["html"] and 'id="turn-0"' not in update["html"]
-            assert update["live"]["state"] == "running" and update["charts"] is not None
+            assert update["live"]["state"] == "running"
+            charts = await comm.receive_json_from(timeout=5)  # the charts follow in a notice of their own
+            assert charts["kind"] == "job.charts" and charts["turn"] == 1 and "speedup" in charts["charts"]
             await sync_to_async(services.set_step)(job.pk, "checking correctness 3/5")
             note = await comm.receive_json_from(timeout=5)
             assert note["kind"] == "job.step" and note["step"] == "checking correctness 3/5"
@@ -155,7 +157,8 @@ def test_a_turn_never_reaches_a_socket_whose_link_was_revoked_before_it_was_stor
         connected, _ = await comm.connect(timeout=5)
         assert connected
         await sync_to_async(services.store_turn)(job, 0, turn[0])
-        assert (await comm.receive_json_from(timeout=5))["turn"] == 0  # allowed: the turn arrives
+        assert (await comm.receive_json_from(timeout=5))["kind"] == "turn.ready"  # allowed: the turn arrives
+        assert (await comm.receive_json_from(timeout=5))["kind"] == "job.charts"
         await sync_to_async(services.revoke_share_link)(job)
         await sync_to_async(services.store_turn)(job, 1, turn[1])
         output = await comm.receive_output(timeout=5)
@@ -171,6 +174,8 @@ def test_an_update_too_big_to_push_leaves_the_fetch_to_the_page():
     assert json.loads(message["text"]) == {"kind": "turn.ready", "job_id": 7, "turn": 3, "step": "", "state": "", "reason": ""}
     small = JobNotification(Kind.TURN_READY, 7, turn=3, update=huge | {"html": "<article>"}).to_message()
     assert json.loads(small["text"])["update"]["html"] == "<article>"
+    charts = JobNotification(Kind.CHARTS, 7, turn=3, charts={"speedup": {"data": ["y" * MAX_UPDATE_BYTES]}}).to_message()
+    assert "charts" not in json.loads(charts["text"])
 
 
 def test_a_viewer_misses_nothing_by_fetching_after_reconnect(job, owner):

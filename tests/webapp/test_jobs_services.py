@@ -131,10 +131,11 @@ def test_store_turn_announces_after_the_commit(owner):
     events = group_by_turn(build(turns=1)["events"])[1]
     services.store_turn(job, 1, events)
     messages = [m for m in _drain(layer, channel) if m["job_id"] == job.pk]
-    assert [(m["type"], m["turn"]) for m in messages] == [("turn.ready", 1)]
+    assert [(m["type"], m["turn"]) for m in messages] == [("turn.ready", 1), ("job.charts", 1)]
     assert "events" not in messages[0]  # the turn travels rendered, never as the model's raw events
     note = json.loads(messages[0]["text"])  # what the browser receives
     assert note["turn"] == 1 and 'id="turn-1"' in note["update"]["html"] and note["update"]["last_index"] == 1
+    assert "speedup" in json.loads(messages[1]["text"])["charts"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,6 +1,7 @@
 """A live job page in headless Chromium against a real daphne and the Redis channel layer: a
-stored turn arrives rendered in its websocket notice and shows without any fetch, and a page that
-missed a notice (its socket dropped, or the notice lost) catches up from the database.
+stored turn arrives rendered in its websocket notice and shows without any fetch (the charts in a
+notice of their own), and a page that missed a notice (its socket dropped, or the notice lost)
+catches up from the database.
 
 Turns are stored by the same service a worker uses (services.store_turn) in this process. The
 "missed notice" is made by Playwright's websocket routing between the page and the server, which
@@ -23,6 +24,7 @@ from webapp.jobs.turns import group_by_turn
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 TURNS = group_by_turn(build(turns=8)["events"])
 WS_ROUTE = re.compile(r"/ws/jobs/\d+/")
+CHART_HAS_TURN_3 = "() => { const el = document.getElementById('chart-speedup'); return !!(el && el.data && el.data[0].x.includes(3)); }"
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,9 @@ def test_a_stored_turn_shows_from_its_notice_without_a_fetch(server, job, browse
     page.wait_for_selector("#turn-3", state="visible", timeout=15000)
     assert message_of(page, 3).startswith("Turn 3: fuse the row max")
     assert page.evaluate("document.body.dataset.pushedTurns") == "2"
-    assert fetched == []  # both turns came with their notices
+    # the charts follow in a notice of their own: the speedup chart reaches turn 3
+    page.wait_for_function(CHART_HAS_TURN_3, timeout=30000)
+    assert fetched == []  # both turns and the charts came with their notices
 
 
 def test_a_page_that_missed_a_notice_shows_the_missed_turn(server, job, browser_page) -> None:

@@ -1,5 +1,5 @@
-"""The websocket of one job: notifications (a stored turn with its rendered update, a step, a
-state) to viewers who may see the job, nothing else.
+"""The websocket of one job: notifications (a stored turn with its rendered update, the charts,
+a step, a state) to viewers who may see the job, nothing else.
 
 Permission is checked on connect (owner, staff, public job, or the share token in the query
 string) and again before forwarding each group message, because a job can turn private or its
@@ -88,6 +88,9 @@ class JobConsumer(AsyncJsonWebsocketConsumer):
 
     # One handler per notifications.Kind.
     async def turn_ready(self, message: dict) -> None:
+        await self._forward(message)
+
+    async def job_charts(self, message: dict) -> None:
         await self._forward(message)
 
     async def job_step(self, message: dict) -> None:

@@ -3,7 +3,8 @@ state, totals and chart data), built in one place for both ways it travels.
 
 - Pushed: right after a turn is stored (and committed), `services.store_turn` builds the update
   since the turn before it once, in the storing process, and the "turn ready" notice carries it
-  (webapp.jobs.notifications); a page that has every earlier turn shows it without a fetch.
+  (webapp.jobs.notifications); a page that has every earlier turn shows it without a fetch. The
+  charts follow in a notice of their own.
 - Fetched: GET /jobs/<id>/updates/?since=N answers the same thing for any N, from the database,
   so a page that missed a notice (a reconnect, a reload, a gap) catches up on every stored turn.
 
@@ -58,18 +59,23 @@ def live_state(job: Job) -> dict:
     }
 
 
-def update(job: Job, since: int) -> dict[str, Any]:
+def update(job: Job, since: int, with_charts: bool = True) -> dict[str, Any]:
     """Every turn after `since` (escaped HTML, rendered once per stored revision and cached), the
-    live state, the totals and, when there are new turns, the charts. The same for every viewer:
-    nothing in it depends on who asks (the header with its actions is fetched per viewer)."""
+    live state, the totals and, when there are new turns, the charts (`charts_of`; left out with
+    `with_charts=False`, where they follow on their own). The same for every viewer: nothing in it
+    depends on who asks (the header with its actions is fetched per viewer)."""
     turns = turns_after(job, since)
     return {
         "html": str(turns_html(turns)),
         "last_index": turns[-1].index if turns else since,
         "live": live_state(job),
         "totals": totals(job),
-        "charts": charts.job_charts(job, turn_summaries(job)) if turns else None,
+        "charts": charts_of(job) if turns and with_charts else None,
     }
+
+
+def charts_of(job: Job) -> dict[str, Any]:
+    return charts.job_charts(job, turn_summaries(job))
 
 
 # -- a failed job's reason, said first ------------------------------------------------------------

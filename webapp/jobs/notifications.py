@@ -2,10 +2,12 @@
 
 A message says what changed ("turn 4 is stored", "now timing", "finished"). A "turn ready"
 notice also carries the update a page needs to show that turn (webapp.jobs.live.update since the
-turn before: its escaped HTML, the state, totals, charts), built once where the turn was stored,
-so fifty viewers need no fetch; an update over MAX_UPDATE_BYTES is left out and pages fetch it.
-The channel layer delivers at most once: a page that missed a notice asks GET /updates/ for
-every stored turn after its last one (on every reconnect, and when a pushed turn leaves a gap).
+turn before: its escaped HTML, the state, totals), built once where the turn was stored, so fifty
+viewers need no fetch; the job's charts follow in a "charts" notice of their own (reading them
+costs more than the rest, and the turn need not wait for them). A notice over MAX_UPDATE_BYTES
+goes without its payload and pages fetch it. The channel layer delivers at most once: a page
+that missed a notice asks GET /updates/ for every stored turn after its last one (on every
+reconnect, and when a pushed turn leaves a gap).
 
 The channel-layer message holds the client's JSON text already encoded (`text`), so a web
 process forwards it to each of its sockets without encoding it again, and a `serial` per
@@ -31,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 class Kind(enum.StrEnum):
     TURN_READY = "turn.ready"
+    CHARTS = "job.charts"
     STEP = "job.step"
     STATE = "job.state"
 
@@ -40,6 +43,7 @@ def group_name(job_id: int) -> str:
 
 
 MAX_UPDATE_BYTES = 256 * 1024  # a bigger update (a turn with huge diffs) is fetched, not pushed
+PAYLOADS = ("update", "charts")  # the fields only the browser reads (left out of the readable copy)
 
 
 @dataclass
@@ -50,16 +54,18 @@ class JobNotification:
     step: str = ""  # STEP: what the worker is doing now
     state: str = ""  # STATE: the job's new state
     reason: str = ""
-    update: dict[str, Any] | None = None  # TURN_READY: webapp.jobs.live.update(job, since=turn - 1)
+    update: dict[str, Any] | None = None  # TURN_READY: webapp.jobs.live.update(job, since=turn - 1), no charts
+    charts: dict[str, Any] | None = None  # CHARTS: the job's chart data once turn `turn` is stored
     serial: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def to_client(self) -> dict[str, Any]:
-        """What the browser receives: the fields without the serial (`update` only when there is one)."""
+        """What the browser receives: the fields without the serial (`update`, `charts` only when set)."""
         body = dataclasses.asdict(self)
         body["kind"] = self.kind.value
         del body["serial"]
-        if body["update"] is None:
-            del body["update"]
+        for payload in PAYLOADS:
+            if body[payload] is None:
+                del body[payload]
         return body
 
     def to_message(self) -> dict[str, Any]:
@@ -67,9 +73,10 @@ class JobNotification:
         browser receives, sent as is; the small fields stay readable beside it."""
         client = self.to_client()
         text = json.dumps(client, ensure_ascii=False, separators=(",", ":"))
-        if self.update is not None and len(text.encode()) > MAX_UPDATE_BYTES:
-            return dataclasses.replace(self, update=None).to_message()
-        client.pop("update", None)
+        if any(p in client for p in PAYLOADS) and len(text.encode()) > MAX_UPDATE_BYTES:
+            return dataclasses.replace(self, update=None, charts=None).to_message()
+        for payload in PAYLOADS:
+            client.pop(payload, None)
         return {"type": self.kind.value, **client, "serial": self.serial, "text": text}
 
 

@@ -189,14 +189,21 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]], attempt: int 
 
 def announce_turn(job_id: int, index: int) -> None:
     """After the commit: the notice carries the update since the turn before (rendered here once,
-    and cached for the pages), so viewers that have every earlier turn need no fetch. Should it
-    fail, the bare notice goes out and the pages fetch the turn from the database."""
-    update = None
+    and cached for the pages), so viewers that have every earlier turn need no fetch; the charts
+    follow in a notice of their own, since reading them costs more than the rest and the turn need
+    not wait for them. Should building fail, the bare notice goes out and pages fetch the turn."""
     try:
-        update = live.update(Job.objects.get(pk=job_id), since=index - 1)
+        job = Job.objects.get(pk=job_id)
+        update = live.update(job, since=index - 1, with_charts=False)
     except Exception:  # noqa: BLE001 - the pages fetch it instead; never fail a store for it
         logger.exception("could not build the update of turn %s of job %s", index, job_id)
+        announce(JobNotification(Kind.TURN_READY, job_id, turn=index))
+        return
     announce(JobNotification(Kind.TURN_READY, job_id, turn=index, update=update))
+    try:
+        announce(JobNotification(Kind.CHARTS, job_id, turn=index, charts=live.charts_of(job)))
+    except Exception:  # noqa: BLE001 - the next fetch or turn brings them
+        logger.exception("could not build the charts of job %s after turn %s", job_id, index)
 
 
 def best_evaluation(events: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -1,9 +1,10 @@
 // The live job page. A "turn ready" notice on the websocket carries the update that shows the
-// turn (its server-rendered HTML, the state, totals, charts); when it follows the last turn the
-// page has, it is shown at once, with no fetch. Otherwise (a gap, a notice without its update)
-// and after every (re)connect or state change the page asks /updates/ for every turn after the
-// last one it has, so a missed notification never loses a turn. Turn HTML comes from the server,
-// rendered by Django with autoescaping; everything this script writes itself goes through textContent.
+// turn (its server-rendered HTML, the state, totals; the charts follow in a notice of their own);
+// when it follows the last turn the page has, it is shown at once, with no fetch. Otherwise (a
+// gap, a notice without its update) and after every (re)connect or state change the page asks
+// /updates/ for every turn after the last one it has, so a missed notification never loses a
+// turn. Turn HTML comes from the server, rendered by Django with autoescaping; everything this
+// script writes itself goes through textContent.
 (function () {
   "use strict";
   const config = JSON.parse(document.getElementById("job-config").textContent);
@@ -170,6 +171,7 @@
     socket.onmessage = (msg) => {
       const note = JSON.parse(msg.data);
       if (note.kind === "turn.ready") turnReady(note);
+      else if (note.kind === "job.charts") drawCharts(note.charts);
       else if (note.kind === "job.state") fetchUpdates();
       else if (note.kind === "job.step") { $("job-step").textContent = note.step; }
     };
