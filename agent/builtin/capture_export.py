@@ -42,10 +42,17 @@ def _shape(v: Any) -> list[int] | None:
     return [int(s) for s in v.shape] if isinstance(v, torch.Tensor) else None
 
 
+# composite ops decomposed after all, into ops the IR maps: einsum into permutes, views and bmm;
+# the triplet margin loss and pairwise distance into norms (kernels of our own) and elementwise ops
+_DECOMPOSE = ("einsum", "triplet_margin_loss", "pairwise_distance")
+
+
 def export_program(model: nn.Module, inputs: list[Any]) -> Any:
     with torch.no_grad():
         ep = torch.export.export(model, tuple(inputs), strict=False)
-    return ep.run_decompositions({})
+    table = torch.export.default_decompositions()
+    wanted = {getattr(torch.ops.aten, op).default for op in _DECOMPOSE}
+    return ep.run_decompositions({op: table[op] for op in wanted if op in table})
 
 
 # ATen packet name -> IR op, for ops whose only argument is the tensor
@@ -355,6 +362,12 @@ class ExportBuilder:
                 eps = torch.finfo(torch.float32).eps
             self.emit(n, "rmsnorm", [self.ref(x), self.ref(w), self.ref(eps, P(n, 3))],
                       {"ndim": len(shape), "module": None})
+        elif name == "instance_norm" and (a[5] if len(a) > 5 else kw.get("use_input_stats")):
+            # statistics of each (sample, channel) over the spatial dims: a group norm with a group per channel
+            w, b = (a[1] if len(a) > 1 else None), (a[2] if len(a) > 2 else None)
+            eps = a[7] if len(a) > 7 else kw.get("eps", 1e-5)
+            self.emit(n, "groupnorm", [self.ref(x), self.ref(w), self.ref(b), self.ref(eps, P(n, 7))],
+                      {"groups": int(self.val(x).shape[1])})
         elif name == "group_norm":
             G = int(a[1])
             w = a[2] if len(a) > 2 else None

@@ -434,6 +434,8 @@ class _Emitter:
               "            return cache[1]"]
         if paths:
             L.append(f"        {', '.join(params.values())}, = vals")
+        if any("lib." in line or "_stream" in line for line in body):  # a kernel of our own (a causal mask's tril)
+            L += ["        lib = _kernels()", "        _stream = kwrt.stream(_dev)"]
         L += body
         L.append("        out = {" + ", ".join(f"{h!r}: {_var(h)}" for h in self.const_out) + "}")
         L += ['        self.__dict__["_kw_const_cache"] = (key, out)', "        return out"]
@@ -553,8 +555,6 @@ def _hoistable(plan: Plan) -> set[str]:
             continue
         if any(w in str(n.attrs.get("target", "")) for w in _NOT_CONSTANT):
             continue  # a random draw or uninitialised memory is not a constant
-        if own_call(n, g):
-            continue  # our kernel runs in the forward, where the library and its stream are bound
         if all(r in base or r in ok for r in n.refs()):
             ok.add(n.name)
     islands = {x for x in ok if g.node(x).op in ISLAND_OPS or g.node(x).op == "constant" or g.node(x).attrs.get("island")}

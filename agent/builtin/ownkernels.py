@@ -150,8 +150,8 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
             return None
         return {"kernel": "kw_tri", "inputs": [x], "ints": [math.prod(shape[:-2]), shape[-2], shape[-1],
                                                             int(_arg(n, 1, 0)), int(op == "triu")], "dtype": "float32"}
-    if op == "linalg_vector_norm":
-        x, ord_ = _arg(n, 0), _kwarg(n, 1, "ord", 2)
+    if op in ("linalg_vector_norm", "norm"):  # norm.ScalarOpt_dim(x, p, dim, keepdim): the same positions
+        x, ord_ = _arg(n, 0), _kwarg(n, 1, "ord", 2) if op != "norm" else _kwarg(n, 1, "p", 2)
         block = _dim_block(_shape(g, x), _kwarg(n, 2, "dim"))
         if not _float(g, x) or ord_ not in (1, 2, 1.0, 2.0) or block is None or n.attrs["call"]["kwargs"].get("dtype"):
             return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.builtin.fusion import FusionError, Plan, plan
-from agent.builtin.graph import ISLAND_OPS, LIBRARY, Graph, Node, makes_strided
+from agent.builtin.graph import ELEMENTWISE, ISLAND_OPS, LIBRARY, Graph, Node, Ref, Scalar, makes_strided
 from agent.builtin.kernelgen import KernelSig, default_config, generate
 from agent.builtin.lower import LoweringError, lower
 from agent.builtin.modelgen import generate_model
@@ -38,6 +38,7 @@ def make_plan(g: Graph, islands: bool = True) -> Plan:
     library/ATen call (marked `island` with the reason) and the rest is planned again; without,
     the first such node is a GenerationError."""
     g = g.copy()
+    _scalar_inputs(g)
     for _ in range(len(g.nodes) + 1):
         try:
             p = plan(lower(g))
@@ -55,6 +56,24 @@ def make_plan(g: Graph, islands: bool = True) -> Plan:
                 raise GenerationError(str(e)) from None
             g.node(name).attrs["island"] = str(e)
     raise GenerationError("the graph could not be planned")
+
+
+def _scalar_inputs(g: Graph) -> None:
+    """A number passed to forward (KernelBench's `A * s` with s = 3.14 in get_inputs) read by an
+    elementwise op becomes a run-time scalar argument of the kernel (`float(v_s)`), as a model's
+    float attribute does: it has no tensor shape for the group's iteration space."""
+    inputs = list((g.meta or {}).get("inputs") or [])
+    for n in g.nodes:
+        if n.op != "input" or n.shape is not None:
+            continue
+        i = n.attrs.get("index", -1)
+        value = inputs[i].get("value") if 0 <= i < len(inputs) else None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        for m in g.nodes:
+            if m.op in ELEMENTWISE:
+                m.args = [Scalar(float(value), f"v_{n.name}") if isinstance(a, Ref) and a.name == n.name else a
+                          for a in m.args]
 
 
 LONE_BIAS = ("its bias add would be a kernel of its own (a launch and a pass over the output for one add): the "

@@ -15,7 +15,7 @@ import torch
 
 from agent.builtin.fallback import fallback_model, source_parts
 from agent.builtin.graph import analyze_source
-from agent.builtin.pipeline import build_candidate, library_parts, make_plan
+from agent.builtin.pipeline import build_candidate, library_parts, make_plan, own_parts
 
 REPO = Path(__file__).resolve().parents[3]
 BLOCKS = REPO / "benchmarks" / "blocks"
@@ -122,7 +122,7 @@ def test_the_causal_mask_is_built_once_and_the_masked_softmax_is_one_kernel():
     assert ["mul", "where", "amax", "sub", "exp", "sum", "div"] in ops
     src = c.files["model_new.py"]
     consts, forward = src.split("def _kw_consts", 1)[1].split("def forward", 1)
-    assert "torch.ops.aten.tril.default" in consts and "tril" not in forward
+    assert "lib.kw_tri(" in consts and "tril" not in forward  # our kernel, hoisted with the mask
     assert "_c = self._kw_consts(_dev)" in forward
 
 
@@ -145,8 +145,9 @@ def test_unlowerable_nodes_become_islands_and_the_rest_is_still_fused():
     with pytest.raises(Exception, match="last dim"):
         make_plan(an.graph, islands=False)
     p = make_plan(an.graph)
-    kept = library_parts(p)
+    kept = [st.node for st in p.steps if st.kind == "node" and st.node.attrs.get("island")]
     assert [n.op for n in kept] == ["softmax"] and "last dim" in kept[0].attrs["island"]
+    assert [k for _, k in own_parts(p)] == ["kw_softmax_mid"] and not library_parts(p)  # a kernel of our own
     assert p.groups  # the layer norm and the epilogue are still kernels
 
 
@@ -286,7 +287,7 @@ def test_under_forbid_the_plan_names_what_blocks_it():
     res, pol = _policy_run(GPT2, "gpt2_attention", {**FAST_ALLOW, "torch_ops": "forbid"}, max_turns=6)
     assert not res.verified
     fin = res.trajectory.finished().summary
-    assert "torch-ops=forbid" in fin and "tril" in fin
+    assert "torch-ops=forbid" in fin and "eq (eq)" in fin
 
 
 GEMM_GN_MIN_BIAS = '''

@@ -1,0 +1,80 @@
+"""Classes of KernelBench problems that the CPU coverage run (python -m benchmarks.kernelbench
+--coverage) found without a generated candidate, each with a task written here in KernelBench's
+format (issue 18)."""
+
+from __future__ import annotations
+
+import torch
+
+from agent.builtin.pipeline import build_candidate, library_parts
+from agent.builtin.policy import _forbid_blockers
+from tests.agent.builtin.test_export_capture import _analysis, _check_candidate
+
+SCALAR_INPUT = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, s):
+        return torch.tanh(a * s) + s
+
+
+def get_inputs():
+    return [torch.randn(16, 12), 2.5]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_number_passed_to_forward_is_a_runtime_scalar_of_the_kernel(tmp_path):
+    an = _analysis(SCALAR_INPUT, profile=False)
+    assert an.ok, an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not library_parts(c.plan) and len(c.plan.groups) == 1
+    assert "float(v_s)" in c.files["model_new.py"]
+    _check_candidate(SCALAR_INPUT, c.files, tmp_path, other_inputs=[[torch.randn(16, 12), -0.75]])
+
+
+COMPOSITES = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inorm = nn.InstanceNorm2d(4)
+        self.inorm_affine = nn.InstanceNorm2d(4, affine=True)
+
+    def forward(self, a, b, x, p, q, r):
+        return (torch.einsum("bijl,lk->bijk", a, b), self.inorm(x), self.inorm_affine(x) * 2.0,
+                F.triplet_margin_loss(p, q, r, margin=0.5))
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 4, 5), torch.randn(5, 6), torch.randn(2, 4, 6, 7), torch.randn(8, 16),
+            torch.randn(8, 16), torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_einsum_instance_norm_and_triplet_loss_become_ops_the_generator_has(tmp_path):
+    """einsum and the triplet margin loss are decomposed in the capture (bmm; norms and elementwise
+    ops); instance norm is a group norm with one group per channel."""
+    an = _analysis(COMPOSITES, profile=False)
+    assert an.ok, an.error
+    assert set(an.data["islands"]) == {"aten.norm.ScalarOpt_dim"}  # the pairwise distances: our kw_reduce
+    assert [n.attrs["groups"] for n in an.graph.nodes if n.op == "groupnorm"] == [4, 4]
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert _forbid_blockers(c.plan) == []
+    _check_candidate(COMPOSITES, c.files, tmp_path)
