@@ -38,13 +38,16 @@ BLOCKS_DIR = Path(__file__).resolve().parent / "blocks"
 FALLBACK_LABEL = "The reference's own computation"
 
 
-def shrink_ints(source: str, cap: int = 32, floor: int = 64) -> str:
+def shrink_ints(source: str, cap: int = 32, floor: int = 64, batch_apart: bool = False) -> str:
     """The module-level int constants (>= floor; plain ints, products like `2048 * 2`, and ints in
-    tuples) divided by the smallest power of two that brings the largest to at most `cap`."""
+    tuples) divided by the smallest power of two that brings the largest to at most `cap`. With
+    `batch_apart`, `batch_size` (often far the largest: 32768 next to 64 groups) goes to 8 on its
+    own and the factor is the one the other sizes need, so that the small ones keep their ratios."""
     if cap <= 0:
         return source
     tree = ast.parse(source)
     spans: list[tuple[int, int, int, int, int]] = []  # (line, col, end_line, end_col, value)
+    batch: set[tuple[int, int]] = set()  # (line, col) of batch_size's value
 
     def const_int(node: ast.AST) -> int | None:
         try:
@@ -69,18 +72,21 @@ def shrink_ints(source: str, cap: int = 32, floor: int = 64) -> str:
     for node in tree.body:
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             visit(node.value)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if batch_apart and any(isinstance(t, ast.Name) and t.id == "batch_size" for t in targets):
+                batch.add((node.value.lineno, node.value.col_offset))
     if not spans:
         return source
-    big = max(s[4] for s in spans)
+    rest = [s[4] for s in spans if (s[0], s[1]) not in batch]
     f = 1
-    while big // f > cap:
+    while max(rest or [0]) // f > cap:
         f *= 2
     lines = source.splitlines(keepends=True)
     for ln, c0, eln, c1, v in sorted(spans, reverse=True):
         if ln != eln:
             continue
         s = lines[ln - 1]
-        lines[ln - 1] = s[:c0] + str(max(8, v // f)) + s[c1:]
+        lines[ln - 1] = s[:c0] + str(8 if (ln, c0) in batch else max(8, v // f)) + s[c1:]
     return "".join(lines)
 
 
@@ -117,10 +123,13 @@ def _level(path: Path) -> str:
     return f"L{m.group(1)}" if m else "block"
 
 
-# first failures after which --coverage shrinks the problem again with every int >= 16 divided: a
-# size below 64 left as written can stop matching one that was shrunk (LayerNorm(out_channels) over
-# a width that a transposed convolution doubled), or keep the problem too large for the CPU
-_RESHRINK = ("the reference raises", "candidate timeout", "not captured: the analysis of the task did not finish")
+# first failures after which --coverage shrinks the problem again with every int >= 16 divided and
+# batch_size apart: a size below 64 left as written can stop matching one that was shrunk
+# (LayerNorm(out_channels) over a width that a transposed convolution doubled) or keep the problem
+# too large for the CPU, and one factor for batch_size and the rest can leave a size at the floor of 8
+# (64 groups of 4096 features: a group of one channel, whose output is constant)
+_RESHRINK = ("the reference raises", "candidate timeout", "not captured: the analysis of the task did not finish",
+             "candidate incorrect")
 
 
 def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_turns: int, max_variants: int,
@@ -140,7 +149,7 @@ def _run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_tu
              confirmations: int, coverage: bool, floor: int) -> dict[str, Any]:
     src = path.read_text()
     if _level(path) != "block":
-        src = shrink_ints(src, cap, floor)
+        src = shrink_ints(src, cap, floor, batch_apart=floor < 64)
     name = f"{_level(path)}/{path.stem}"
     task = task_from_source(src, path.stem, backend, dict(options))
     pol = BuiltinPolicy(profile_best=False, max_variants=max_variants, first_correct=coverage,

@@ -57,3 +57,10 @@ def test_a_lower_floor_shrinks_the_sizes_below_64_by_the_same_factor():
     src = "out_channels = 64\ndepth, height, width = 16, 32, 32\nkernel_size = (3, 3, 3)\n"
     assert shrink_ints(src, 32) == "out_channels = 32\ndepth, height, width = 16, 32, 32\nkernel_size = (3, 3, 3)\n"
     assert shrink_ints(src, 32, floor=16) == "out_channels = 32\ndepth, height, width = 8, 16, 16\nkernel_size = (3, 3, 3)\n"
+
+
+def test_batch_size_apart_keeps_the_ratios_of_the_other_sizes():
+    src = "batch_size = 32768\nin_features = 1024\nout_features = 4096\nnum_groups = 64\n"
+    assert shrink_ints(src, 32) == "batch_size = 32\nin_features = 8\nout_features = 8\nnum_groups = 8\n"
+    assert shrink_ints(src, 32, floor=16, batch_apart=True) == \
+        "batch_size = 8\nin_features = 8\nout_features = 32\nnum_groups = 8\n"
