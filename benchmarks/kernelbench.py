@@ -247,6 +247,10 @@ def coverage_table(rows: list[dict[str, Any]]) -> str:
         if counts:
             lines += ["", f"{lvl} first failures (no correct generated candidate):"]
             lines += [f"  {n:>3}  {c}" for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    again = [r for r in rows if r.get("first_attempt")]
+    if again:  # an incorrect candidate at the first sizes stays visible, whatever the second run found
+        lines += ["", f"shrunk a second time (ints >= 16, batch_size apart) after the first sizes failed: {len(again)}"]
+        lines += [f"  {r['name']}: {failure_class(r['first_attempt'], 90)}" for r in again]
     return "\n".join(lines)
 
 

@@ -51,6 +51,8 @@ def test_coverage_table_counts_per_level_and_classes_first_failures():
     assert "    2  candidate incorrect: max abs error N.N at output N" in table
     assert "    1  the reference raises: line N: boom" in table
     assert failure_class("x" * 200, 20) == "x" * 17 + "..."
+    rows[0]["first_attempt"] = "candidate incorrect: output 0 is constant (0) but the reference is not"
+    assert "  L1/1_a: candidate incorrect: output N is constant (N) but the reference is not" in coverage_table(rows)
 
 
 def test_a_lower_floor_shrinks_the_sizes_below_64_by_the_same_factor():
