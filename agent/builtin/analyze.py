@@ -92,9 +92,11 @@ _BINARY = {
     operator.add: "add", torch.add: "add", operator.iadd: "add", operator.sub: "sub", torch.sub: "sub",
     operator.isub: "sub", operator.mul: "mul", torch.mul: "mul", operator.imul: "mul", operator.truediv: "div",
     torch.div: "div", operator.itruediv: "div", torch.maximum: "maximum", torch.minimum: "minimum",
-    torch.pow: "pow", operator.pow: "pow",
+    torch.pow: "pow", operator.pow: "pow", torch.multiply: "mul", torch.subtract: "sub", torch.divide: "div",
+    torch.true_divide: "div",
 }
-_BINARY_METHODS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "pow": "pow",
+_BINARY_METHODS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "pow": "pow", "multiply": "mul",
+                   "subtract": "sub", "divide": "div",
                    "add_": "add", "mul_": "mul", "sub_": "sub", "div_": "div", "maximum": "maximum", "minimum": "minimum"}
 _REDUCE = {torch.sum: "sum", torch.mean: "mean", torch.amax: "amax", torch.amin: "amin"}
 _REDUCE_METHODS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}

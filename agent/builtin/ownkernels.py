@@ -74,7 +74,7 @@ def _float(g: Graph, a: Any) -> bool:
     return isinstance(a, Ref) and g.node(a.name).dtype == "float32"
 
 
-_REDUCE_OPS = {"sum": 0, "mean": 1, "amax": 2, "amin": 3}
+_REDUCE_OPS = {"sum": 0, "mean": 1, "amax": 2, "amin": 3, "logsumexp": 6}
 
 
 def own_call(n: Node, g: Graph) -> dict[str, Any] | None:
@@ -373,9 +373,17 @@ KW_HD static inline double kw_ce_row(const float* row, int64_t c, int64_t k) {
 }
 
 // One line of [outer, len, inner] reduced: op 0 sum, 1 mean (both in double), 2 max, 3 min (NaN
-// propagates), 4 Euclidean norm, 5 sum of absolute values.
+// propagates), 4 Euclidean norm, 5 sum of absolute values, 6 logsumexp (max, then the sum of exp).
 KW_HD static inline float kw_reduce_line(const float* x, int64_t q, int64_t len, int64_t inner, int64_t op) {
     const float* a = x + (q / inner) * len * inner + q % inner;
+    if (op == 6) {
+        float m = -INFINITY;
+        for (int64_t l = 0; l < len; ++l) m = a[l * inner] > m ? a[l * inner] : m;
+        if (m == INFINITY || m == -INFINITY) return m;
+        double s = 0.0;
+        for (int64_t l = 0; l < len; ++l) s += exp((double)a[l * inner] - m);
+        return (float)(log(s) + m);
+    }
     if (op == 2 || op == 3) {
         float m = a[0];
         for (int64_t l = 1; l < len; ++l) {

@@ -20,7 +20,7 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, a, s):
-        return torch.tanh(a * s) + s
+        return torch.multiply(torch.tanh(a * s), a) + s
 
 
 def get_inputs():
@@ -33,6 +33,7 @@ def get_init_inputs():
 
 
 def test_a_number_passed_to_forward_is_a_runtime_scalar_of_the_kernel(tmp_path):
+    """(torch.multiply is mul for the fx capture.)"""
     an = _analysis(SCALAR_INPUT, profile=False)
     assert an.ok, an.error
     c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")

@@ -68,7 +68,8 @@ CASES = {
                     "torch.rand(6, 9).softmax(-1)", args="x, t, p, q"), {"kw_cross_entropy", "kw_kl_div"}),
     "reductions_not_last": (task("(torch.sum(x, dim=1), torch.mean(x, dim=(1, 2), keepdim=True), torch.amax(x, dim=0), "
                                  "torch.min(x, dim=1)[0], torch.softmax(x, dim=1), torch.log_softmax(x, dim=0), "
-                                 "torch.norm(x, p='fro'), torch.norm(x, p=1, dim=1))", "torch.randn(2, 3, 4, 5)"),
+                                 "torch.norm(x, p='fro'), torch.norm(x, p=1, dim=1), torch.logsumexp(x, dim=1))",
+                                 "torch.randn(2, 3, 4, 5)"),
                             {"kw_reduce", "kw_softmax_mid"}),
     "triangular": (task("(torch.tril(torch.matmul(a, b)), torch.triu(a, diagonal=1))", "torch.randn(6, 6), torch.randn(6, 6)",
                         args="a, b"), {"kw_tri"}),
