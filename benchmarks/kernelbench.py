@@ -10,6 +10,17 @@ for a large GPU; on the CPU their module-level size constants are shrunk (`shrin
 int >= 64 divided by one power of two, so that the largest is at most --cap, never below 8;
 smaller ints such as kernel sizes and strides stay), which keeps divisibility between sizes.
 
+    python -m benchmarks.kernelbench --kernelbench DIR --level 1 2 3 --coverage --shard 0/2 --out c0.json
+
+--coverage (issue 18, point 5: no GPU needed) runs every problem of the levels on the CPU backend,
+each stopped at its first correct candidate (BuiltinPolicy(first_correct=True), few timed calls:
+coverage, not speed), and prints per level: problems, ran, captured, a generated candidate correct
+(and of those, how many need no ATen island, i.e. what torch-ops=forbid would accept as far as the
+plan goes), any correct candidate (the reference's own computation included), and the first
+failures of the rest counted by class. A problem whose first sizes fail (the reference raises or
+times out, or the candidate is incorrect) is shrunk once more with every int >= 16 divided and
+batch_size apart, and the table lists those with their first failure.
+
 Per task it records whether the forward was captured (and how: torch.export, torch.fx, or not
 at all), whether a correct candidate was found, how many evaluations ran, the speedup against
 eager, and which parts of the graph stayed library/ATen calls. CPU numbers are indicative only.
