@@ -14,9 +14,10 @@ every 8-15 s it reloads the page (timed too). `--fetch`: every notice is followe
 the page did before notices carried the turn (and as any page does against a server whose
 notices do not). Meanwhile a turn is stored every second, with two progress steps between turns,
 like a real run, by a process of its own (as by a worker). Printed: page p50/p95/max, websockets
-connected, the commit -> notice handed to Redis in the storing process, notification latency,
-turn shown latency, how many turns came with the notice and how many by a fetch, the fetches'
-own times and viewer-cache hits, errors. Targets: at 50 viewers page p95 <= 300 ms, turn stored ->
+connected, the commit -> all the turn's notices handed to Redis in the storing process (the turn's,
+then the charts' where the server sends them apart), notification latency, turn shown latency,
+how many turns came with the notice and how many by a fetch, the fetches' own times and
+viewer-cache hits, errors. Targets: at 50 viewers page p95 <= 300 ms, turn stored ->
 browser p95 <= 250 ms, every websocket connects; at 200 it may be slower but without errors.
 
 The older sections (`--sections latency,idle,page`): 1. store -> notification latency for
@@ -233,7 +234,7 @@ class Tally:
         from collections import Counter
 
         self.page, self.ws, self.notify, self.browser, self.fetch, self.catch_up = [], [], [], [], [], []
-        self.announce: list[float] = []  # commit -> notice handed to Redis, in the storing process
+        self.announce: list[float] = []  # commit -> the turn's notices handed to Redis, in the storing process
         self.notify_at: list[tuple[int, float]] = []  # (turn, when its notice arrived)
         self.browser_at: list[tuple[int, float]] = []  # (turn, when it was shown)
         self.errors: Counter = Counter()
@@ -399,7 +400,7 @@ class Storer:
         self.proc.start()  # Django starts there while the viewers arrive
 
     def run(self) -> tuple[dict[int, float], list[float]]:
-        """Store the turns now: (commit time per turn, ms from commit to notice handed to Redis)."""
+        """Store the turns now: (commit time per turn, ms from commit to its notices handed to Redis)."""
         if not self.conn.poll(120) or self.conn.recv() != "ready":
             raise RuntimeError("the storing process did not start")
         self.conn.send("go")
@@ -411,7 +412,7 @@ class Storer:
 def store_turns(job_id: int, first_index: int, turns: int, conn) -> None:
     """A turn a second, two progress steps between turns, as a run stores them. Sends back each
     turn's commit time (the on_commit callback registered first runs first) and the ms from the
-    commit to the notice handed to Redis (every callback after it done)."""
+    commit to every notice of the turn handed to Redis (every callback after it done)."""
     import django
 
     django.setup()
@@ -458,7 +459,7 @@ def report_viewers(tally: Tally, viewers: int, web: int, fetch_always: bool) -> 
     print(f"viewers={viewers} ({web} web process(es), {os.cpu_count()} CPUs shared with Redis, the clients and other users; {mode}):")
     print("  " + line("page (first loads and reloads)", tally.page))
     print(f"  websockets: {tally.ws_ok} connected of {tally.ws_ok + tally.ws_failed()} attempts; " + line("handshake", tally.ws))
-    print("  " + line("turn stored -> notice handed to Redis (storing process)", tally.announce))
+    print("  " + line("turn stored -> all its notices handed to Redis (storing process)", tally.announce))
     print("  " + line("turn stored -> websocket notification", tally.notify))
     print("  " + line("turn stored -> browser (turn shown)", tally.browser))
     print(f"  turns shown from the notice: {tally.pushed}; after a fetch: {tally.fetched}")
