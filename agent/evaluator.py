@@ -4,7 +4,8 @@ The CLI and tests use LocalEvaluator (the sandbox API in-process; the sandbox ru
 candidate in its own child process, so a crashing kernel cannot take the loop down). The web
 app supplies an evaluator that sends the same calls through Celery queues. Options travel as a
 plain dict (JSON-serialisable, so a queue can carry them); results come back as the sandbox's
-dataclasses (`sandbox.schema`), which a remote evaluator rebuilds with `EvalResult.from_dict`.
+dataclasses (`sandbox.schema`) or, from a remote evaluator, as the JSON form a worker sent
+(`to_dict()`), which the tools rebuild once (agent.tools.eval_result_and_dict) and store as it came.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ ProgressCallback = Callable[[str, dict[str, Any]], None]
 @runtime_checkable
 class Evaluator(Protocol):
     def compile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> Any:
-        """-> sandbox.schema.CompileResult"""
+        """-> sandbox.schema.CompileResult, or its to_dict() form"""
 
     def evaluate(
         self,
@@ -27,10 +28,10 @@ class Evaluator(Protocol):
         options: dict[str, Any],
         on_progress: ProgressCallback | None = None,
     ) -> Any:
-        """-> sandbox.schema.EvalResult; never raises for faults of the candidate."""
+        """-> sandbox.schema.EvalResult (or its to_dict() form); never raises for faults of the candidate."""
 
     def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> Any:
-        """-> sandbox.schema.EvalResult with `profile` rows and `roofline`."""
+        """-> sandbox.schema.EvalResult (or its to_dict() form) with `profile` rows and `roofline`."""
 
 
 def make_options(options: dict[str, Any] | Any) -> Any:

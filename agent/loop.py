@@ -38,7 +38,7 @@ from agent.events import (
 )
 from agent.policy import Action, Observation, Policy, TaskInfo
 from agent.task import is_task
-from agent.tools import ToolOutcome, ToolRunner, as_eval_result, tool_specs
+from agent.tools import ToolOutcome, ToolRunner, eval_result_and_dict, tool_specs
 from agent.trajectory import Totals, Trajectory
 from agent.workspace import Workspace
 
@@ -297,21 +297,21 @@ class _Run:
         return observations, finished, summary, sandbox_s
 
     def record_outcome(self, out: ToolOutcome) -> None:
-        t = self.turn
+        t, data = self.turn, out.data or {}
         if out.internal_error:
             self.record(ErrorEvent(turn=t, kind="tool", message=out.internal_error))
         if out.edit is not None:
             e = out.edit
             self.record(FileEdit(turn=t, path=e.path, diff=e.diff, content=e.content, version=e.version))
         if out.compile is not None:
-            self.record(CompileEvent(turn=t, version=self.workspace.version, result=out.data["compile"]))
+            self.record(CompileEvent(turn=t, version=self.workspace.version, result=data["compile"]))
         if out.profile is not None:
             self.record(
                 ProfileEvent(
                     turn=t,
                     version=self.workspace.version,
-                    rows=out.data["profile"].get("profile", []),
-                    roofline=out.data["profile"].get("roofline"),
+                    rows=data["profile"].get("profile", []),
+                    roofline=data["profile"].get("roofline"),
                     text=out.content,
                 )
             )
@@ -339,7 +339,7 @@ class _Run:
 
     def record_evaluation(self, out: ToolOutcome) -> None:
         res, v = out.evaluation, self.workspace.version
-        result = out.data["evaluation"]
+        result = (out.data or {})["evaluation"]
         self.record_result(v, result)
         note = ""
         if res.status.value == "ok" and int(res.reward) >= 1:
@@ -372,12 +372,11 @@ class _Run:
             if self.stop_requested():
                 return f"confirmation stopped after {i} of {n} evaluations"
             try:
-                res = as_eval_result(self.runner.evaluator.evaluate(self.task.source, b.files, self.runner.options,
-                                                                    on_progress=self.runner.on_progress))
+                res, result = eval_result_and_dict(self.runner.evaluator.evaluate(
+                    self.task.source, b.files, self.runner.options, on_progress=self.runner.on_progress))
             except Exception as exc:  # an evaluator failure is not the candidate's; the best stays unconfirmed
                 self.record(ErrorEvent(turn=self.turn, kind="tool", message=f"confirmation: {type(exc).__name__}: {exc}"))
                 return f"not confirmed ({type(exc).__name__})"
-            result = res.to_dict()
             self.record_result(b.version, result, purpose="confirmation")
             if res.status.value != "ok" or int(res.reward) < 1:
                 why = "; ".join(res.reasons[:2]) or res.status.value

@@ -20,7 +20,7 @@ from agent.policy import TOOL_NAMES, TaskInfo, ToolInvocation
 from agent.workspace import REFERENCE_PATH, Edit, Workspace, WorkspaceError, check_path
 
 # Set by a policy when the model's arguments were not a JSON object: the tool then answers
-# with the parse error instead of running (agent.openai_policy fills these).
+# with the parse error instead of running (agent.chat.parse fills these).
 INVALID_ARGUMENTS_KEY = "_invalid_arguments"
 ARGUMENTS_ERROR_KEY = "_arguments_error"
 
@@ -305,10 +305,8 @@ class ToolRunner:
                 "nothing to compile: the workspace has no kernels/*.cu or kernels/*.cpp file yet "
                 "(a load_inline candidate is built by evaluate).",
             )
-        res = as_compile_result(self._require_evaluator().compile(self.task.source, files, self.options))
-        return ToolOutcome(
-            call.call_id, call.name, bool(res.ok), format_compile(res), compile=res, data={"compile": _asdict(res)}
-        )
+        res, data = compile_result_and_dict(self._require_evaluator().compile(self.task.source, files, self.options))
+        return ToolOutcome(call.call_id, call.name, bool(res.ok), format_compile(res), compile=res, data={"compile": data})
 
     def _tool_evaluate(self, call: ToolInvocation, args: dict[str, Any]) -> ToolOutcome:
         files = self.workspace.snapshot()
@@ -316,21 +314,21 @@ class ToolRunner:
             return ToolOutcome(
                 call.call_id, call.name, False, "nothing to evaluate: write model_new.py (class ModelNew) first"
             )
-        res = as_eval_result(
+        res, data = eval_result_and_dict(
             self._require_evaluator().evaluate(self.task.source, files, self.options, on_progress=self.on_progress)
         )
         return ToolOutcome(
             call.call_id, call.name, res.status.value == "ok", format_evaluation(res), evaluation=res,
-            data={"evaluation": res.to_dict()},
+            data={"evaluation": data},
         )
 
     def _tool_profile(self, call: ToolInvocation, args: dict[str, Any]) -> ToolOutcome:
         files = self.workspace.snapshot()
         if "model_new.py" not in files:
             return ToolOutcome(call.call_id, call.name, False, "nothing to profile: write model_new.py first")
-        res = as_eval_result(self._require_evaluator().profile(self.task.source, files, self.options))
+        res, data = eval_result_and_dict(self._require_evaluator().profile(self.task.source, files, self.options))
         ok = res.status.value == "ok" or bool(res.profile)
-        return ToolOutcome(call.call_id, call.name, ok, format_profile(res), profile=res, data={"profile": res.to_dict()})
+        return ToolOutcome(call.call_id, call.name, ok, format_profile(res), profile=res, data={"profile": data})
 
     def _tool_finish(self, call: ToolInvocation, args: dict[str, Any]) -> ToolOutcome:
         summary = str(args.get("summary", ""))
@@ -338,24 +336,20 @@ class ToolRunner:
 
 
 # -- result conversion and formatting --------------------------------------------------------
-def _asdict(obj: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return json.loads(json.dumps(dataclasses.asdict(obj), default=lambda v: getattr(v, "value", str(v))))
-
-
-def as_eval_result(res: Any) -> Any:
+# An evaluator answers with the sandbox's dataclass (in process) or with its JSON form (a remote
+# worker's answer, already a dict): each is converted once, the other form kept as it came.
+def eval_result_and_dict(res: Any) -> tuple[Any, dict[str, Any]]:
+    """(EvalResult, its JSON form) from either."""
     from sandbox.schema import EvalResult
 
-    return EvalResult.from_dict(res) if isinstance(res, dict) else res
+    return (EvalResult.from_dict(res), res) if isinstance(res, dict) else (res, res.to_dict())
 
 
-def as_compile_result(res: Any) -> Any:
-    """A build's result as the sandbox's dataclass, whether it came as one or as its JSON dict
-    (from a Celery worker)."""
+def compile_result_and_dict(res: Any) -> tuple[Any, dict[str, Any]]:
+    """(CompileResult, its JSON form) from either."""
     from sandbox.schema import CompileResult
 
-    return CompileResult.from_dict(res) if isinstance(res, dict) else res
+    return (CompileResult.from_dict(res), res) if isinstance(res, dict) else (res, res.to_dict())
 
 
 def _ms(stats: Any) -> str:

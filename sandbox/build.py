@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cache
@@ -138,7 +138,7 @@ def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tu
 
 
 def _meta(res: CompileResult) -> dict:
-    d = asdict(res)
+    d = res.to_dict()
     d.pop("cached", None)
     return d
 
@@ -153,10 +153,10 @@ def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> 
     started = time.perf_counter()
     meta = cache.read_json(final / "meta.json")
     if meta is not None:
-        manifest = meta.pop("manifest", [])
+        built = meta.pop("manifest", [])
         res = CompileResult.from_dict(meta)
         res.cached, res.seconds = True, time.perf_counter() - started
-        return res, str(final) if res.ok else None, manifest
+        return res, str(final) if res.ok else None, built
     limits = Limits(wall_s=options.compile_timeout_s, fsize_mb=2048, nproc=options.max_processes,
                     cpu_s=int(options.compile_timeout_s * 8) + 60)
     child = Child("prebuild", limits, options, {"KW_BACKEND": backend})

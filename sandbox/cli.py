@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .options import BACKENDS, PRESETS, TORCH_OPS, EvalOptions
+from .schema import EvalResult
 
 
 def _options(args: argparse.Namespace) -> EvalOptions:
@@ -31,7 +32,7 @@ def _options(args: argparse.Namespace) -> EvalOptions:
     return EvalOptions(**kw)
 
 
-def _print(res, as_json: bool) -> None:
+def _print(res: EvalResult, as_json: bool) -> None:
     if as_json:
         print(json.dumps(res.to_dict(), indent=1))
         return
@@ -50,11 +51,11 @@ def _print(res, as_json: bool) -> None:
     for row in res.profile[:15]:
         print(f"  {row.share * 100:5.1f}%  {row.total_ms:9.3f} ms  x{row.calls:<5d} {row.name}")
     if res.roofline:
-        r = res.roofline
-        print(f"  roofline: {r.flops:.3g} FLOP, {r.min_bytes:.3g} B, floor {r.floor_ms:.4g} ms ({r.bound}-bound), "
-              f"fraction of speed of light {r.fraction_of_sol}")
-        if r.note:
-            print(f"  roofline note: {r.note}")
+        roof = res.roofline
+        print(f"  roofline: {roof.flops:.3g} FLOP, {roof.min_bytes:.3g} B, floor {roof.floor_ms:.4g} ms ({roof.bound}-bound), "
+              f"fraction of speed of light {roof.fraction_of_sol}")
+        if roof.note:
+            print(f"  roofline note: {roof.note}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         options = _options(args)
         if args.command == "compile":
             cres = compile_candidate(load_candidate(args.candidate), options)
-            from dataclasses import asdict
-
-            print(json.dumps(asdict(cres), indent=1) if args.json else (cres.log or ("ok" if cres.ok else "failed")))
+            print(json.dumps(cres.to_dict(), indent=1) if args.json else (cres.log or ("ok" if cres.ok else "failed")))
             return 0
         ref_path = Path(args.reference)
         task_source = ref_path.read_text()

@@ -18,6 +18,8 @@ TORCH_OPS = ("forbid", "allow")
 # model's floating parameters and buffers and every floating input to that dtype, in the reference
 # and the candidate alike (KernelBench's `precision`), and the preset's tolerance for that dtype applies.
 PRECISIONS = ("task", "float32", "bfloat16", "float16")
+# The options of a job or an API call that are the sandbox's (EvalOptions fields), passed on as given.
+SANDBOX_OPTION_KEYS = ("backend", "torch_ops", "preset", "precision")
 
 
 @dataclass(frozen=True)

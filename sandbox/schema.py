@@ -58,6 +58,10 @@ class CompileResult:
     errors: list[CompileError] = field(default_factory=list)
     log: str = ""  # full log; trim for a model with agent.tools, never here
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (a build's meta.json, a Celery worker's answer, a compile event's data)."""
+        return _plain(dataclasses.asdict(self))
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CompileResult:
         """The result from its JSON form (a build's cached meta.json, an evaluation's `compile`,

@@ -138,7 +138,7 @@ def make_app(redis_url: str):
 def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir: Path, round_no: int) -> Row:
     from sandbox.devlock import overlapping_windows
     from sandbox.schema import Status
-    from webapp.jobs.celery_evaluator import CeleryEvaluator
+    from webapp.jobs.run.sender import CeleryEvaluator
     from webapp.pool import sharing_violations, task_runs, wait_for_workers
 
     pool = Pool(env, log_dir)

@@ -71,7 +71,7 @@ DELIVERY_KEY = "kernelwright:deliveries:{task_id}:{retries}"
 # -- a task whose worker is gone without dying in front of Celery ------------------------------------
 # A worker's main process killed (or a Redis restart) leaves its task unacknowledged, and Redis
 # hands it back only after the visibility timeout (hours). So the sender watches instead
-# (webapp.jobs.celery_evaluator): a "sent" mark while the task waits, a liveness key refreshed
+# (webapp.jobs.run.sender): a "sent" mark while the task waits, a liveness key refreshed
 # by the process running it (webapp.celery), and an "abandoned" mark on a task given up and sent
 # again, which a late redelivery of it obeys by returning at once.
 def sent_key(task_id: str) -> str:
@@ -84,6 +84,11 @@ def alive_key(task_id: str) -> str:
 
 def abandoned_key(task_id: str) -> str:
     return f"kernelwright:abandoned:{task_id}"
+
+
+def progress_key(task_id: str) -> str:
+    """A running evaluation's latest progress (webapp.jobs.run.progress)."""
+    return f"kernelwright:progress:{task_id}"
 
 
 ALIVE_EVERY_S = 5.0  # how often a running task refreshes its liveness key

@@ -4,7 +4,7 @@ bare "no correct candidate found (the policy finished)" nor a traceback. The pag
 the live state (which job.js writes into the header) say the same.
 
 The failed jobs hold the turns a run stores (agent.events) and are ended by the runner's own
-finish (webapp.jobs.runner._finish_from_trajectory), so the stored reason is its generic one;
+finish (webapp.jobs.run.runner._finish_from_trajectory), so the stored reason is its generic one;
 the evaluation's reason is a real traceback of a module whose inputs do not fit it."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.webapp.test_upload_runtime_error import EXPECTED as MISFIT_ERROR
 from tests.webapp.test_upload_runtime_error import MISFIT, failure
 from webapp.jobs import services
 from webapp.jobs.models import Job
-from webapp.jobs.runner import _finish_from_trajectory
+from webapp.jobs.run.runner import _finish_from_trajectory
 from webapp.jobs.sample_trajectory import SOFTMAX_TASK
 from webapp.jobs.views.pages import failure_reason
 

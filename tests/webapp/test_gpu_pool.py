@@ -34,15 +34,16 @@ from django.contrib.auth.models import User
 
 from sandbox.cache import files_hash
 from sandbox.devlock import overlapping_windows
-from sandbox.schema import Status
+from sandbox.schema import CompileResult, EvalResult, Status
 from sandbox.workloads import softmax_candidate
 from tests.support.processes import ROOT
 from tests.support.redis_db import claim_redis_db
 from tests.support.stack import start_worker
 from webapp.jobs import services
-from webapp.jobs.celery_evaluator import EVALUATE_TASK, CeleryEvaluator
+from webapp.jobs.run.sender import CeleryEvaluator
 from webapp.pool import TaskRun, evaluate_batch, run_table, sharing_violations, task_runs, wait_for_workers
 from webapp.pool_bench import quick_options
+from webapp.queues import EVALUATE_TASK
 
 TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()
 GPU_NODES = ("gpu0", "gpu1")
@@ -231,9 +232,9 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
     def run_job_evaluations(job_id: int) -> None:
         evaluator = CeleryEvaluator(job_id, app=pool_app, timeouts={"compile": 300, "evaluate": 300})
         for files, _ in streams[job_id]:
-            built = evaluator.compile(TASK, files, options)
+            built = CompileResult.from_dict(evaluator.compile(TASK, files, options))
             assert built.ok, built.log[-2000:]
-            results[job_id].append(evaluator.evaluate(TASK, files, options))
+            results[job_id].append(EvalResult.from_dict(evaluator.evaluate(TASK, files, options)))
 
     run_at_once({f"job-{job.pk}": functools.partial(run_job_evaluations, job.pk) for job in jobs})
 
@@ -270,7 +271,7 @@ def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
     candidates = [softmax_candidate(5000 + i, backend, correct=ok) for i, ok in enumerate(expected_ok)]
     evaluator = CeleryEvaluator(job.pk, app=pool_app, timeouts={"compile": 300})
     for files in candidates:
-        assert evaluator.compile(TASK, files, options).ok
+        assert evaluator.compile(TASK, files, options)["ok"]
 
     batch = evaluate_batch(TASK, candidates, options, job_id=job.pk, app=pool_app, timeout=300)
 
@@ -300,14 +301,14 @@ def test_two_jobs_and_a_batch_at_once_spread_over_both_gpus_and_never_share_one(
     batch_candidates = [softmax_candidate(7500 + i, backend, correct=i != 2) for i in range(4)]
     builder = CeleryEvaluator(batch_job.pk, app=pool_app, timeouts={"compile": 300})
     for files in [*batch_candidates, *(f for stream in streams.values() for f in stream)]:
-        assert builder.compile(TASK, files, options).ok  # built first: the gpu workers only evaluate
+        assert builder.compile(TASK, files, options)["ok"]  # built first: the gpu workers only evaluate
     published.clear()
 
     results: dict[str, list] = {}
 
     def one_after_another(job_id: int) -> None:
         evaluator = CeleryEvaluator(job_id, app=pool_app, timeouts={"evaluate": 300})
-        results[f"job-{job_id}"] = [evaluator.evaluate(TASK, files, options) for files in streams[job_id]]
+        results[f"job-{job_id}"] = [EvalResult.from_dict(evaluator.evaluate(TASK, files, options)) for files in streams[job_id]]
 
     def batch() -> None:
         results["batch"] = evaluate_batch(TASK, batch_candidates, options, job_id=batch_job.pk, app=pool_app,

@@ -9,9 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from sandbox.options import PRECISIONS, EvalOptions
+from sandbox.options import PRECISIONS, SANDBOX_OPTION_KEYS, EvalOptions
 from webapp.jobs.models import Job
-from webapp.jobs.runner import SANDBOX_OPTION_KEYS
 
 pytestmark = pytest.mark.django_db
 TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()

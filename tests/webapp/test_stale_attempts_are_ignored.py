@@ -9,8 +9,9 @@ import time
 import pytest
 from django.contrib.auth.models import User
 
-from webapp.jobs import scheduler, services, worker_side
+from webapp.jobs import scheduler, services
 from webapp.jobs.models import Job
+from webapp.jobs.run import worker
 from webapp.jobs.sample_trajectory import SOFTMAX_TASK
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the watcher thread reads with a connection of its own
@@ -41,20 +42,20 @@ def test_a_turn_of_the_lost_attempt_is_not_stored(resumed) -> None:
 
 
 def test_an_evaluation_of_the_lost_attempt_is_not_started(resumed) -> None:
-    result = worker_side.evaluate_for_job(SOFTMAX_TASK, {"model_new.py": "x"}, {"backend": "cpu"}, resumed.pk, attempt=1)
+    result = worker.evaluate_for_job(SOFTMAX_TASK, {"model_new.py": "x"}, {"backend": "cpu"}, resumed.pk, attempt=1)
     assert result["status"] == "runtime_error"
     assert result["reasons"] == [f"abandoned: attempt 1 of job {resumed.pk} no longer runs it"]
 
 
 def test_a_running_evaluation_of_a_lost_attempt_is_interrupted_in_seconds(resumed, monkeypatch) -> None:
-    monkeypatch.setattr(worker_side, "RECHECK_S", 0.5)
+    monkeypatch.setattr(worker, "RECHECK_S", 0.5)
     t0 = time.monotonic()
-    with pytest.raises(worker_side.Abandoned, match="attempt 1 of job"), worker_side.watched(None, resumed.pk, 1):
+    with pytest.raises(worker.Abandoned, match="attempt 1 of job"), worker.watched(None, resumed.pk, 1):
         time.sleep(30)  # a long phase that reports nothing (timing baselines)
     assert time.monotonic() - t0 < 20
 
 
 def test_the_current_attempts_evaluation_runs_on(resumed, monkeypatch) -> None:
-    monkeypatch.setattr(worker_side, "RECHECK_S", 0.2)
-    with worker_side.watched(None, resumed.pk, 2):
+    monkeypatch.setattr(worker, "RECHECK_S", 0.2)
+    with worker.watched(None, resumed.pk, 2):
         time.sleep(1.0)  # checked a few times, wanted each time

@@ -39,9 +39,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from sandbox.options import SANDBOX_OPTION_KEYS
 from webapp.jobs import scheduler, services
 from webapp.jobs.models import ApiToken, Evaluation, task_hash
-from webapp.jobs.runner import SANDBOX_OPTION_KEYS
 from webapp.jobs.task_check import check_task_source
 from webapp.queues import EVALUATE_CANDIDATE_TASK, worker_died_reason
 
@@ -193,7 +193,7 @@ def dispatch_quietly(user_id: Any) -> None:
 
 def run(evaluation_id: int, task_id: str) -> None:
     """In the gpu worker: evaluate the row sent as `task_id` (again, if a worker died on it)."""
-    from webapp.jobs.worker_side import evaluate_for_job
+    from webapp.jobs.run.worker import evaluate_for_job
 
     claimed = Evaluation.objects.filter(pk=evaluation_id, task_id=task_id,
                                         state__in=(Evaluation.State.QUEUED, Evaluation.State.RUNNING))

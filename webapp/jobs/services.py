@@ -3,7 +3,7 @@ must see goes through a function here, which saves first and announces after the
 nothing is ever announced that a page could not then fetch.
 
 The agent run itself (building the policy and the Celery evaluator, storing turns as they
-complete, cancel and resume) lives in webapp.jobs.runner, which calls these; nothing here
+complete, cancel and resume) lives in webapp.jobs.run, which calls these; nothing here
 imports the run's modules.
 """
 

@@ -1,4 +1,6 @@
-"""Celery tasks of jobs: thin wrappers that unpack arguments and call one plain function.
+"""Celery tasks of jobs: thin wrappers that unpack arguments and call one plain function of
+webapp.jobs.run (the agent worker's runner, the compile and gpu workers' worker module). Each
+imports its module when it first runs, so a compile or gpu worker never loads the agent loop.
 
 Names come from webapp.queues and route the work: `kernelwright.agent.*` runs on the agent
 queue, `kernelwright.compile.*` on compile hosts, `kernelwright.gpu.*` on one worker per GPU.
@@ -25,51 +27,51 @@ from webapp.queues import (
 )
 
 
-def _stop_job(task, job_id: int) -> None:
-    from webapp.jobs.runner import stop_lost_job
+def _stop_job(task: Any, job_id: int) -> None:
+    from webapp.jobs.run.runner import stop_lost_job
 
     stop_lost_job(job_id)
 
 
-def _failed_build(task, *args, **kwargs) -> dict[str, Any]:
-    from webapp.jobs.worker_side import worker_died_build
+def _failed_build(task: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    from webapp.jobs.run.outcomes import worker_died_build
 
     return worker_died_build()
 
 
-def _failed_evaluation(task, *args, **kwargs) -> dict[str, Any]:
-    from webapp.jobs.worker_side import worker_died_result
+def _failed_evaluation(task: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    from webapp.jobs.run.outcomes import worker_died_result
 
     return worker_died_result()
 
 
 @shared_task(name=RUN_JOB_TASK, ignore_result=True, on_worker_died_too_often=_stop_job)
 def run_job(job_id: int) -> None:
-    from webapp.jobs.runner import run_job as _run
+    from webapp.jobs.run.runner import run_job as _run
 
     _run(job_id)
 
 
 @shared_task(name=BUILD_TASK, on_worker_died_too_often=_failed_build, bind=True)
-def build(self, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
+def build(self: Any, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
           attempt: int | None = None) -> dict[str, Any]:
-    from webapp.jobs.worker_side import build_for_job
+    from webapp.jobs.run.worker import build_for_job
 
     return build_for_job(files, options, job_id, attempt, self.request.id)
 
 
 @shared_task(name=EVALUATE_TASK, on_worker_died_too_often=_failed_evaluation, bind=True)
-def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
+def evaluate(self: Any, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
              attempt: int | None = None) -> dict[str, Any]:
-    from webapp.jobs.worker_side import evaluate_for_job
+    from webapp.jobs.run.worker import evaluate_for_job
 
     return evaluate_for_job(task_source, files, options, job_id, attempt, self.request.id)
 
 
 @shared_task(name=PROFILE_TASK, on_worker_died_too_often=_failed_evaluation, bind=True)
-def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
+def profile(self: Any, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
             attempt: int | None = None) -> dict[str, Any]:
-    from webapp.jobs.worker_side import profile_for_job
+    from webapp.jobs.run.worker import profile_for_job
 
     return profile_for_job(task_source, files, options, job_id, attempt, self.request.id)
 
@@ -77,19 +79,19 @@ def profile(self, task_source: str, files: dict[str, str], options: dict[str, An
 @shared_task(name=BACKEND_TASK)
 def backend(job_id: int | None = None, attempt: int | None = None) -> str:
     """What this gpu worker resolves "auto" to (asked once per job, before its policy starts)."""
-    from webapp.jobs.worker_side import host_backend
+    from webapp.jobs.run.worker import host_backend
 
     return host_backend()
 
 
-def _failed_candidate(task, evaluation_id: int, *args, **kwargs) -> None:
+def _failed_candidate(task: Any, evaluation_id: int, *args: Any, **kwargs: Any) -> None:
     from webapp.jobs.evaluations import worker_died
 
     worker_died(evaluation_id)
 
 
 @shared_task(name=EVALUATE_CANDIDATE_TASK, ignore_result=True, on_worker_died_too_often=_failed_candidate, bind=True)
-def evaluate_candidate(self, evaluation_id: int) -> None:
+def evaluate_candidate(self: Any, evaluation_id: int) -> None:
     """One candidate of a batch posted to /api/evaluations; the outcome is stored on its row."""
     from webapp.jobs.evaluations import run
 

@@ -23,12 +23,12 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
 
+from sandbox.options import SANDBOX_OPTION_KEYS
 from webapp.jobs import evaluations, scheduler, services
 from webapp.jobs.models import ApiToken, Job, Turn
 from webapp.jobs.module_wrapper import MAX_EXPORTED_BYTES, SpecError, exported_task_source, task_from_module
 from webapp.jobs.openapi import openapi_schema
 from webapp.jobs.permissions import can_change, can_view, visible_jobs
-from webapp.jobs.runner import SANDBOX_OPTION_KEYS
 from webapp.jobs.task_check import check_task_source
 from webapp.jobs.views import files as file_views
 from webapp.jobs.views.access import share_token

@@ -1,10 +1,11 @@
-"""The agent's evaluator for the web app: the same three calls as agent.evaluator.LocalEvaluator,
+"""The agent loop's evaluator in the web app: the same three calls as agent.evaluator.LocalEvaluator,
 sent through Celery so that builds run on the `compile` queue and evaluations on the `gpu` queue.
 
-Results travel as JSON dicts and are rebuilt into the sandbox's dataclasses here, so the agent
-loop cannot tell this evaluator from the in-process one. A result that does not come back in
-time becomes a `timeout` result (the loop records it like any candidate fault) rather than an
-exception that would end the job.
+Results come back as the JSON form the worker sent and go to the loop as they came (the loop's
+tools rebuild the dataclass once). A result that does not come back in time becomes a `timeout`
+result (the loop records it like any candidate fault) rather than an exception that would end
+the job. While it waits, the gpu worker's progress (webapp.jobs.run.progress) is relayed to the
+call's on_progress, or shown as the job's step.
 
 Waiting survives Redis and workers going away: the result is polled (a Redis error is waited
 out), and a task is known lost when its worker's liveness key (webapp.celery, refreshed every few
@@ -19,15 +20,14 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.utils import uuid
 
-from agent.tools import as_compile_result
-from sandbox.schema import CompileResult, EvalResult, Status, Verdict
 from webapp.jobs import scheduler, services
-from webapp.jobs.worker_side import worker_died_build, worker_died_result
+from webapp.jobs.run import outcomes, progress
 from webapp.queues import (
     BACKEND_TASK,
     BUILD_TASK,
@@ -36,6 +36,7 @@ from webapp.queues import (
     PROFILE_TASK,
     abandoned_key,
     alive_key,
+    progress_key,
     sent_key,
 )
 
@@ -52,28 +53,27 @@ class NoBackend(RuntimeError):
     """No gpu worker said which backend it evaluates on: the job cannot start its policy."""
 
 
-def _timeout_result(what: str, seconds: float) -> EvalResult:
-    return EvalResult(
-        status=Status.TIMEOUT,
-        verdict=Verdict.FAIL,
-        reasons=[f"the {what} did not come back from its worker within {seconds:.0f} s"],
-    )
+Progress = Callable[[str, dict[str, Any]], None]
 
 
 class CeleryEvaluator:
-    def __init__(self, job_id: int | None = None, app=None, timeouts: dict[str, float] | None = None,
+    def __init__(self, job_id: int | None = None, app: Any = None, timeouts: dict[str, float] | None = None,
                  attempt: int | None = None, owner_id: Any = None) -> None:
         self.job_id, self.attempt, self.owner_id = job_id, attempt, owner_id
         self.app = app or services.celery_app()
         self.timeouts = {**WAIT_S, **(timeouts or {})}
 
     def _tell(self, step: str) -> None:
+        """The job's step (only while this evaluator's attempt runs it)."""
         if self.job_id is not None:
             services.set_step(self.job_id, step, self.attempt)
 
-    def _call(self, name: str, what: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    def _show_progress(self, step: str, detail: dict[str, Any]) -> None:
+        self._tell(progress.step_text(step, detail))
+
+    def _call(self, name: str, what: str, kwargs: dict[str, Any], on_progress: Progress | None = None) -> Any:
         """The task's result; None when it did not come back in time; LOST when its worker died
-        under each of MAX_DELIVERIES sends."""
+        under each of MAX_DELIVERIES sends. The task's progress goes to `on_progress` meanwhile."""
         deadline = time.monotonic() + self.timeouts[what]
         gpu = name != BUILD_TASK
         kwargs = {**kwargs, "attempt": self.attempt}
@@ -86,7 +86,7 @@ class CeleryEvaluator:
                     deadline)
             try:
                 self._retrying(functools.partial(self._send, name, kwargs, task_id, priority, deadline), deadline)
-                outcome = self._wait(task_id, deadline)
+                outcome = self._wait(task_id, deadline, on_progress)
             finally:
                 if gpu:
                     scheduler.release_gpu_slot(self.owner_id, task_id)
@@ -100,7 +100,7 @@ class CeleryEvaluator:
     def _abandon(self, task_id: str, ttl_s: int) -> None:
         self._redis().set(abandoned_key(task_id), 1, ex=ttl_s)
 
-    def _redis(self):
+    def _redis(self) -> Any:
         from webapp.celery import redis_client
 
         return redis_client(self.app.conf.broker_url)
@@ -111,7 +111,7 @@ class CeleryEvaluator:
                            retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5})
 
     @staticmethod
-    def _retrying(call, deadline: float):
+    def _retrying(call: Callable[[], Any], deadline: float) -> Any:
         """`call()`, again every second while Redis does not answer (until the deadline)."""
         while True:
             try:
@@ -122,9 +122,10 @@ class CeleryEvaluator:
                 logger.warning("Redis does not answer (%s): trying again", type(exc).__name__)
                 time.sleep(1.0)
 
-    def _wait(self, task_id: str, deadline: float):
+    def _wait(self, task_id: str, deadline: float, on_progress: Progress | None = None) -> Any:
         backend = self.app.backend
         missing_since: float | None = None
+        seen = 0  # the number of the last progress report handed on
         while time.monotonic() < deadline:
             try:
                 meta = backend.get_task_meta(task_id)
@@ -133,14 +134,16 @@ class CeleryEvaluator:
                     return meta.get("result")
                 if state in ("FAILURE", "REVOKED"):
                     raise backend.exception_to_python(meta.get("result"))
-                client = self._redis()
-                key = alive_key(task_id) if state == "STARTED" else sent_key(task_id)
-                present = bool(client.exists(key))
+                with self._redis().pipeline(transaction=False) as pipe:
+                    pipe.exists(alive_key(task_id) if state == "STARTED" else sent_key(task_id))
+                    pipe.get(progress_key(task_id))
+                    present, raw = pipe.execute()
             except Exception as exc:  # noqa: BLE001
                 if not _is_connection_error(exc):
                     raise
                 time.sleep(1.0)  # Redis restarting: the task may well be running on
                 continue
+            seen = self._relay(raw, seen, on_progress)
             if present:
                 missing_since = None
             elif missing_since is None:
@@ -154,32 +157,44 @@ class CeleryEvaluator:
             pass
         return None
 
-    def compile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> CompileResult:
+    def _relay(self, raw: Any, seen: int, on_progress: Progress | None) -> int:
+        """Hand a new progress report on (to the call's on_progress, else the job's step)."""
+        report = progress.read(raw)
+        if report is None or report[0] <= seen:
+            return seen
+        number, step, detail = report
+        (on_progress or self._show_progress)(step, detail)
+        return number
+
+    def compile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
+        """The build's result in its JSON form (sandbox.schema.CompileResult.to_dict())."""
         data = self._call(BUILD_TASK, "compile", {"files": files, "options": options, "job_id": self.job_id})
         if data is LOST:
-            data = worker_died_build()
+            return outcomes.worker_died_build()
         if data is None:
-            return CompileResult(ok=False, log=f"the build did not come back within {self.timeouts['compile']:.0f} s")
-        return as_compile_result(data)
+            return outcomes.build_timed_out(self.timeouts["compile"])
+        return data
 
-    def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any], on_progress=None) -> EvalResult:
-        return self._evaluation(EVALUATE_TASK, "evaluate", "evaluation", task_source, files, options)
+    def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any],
+                 on_progress: Progress | None = None) -> dict[str, Any]:
+        """The evaluation's result in its JSON form (sandbox.schema.EvalResult.to_dict())."""
+        return self._evaluation(EVALUATE_TASK, "evaluate", "evaluation", task_source, files, options, on_progress)
 
-    def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> EvalResult:
+    def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
         return self._evaluation(PROFILE_TASK, "profile", "profile", task_source, files, options)
 
     def _evaluation(self, name: str, what: str, words: str, task_source: str, files: dict[str, str],
-                    options: dict[str, Any]) -> EvalResult:
+                    options: dict[str, Any], on_progress: Progress | None = None) -> dict[str, Any]:
         kwargs = {"task_source": task_source, "files": files, "options": options, "job_id": self.job_id}
-        data = self._call(name, what, kwargs)
+        data = self._call(name, what, kwargs, on_progress)
         if data is LOST:
-            data = worker_died_result()
+            return outcomes.worker_died_result()
         if data is None:
-            return _timeout_result(words, self.timeouts[what])
-        return EvalResult.from_dict(data)
+            return outcomes.timed_out(words, self.timeouts[what])
+        return data
 
     def backend(self) -> str:
-        """The backend a gpu worker resolves "auto" to (webapp.jobs.worker_side.host_backend):
+        """The backend a gpu worker resolves "auto" to (webapp.jobs.run.worker.host_backend):
         asked once per job, where the evaluations will run, before the policy writes code for it."""
         data = self._call(BACKEND_TASK, "backend", {"job_id": self.job_id})
         if data is LOST or data is None:

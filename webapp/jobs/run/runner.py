@@ -2,6 +2,8 @@
 turn as it completes, honour cancel between turns, and resume from stored turns after a lost
 worker. A job asking for backend "auto" first asks a gpu worker what that is there
 (CeleryEvaluator.backend): the policy writes code for the backend its evaluations will run on.
+The job's step is written from here alone: the loop's tool calls, and the gpu worker's progress
+that the evaluator relays (webapp.jobs.run.progress).
 
 Turn storage: the loop reports events one by one (on_event); a turn is stored when the next
 turn starts or the run ends, so every stored turn is complete and a worker that dies mid-turn
@@ -19,15 +21,15 @@ from agent.events import Event, event_from_dict
 from agent.loop import Budgets, run
 from agent.policy import TaskInfo
 from agent.trajectory import Trajectory
+from sandbox.options import SANDBOX_OPTION_KEYS
 from webapp.jobs import scheduler, services
-from webapp.jobs.celery_evaluator import CeleryEvaluator, NoBackend
 from webapp.jobs.models import Job, Turn
+from webapp.jobs.run.sender import CeleryEvaluator, NoBackend
 from webapp.queues import worker_died_reason
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = scheduler.MAX_ATTEMPTS  # starts of one job (first run + resumes after lost workers)
-SANDBOX_OPTION_KEYS = ("backend", "torch_ops", "preset", "precision")
 TOOL_STEPS = {"compile": "compiling", "evaluate": "evaluating", "profile": "profiling"}
 
 
@@ -79,11 +81,11 @@ class TurnRecorder:
         return [event_from_dict(e) for index in sorted(self.stored) for e in self.stored[index]]
 
 
-def build_policy(options: dict[str, Any]):
+def build_policy(options: dict[str, Any]) -> Any:
     """The built-in policy unless the job asks for the model and an endpoint is configured."""
     base_url = getattr(settings, "OPENAI_BASE_URL", "") or ""
     if options.get("policy") == "openai" and base_url:
-        from agent.openai_policy import OpenAIPolicy  # type: ignore[import-not-found]
+        from agent.openai_policy import OpenAIPolicy
 
         return OpenAIPolicy(
             base_url=base_url,
@@ -91,7 +93,7 @@ def build_policy(options: dict[str, Any]):
             model=settings.KERNELWRIGHT_MODEL,
         )
     try:
-        from agent.builtin import BuiltinPolicy  # type: ignore[import-not-found]
+        from agent.builtin import BuiltinPolicy
     except ImportError as exc:
         raise RuntimeError(f"the built-in policy is not available ({exc}) and no model endpoint is configured") from exc
     return BuiltinPolicy()
@@ -150,7 +152,8 @@ def stop_lost_job(job_id: int) -> None:
         services.finish_job(job, Job.State.FAILED, worker_died_reason("job"))
 
 
-def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool, attempt: int | None = None, heartbeat=None):
+def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool, attempt: int | None = None,
+              heartbeat: scheduler.Heartbeat | None = None) -> Any:
     evaluator = CeleryEvaluator(job.pk, attempt=attempt, owner_id=job.owner_id)
     if job.options.get("backend", "auto") == "auto":
         job = services.record_backend(job, evaluator.backend(), attempt)
