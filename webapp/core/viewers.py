@@ -1,8 +1,8 @@
 """The crowd watching a job, answered before Django (issue 20: fifty viewers of one running job).
 
 Viewers without an account (a public job, a share link) all get the same job page, the same
-answer from /jobs/<id>/updates/?since=N after each notification, the same turn fragments. This
-ASGI layer keeps each such answer in the shared cache, whole (status, headers, body), under a key
+answer from /jobs/<id>/updates/?since=N when their sockets (re)connect (a stored turn itself comes
+in its websocket notice), the same turn fragments. This ASGI layer keeps each such answer in the shared cache, whole (status, headers, body), under a key
 made of the URL and the job's access fields and `updated_at` (which every change viewers can see
 moves), read fresh from the database for every request; a request is answered from it only when
 the permission check (webapp.jobs.permissions.can_view) admits the visitor. So a job made
