@@ -2,12 +2,13 @@
 
 Viewers without an account (a public job, a share link) all get the same job page, the same
 answer from /jobs/<id>/updates/?since=N when their sockets (re)connect (a stored turn itself comes
-in its websocket notice), the same turn fragments. This ASGI layer keeps each such answer in the shared cache, whole (status, headers, body), under a key
-made of the URL and the job's access fields and `updated_at` (which every change viewers can see
-moves), read fresh from the database for every request; a request is answered from it only when
-the permission check (webapp.jobs.permissions.can_view) admits the visitor. So a job made
-private, a revoked link or a new turn take effect on the next request, and a hit costs one small
-query and one cache read in a thread, no middleware, no view. Identical requests that miss at
+in its websocket notice), the same turn fragments. This ASGI layer keeps each such answer in the
+shared cache, whole (status, headers, body), under a key made of the URL and the job's access
+fields and `updated_at` (which every change viewers can see moves), read fresh from the database
+for every request; a request is answered from it only when the permission check
+(webapp.jobs.permissions.can_view) admits the visitor. So a job made private, a revoked link or a
+new turn take effect on the next request, and a hit costs one small query and one cache read in a
+thread, no middleware, no view. Identical requests that miss at
 the same moment in one process run Django once; the others get that answer. The latest answers
 are also kept in the process (MEMO_SIZE), under the same keys, so a repeat costs no Redis read.
 
