@@ -8,9 +8,9 @@ fields and `updated_at` (which every change viewers can see moves), read fresh f
 for every request; a request is answered from it only when the permission check
 (webapp.jobs.permissions.can_view) admits the visitor. So a job made private, a revoked link or a
 new turn take effect on the next request, and a hit costs one small query and one cache read in a
-thread, no middleware, no view. Identical requests that miss at
-the same moment in one process run Django once; the others get that answer. The latest answers
-are also kept in the process (MEMO_SIZE), under the same keys, so a repeat costs no Redis read.
+thread, no middleware, no view. Identical requests that miss at the same moment in one process
+run Django once; the others get that answer. The latest answers are also kept in the process
+(MEMO_SIZE), under the same keys, so a repeat costs no Redis read.
 
 Not for anyone with a session cookie or a token (their pages differ), and not for an answer that
 sets a cookie or is not a 200.
