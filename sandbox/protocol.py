@@ -417,135 +417,174 @@ def transport_finding(children: list[Child]) -> str:
 
 def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend: str, res: EvalResult,
          progress: Progress, children: list[Child], want_profile: bool) -> None:
-    # 1. compile
-    progress("compiling", {})
-    cres, artifacts = build(files, options)
-    res.compile = cres
-    if not cres.ok:
-        res.status = Status.COMPILE_ERROR
-        res.reasons.extend(f"{e.file}{':' + str(e.line) if e.line else ''}{':' + str(e.column) if e.column else ''}: {e.message}" for e in cres.errors[:20])
-        if not cres.errors:
-            res.reasons.append("compilation failed; see compile.log")
-        return
+    """The steps of docs/evaluation.md in order (`_Evaluation`): a step that settles the result
+    returns False (or raises _Stop) and the rest do not run."""
+    ev = _Evaluation(task_source, files, options, backend, res, progress, children)
+    steps = (ev.compile, ev.scan, ev.start, ev.reference, ev.candidate_import, ev.correctness, ev.timing, ev.verdict)
+    for step in steps:
+        if step() is False:
+            return
+    ev.roofline_and_profile(want_profile)
 
-    # 2. static scan
-    static = audit.scan_source(files)
-    native = audit.scan_native(files)
-    res.audit.findings.extend(f"static: {f}" for f in static + native)
-    blocking = [f for f in static] + [f for f in native if not any(w in f for w in ("native threads", "CUDA streams", "math mode"))]
-    if blocking and REJECT_STATIC:
-        raise _Stop(Status.REJECTED, "the candidate's source uses a technique that can subvert the evaluation: " + "; ".join(blocking[:5]))
 
-    # 3. start both children (they import torch in parallel)
-    progress("starting", {})
-    limits = _limits(options, backend)
-    env = _child_env(options, backend)
-    ref = start_child("reference", limits, options, env)
-    children.append(ref)
-    cand = start_child("candidate", limits, options, env)
-    children.append(cand)
-    res.audit.findings.append(f"isolation: {cand.isolation.describe()}")
-    ref.write_files({"task.py": task_source}, subdir=".")
-    _seed_compile_cache(ref, res.task_hash, backend, options)
-    cand.write_files(files)
-    cand_setup = _candidate_artifacts(cand, artifacts)
-    # the candidate initialises its device and imports its module while the reference works
-    _send(cand, {"options": _opts_msg(options), "backend": backend, **cand_setup}, "the candidate", "setup")
+class _Evaluation:
+    """One evaluation's state between its steps: the build, both children, the reference's
+    set-up, the trials' report and the paired window."""
 
-    # 4. reference data: the reference builds its model and sends the base weights at once, so
-    # the candidate builds its model while the reference draws the first trial
-    progress("reference", {})
-    preset = PRESETS[options.preset]
-    fp_seed = secrets.randbits(62)
-    _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "fingerprint_seed": fp_seed, "reinit": preset["reinit_trial"],
-                "wide": preset["wide_trial"], "shape": preset["shape_trial"]}, "the reference (task)", "setup")
-    data = _recv(ref, "the reference (task)", "building the model")
-    if not data.get("ok"):
-        raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
-    res.device = data["device_name"]
-    res.device_id = data.get("device_id", "")
+    def __init__(self, task_source: str, files: dict[str, str], options: EvalOptions, backend: str, res: EvalResult,
+                 progress: Progress, children: list[Child]):
+        self.task_source, self.files, self.options, self.backend = task_source, files, options, backend
+        self.res, self.progress, self.children = res, progress, children
+        self.fp_seed = secrets.randbits(62)
+        self.widen = 1.0  # the timed-call fingerprint bounds, in tolerance units (wider after a float64 pass)
 
-    progress("import", {})
-    _send(cand, {"variants": data["variants"]}, "the candidate", "setup")
-    ready = _recv(cand, "the candidate", "import")
-    if not ready.get("ok"):
-        raise _Stop(Status.RUNTIME_ERROR, _user_error(ready, "candidate"))
+    def compile(self) -> bool:
+        """1. Build the candidate's sources (cached by content)."""
+        res = self.res
+        self.progress("compiling", {})
+        cres, self.artifacts = build(self.files, self.options)
+        res.compile = cres
+        if not cres.ok:
+            res.status = Status.COMPILE_ERROR
+            res.reasons.extend(f"{e.file}{':' + str(e.line) if e.line else ''}{':' + str(e.column) if e.column else ''}: {e.message}"
+                               for e in cres.errors[:20])
+            if not cres.errors:
+                res.reasons.append("compilation failed; see compile.log")
+            return False
+        return True
 
-    # 6. correctness trials, one at a time (the candidate's wall-time limit starts now, not while it waited)
-    cand.restart_clock()
-    progress("correctness", {"trial": 0, "of": data["planned"]})
-    roof = data["roofline"]
-    ahead = roof["input_bytes"] + roof["output_bytes"] <= PIPELINE_MAX_BYTES
-    trials, msg = _run_trials(ref, cand, lambda i: progress("correctness", {"trial": i, "of": max(i, data["planned"])}), ahead)
-    res.audit.findings.extend(f"protocol: {n}" for n in msg["notes"])
-    progress("judging", {})
-    rejections, incorrect, values_only = _judge_trials(msg, trials, options, res)
-    widen = 1.0  # the timed-call fingerprint bounds, in tolerance units (wider after a float64 pass)
-    if values_only and not rejections:
-        incorrect, widen = _rejudge_against_float64(trials, values_only, res, incorrect)
+    def scan(self) -> None:
+        """2. The static scan: findings always; a technique that can subvert the evaluation stops it."""
+        static = audit.scan_source(self.files)
+        native = audit.scan_native(self.files)
+        self.res.audit.findings.extend(f"static: {f}" for f in static + native)
+        blocking = list(static) + [f for f in native if not any(w in f for w in ("native threads", "CUDA streams", "math mode"))]
+        if blocking and REJECT_STATIC:
+            raise _Stop(Status.REJECTED, "the candidate's source uses a technique that can subvert the evaluation: " + "; ".join(blocking[:5]))
 
-    # 7. audit
-    _judge_audit(msg, options, backend, res, rejections)
-    if rejections:
-        res.status = Status.REJECTED
-        res.reasons.extend(rejections + incorrect)
-        return
-    if incorrect:
-        res.status = Status.INCORRECT
-        res.reasons.extend(incorrect)
-        return
+    def start(self) -> None:
+        """3. Both children at once (they import torch in parallel); the candidate gets its set-up
+        and imports its module while the reference works."""
+        options, backend, res = self.options, self.backend, self.res
+        self.progress("starting", {})
+        limits = _limits(options, backend)
+        env = _child_env(options, backend)
+        self.ref = ref = start_child("reference", limits, options, env)
+        self.children.append(ref)
+        self.cand = cand = start_child("candidate", limits, options, env)
+        self.children.append(cand)
+        res.audit.findings.append(f"isolation: {cand.isolation.describe()}")
+        ref.write_files({"task.py": self.task_source}, subdir=".")
+        _seed_compile_cache(ref, res.task_hash, backend, options)
+        cand.write_files(self.files)
+        cand_setup = _candidate_artifacts(cand, self.artifacts)
+        _send(cand, {"options": _opts_msg(options), "backend": backend, **cand_setup}, "the candidate", "setup")
 
-    # 8. timing: the timing sets (kept on the device by both children), then the baselines (the
-    # reference builds torch.compile, whose first call compiles: CPU work, untimed) while the
-    # candidate prepares its side; then one window, eager / torch.compile / candidate in rounds
-    progress("baseline", {"compile": options.compile_baseline})
-    fingerprints, shapes = _timing_sets(ref, cand, options.input_sets)
-    ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-    _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": fp_seed, **_window_cpu(options, backend, res.device_id)},
-          "the reference (task)", "baseline set-up")
-    _send(cand, {"cmd": "timing_setup", "shapes": shapes, "fingerprint_seed": fp_seed, **_window_cpu(options, backend, res.device_id)},
-          "the candidate", "timing")
-    ready = _recv(cand, "the candidate", "the timing set-up")
-    if not ready.get("ok"):
-        raise _Stop(Status.RUNTIME_ERROR, "candidate: " + ready.get("error", "timing set-up failed"))
-    names = list(_baseline_ready(ref, res)["callables"])
-    progress("timing", {"budget_s": options.timing_budget_s, "rounds": options.timing_rounds})
-    paired = _Paired(ref, cand, [*names, "candidate"], options, res.device_id)
-    try:
-        paired.run(progress)
-    finally:
-        res.audit.findings.extend(paired.findings)
-    _send(cand, {"cmd": "timing_end"}, "the candidate", "timing")
-    timed = _recv(cand, "the candidate", "timing")
-    if not timed.get("ok"):
-        raise _Stop(Status.RUNTIME_ERROR, "candidate: " + timed.get("error", "timing failed"))
-    _send(ref, {"cmd": "timing_end"}, "the reference (task)", "baseline timing")
-    base = _recv(ref, "the reference (task)", "baseline timing")
-    problems = _judge_timing(timed, fingerprints, msg, options, backend, res, files, widen)
-    _record_timing(res, paired, timed, base, backend, options.input_sets)
-    res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))
-    res.audit.graph_launches = int(timed.get("graph_launches", 0))
-    if problems:
-        res.status = Status.REJECTED
-        res.reasons.extend(problems)
-        return
+    def reference(self) -> None:
+        """4. The reference builds its model and sends the base weights at once, so the candidate
+        builds its model while the reference draws the first trial."""
+        options = self.options
+        self.progress("reference", {})
+        preset = PRESETS[options.preset]
+        _send(self.ref, {"options": _opts_msg(options), "backend": self.backend, "seeds": _seeds(options), "fingerprint_seed": self.fp_seed,
+                         "reinit": preset["reinit_trial"], "wide": preset["wide_trial"], "shape": preset["shape_trial"]},
+              REF, "setup")
+        self.data = data = _recv(self.ref, REF, "building the model")
+        if not data.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
+        self.res.device = data["device_name"]
+        self.res.device_id = data.get("device_id", "")
 
-    res.status = Status.OK
-    res.verdict = Verdict.PASS
-    res.speed, res.reward = judge_speed(paired.rounds, paired.names, options)
-    res.speedup_vs_eager = res.speed.vs_eager.ratio if res.speed.vs_eager else None
-    res.speedup_vs_compile = res.speed.vs_compile.ratio if res.speed.vs_compile else None
-    res.reasons.append(_summary(res))
-    if res.speed.noisy:
-        res.reasons.append(res.speed.milestone)
+    def candidate_import(self) -> None:
+        """5. The candidate reports its import and its base model."""
+        self.progress("import", {})
+        _send(self.cand, {"variants": self.data["variants"]}, "the candidate", "setup")
+        ready = _recv(self.cand, "the candidate", "import")
+        if not ready.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, _user_error(ready, "candidate"))
 
-    # 9. roofline and profile
-    progress("roofline", {})
-    res.roofline = _roofline(ref, data, res, options)
-    if want_profile:
-        progress("profile", {})
-        _send(cand, {"cmd": "profile", "calls": 5}, "the candidate", "profiling")
-        prof = _recv(cand, "the candidate", "profiling")
+    def correctness(self) -> bool:
+        """6-7. The correctness trials, one at a time (the candidate's wall-time limit starts now,
+        not while it waited), judged, then the audit."""
+        res, data = self.res, self.data
+        self.cand.restart_clock()
+        self.progress("correctness", {"trial": 0, "of": data["planned"]})
+        roof = data["roofline"]
+        ahead = roof["input_bytes"] + roof["output_bytes"] <= PIPELINE_MAX_BYTES
+        trials, self.msg = _run_trials(self.ref, self.cand,
+                                       lambda i: self.progress("correctness", {"trial": i, "of": max(i, data["planned"])}), ahead)
+        res.audit.findings.extend(f"protocol: {n}" for n in self.msg["notes"])
+        self.progress("judging", {})
+        rejections, incorrect, values_only = _judge_trials(self.msg, trials, self.options, res)
+        if values_only and not rejections:
+            incorrect, self.widen = _rejudge_against_float64(trials, values_only, res, incorrect)
+        _judge_audit(self.msg, self.options, self.backend, res, rejections)
+        if rejections or incorrect:
+            res.status = Status.REJECTED if rejections else Status.INCORRECT
+            res.reasons.extend(rejections + incorrect)
+            return False
+        return True
+
+    def timing(self) -> bool:
+        """8. The timing sets (kept on the device by both children), then the baselines (the
+        reference builds torch.compile, whose first call compiles: CPU work, untimed) while the
+        candidate prepares its side; then one window, eager / torch.compile / candidate in rounds."""
+        options, backend, res, ref, cand = self.options, self.backend, self.res, self.ref, self.cand
+        self.progress("baseline", {"compile": options.compile_baseline})
+        fingerprints, shapes = _timing_sets(ref, cand, options.input_sets)
+        ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
+        window = _window_cpu(options, backend, res.device_id)
+        _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": self.fp_seed, **window},
+              REF, "baseline set-up")
+        _send(cand, {"cmd": "timing_setup", "shapes": shapes, "fingerprint_seed": self.fp_seed, **window}, "the candidate", "timing")
+        ready = _recv(cand, "the candidate", "the timing set-up")
+        if not ready.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, "candidate: " + ready.get("error", "timing set-up failed"))
+        names = list(_baseline_ready(ref, res)["callables"])
+        self.progress("timing", {"budget_s": options.timing_budget_s, "rounds": options.timing_rounds})
+        self.paired = paired = _Paired(ref, cand, [*names, "candidate"], options, res.device_id)
+        try:
+            paired.run(self.progress)
+        finally:
+            res.audit.findings.extend(paired.findings)
+        _send(cand, {"cmd": "timing_end"}, "the candidate", "timing")
+        timed = _recv(cand, "the candidate", "timing")
+        if not timed.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, "candidate: " + timed.get("error", "timing failed"))
+        _send(ref, {"cmd": "timing_end"}, REF, "baseline timing")
+        base = _recv(ref, REF, "baseline timing")
+        problems = _judge_timing(timed, fingerprints, self.msg, options, backend, res, self.files, self.widen)
+        _record_timing(res, paired, timed, base, backend, options.input_sets)
+        res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))
+        res.audit.graph_launches = int(timed.get("graph_launches", 0))
+        if problems:
+            res.status = Status.REJECTED
+            res.reasons.extend(problems)
+            return False
+        return True
+
+    def verdict(self) -> None:
+        """The pass, the paired speedups and the milestone reward (judge_speed)."""
+        res = self.res
+        res.status = Status.OK
+        res.verdict = Verdict.PASS
+        res.speed, res.reward = judge_speed(self.paired.rounds, self.paired.names, self.options)
+        res.speedup_vs_eager = res.speed.vs_eager.ratio if res.speed.vs_eager else None
+        res.speedup_vs_compile = res.speed.vs_compile.ratio if res.speed.vs_compile else None
+        res.reasons.append(_summary(res))
+        if res.speed.noisy:
+            res.reasons.append(res.speed.milestone)
+
+    def roofline_and_profile(self, want_profile: bool) -> None:
+        """9. The roofline, and on request the candidate's per-kernel profile."""
+        res = self.res
+        self.progress("roofline", {})
+        res.roofline = _roofline(self.ref, self.data, res, self.options)
+        if not want_profile:
+            return
+        self.progress("profile", {})
+        _send(self.cand, {"cmd": "profile", "calls": 5}, "the candidate", "profiling")
+        prof = _recv(self.cand, "the candidate", "profiling")
         if prof.get("ok"):
             total = sum(r["total_ms"] for r in prof["rows"]) or 1.0
             rows = sorted(prof["rows"], key=lambda r: -r["total_ms"])

@@ -259,6 +259,9 @@ class _RefContext:
     """What the reference keeps between commands: its models per variant, the trial being
     judged (its inputs and expected outputs never leave this process), the timing sets."""
 
+    RELEASE_AFTER = ("trial", "compare", "timing_set")  # then freed device memory goes back to the driver
+    ended = False  # set by a failed command: its error is the last reply
+
     def __init__(self, task, make_model, make_inputs, run, seeds, msg, base, base_init, first_inputs, device, options):
         self.task, self.make_model, self.make_inputs, self.run = task, make_model, make_inputs, run
         self.seeds, self.msg, self.base, self.base_init = seeds, msg, base, base_init
@@ -406,52 +409,67 @@ def _state(model: Any) -> dict:
 
 
 def _reference_loop(ctx: _RefContext, roots: list[str]) -> None:
-    """The reference's commands after its set-up, each under the device lock held shared."""
-    import torch
+    """The reference's commands after its set-up (`_RefCommands.handlers`)."""
+    _serve(_RefCommands(ctx, roots).handlers(), ctx)
 
-    device = ctx.device
-    paced: _Paced | None = None
-    while True:
-        cmd = recv()
-        name = cmd["cmd"]
-        if name == "exit":
-            return
-        if name in ("trial", "compare", "timing_set"):
+
+class _RefCommands:
+    """The reference's handlers, each working under the device lock held shared; a failure while
+    preparing or comparing trials is the last reply (`ctx.ended`)."""
+
+    def __init__(self, ctx: _RefContext, roots: list[str]):
+        self.ctx, self.roots = ctx, roots
+        self.paced: _Paced | None = None
+
+    def handlers(self) -> dict[str, Any]:
+        ctx = self.ctx
+        return {"trial": self._guarded(lambda cmd: ctx.next_trial()), "compare": self._guarded(ctx.compare),
+                "timing_set": self._guarded(lambda cmd: ctx.timing_set()), "timing_setup": self.on_timing_setup,
+                "warm": self.on_paced, "block": self.on_paced, "timing_end": self.on_timing_end,
+                "ceilings": lambda cmd: _measure_ceilings(ctx.device, cmd.get("dtype", "float32"))}
+
+    def _guarded(self, fn: Any) -> Any:
+        def handler(cmd: dict) -> dict:
             try:
                 with LOCK.shared():
-                    reply = ctx.next_trial() if name == "trial" else ctx.compare(cmd) if name == "compare" else ctx.timing_set()
+                    return fn(cmd)
             except BaseException as exc:
-                send(_error("task", exc, roots, "the reference failed while preparing trials: "))
-                return
-            send(reply)
-            del reply, cmd
-            _release_device_cache(device)
-        elif name == "timing_setup":  # nothing is timed yet
-            with LOCK.shared():
-                hook = _fingerprint_hook(ctx.shapes, cmd["fingerprint_seed"], device)
-            paced = _Paced(device, cmd, ctx.sets, roots)
-            paced.add("eager", ctx.base, hook, "the task's Model.forward")
-            result: dict[str, Any] = {"ok": True, "compile_error": None, "compile_infra": False}
-            if cmd["compile"]:
-                try:
-                    _configure_inductor()
-                    compiled = torch.compile(ctx.base)
-                    with LOCK.shared(), torch.no_grad():  # the first call compiles: minutes of CPU, not timed
-                        compiled(*ctx.sets[0])
-                        sync(device)
-                    paced.add("compile", compiled, hook, "torch.compile(Model)")
-                except BaseException as exc:
-                    result["compile_error"], result["compile_infra"] = _compile_failure(exc)
-            result["callables"] = list(paced.fns)
-            result["clock"] = paced.timer.clock
-            send(result)
-        elif name in ("warm", "block"):
-            send(paced.command(cmd) if paced else {"ok": False, "error": "no timing set-up"})
-        elif name == "timing_end":
-            stats = {n: se.stats(paced.timer.pinned_cpu) for n, se in paced.series.items() if se.times} if paced else {}
-            send({"ok": True, "stats": stats})
-        elif name == "ceilings":
-            send(_measure_ceilings(device, cmd.get("dtype", "float32")))
+                self.ctx.ended = True
+                return _error("task", exc, self.roots, "the reference failed while preparing trials: ")
+        return handler
+
+    def on_timing_setup(self, cmd: dict) -> dict:
+        """The baselines' side of the window (nothing is timed yet): eager, and torch.compile
+        compiled here by its first call (minutes of CPU for some tasks, never timed)."""
+        import torch
+
+        ctx = self.ctx
+        with LOCK.shared():
+            hook = _fingerprint_hook(ctx.shapes, cmd["fingerprint_seed"], ctx.device)
+        paced = self.paced = _Paced(ctx.device, cmd, ctx.sets, self.roots)
+        paced.add("eager", ctx.base, hook, "the task's Model.forward")
+        result: dict[str, Any] = {"ok": True, "compile_error": None, "compile_infra": False}
+        if cmd["compile"]:
+            try:
+                _configure_inductor()
+                compiled = torch.compile(ctx.base)
+                with LOCK.shared(), torch.no_grad():
+                    compiled(*ctx.sets[0])
+                    sync(ctx.device)
+                paced.add("compile", compiled, hook, "torch.compile(Model)")
+            except BaseException as exc:
+                result["compile_error"], result["compile_infra"] = _compile_failure(exc)
+        result["callables"] = list(paced.fns)
+        result["clock"] = paced.timer.clock
+        return result
+
+    def on_paced(self, cmd: dict) -> dict:
+        return self.paced.command(cmd) if self.paced else {"ok": False, "error": "no timing set-up"}
+
+    def on_timing_end(self, cmd: dict) -> dict:
+        paced = self.paced
+        stats = {n: se.stats(paced.timer.pinned_cpu) for n, se in paced.series.items() if se.times} if paced else {}
+        return {"ok": True, "stats": stats}
 
 
 def _exact(model: Any, inputs: list, run: Any) -> dict:
@@ -758,109 +776,179 @@ class _Forward:
 
 
 def role_candidate() -> None:
-    import torch
-
-    from . import audit
-    from .harness import (
-        cast_floating,
-        flatten,
-        inline_calls,
-        install_inline_loader,
-        load_module_from_source,
-        same_bits,
-        storage_span,
-        to_device,
-    )
-    from .shared import is_mapped_read_only
+    """Set up (import ModelNew while the reference works, build the base variant), then answer
+    the parent's commands (`_Candidate.handlers`) until it says exit or a trial fails."""
     from .timing import Timer  # noqa: F401  binds time.perf_counter before any candidate code runs
 
     early_device_init()
     trace("candidate: waiting for setup")
     msg = recv()
     trace("candidate: got setup")
-    options, backend = msg["options"], msg["backend"]
-    device = setup_process(options, backend)
+    device = setup_process(msg["options"], msg["backend"])
     LOCK.acquire()  # shared while importing; released before waiting for the variants
-    cand_dir = WORKDIR / "cand"
-    roots = [str(cand_dir) + "/"]
-    if msg.get("library"):
-        os.environ["KWRT_LIB"] = msg["library"]
-    sys.path.insert(0, str(Path(__file__).parent / "runtime"))
-    sys.path.insert(0, str(cand_dir))
-    import kwrt
-
-    install_inline_loader(msg.get("inline_manifest") or [], msg.get("inline_dir"))
-    integrity = audit.Integrity()
-
-    def custom_calls() -> dict[str, int]:
-        calls = dict(kwrt.calls())
-        calls.update(inline_calls())
-        return calls
-
+    cand = _Candidate(msg, device)
     # The import runs while the reference computes the trials (the parent sends the setup first);
     # a failure is reported once the variants arrive, so the parent reads it where it expects it.
-    trace("candidate: importing model_new")
-    failure: dict | None = None
-    ModelNew: Any = None
-    try:
-        mod = load_module_from_source("model_new", cand_dir / "model_new.py")
-        ModelNew = getattr(mod, "ModelNew", None)
-        if not isinstance(ModelNew, type) or not issubclass(ModelNew, torch.nn.Module):
-            failure = {"ok": False, "stage": "import", "error": "model_new.py defines no class ModelNew(nn.Module)", "file": "model_new.py", "line": None}
-    except BaseException as exc:
-        failure = _error("import", exc, roots, "model_new.py does not import: ")
-    if failure is None:
-        _prewarm(audit, device)
-    trace("candidate: imported")
+    failure = cand.import_model()
     LOCK.release()
-    variants = dict(enumerate(recv()["variants"]))  # later ones (shape trials) arrive with their trial
+    cand.variants = dict(enumerate(recv()["variants"]))  # later ones (shape trials) arrive with their trial
     if failure is not None:
         send(failure)
         return
     LOCK.acquire()  # shared; released before the "ready" reply (error paths end the process)
-    models: dict[int, Any] = {}
+    try:
+        cand.model_for(0)
+    except _Stage as st:
+        send(_error(st.stage, st.exc, cand.roots, st.prefix))
+        return
+    trace("candidate: ready")
+    LOCK.release()
+    send({"ok": True, "stage": "ready"})
+    cand.start_findings()
+    _serve(cand.handlers(), cand)
 
-    def model_for(v: int) -> Any:
-        if v not in models:
-            spec = variants[v]
+
+def _serve(handlers: dict[str, Any], role: Any) -> None:
+    """A child's command loop: one reply per command from its handler (unknown commands get
+    none); it ends at "exit", or after a reply once `role.ended` (a failed trial's error)."""
+    while True:
+        cmd = recv()
+        name = cmd["cmd"]
+        if name == "exit":
+            return
+        handler = handlers.get(name)
+        if handler is None:
+            continue
+        reply = handler(cmd)
+        send(reply)
+        if role.ended:
+            return
+        del reply, cmd  # a trial's tensors go before the device cache is emptied
+        if name in role.RELEASE_AFTER:
+            _release_device_cache(role.device)
+
+
+class _Candidate:
+    """The candidate child's state between commands: its module and models per variant, the
+    custom-kernel counters, the op and integrity records of the trials, its timing sets."""
+
+    RELEASE_AFTER = ("trial",)  # commands after which freed device memory goes back to the driver
+
+    def __init__(self, msg: dict, device: str):
+        from . import audit
+
+        self.options, self.device = msg["options"], device
+        self.cand_dir = WORKDIR / "cand"
+        self.roots = [str(self.cand_dir) + "/"]
+        if msg.get("library"):
+            os.environ["KWRT_LIB"] = msg["library"]
+        sys.path.insert(0, str(Path(__file__).parent / "runtime"))
+        sys.path.insert(0, str(self.cand_dir))
+        import kwrt
+
+        from .harness import install_inline_loader
+
+        self.kwrt = kwrt
+        install_inline_loader(msg.get("inline_manifest") or [], msg.get("inline_dir"))
+        self.integrity = audit.Integrity()
+        self.ModelNew: Any = None
+        self.variants: dict[int, Any] = {}
+        self.models: dict[int, Any] = {}
+        self.findings: list[tuple[str, str]] = []
+        self.timing: _CandidateTiming | None = None
+        self.timing_sets: list = []
+        self.ops: dict[str, int] = {}
+        self.calls_per_forward: list[int] = []
+        self.ended = False  # the last reply was an error: the process ends after sending it
+
+    def handlers(self) -> dict[str, Any]:
+        return {"trial": self.on_trial, "trials_end": self.on_trials_end, "timing_set": self.on_timing_set,
+                "timing_setup": self.on_timing_setup, "warm": self.on_paced, "block": self.on_paced,
+                "timing_end": self.on_timing_end, "profile": self.on_profile}
+
+    def custom_calls(self) -> dict[str, int]:
+        from .harness import inline_calls
+
+        calls = dict(self.kwrt.calls())
+        calls.update(inline_calls())
+        return calls
+
+    def import_model(self) -> dict | None:
+        """Import model_new.py; the error reply if it does not define ModelNew(nn.Module)."""
+        import torch
+
+        from . import audit
+        from .harness import load_module_from_source
+
+        trace("candidate: importing model_new")
+        failure: dict | None = None
+        try:
+            mod = load_module_from_source("model_new", self.cand_dir / "model_new.py")
+            self.ModelNew = getattr(mod, "ModelNew", None)
+            if not isinstance(self.ModelNew, type) or not issubclass(self.ModelNew, torch.nn.Module):
+                failure = {"ok": False, "stage": "import", "error": "model_new.py defines no class ModelNew(nn.Module)",
+                           "file": "model_new.py", "line": None}
+        except BaseException as exc:
+            failure = _error("import", exc, self.roots, "model_new.py does not import: ")
+        if failure is None:
+            _prewarm(audit, self.device)
+        trace("candidate: imported")
+        return failure
+
+    def model_for(self, v: int) -> Any:
+        import torch
+
+        from .harness import cast_floating
+
+        if v not in self.models:
+            spec = self.variants[v]
             try:
-                with torch.device(device):  # as the reference's Model: parameters initialised on the device
-                    m = cast_floating(ModelNew(*spec["init_inputs"]), options.get("precision", "task"))
+                with torch.device(self.device):  # as the reference's Model: parameters initialised on the device
+                    m = cast_floating(self.ModelNew(*spec["init_inputs"]), self.options.get("precision", "task"))
             except BaseException as exc:
                 raise _Stage("init", exc, "ModelNew(*get_init_inputs()) failed: ") from exc
             try:
                 m.load_state_dict(spec["state_dict"], strict=True)
             except RuntimeError as exc:
-                raise _Stage("init", exc, "ModelNew's parameters/buffers do not match Model's (loaded with strict=True; keep the same names and shapes): ") from exc
-            models[v] = m.eval().to(device)
-        return models[v]
+                raise _Stage("init", exc, "ModelNew's parameters/buffers do not match Model's (loaded with strict=True; "
+                                          "keep the same names and shapes): ") from exc
+            self.models[v] = m.eval().to(self.device)
+        return self.models[v]
 
-    try:
-        model_for(0)
-    except _Stage as st:
-        send(_error(st.stage, st.exc, roots, st.prefix))
-        return
-    trace("candidate: ready")
-    LOCK.release()
-    send({"ok": True, "stage": "ready"})
-    findings: list[tuple[str, str]] = [(k, f"at import: {t}") for k, t in integrity.check()]
-    integrity = audit.Integrity() if findings else integrity
-    timing: _CandidateTiming | None = None
-    timing_sets: list = []
-    ops: dict[str, int] = {}
-    calls_per_forward: list[int] = []
-    reply_ends = [False]  # the last reply was an error: the process ends after sending it
+    def start_findings(self) -> None:
+        """What the import changed (integrity), reported with the trials; watching starts afresh."""
+        from . import audit
 
-    def trial(cmd: dict) -> dict:
-        """One correctness trial: the forward, recorded, then the checks of docs/evaluation.md
-        section 6; the outputs go back by sealed memfd, to be compared in the reference."""
-        i, v = int(cmd["index"]), int(cmd["variant"])
+        self.findings = [(k, f"at import: {t}") for k, t in self.integrity.check()]
+        if self.findings:
+            self.integrity = audit.Integrity()
+
+    def on_trial(self, cmd: dict) -> dict:
+        if cmd.get("variant_spec") is not None:
+            self.variants[int(cmd["variant"])] = cmd["variant_spec"]
+        LOCK.acquire()  # shared; released before the reply (a failing trial ends the process)
         try:
-            model = model_for(v)
+            return self._trial(cmd)
+        finally:
+            LOCK.release()
+
+    def _trial(self, cmd: dict) -> dict:
+        """One correctness trial: the forward, recorded, then the checks of docs/evaluation.md
+        section 6; the outputs go back by sealed memfd (cuda: exported allocation), to be
+        compared in the reference."""
+        import torch
+
+        from . import audit
+        from .harness import flatten, same_bits, storage_span, to_device
+        from .shared import is_mapped_read_only
+
+        i, v, device = int(cmd["index"]), int(cmd["variant"]), self.device
+        try:
+            model = self.model_for(v)
             inputs = to_device(cmd["inputs"], device)
             # an input mapped read-only (the cpu backend's memfd) cannot change: writing to it faults
             before = [x.clone() if isinstance(x, torch.Tensor) and not is_mapped_read_only(x) else None for x in inputs]
-            calls0 = custom_calls()
+            calls0 = self.custom_calls()
             recorder = audit.make_recorder()
             with torch.no_grad(), recorder:
                 out = model(*inputs)
@@ -871,66 +959,59 @@ def role_candidate() -> None:
             if device == "cpu":
                 time.sleep(0.01)  # a background thread still writing would show now
         except _Stage as st:
-            reply_ends[0] = True
-            return _error(st.stage, st.exc, roots, st.prefix) | {"trial": i}
+            self.ended = True
+            return _error(st.stage, st.exc, self.roots, st.prefix) | {"trial": i}
         except BaseException as exc:
-            reply_ends[0] = True
-            return _error("forward", exc, roots, f"ModelNew.forward raised in trial {i + 1}: ") | {"trial": i}
+            self.ended = True
+            return _error("forward", exc, self.roots, f"ModelNew.forward raised in trial {i + 1}: ") | {"trial": i}
         checks = _output_checks(leaves, snapshot, inputs, model, device, same_bits, storage_span)
         for j, (a, b) in enumerate(zip(before, inputs, strict=False)):
             if isinstance(a, torch.Tensor) and not same_bits(a, b):
                 checks.append(("incorrect", f"input {j} was modified in place by forward"))
         for name, count in recorder.ops.items():
-            ops[name] = ops.get(name, 0) + count
-        calls_per_forward.append(sum(custom_calls().values()) - sum(calls0.values()))
+            self.ops[name] = self.ops.get(name, 0) + count
+        self.calls_per_forward.append(sum(self.custom_calls().values()) - sum(calls0.values()))
         if v != 0:
-            models.pop(v, None)  # a reinit or shape variant serves one trial
+            self.models.pop(v, None)  # a reinit or shape variant serves one trial
         return {"type": "trial", "spec": spec, "outputs": leaves, "checks": checks}
 
-    while True:
-        cmd = recv()
-        if cmd["cmd"] == "exit":
-            return
-        if cmd["cmd"] == "trial":
-            if cmd.get("variant_spec") is not None:
-                variants[int(cmd["variant"])] = cmd["variant_spec"]
-            LOCK.acquire()  # shared; released before the reply (a failing trial ends the process)
-            try:
-                reply = trial(cmd)
-            finally:
-                LOCK.release()
-            send(reply)
-            if reply_ends[0]:
-                return
-            del reply, cmd
-            _release_device_cache(device)
-        elif cmd["cmd"] == "trials_end":
-            findings.extend(integrity.check())
-            send({"type": "trials", "ops": ops, "custom_calls": custom_calls(), "calls_per_forward": calls_per_forward,
-                  "findings": findings})
-            findings = []
-            trace("candidate: trials run")
-        elif cmd["cmd"] == "timing_set":
-            # timed on ordinary heap memory, like the reference's own sets (a memfd's shmem pages
-            # may be mapped differently, e.g. never as transparent huge pages); fingerprints still
-            # catch a forward that changes them
-            with LOCK.shared():
-                timing_sets.append([x.clone() if isinstance(x, torch.Tensor) and is_mapped_read_only(x) else x
-                                    for x in to_device(cmd["inputs"], device)])
-            del cmd
-            send({"ok": True})
-        elif cmd["cmd"] == "timing_setup":
-            trace("candidate: timing sets received")
-            timing = _CandidateTiming(cmd, timing_sets, model_for(0), device, custom_calls, integrity, roots)
-            send({"ok": True})
-        elif cmd["cmd"] in ("warm", "block"):
-            send(timing.paced.command(cmd) if timing else {"ok": False, "error": "no timing set-up"})
-        elif cmd["cmd"] == "timing_end":
-            send(timing.end() if timing else {"ok": False, "error": "no timing set-up"})
-        elif cmd["cmd"] == "profile":
-            with LOCK.exclusive():  # per-kernel times, undisturbed
-                prof = _profile(cmd, timing_sets, model_for(0), device)
-            send(prof)
+    def on_trials_end(self, cmd: dict) -> dict:
+        self.findings.extend(self.integrity.check())
+        reply = {"type": "trials", "ops": self.ops, "custom_calls": self.custom_calls(), "calls_per_forward": self.calls_per_forward,
+                 "findings": self.findings}
+        self.findings = []
+        trace("candidate: trials run")
+        return reply
+
+    def on_timing_set(self, cmd: dict) -> dict:
+        """Kept for the window. Timed on ordinary memory, like the reference's own sets (a memfd's
+        shmem pages may be mapped differently, e.g. never as transparent huge pages); fingerprints
+        still catch a forward that changes them."""
+        import torch
+
+        from .harness import to_device
+        from .shared import is_mapped_read_only
+
+        with LOCK.shared():
+            self.timing_sets.append([x.clone() if isinstance(x, torch.Tensor) and is_mapped_read_only(x) else x
+                                     for x in to_device(cmd["inputs"], self.device)])
+        return {"ok": True}
+
+    def on_timing_setup(self, cmd: dict) -> dict:
+        trace("candidate: timing sets received")
+        self.timing = _CandidateTiming(cmd, self.timing_sets, self.model_for(0), self.device, self.custom_calls,
+                                       self.integrity, self.roots)
+        return {"ok": True}
+
+    def on_paced(self, cmd: dict) -> dict:
+        return self.timing.paced.command(cmd) if self.timing else {"ok": False, "error": "no timing set-up"}
+
+    def on_timing_end(self, cmd: dict) -> dict:
+        return self.timing.end() if self.timing else {"ok": False, "error": "no timing set-up"}
+
+    def on_profile(self, cmd: dict) -> dict:
+        with LOCK.exclusive():  # per-kernel times, undisturbed
+            return _profile(cmd, self.timing_sets, self.model_for(0), self.device)
 
 
 def _output_checks(leaves: list, snapshot: list, inputs: list, model: Any, device: str, same_bits: Any, storage_span: Any) -> list:
