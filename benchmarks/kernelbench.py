@@ -289,11 +289,13 @@ def main(argv: list[str] | None = None) -> int:
                     "sharing one machine")
     ap.add_argument("--time-limit", type=float, default=0.0, help="start no task after this many seconds "
                     "(the rest are listed as not run)")
-    ap.add_argument("--merge", nargs="*", type=Path, help="print the table of these --out files (nothing is run)")
+    ap.add_argument("--merge", nargs="*", type=Path, help="print the table of these --out files (nothing is run); "
+                    "a task in a later file replaces the same task of an earlier one")
     ap.add_argument("--out", help="JSON with every task's row")
     args = ap.parse_args(argv)
-    if args.merge:
-        rows = [r for f in args.merge for r in json.loads(f.read_text())["tasks"]]
+    if args.merge:  # a task in a later file replaces the same task of an earlier one (a re-run of the failing set)
+        merged = {r["name"]: r for f in args.merge for r in json.loads(f.read_text())["tasks"]}
+        rows = list(merged.values())
         print(coverage_table(rows) if args.coverage else format_table(rows))
         return 0
     if args.max_turns is None:

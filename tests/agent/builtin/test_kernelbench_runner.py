@@ -33,6 +33,9 @@ def test_merge_prints_one_table_of_every_shard(tmp_path, capsys):
     assert main(["--merge", str(tmp_path / "shard0.json"), str(tmp_path / "shard1.json")]) == 0
     out = capsys.readouterr().out
     assert "| a |" in out and "| b |" in out and "correct 2/2" in out
+    (tmp_path / "rerun.json").write_text(json.dumps({"tasks": [_row("b", None, None, correct=False)]}))
+    assert main(["--merge", str(tmp_path / "shard0.json"), str(tmp_path / "shard1.json"), str(tmp_path / "rerun.json")]) == 0
+    assert "correct 1/2" in capsys.readouterr().out
 
 
 def _cov(name, capture="export", gen=True, correct=True, failure=None, blockers=()):
