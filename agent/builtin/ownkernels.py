@@ -141,6 +141,14 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
             return None
         nd = len(_shape(g, x))
         return {"kernel": "kw_flip", "inputs": [x], "dims": sorted(d % nd for d in _arg(n, 1)), "dtype": "float32"}
+    if op == "mul" and n.dtype == "float32":  # a float tensor times a bool mask of its shape (masked cumsum)
+        x, m = _arg(n, 0), _arg(n, 1)
+        if _float(g, m):
+            x, m = m, x
+        if not (_float(g, x) and isinstance(m, Ref) and g.node(m.name).dtype == "bool"
+                and _shape(g, x) == _shape(g, m) == list(n.shape)):
+            return None
+        return {"kernel": "kw_mask_mul", "inputs": [x, m], "ints": [math.prod(n.shape)], "dtype": "float32"}
     if op == "cat":
         return _cat(n, g)
     if op in ("tril", "triu"):
@@ -484,6 +492,14 @@ extern "C" int kw_tri(const float* x, float* y, int64_t batch, int64_t rows, int
     return 0;
 }
 
+// kw_mask_mul: y = x * m for a bool mask m of x's shape (x * 0.0f where false, so NaN and inf stay as ATen's).
+extern "C" int kw_mask_mul(const float* x, const bool* m, float* y, int64_t n, void* stream) {
+    (void)stream;
+    #pragma omp parallel for simd if (parallel: n > (1 << 16))
+    for (int64_t e = 0; e < n; ++e) y[e] = x[e] * (m[e] ? 1.0f : 0.0f);
+    return 0;
+}
+
 // kw_copy_block: dst[o, off + j] = src[o, j] for [outer, n_src] into [outer, n_dst] (one input of a cat).
 extern "C" int kw_copy_block(const float* src, float* dst, int64_t outer, int64_t n_src, int64_t n_dst, int64_t off,
                              void* stream) {
@@ -603,6 +619,16 @@ extern "C" int kw_tri(const float* x, float* y, int64_t batch, int64_t rows, int
                       int64_t upper, void* stream) {
     kw_tri_kernel<<<kw_blocks(batch * rows * cols), 256, 0, (cudaStream_t)stream>>>(x, y, batch * rows * cols, rows,
                                                                                       cols, diagonal, upper);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_mask_mul_kernel(const float* __restrict__ x, const bool* __restrict__ m, float* __restrict__ y,
+                                   int64_t n) {
+    KW_GRID(n) y[q] = x[q] * (m[q] ? 1.0f : 0.0f);
+}
+
+extern "C" int kw_mask_mul(const float* x, const bool* m, float* y, int64_t n, void* stream) {
+    kw_mask_mul_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(x, m, y, n);
     return (int)cudaGetLastError();
 }
 

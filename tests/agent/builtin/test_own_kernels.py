@@ -57,8 +57,9 @@ CASES = {
                        "        self.c = nn.MaxPool3d(3, 2, 1)\n        self.d = nn.AvgPool3d(2, 2)", args="x, z"), {"kw_pool"}),
     "scans": (task("(torch.cumsum(x, dim=1), torch.cumprod(torch.sigmoid(x) + 0.5, dim=-1), "
                    "torch.cumsum(x.flip(1), 1).flip(1), "
-                   "torch.cumsum(torch.cat((torch.zeros_like(x[:, :1]), x), dim=1)[:, :-1], dim=1))", X3),
-              {"kw_scan", "kw_flip", "kw_cat"}),
+                   "torch.cumsum(torch.cat((torch.zeros_like(x[:, :1]), x), dim=1)[:, :-1], dim=1), "
+                   "torch.cumsum(x * m, dim=2))", f"{X3}, torch.rand(2, 4, 13) > 0.5", args="x, m"),
+              {"kw_scan", "kw_flip", "kw_cat", "kw_mask_mul"}),
     "arg_and_cat": (task("(torch.argmax(x, dim=1), torch.argmin(x, dim=2, keepdim=True), "
                          "torch.relu(torch.cat([x, x * 2, y], dim=1)))", "torch.randn(2, 3, 5), torch.randn(2, 4, 5)",
                          args="x, y"), {"kw_argreduce", "kw_cat"}),
