@@ -180,7 +180,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
 def event_from_dict(data: dict[str, Any]) -> Event:
     d = dict(data)
     kind = d.pop("type", None)
-    cls = EVENT_TYPES.get(kind)  # type: ignore[arg-type]
+    cls = EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown trajectory event type {kind!r}")
     return cls(**d)

@@ -59,7 +59,7 @@ def classify(op: str) -> str:
     return "compute"
 
 
-def make_recorder():
+def make_recorder() -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class OpRecorder(TorchDispatchMode):
@@ -67,7 +67,7 @@ def make_recorder():
             super().__init__()
             self.ops: dict[str, int] = {}
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
             name = op_name(func)
             self.ops[name] = self.ops.get(name, 0) + 1
             return func(*args, **(kwargs or {}))

@@ -41,12 +41,21 @@ def where(exc: BaseException, roots: list[str]) -> tuple[str | None, int | None,
     return file, line, text
 
 
-def load_module_from_source(name: str, path: Path) -> types.ModuleType:
+def module_from_file(name: str, path: str | Path, register: bool = False) -> types.ModuleType:
+    """The Python file at `path` run as module `name` (first put in sys.modules with `register`,
+    so that the module's own classes can find it while it runs)."""
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    if register:
+        sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_module_from_source(name: str, path: Path) -> types.ModuleType:
+    return module_from_file(name, path, register=True)
 
 
 # ---- load_inline: build in the compile step, load prebuilt at evaluation -------------------
@@ -124,9 +133,7 @@ def install_inline_loader(manifest: list[dict], inline_dir: str | None) -> None:
         else:
             path = os.path.join(inline_dir, entry["file"])
             if entry["is_python_module"]:
-                spec = importlib.util.spec_from_file_location(name, path)
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
+                module = module_from_file(name, path)
             else:
                 torch.ops.load_library(path)
                 return path

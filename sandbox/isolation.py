@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,16 +160,17 @@ def uid_drop_available() -> bool:
     return _uid_drop_ok
 
 
-_cgroup_root: Path | None | bool = False
+_cgroup_root: Path | None = None
+_cgroup_probed = False
 
 
 def cgroup_root() -> Path | None:
     """A pids cgroup folder we may create children in (v1 `pids` hierarchy or v2 with the pids
     controller), or None. Root ignores RLIMIT_NPROC, but not a cgroup's pids.max."""
-    global _cgroup_root
-    if _cgroup_root is not False:
-        return _cgroup_root  # type: ignore[return-value]
-    _cgroup_root = None
+    global _cgroup_root, _cgroup_probed
+    if _cgroup_probed:
+        return _cgroup_root
+    _cgroup_probed = True
     if os.environ.get("KERNELWRIGHT_NO_CGROUP"):
         return None
     candidates = [Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")]
@@ -190,7 +192,7 @@ def cgroup_root() -> Path | None:
                 break
         except OSError:
             continue
-    return _cgroup_root  # type: ignore[return-value]
+    return _cgroup_root
 
 
 def _remove_stale_cgroups(root: Path) -> None:
@@ -253,7 +255,7 @@ class Cgroup:
             pass
 
 
-def _preexec(limits: Limits, uid: int | None, netns: bool, cgroup: Path | None = None):
+def _preexec(limits: Limits, uid: int | None, netns: bool, cgroup: Path | None = None) -> Callable[[], None]:
     def setup() -> None:
         os.setsid()
         if cgroup is not None:
@@ -379,7 +381,8 @@ class Child:
         fd = theirs.fileno()
         env = scrubbed_env(self._env(fd, fd, env_extra))
         log = open(self.log_path, "wb")
-        self.proc = None
+        # a Popen, or the zygote's forked child (sandbox.zygote.ZygoteProcess), which signals its own tree
+        self.proc: Any = None
         try:
             if client is not None:
                 self.proc = self._spawn_from(client, env, netns, [fd, fd, log.fileno()])
@@ -441,7 +444,7 @@ class Child:
         self.isolation.notes.append("forked from the zygote")
         return proc
 
-    def _popen(self, env: dict[str, str], log: Any, fds: tuple[int, int], netns: bool) -> subprocess.Popen:
+    def _popen(self, env: dict[str, str], log: Any, fds: tuple[int, ...], netns: bool) -> subprocess.Popen:
         argv = [sys.executable, "-m", "sandbox.worker", self.role]
         if not self.contained:
             return subprocess.Popen(argv, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -622,11 +625,13 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
     cg = Cgroup(limits.nproc)
     log_path = log_dir / "output.log"
     filt = containment.seccomp_fd() if contained else None
+    fds: tuple[int, ...]
     try:
         if contained:
             full = containment.bwrap_args([(str(cwd), str(cwd)), (str(tmp), str(tmp))], gpu=gpu, seccomp_fd=filt,
                                           chdir=str(cwd), with_agent=with_agent) + argv
             plan = containment.reachable_view(containment.sources_of(full), uid) if uid is not None else []
+            assert filt is not None
             pre, fds = containment.preexec(uid, plan, _preexec(limits, None, False, cg.path)), (filt,)
         else:
             full, pre, fds = argv, _preexec(limits, uid, netns, cg.path), ()

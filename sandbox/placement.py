@@ -30,7 +30,8 @@ def parse_cpulist(text: str) -> set[int]:
 
 
 def format_cpulist(cpus: set[int]) -> str:
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for cpu in sorted(cpus):
         if run and cpu != run[-1] + 1:
             out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))

@@ -108,6 +108,8 @@ class _Batch:
 
     def settle(self) -> None:
         pending, self.pending = self.pending, []
+        if self.hook is None:  # nothing was held (add keeps nothing without a hook)
+            return
         for out, k in pending:
             self.hook(out, k)
 
@@ -169,7 +171,7 @@ class Timer:
         # cuda, the last run's timed calls: (event ms, tail ms, host ms, whether the device reached the
         # start event before the host had queued the call, i.e. the host outlasted the head start)
         self._parts: list[tuple[float, float, float, bool]] = []
-        self._flush_buf = None
+        self._flush_buf: Any = None  # cuda: a tensor larger than L2, zeroed before each timed call
         self._head_cycles = 0  # spin-kernel cycles of HEAD_START_MS, calibrated after each run's warm-up
         if device == "cuda":
             import torch

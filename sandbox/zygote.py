@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -203,7 +204,7 @@ class ZygoteProcess:
         if self.returncode is None:
             self.returncode = self.client.wait(self.pid, 3600 if timeout is None else timeout)
         if self.returncode is None:
-            raise subprocess.TimeoutExpired("zygote child", timeout)
+            raise subprocess.TimeoutExpired("zygote child", 3600 if timeout is None else timeout)
         return self.returncode
 
 
@@ -251,7 +252,7 @@ class ZygoteClient:
         finally:
             os.close(filt)
 
-    def _call(self, req: dict, fds: list[int] = (), timeout: float = 120) -> dict:
+    def _call(self, req: dict, fds: Sequence[int] = (), timeout: float = 120) -> dict:
         with self.lock:
             self.sock.settimeout(timeout)
             socket.send_fds(self.sock, [json.dumps(req).encode()], list(fds))

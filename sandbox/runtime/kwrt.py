@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -103,7 +103,7 @@ class _Function:
         if rc != 0:
             raise KernelError(f"kernel function {self.name} returned error code {rc}")
 
-    def _reject(self, args: tuple) -> None:
+    def _reject(self, args: tuple) -> NoReturn:
         for i, a in enumerate(args):
             _convert(self.name, i, a)
         raise KernelError(f"{self.name}: a tensor argument is not contiguous or not on {_BACKEND}")  # never reached
