@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", action="store_true", help="also run benchmarks/blocks/*.py")
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--torch-ops", choices=("allow", "forbid"), default="allow")
+    ap.add_argument("--preset", choices=("default", "kernelbench", "cuda-agent"), default="default",
+                    help="the sandbox's preset (kernelbench: no shape trial, which an exported graph fails under forbid)")
     ap.add_argument("--cap", type=int, default=32, help="KernelBench sizes shrunk so that the largest is at most this "
                     "(0: as written)")
     ap.add_argument("--coverage", action="store_true", help="every problem of --level (unless --problems/--sample), "
@@ -313,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.shard:
         k, n = (int(x) for x in args.shard.split("/"))
         paths = paths[k::n]
-    options: dict[str, Any] = {"torch_ops": args.torch_ops, "preset": "default"}
+    options: dict[str, Any] = {"torch_ops": args.torch_ops, "preset": args.preset}
     if not args.compile_baseline:
         options["compile_baseline"] = False
     if args.timing_budget:
