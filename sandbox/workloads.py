@@ -1,5 +1,5 @@
 """Benchmark workloads in KernelBench format, with honest candidates for them: the sandbox bench
-(`python -m sandbox bench`) and the pool bench (`python -m webapp.pool_bench`) measure the same
+(`python -m sandbox bench`) and the pool bench (`python -m benchmarks.pool_bench`) measure the same
 code.
 
 - row softmax (memory-bound, one fused kernel per backend; `variant` changes only a comment, so

@@ -6,7 +6,7 @@
 # Stages (each time-boxed; summary.txt printed last, logs and run tables under $OUT):
 #   tests  pytest -m gpu tests/webapp/test_gpu_pool.py: two jobs, a batch, and both at once,
 #          spread over gpu0/gpu1 pinned with CUDA_VISIBLE_DEVICES; each evaluation's GPU UUID
-#   bench  webapp.pool_bench --backend cuda: jobs/hour with 1 and 2 gpu workers (one evaluation per
+#   bench  benchmarks.pool_bench --backend cuda: jobs/hour with 1 and 2 gpu workers (one evaluation per
 #          GPU), then 2 workers with two evaluations per GPU (the `./kw run` default)
 #   pinning the same without and with --timing-cpus (a timing CPU per GPU, as `./kw run` sets up)
 set -u
@@ -32,14 +32,14 @@ stages=${*:-"tests bench"}
 for s in $stages; do case $s in
   tests) run_stage tests 330 python3 -m pytest -m gpu tests/webapp/test_gpu_pool.py -v -s -rs --tb=short -p no:cacheprovider
          cp artifacts/gpu-pool/*.txt "$OUT/logs/" 2>/dev/null ;;
-  bench) run_stage bench1 170 python3 -m webapp.pool_bench --backend cuda --workers 1 2 --jobs ${KW_POOL_JOBS:-8} \
+  bench) run_stage bench1 170 python3 -m benchmarks.pool_bench --backend cuda --workers 1 2 --jobs ${KW_POOL_JOBS:-8} \
            --evals-per-job 4 --out "$OUT/pool-bench-1-per-gpu.json"
-         run_stage bench2 100 python3 -m webapp.pool_bench --backend cuda --workers 2 --evals-per-gpu 2 \
+         run_stage bench2 100 python3 -m benchmarks.pool_bench --backend cuda --workers 2 --evals-per-gpu 2 \
            --jobs ${KW_POOL_JOBS:-8} --evals-per-job 4 --out "$OUT/pool-bench-2-per-gpu.json" ;;
   # the host-load effect on host-bound timing, without and with a timing CPU per GPU (sandbox.placement)
   pinning) for variant in "1 2|" "1 2|--timing-cpus" "2|--evals-per-gpu 2 --timing-cpus" "2|--evals-per-gpu 2"; do
              workers=${variant%%|*}; extra=${variant#*|}; tag=$(echo "w${workers}${extra}" | tr -cd 'a-z0-9')
-             run_stage "pin-$tag" 150 python3 -m webapp.pool_bench --backend cuda --workers $workers $extra \
+             run_stage "pin-$tag" 150 python3 -m benchmarks.pool_bench --backend cuda --workers $workers $extra \
                --jobs ${KW_POOL_JOBS:-8} --evals-per-job 4 --out "$OUT/pool-$tag.json"
            done ;;
   # spares create their CUDA context under the device lock (sandbox/worker.py early_device_init):
@@ -47,7 +47,7 @@ for s in $stages; do case $s in
   ctxlock) run_stage gputests 200 python3 -m pytest -m "gpu and not slow" tests/sandbox -q -x -rfE --tb=short -p no:cacheprovider
            for variant in "2|--evals-per-gpu 2" "2|" "2|--evals-per-gpu 2 --timing-cpus"; do
              workers=${variant%%|*}; extra=${variant#*|}; tag=$(echo "w${workers}${extra}" | tr -cd 'a-z0-9')
-             run_stage "ctx-$tag" 120 python3 -m webapp.pool_bench --backend cuda --workers $workers $extra \
+             run_stage "ctx-$tag" 120 python3 -m benchmarks.pool_bench --backend cuda --workers $workers $extra \
                --jobs ${KW_POOL_JOBS:-8} --evals-per-job 4 --out "$OUT/ctx-$tag.json"
            done ;;
 esac; done

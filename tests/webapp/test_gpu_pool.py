@@ -32,6 +32,7 @@ from celery.result import AsyncResult
 from celery.signals import after_task_publish
 from django.contrib.auth.models import User
 
+from benchmarks.pool_bench import quick_options
 from sandbox.cache import files_hash
 from sandbox.devlock import overlapping_windows
 from sandbox.schema import CompileResult, EvalResult, Status
@@ -42,7 +43,6 @@ from tests.support.stack import start_worker
 from webapp.jobs import services
 from webapp.jobs.run.sender import CeleryEvaluator
 from webapp.pool import TaskRun, evaluate_batch, run_table, sharing_violations, task_runs, wait_for_workers
-from webapp.pool_bench import quick_options
 from webapp.queues import EVALUATE_TASK
 
 TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()

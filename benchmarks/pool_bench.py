@@ -1,4 +1,4 @@
-"""Jobs per hour against the number of gpu workers: `python -m webapp.pool_bench --workers 1 2`.
+"""Jobs per hour against the number of gpu workers: `python -m benchmarks.pool_bench --workers 1 2`.
 
 Why: the pool is worth its hosts only if throughput grows with the number of gpu workers. For each
 worker count N the bench starts N real `gpu` Celery workers (the cpu backend, or one per GPU pinned
@@ -298,7 +298,7 @@ def table(rows: list[Row], backend: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webapp.pool_bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pool_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="gpu worker counts to measure")
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--jobs", type=int, default=None, help="concurrent jobs (default: 2 x the largest worker count)")
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
             "cpu_cores": os.cpu_count(), "backend": args.backend, "gpus": gpu_ids() if args.backend == "cuda" else [],
-            "command": "python -m webapp.pool_bench " + " ".join(argv if argv is not None else sys.argv[1:])}
+            "command": "python -m benchmarks.pool_bench " + " ".join(argv if argv is not None else sys.argv[1:])}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**meta, "table": text, "rows": [asdict(r) for r in rows]}, indent=2))
