@@ -2,7 +2,7 @@
 
 Why: a host-bound call's time is its launch path on the CPU, and the H200 host's CPUs differed by
 1.53x in launch cost (docs/benchmarks.md, seventh session). With `./kw run --timing-cpus` (or
-`python -m webapp.pool_bench --timing-cpus`) each GPU gets one CPU of its own: every timed loop
+`python -m benchmarks.pool_bench --timing-cpus`) each GPU gets one CPU of its own: every timed loop
 for that GPU (eager, torch.compile, candidate; one at a time under the device lock) pins its
 thread there (EvalOptions.timing_cpu) and every other process of ours runs on the remaining
 CPUs. Baselines are cached per timing CPU, so a candidate is compared with a baseline timed on
