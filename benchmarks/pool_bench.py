@@ -137,7 +137,7 @@ def make_app(redis_url: str):
 
 def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir: Path, round_no: int) -> Row:
     from sandbox.devlock import overlapping_windows
-    from sandbox.schema import Status
+    from sandbox.schema import CompileResult, EvalResult, Status
     from webapp.jobs.run.sender import CeleryEvaluator
     from webapp.pool import sharing_violations, task_runs, wait_for_workers
 
@@ -184,10 +184,11 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
                 for k in range(args.evals_per_job):
                     correct = k % 3 != 2  # every third candidate is wrong, as agents' candidates often are
                     files = softmax_candidate(10_000 * round_no + 100 * (j + 1) + k, args.backend, correct)
-                    built = evaluator.compile(TASK_SOURCE, files, options)
-                    res = evaluator.evaluate(TASK_SOURCE, files, options)
+                    built = CompileResult.from_dict(evaluator.compile(TASK_SOURCE, files, options))
+                    data = evaluator.evaluate(TASK_SOURCE, files, options)  # the JSON the gpu worker sent
+                    res = EvalResult.from_dict(data)
                     with lock:
-                        results.append(res.to_dict())
+                        results.append(data)
                         verdicts.append(built.ok and (res.status == Status.OK) == correct)
                         if res.status == Status.OK and res.timing.candidate is not None:
                             kernel_ms.append(res.timing.candidate.median_ms)
