@@ -114,7 +114,7 @@ def test_an_evaluation_whose_worker_kept_dying_is_an_error_result_for_the_agent(
     data = app.send_task("kernelwright.gpu.evaluate", task_id=task_id,
                          kwargs={"task_source": "never run", "files": {}, "options": {}}).get(timeout=60)
 
-    result = EvalResult.from_dict(data)  # what CeleryEvaluator hands the agent loop
+    result = EvalResult.from_dict(data)  # as the agent loop's tools rebuild what CeleryEvaluator hands them
     assert (result.status, result.verdict) == (Status.RUNTIME_ERROR, Verdict.FAIL)
     assert result.reasons == [worker_died_reason("evaluation")]
     assert result.reasons[0] == "the worker running this evaluation died 3 times; the evaluation was stopped"
