@@ -92,3 +92,10 @@ def test_a_report_is_relayed_once_and_counted_steps_read_as_counts():
 def test_the_sandbox_can_say_it_waits_too():
     """sandbox.protocol's exclusive wait (progress("device_wait")) reads the same words."""
     assert progress.step_text("device_wait", {}) == "waiting for the device (another evaluation is being timed)"
+
+
+def test_a_value_that_is_not_a_report_is_no_progress():
+    """The sender reads the key as it finds it: anything but a report is ignored, never an error."""
+    assert progress.read(None) is None and progress.read(b"") is None
+    assert progress.read(b"not json") is None and progress.read(b"[3, 5]") is None
+    assert progress.read(b'{"n": 2, "step": "timing", "detail": {}}') == (2, "timing", {})

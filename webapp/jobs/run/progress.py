@@ -78,11 +78,15 @@ def reporter(client: Any, task_id: str) -> Report:
 
 
 def read(raw: bytes | str | None) -> tuple[int, str, dict[str, Any]] | None:
-    """(number, step, detail) of a progress key's value, or None when there is none."""
-    if not raw:
+    """(number, step, detail) of a progress key's value, or None when there is none (or it is not
+    a report: progress is a courtesy and never fails the evaluation it describes)."""
+    try:
+        data = json.loads(raw) if raw else None
+        if not isinstance(data, dict):
+            return None
+        return int(data.get("n") or 0), str(data.get("step") or ""), dict(data.get("detail") or {})
+    except (TypeError, ValueError):
         return None
-    data = json.loads(raw)
-    return int(data.get("n") or 0), str(data.get("step") or ""), dict(data.get("detail") or {})
 
 
 def _plain(detail: dict[str, Any] | None) -> dict[str, Any]:
