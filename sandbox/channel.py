@@ -124,7 +124,7 @@ class _Outgoing:
 
     def tensor(self, t: Any) -> dict:
         t = t.detach()
-        spec = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
+        spec: dict[str, Any] = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
         nbytes = t.numel() * t.element_size()
         if nbytes >= SHARE_MIN and _DEVICE[0] and t.is_cuda:
             spec["__device__"] = -1  # filled in by `finish`

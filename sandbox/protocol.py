@@ -254,6 +254,7 @@ class _Paired:
 
     def _ask(self, name: str, msg: dict, stage: str) -> dict:
         child = self.owner[name]
+        assert child is not None, f"{name} has no child"  # the candidate's, when it is timed
         self._switch_to(child)
         _send(child, {**msg, "which": name}, WHO[name], stage)
         return _recv(child, WHO[name], stage)
@@ -324,17 +325,24 @@ def speedup_words(sp: Speedup) -> str:
     return f"no measurable difference from {label} ({sp.ratio:.3g}x, {interval})"
 
 
+def _ms(x: float | None) -> float:
+    """A round's time of a callable that ran in it (every round times every callable)."""
+    if x is None:
+        raise ValueError("a paired round without a time for one of its callables")
+    return x
+
+
 def judge_speed(rounds: list[Round], names: list[str], options: EvalOptions) -> tuple[Speed, int]:
     """The paired rounds -> the speedups with their intervals, the noise check, the verdict in
     words, and the reward of a correct candidate (sandbox.schema.milestone_reward on the
     intervals' lower ends; withheld, i.e. 1, on a noisy machine)."""
-    cand = [r.candidate_ms for r in rounds]
-    eager = [r.eager_ms for r in rounds]
+    cand = [_ms(r.candidate_ms) for r in rounds]
+    eager = [_ms(r.eager_ms) for r in rounds]
     speed = Speed(rounds=len(rounds), noise_limit=options.noise_limit)
     spread = options.spread(options.resolved_backend())
     speed.vs_eager = _speedup("eager", eager, cand, spread)
     if "compile" in names:
-        speed.vs_compile = _speedup("compile", [r.compile_ms for r in rounds], cand, spread)
+        speed.vs_compile = _speedup("compile", [_ms(r.compile_ms) for r in rounds], cand, spread)
     speed.noise = round_noise(eager)
     speed.noisy = speed.noise > options.noise_limit
     parts = [speedup_words(x) for x in (speed.vs_eager, speed.vs_compile) if x is not None]
@@ -945,6 +953,7 @@ def _record_timing(res: EvalResult, paired: _Paired, timed: dict | None, base: d
 
 def _summary(res: EvalResult) -> str:
     c = res.timing.candidate
+    assert c is not None, "a passing result has the candidate's timing"
     parts = [f"correct in {len(res.trials)} trials; candidate median {c.median_ms:.4g} ms"]
     if res.timing.eager:
         parts.append(f"eager {res.timing.eager.median_ms:.4g} ms")
@@ -1002,7 +1011,9 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
             res.roofline.fraction_of_sol = res.roofline.floor_ms / res.timing.eager.median_ms if res.timing.eager else None
         res.status = Status.OK
         res.verdict = Verdict.PASS
-        res.reasons.append(f"eager median {res.timing.eager.median_ms:.4g} ms" + (f", torch.compile median {res.timing.compile.median_ms:.4g} ms" if res.timing.compile else ""))
+        eager = res.timing.eager
+        assert eager is not None, "the baseline window times eager"
+        res.reasons.append(f"eager median {eager.median_ms:.4g} ms" + (f", torch.compile median {res.timing.compile.median_ms:.4g} ms" if res.timing.compile else ""))
     except _Stop as stop:
         res.status = stop.status
         res.reasons.append(stop.reason)

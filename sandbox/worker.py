@@ -262,7 +262,8 @@ class _RefContext:
     RELEASE_AFTER = ("trial", "compare", "timing_set")  # then freed device memory goes back to the driver
     ended = False  # set by a failed command: its error is the last reply
 
-    def __init__(self, task, make_model, make_inputs, run, seeds, msg, base, base_init, first_inputs, device, options):
+    def __init__(self, task: Any, make_model: Any, make_inputs: Any, run: Any, seeds: dict, msg: dict, base: Any,
+                 base_init: list, first_inputs: list, device: str, options: dict):
         self.task, self.make_model, self.make_inputs, self.run = task, make_model, make_inputs, run
         self.seeds, self.msg, self.base, self.base_init = seeds, msg, base, base_init
         self.device, self.options = device, options
@@ -274,8 +275,8 @@ class _RefContext:
         self.trials = self._trials(first_inputs)
         self.drawn = 0
         self.sets: list = []
-        self.shapes: list | None = None
-        self.weights: list | None = None
+        self.shapes: list = []  # the expected outputs' shapes, from the first timing set
+        self.weights: list = []
 
     def planned(self) -> int:
         """How many trials `_trials` will yield, as far as known before drawing them (a wide or
@@ -289,7 +290,7 @@ class _RefContext:
         self.models.append(model)
         return len(self.variants) - 1
 
-    def _trials(self, first_inputs: list):
+    def _trials(self, first_inputs: list) -> Any:
         """Yields (kind, variant, inputs, note, (spec, outputs) or None) one trial at a time: random x N, reinit, wide, the
         smaller and larger shape (docs/evaluation.md section 4). One trial's tensors at a time."""
         import torch
@@ -388,7 +389,7 @@ class _RefContext:
 
         inputs = self.make_inputs(self.seeds["timing"][len(self.sets)])
         spec, leaves = self.run(self.base, inputs)
-        if self.shapes is None:
+        if not self.sets:
             self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
             self.weights = fingerprint_weights(self.shapes, self.msg["fingerprint_seed"], self.device)
         self.sets.append(inputs)
@@ -634,7 +635,7 @@ SHAPE_GROWTH = 8
 SHAPE_MAX_BYTES = 1 << 30
 
 
-def _size_consts(task) -> dict[str, int]:
+def _size_consts(task: Any) -> dict[str, int]:
     """The task's module-level int constants that get_inputs/get_init_inputs read (sizes)."""
     names = set(task.get_inputs.__code__.co_names) | set(task.get_init_inputs.__code__.co_names)
     return {n: getattr(task, n) for n in sorted(names)
@@ -642,7 +643,7 @@ def _size_consts(task) -> dict[str, int]:
             and not any(b in n.lower() for b in SIZE_BLOCKLIST)}
 
 
-def _size_note(task, inputs: list) -> str:
+def _size_note(task: Any, inputs: list) -> str:
     import torch
 
     consts = ", ".join(f"{n}={v}" for n, v in _size_consts(task).items())
@@ -650,7 +651,7 @@ def _size_note(task, inputs: list) -> str:
     return f"{consts or 'no size constants'} (benchmark, inputs {shapes})"
 
 
-def _meta_bytes(task, init: list, nbytes) -> int:
+def _meta_bytes(task: Any, init: list, nbytes: Any) -> int:
     """The bytes of get_inputs() and of the model's parameters at the task's current constants,
     built on the meta device (no memory); 0 when the task cannot be built there."""
     import torch
@@ -675,7 +676,8 @@ def _larger(v: int, factor: float) -> int:
     return (w + 7) // 8 * 8 if v >= 32 else max(v + 1, w)
 
 
-def _shape_trial(task, make_model, make_inputs, run, seeds, base_init, first_inputs, device, direction: str = "smaller"):
+def _shape_trial(task: Any, make_model: Any, make_inputs: Any, run: Any, seeds: dict, base_init: list, first_inputs: list,
+                 device: str, direction: str = "smaller") -> Any:
     """Change the task's module-level size constants (those get_inputs/get_init_inputs read)
     and build the reference at that shape; returns a note string when not applicable.
     `smaller`: 3/4 of each constant (v + 1 below 32), all at once, else one at a time. `larger`
@@ -844,7 +846,7 @@ class _Candidate:
             os.environ["KWRT_LIB"] = msg["library"]
         sys.path.insert(0, str(Path(__file__).parent / "runtime"))
         sys.path.insert(0, str(self.cand_dir))
-        import kwrt
+        import kwrt  # type: ignore[import-not-found]  # sandbox/runtime/kwrt.py by its name inside the candidate
 
         from .harness import install_inline_loader
 
@@ -1068,7 +1070,8 @@ class _CandidateTiming:
         from .harness import fingerprint, fingerprint_weights, flatten
 
         with LOCK.shared():
-            weights = fingerprint_weights([tuple(s) if s is not None else None for s in cmd["shapes"]], cmd["fingerprint_seed"], device)
+            shapes: list = [tuple(s) if s is not None else None for s in cmd["shapes"]]
+            weights = fingerprint_weights(shapes, cmd["fingerprint_seed"], device)
         self.prints: list[tuple[int, float]] = []
 
         def hook(out: Any, k: int) -> None:
@@ -1148,7 +1151,7 @@ def _profile(cmd: dict, sets: list, model: Any, device: str) -> dict:
                 continue
         else:
             total = evt.self_cpu_time_total
-        if total <= 0:
+        if not total or total <= 0:
             continue
         rows.append({"name": evt.key, "calls": int(evt.count), "total_ms": total / 1000.0})
     return {"ok": True, "rows": rows}
