@@ -625,7 +625,7 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     if not init.startswith("    "):
         init = textwrap.indent(textwrap.dedent(init), "    ")
     parts = ['"""' + summary.strip().replace('"""', "'''") + '\n"""', ""]
-    extra = ["import ctypes"] if em.gathers or em.own else []
+    extra = (["import ctypes"] if em.gathers or em.own else []) + (["import math"] if em.own else [])
     imports = list(dict.fromkeys(src.get("imports", []) + ["import functools", "import torch", "import torch.nn as nn",
                                                            "import kwrt", *extra]))
     parts += imports

@@ -93,29 +93,37 @@ def own_call(n: Node, g: Graph) -> dict[str, Any] | None:
 
 
 def _ir_island(n: Node, g: Graph) -> dict[str, Any] | None:
-    """A reduction or softmax of the IR that planning left to torch (over dims other than the last)."""
+    """A reduction or softmax of the IR that planning left to torch (over dims other than the last).
+    An fx graph keeps its sizes symbolic, so these take theirs from the input at run time
+    (`_kw_around`): only the dims are fixed."""
     x = n.args[0]
     if not _float(g, x) or n.dtype != "float32":
         return None
-    shape = _shape(g, x)
+    nd = len(_shape(g, x))
     if n.op in ("softmax", "log_softmax"):
-        o, L, i = _around(shape, n.attrs["dim"])
-        return {"kernel": "kw_softmax_mid", "inputs": [x], "ints": [o, L, i, int(n.op == "log_softmax")],
+        d = int(n.attrs["dim"]) % max(1, nd)
+        return {"kernel": "kw_softmax_mid", "inputs": [x], "runtime": (d, d + 1, None), "ints": [int(n.op == "log_softmax")],
                 "dtype": "float32"}
-    block = _dim_block(shape, n.attrs.get("dim"))
-    return None if block is None else {"kernel": "kw_reduce", "inputs": [x], "ints": [*block, _REDUCE_OPS[n.op]],
-                                       "dtype": "float32"}
+    block = _dims(nd, n.attrs.get("dim"))
+    return None if block is None else {"kernel": "kw_reduce", "inputs": [x], "ints": [_REDUCE_OPS[n.op]],
+                                       "runtime": (*block, bool(n.attrs.get("keepdim"))), "dtype": "float32"}
+
+
+def _dims(nd: int, dims: Any) -> tuple[int, int] | None:
+    """[d0, d1) of a reduction over dims that are adjacent (None: all of them), else None."""
+    ds = sorted({int(d) % max(1, nd) for d in dims}) if dims not in (None, []) else list(range(nd))
+    if not ds:
+        return 0, 0
+    return (ds[0], ds[-1] + 1) if ds == list(range(ds[0], ds[-1] + 1)) else None
 
 
 def _dim_block(shape: list[int], dims: Any) -> tuple[int, int, int] | None:
     """outer, length, inner of a reduction over dims that are adjacent (None: all of them)."""
-    nd = max(1, len(shape))
-    ds = sorted({int(d) % nd for d in dims}) if dims not in (None, []) else list(range(len(shape)))
-    if not ds:
-        return 1, 1, 1
-    if ds != list(range(ds[0], ds[-1] + 1)):
+    block = _dims(len(shape), dims)
+    if block is None:
         return None
-    return math.prod(shape[:ds[0]]), math.prod(shape[ds[0]:ds[-1] + 1]), math.prod(shape[ds[-1] + 1:])
+    a, b = block
+    return math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:])
 
 
 def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
@@ -250,8 +258,15 @@ def emit_lines(call: dict[str, Any], out: str, shape: list[int], val) -> list[st
     its variable. Operands are made contiguous first (the kernels read raw pointers)."""
     ins = [val(x) for x in call["inputs"]]
     lines = [f"{x} = {x} if {x}.is_contiguous() else _kw_dense(lib, {x}, _stream)" for x in dict.fromkeys(ins)]
-    lines.append(f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})")
     k = call["kernel"]
+    if "runtime" in call:  # sizes from the input at run time (an fx graph's are symbolic)
+        a, b, keep = call["runtime"]
+        x = ins[0]
+        out_shape = f"{x}.shape" if keep is None else f"_kw_reduced({x}.shape, {a}, {b}, {keep})"
+        return lines + [f"{out} = torch.empty({out_shape}, device=_dev, dtype=torch.{call['dtype']})",
+                        f"lib.{k}({x}, {out}, *_kw_around({x}.shape, {a}, {b}), "
+                        f"{', '.join(str(i) for i in call['ints'])}, _stream)"]
+    lines.append(f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})")
     if k == "kw_cat":
         outer, total = call["ints"]
         off = 0
@@ -277,6 +292,16 @@ def _kw_dense(lib, x, stream):
     lib.kw_gather(ctypes.c_void_p(x.data_ptr()), out, out.numel(), *([1] * pad + list(x.shape)),
                   *([0] * pad + list(x.stride())), stream)
     return out
+
+
+def _kw_around(shape, a, b):
+    """outer, length, inner of a contiguous tensor of this shape around its dims [a, b)."""
+    return math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:])
+
+
+def _kw_reduced(shape, a, b, keepdim):
+    """The shape of a reduction over dims [a, b)."""
+    return tuple(shape[:a]) + ((1,) * (b - a) if keepdim else ()) + tuple(shape[b:])
 
 
 def _kw_flip(lib, x, out, dims, stream):

@@ -39,6 +39,7 @@ def make_plan(g: Graph, islands: bool = True) -> Plan:
     the first such node is a GenerationError."""
     g = g.copy()
     _scalar_inputs(g)
+    _expand_split_broadcasts(g)
     for _ in range(len(g.nodes) + 1):
         try:
             p = plan(lower(g))
@@ -74,6 +75,33 @@ def _scalar_inputs(g: Graph) -> None:
             if m.op in ELEMENTWISE:
                 m.args = [Scalar(float(value), f"v_{n.name}") if isinstance(a, Ref) and a.name == n.name else a
                           for a in m.args]
+
+
+def _expand_split_broadcasts(g: Graph) -> None:
+    """An elementwise operand broadcast over a dim between dims it varies in (x / rms with rms
+    [B, 1, H, W] against x [B, C, H, W]: RMS norm over channels) is no block of the group's
+    iteration space, which a kernel reads through one stride per block. An expand view to the
+    shape of the op's full-size operand, taken at run time (`tuple(x.shape)`, so an fx graph stays
+    right at other sizes), makes it one: a strided operand, copied to contiguous memory at the
+    kernel boundary (by kw_gather under forbid)."""
+    out: list[Node] = []
+    for n in g.nodes:
+        full = next((a for a in n.args if isinstance(a, Ref) and g.node(a.name).shape == n.shape), None) \
+            if n.op in ELEMENTWISE and n.shape else None
+        for j, a in enumerate(n.args if full is not None else []):
+            s = g.node(a.name).shape if isinstance(a, Ref) else None
+            if s is None or len(s) > len(n.shape):
+                continue
+            s = [1] * (len(n.shape) - len(s)) + list(s)
+            nz = [i for i in range(len(s)) if s[i] != 1]
+            if nz and any(s[i] == 1 and n.shape[i] != 1 for i in range(nz[0], nz[-1] + 1)):
+                shape = Node(f"{full.name}_kwshape{len(out)}", "shape", [full])
+                e = Node(f"{a.name}_kwexp{len(out)}", "expand", [a, Ref(shape.name)], {}, list(n.shape),
+                         g.node(a.name).dtype)
+                out += [shape, e]
+                n.args[j] = Ref(e.name)
+        out.append(n)
+    g.nodes[:] = out
 
 
 LONE_BIAS = ("its bias add would be a kernel of its own (a launch and a pass over the output for one add): the "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from agent.builtin.pipeline import build_candidate, library_parts
+from agent.builtin.pipeline import build_candidate, library_parts, own_parts
 from agent.builtin.policy import _forbid_blockers
 from tests.agent.builtin.test_export_capture import _analysis, _check_candidate
 
@@ -79,3 +79,40 @@ def test_einsum_instance_norm_and_triplet_loss_become_ops_the_generator_has(tmp_
     c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
     assert _forbid_blockers(c.plan) == []
     _check_candidate(COMPOSITES, c.files, tmp_path)
+
+
+RMS_OVER_CHANNELS = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, eps):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        rms = torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + self.eps)
+        return x / rms + torch.softmax(x, dim=1) + torch.amax(x, dim=(1, 2), keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(2, 6, 5, 7)]
+
+
+def get_init_inputs():
+    return [1e-5]
+'''
+
+
+def test_reductions_over_channels_and_their_split_broadcast_stay_right_at_other_shapes(tmp_path):
+    """KernelBench's RMS norm over dim 1: an fx graph (symbolic sizes). The mean, the softmax and the
+    amax over dims other than the last are our kernels, which take their sizes from the input at run
+    time; x / rms reads rms [B, 1, H, W] through an expand to x's shape, made contiguous by kw_gather."""
+    an = _analysis(RMS_OVER_CHANNELS, profile=False)
+    assert an.ok and an.data["capture"] == "fx", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert _forbid_blockers(c.plan) == [] and {k for _, k in own_parts(c.plan)} == {"kw_reduce", "kw_softmax_mid"}
+    model = c.files["model_new.py"]
+    assert "_kw_around(" in model and ".expand(*" in model and "_kw_contig(lib, " in model
+    _check_candidate(RMS_OVER_CHANNELS, c.files, tmp_path, other_inputs=[[torch.randn(3, 4, 2, 9)]])
