@@ -477,9 +477,9 @@ def _bind_scalars(mod: types.ModuleType, model: nn.Module, gm: fx.GraphModule, n
     (`self.scale`), found by tracing again with those attributes perturbed. Those constants are
     read from the module at run time, so a candidate stays right when the init arguments change."""
     attrs = _float_attrs(model)
-    if not attrs:
-        return {}
     lit1 = _literals(gm)
+    if not attrs:
+        return _bind_int_scalars(model, gm, lit1)
     for k, v in attrs.items():
         setattr(model, k, capture_export.perturbed(v))
     try:
@@ -490,7 +490,39 @@ def _bind_scalars(mod: types.ModuleType, model: nn.Module, gm: fx.GraphModule, n
             setattr(model, k, v)
     binds = capture_export.match_bindings(lit1, lit2, attrs, notes)
     # fx names the arguments by node name; a kwarg 'eps' is stored by its key
-    return binds
+    return binds | _bind_int_scalars(model, gm, lit1)
+
+
+_ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, torch.add, torch.sub,
+               torch.mul, torch.div, operator.iadd, operator.isub, operator.imul, operator.itruediv}
+
+
+def _bind_int_scalars(model: nn.Module, gm: fx.GraphModule, lit1: dict[str, Any]) -> dict[str, str]:
+    """An int attribute used as an arithmetic operand (`x / self.divisor`, divisor = 2 from the init
+    arguments) is read at run time too: the sandbox's shape trial changes it. Found as for floats,
+    tracing again with each such int changed (to 2v + 1); only positions of arithmetic ops are bound
+    (an int that is a size or a dim stays a literal; an fx graph keeps sizes symbolic)."""
+    ints = {k: v for k, v in vars(model).items()
+            if isinstance(v, int) and not isinstance(v, bool) and not k.startswith("_") and k != "training"}
+    if not ints:
+        return {}
+    for k, v in ints.items():
+        setattr(model, k, 2 * v + 1)
+    try:
+        lit2 = _literals(fx.symbolic_trace(model))
+    except Exception:  # noqa: BLE001 - an int that shapes the graph: the constants stay baked in
+        return {}
+    finally:
+        for k, v in ints.items():
+            setattr(model, k, v)
+    arith = {n.name for n in gm.graph.nodes if n.op == "call_function" and n.target in _ARITHMETIC
+             or n.op == "call_method" and n.target in ("add", "sub", "mul", "div", "__truediv__")}
+    out = {}
+    for pos, v1 in lit1.items():
+        k = next((k for k, v in ints.items() if v1 == v and lit2.get(pos) == 2 * v + 1), None)
+        if k is not None and pos.split(":")[0] in arith:
+            out[pos] = f"self.{k}"
+    return out
 
 
 def _eager_profile(model: nn.Module, inputs: list[Any], device: str) -> tuple[list[dict[str, Any]], float]:

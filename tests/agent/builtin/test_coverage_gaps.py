@@ -116,3 +116,40 @@ def test_reductions_over_channels_and_their_split_broadcast_stay_right_at_other_
     model = c.files["model_new.py"]
     assert "_kw_around(" in model and ".expand(*" in model and "_kw_contig(lib, " in model
     _check_candidate(RMS_OVER_CHANNELS, c.files, tmp_path, other_inputs=[[torch.randn(3, 4, 2, 9)]])
+
+
+INT_DIVISOR = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features, divisor):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+        self.divisor = divisor
+
+    def forward(self, x):
+        return torch.relu(self.fc(x) / self.divisor)
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return [8, 2]
+'''
+
+
+def test_an_int_attribute_in_arithmetic_is_read_at_run_time(tmp_path):
+    """KernelBench level 2 #71: x / self.divisor with divisor = 2 from the init arguments, which the
+    sandbox's shape trial changes (2 -> 3): bound to self.divisor as a float attribute is."""
+    an = _analysis(INT_DIVISOR, profile=False)
+    assert an.ok and an.data["capture"] == "fx", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    model = c.files["model_new.py"]
+    assert "float(self.divisor)" in model
+    _check_candidate(INT_DIVISOR, c.files, tmp_path)
+    (tmp_path / "other").mkdir()
+    _check_candidate(INT_DIVISOR.replace("return [8, 2]", "return [8, 3]"), c.files, tmp_path / "other")
