@@ -1,4 +1,6 @@
-"""The JSON API (plain Django views; schema in webapp.jobs.openapi).
+"""The JSON API: plain Django views; each request is validated by its declared schema
+(webapp.jobs.api.requests), from which with the response models the OpenAPI document is
+generated (webapp.jobs.api.openapi).
 
 Authentication: `Authorization: Token <key>` for everything; a browser session also works for
 reads. Writes need a token (the API is CSRF-exempt, so a session must not be enough to write).
@@ -25,9 +27,10 @@ from redis.exceptions import RedisError
 
 from sandbox.options import SANDBOX_OPTION_KEYS
 from webapp.jobs import evaluations, scheduler, services
+from webapp.jobs.api.openapi import openapi_schema
+from webapp.jobs.api.requests import BadRequest, EvaluateRequest, JobCreate, TurnsQuery
 from webapp.jobs.models import ApiToken, Job, Turn
 from webapp.jobs.module_wrapper import MAX_EXPORTED_BYTES, SpecError, exported_task_source, task_from_module
-from webapp.jobs.openapi import openapi_schema
 from webapp.jobs.permissions import can_change, can_view, visible_jobs
 from webapp.jobs.task_check import check_task_source
 from webapp.jobs.views import files as file_views
@@ -42,6 +45,10 @@ EVALUATE_POLL_S = 0.25  # how often a waiting POST /api/evaluate looks for its r
 
 def error(status: int, message: str, **extra: Any) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
+
+
+def bad_request(exc: BadRequest) -> JsonResponse:
+    return JsonResponse(exc.body(), status=400)
 
 
 def token_user(request):
@@ -193,12 +200,16 @@ def jobs(request):
     body = _json_body(request)
     if isinstance(body, JsonResponse):
         return body
-    task = job_task(body)
+    try:
+        new = JobCreate.parse(body)
+    except BadRequest as exc:
+        return bad_request(exc)
+    task = job_task(new)
     if isinstance(task, JsonResponse):
         return task
     source, name = task
     try:
-        job = services.create_job(request.api_user, name, source, body.get("options") or {})
+        job = services.create_job(request.api_user, name, source, new.options or {})
     except services.InvalidJob as exc:
         return error(400, "invalid job", errors=exc.errors)
     return JsonResponse(job_json(job), status=201)
@@ -208,41 +219,25 @@ def invalid_job(message: str) -> JsonResponse:
     return error(400, "invalid job", errors=[message])
 
 
-def job_task(body: dict[str, Any]) -> tuple[str, str] | JsonResponse:
-    """(task source, job name) of a new job's body, made as the form makes it: `source` as it is
-    (a KernelBench-format task), `source` + `module` (any nn.Module class of it:
-    agent.module_task) or `exported_program` (a .pt2, base64: agent.exported_task)."""
-    source, name, module = body.get("source", ""), str(body.get("name") or ""), body.get("module")
-    if not isinstance(source, str):
-        return invalid_job("`source` must be the module's source text")
-    if body.get("exported_program") is not None:
-        if source or module is not None:
-            return invalid_job(
-                "give `exported_program` alone: the task comes from the file, not from `source` or `module`"
-            )
-        return exported_job_task(body["exported_program"], name)
-    if module is None:
-        return source, name
-    if not isinstance(module, dict) or not isinstance(module.get("class"), str) or not module["class"].strip():
-        return invalid_job('`module` must be an object with "class" (required), "init" and "inputs"')
-    init, inputs = module.get("init"), module.get("inputs") or []
-    if init is not None and not isinstance(init, list | dict):
-        return invalid_job(
-            "`module.init` must be a JSON array (positional) or object (keyword) of constructor arguments"
-        )
-    if not (isinstance(inputs, str) or (isinstance(inputs, list) and all(isinstance(i, str) for i in inputs))):
-        return invalid_job("`module.inputs` must be an array of input specs or one string of them, one per line")
+def job_task(new: JobCreate) -> tuple[str, str] | JsonResponse:
+    """(task source, job name) of a new job, made as the form makes it: `source` as it is (a
+    KernelBench-format task), `source` + `module` (any nn.Module class of it: agent.module_task)
+    or `exported_program` (a .pt2, base64: agent.exported_task). JobCreate has checked the shape."""
+    if new.exported_program is not None:
+        return exported_job_task(new.exported_program, new.name)
+    if new.module is None:
+        return new.source, new.name
+    module = new.module
     try:
-        return task_from_module(source, module["class"], init, inputs), name or module["class"].strip()
+        task = task_from_module(new.source, module.class_, module.init, module.inputs or [])
     except SpecError as exc:
         return invalid_job(str(exc))
+    return task, new.name or module.class_.strip()
 
 
-def exported_job_task(value: Any, name: str) -> tuple[str, str] | JsonResponse:
+def exported_job_task(value: str, name: str) -> tuple[str, str] | JsonResponse:
     """A .pt2 sent as base64 (line breaks allowed): checked by its zip and JSON graph, never
     loaded here (agent.exported_task loads it inside the sandbox)."""
-    if not isinstance(value, str):
-        return invalid_job("`exported_program` must be a .pt2 file (torch.export.save) as a base64 string")
     text = "".join(value.split())
     if len(text) > (MAX_EXPORTED_BYTES + 2) // 3 * 4:
         return invalid_job(f"the .pt2 file is more than {MAX_EXPORTED_BYTES} bytes, the limit")
@@ -269,9 +264,9 @@ def turns(request, job_id: int):
     if isinstance(job, JsonResponse):
         return job
     try:
-        since = int(request.GET.get("since", -1))
-    except ValueError:
-        return error(400, "since must be an integer")
+        since = TurnsQuery.parse(request.GET.dict()).since
+    except BadRequest as exc:
+        return bad_request(exc)
     rows = list(job.turns.filter(index__gt=since).order_by("index")[:TURN_PAGE])
     return JsonResponse(
         {
@@ -379,20 +374,21 @@ def _evaluation_request(request) -> JsonResponse | tuple[str, dict[str, str], di
     body = _json_body(request)
     if isinstance(body, JsonResponse):
         return body
-    task, files = body.get("task"), body.get("files")
-    if not isinstance(task, str):
-        return error(400, "`task` must be the reference module source")
-    check = check_task_source(task)
+    try:
+        req = EvaluateRequest.parse(body)
+    except BadRequest as exc:
+        return bad_request(exc)
+    check = check_task_source(req.task)
     if not check.ok:
         return error(400, "invalid task", errors=check.errors)
-    problem = evaluations.files_problem(files)
+    problem = evaluations.files_problem(req.files)
     if problem:
         return error(400, problem)
     try:
-        opts = services.normalize_options(body.get("options") or {})
+        opts = services.normalize_options(req.options or {})
     except services.InvalidJob as exc:
         return error(400, "invalid options", errors=exc.errors)
-    return task, files, {k: opts[k] for k in SANDBOX_OPTION_KEYS}
+    return req.task, req.files, {k: opts[k] for k in SANDBOX_OPTION_KEYS}
 
 
 async def evaluate_now(user, task: str, files: dict[str, str], options: dict[str, Any]) -> JsonResponse:
