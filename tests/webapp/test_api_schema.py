@@ -116,3 +116,12 @@ def test_an_evaluation_the_schema_refuses_is_a_400_in_the_apis_words(api):
     resp = api.post("/api/evaluate", {"task": SOFTMAX_TASK, "files": {"model_new.py": "x"}, "options": []},
                     content_type="application/json")
     assert resp.status_code == 400 and resp.json() == {"error": "`options` must be an object"}
+
+
+def test_the_documented_export_filters_are_the_ones_it_takes(document):
+    from agent.export import FORMATS
+    from webapp.jobs.views.export import FILE_TYPES, VISIBILITIES
+
+    params = {p["name"]: p["schema"] for p in document["paths"]["/api/export"]["get"]["parameters"]}
+    assert params["format"]["enum"] == list(FORMATS) and params["file"]["enum"] == list(FILE_TYPES)
+    assert params["visibility"]["enum"] == list(VISIBILITIES)

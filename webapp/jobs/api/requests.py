@@ -16,8 +16,10 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from agent.export import FORMATS
 from agent.exported_task import MAX_EXPORTED_BYTES
 from webapp.jobs import evaluations
+from webapp.jobs import models as db
 
 Model = TypeVar("Model", bound="Request")
 FILES = dict[str, str]
@@ -166,11 +168,11 @@ class ExportQuery(Request):
     """GET /api/export's filters. Documented here; webapp.jobs.views.export.ExportQuery.parse
     validates them (for the export page too)."""
 
-    format: Literal["sft", "rl"] = "sft"
-    file: Literal["jsonl", "parquet"] = "jsonl"
+    format: Literal[FORMATS] = "sft"  # type: ignore[valid-type]
+    file: Literal["jsonl", "parquet"] = "jsonl"  # export.FILE_TYPES (test_api_schema checks they agree)
     task: str | None = Field(None, description="part of the job's name, or the start of its task_hash")
     min_reward: int | None = None
     since: date | None = None
     until: date | None = None
-    visibility: Literal["any", "private", "public"] = "any"
+    visibility: Literal[("any", *db.Job.Visibility.values)] = "any"  # type: ignore[misc]
     mine: Literal["1", "true", "on"] | None = None
