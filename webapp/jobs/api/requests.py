@@ -174,5 +174,5 @@ class ExportQuery(Request):
     min_reward: int | None = None
     since: date | None = None
     until: date | None = None
-    visibility: Literal[("any", *db.Job.Visibility.values)] = "any"  # type: ignore[misc]
+    visibility: Literal[("any", *db.Job.Visibility.values)] = "any"  # type: ignore[valid-type]
     mine: Literal["1", "true", "on"] | None = None

@@ -40,7 +40,7 @@ class Options(Answer):
     backend: Literal[BACKENDS] = "auto"  # type: ignore[valid-type]
     policy: Literal[POLICIES] = "builtin"  # type: ignore[valid-type]
     max_turns: int = Field(10, ge=1, le=MAX_TURNS_LIMIT)
-    preset: Literal[tuple(PRESETS)] = "default"  # type: ignore[misc]
+    preset: Literal[tuple(PRESETS)] = "default"  # type: ignore[valid-type]
     torch_ops: Literal[TORCH_OPS] = "forbid"  # type: ignore[valid-type]
     precision: Literal[PRECISIONS] = Field(  # type: ignore[valid-type]
         "task", description="task keeps the task's dtypes; otherwise floating parameters, buffers and inputs are "
@@ -92,7 +92,7 @@ class SpeedupView(Answer):
                                  "before eval/2)")
     ci_high: float | None
     rounds: int | None
-    verdict: Literal[(*VERDICTS, "")] = Field(  # type: ignore[misc]
+    verdict: Literal[(*VERDICTS, "")] = Field(  # type: ignore[valid-type]
         description="faster only when ci_low > 1; an interval holding 1.0 is 'no measurable difference'; '' without "
         "an interval")
     text: str = Field(description="e.g. '1.42x vs eager (95% interval 1.37-1.48x, 12 paired rounds)'")
@@ -132,12 +132,12 @@ class Best(Answer):
 class Job(Answer):
     id: int
     name: str
-    state: Literal[tuple(db.Job.State.values)]  # type: ignore[misc]
+    state: Literal[tuple(db.Job.State.values)]  # type: ignore[valid-type]
     reason: str
     step: str
     options: Options
-    origin: Literal[tuple(db.Job.Origin.values)]  # type: ignore[misc]
-    visibility: Literal[tuple(db.Job.Visibility.values)]  # type: ignore[misc]
+    origin: Literal[tuple(db.Job.Origin.values)]  # type: ignore[valid-type]
+    visibility: Literal[tuple(db.Job.Visibility.values)]  # type: ignore[valid-type]
     gallery: bool
     task_hash: str
     created_at: str = Field(json_schema_extra={"format": "date-time"})
@@ -217,7 +217,7 @@ class Evaluation(Answer):
     id: int
     batch: str
     index: int
-    state: Literal[tuple(db.Evaluation.State.values)]  # type: ignore[misc]
+    state: Literal[tuple(db.Evaluation.State.values)]  # type: ignore[valid-type]
     status: Literal[EVAL_STATUSES] | None = Field(description="the result's status, when done")  # type: ignore[valid-type]
     reward: int | None
     reason: str
