@@ -51,7 +51,7 @@ FALLBACK_LABEL = "The reference's own computation"
 
 def shrink_ints(source: str, cap: int = 32, floor: int = 64, batch_apart: bool = False) -> str:
     """The module-level int constants (>= floor; plain ints, products like `2048 * 2`, and ints in
-    tuples) divided by the smallest power of two that brings the largest to at most `cap`. With
+    tuples and lists) divided by the smallest power of two that brings the largest to at most `cap`. With
     `batch_apart`, `batch_size` (often far the largest: 32768 next to 64 groups) goes to 8 on its
     own and the factor is the one the other sizes need, so that the small ones keep their ratios."""
     if cap <= 0:
@@ -69,7 +69,7 @@ def shrink_ints(source: str, cap: int = 32, floor: int = 64, batch_apart: bool =
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     def visit(value: ast.AST) -> None:
-        if isinstance(value, ast.Tuple):
+        if isinstance(value, ast.Tuple | ast.List):
             for e in value.elts:
                 visit(e)
             return

@@ -14,9 +14,10 @@ def _row(name, vs, low, label="Fuse the captured graph as it is", correct=True, 
 
 
 def test_sizes_shrink_by_one_power_of_two_and_small_ints_stay():
-    src = "batch_size = 4096\ndim = 393216\nkernel_size = 3\nshape = (1024, 7)\n"
+    src = "batch_size = 4096\ndim = 393216\nkernel_size = 3\nshape = (1024, 7)\nhidden = [32768, 16384]\n"
     out = shrink_ints(src, 32)
     assert "batch_size = 8\n" in out and "dim = 24\n" in out and "kernel_size = 3\n" in out and "(8, 7)" in out
+    assert "hidden = [8, 8]" in out
 
 
 def test_faster_counts_the_interval_low_end_and_names_a_fallback_artefact():
