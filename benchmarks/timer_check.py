@@ -76,24 +76,36 @@ def host_ms(fn: Any, inputs: list, calls: int = 300) -> float:
 
 
 def kwrt_host_ms(kwrt: Any, fn: Any, inputs: list, calls: int = 300) -> dict[str, float]:
-    """Host time per forward inside each kernel function call (conversion, ctypes, the C side)."""
+    """Host time per forward inside each kernel function call (conversion, ctypes, the C side): every
+    kernel's published call (`lib.name`) is wrapped with a timer, and so is any call kwrt publishes
+    while this runs (a new signature); the calls as they were are put back at the end."""
     import torch
 
     spent: dict[str, float] = {}
-    original = kwrt._Function.__call__
+    lib = kwrt.load()
+    original = kwrt._Library._publish
+    saved = {name: lib.__dict__[name] for name in lib._kernels}
 
-    def timed(self: Any, *args: Any) -> None:
-        t0 = time.perf_counter()
-        original(self, *args)
-        spent[self.name] = spent.get(self.name, 0.0) + time.perf_counter() - t0
+    def timed_publish(self: Any, name: str, call: Any) -> None:
+        def timed(*args: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                call(*args)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
 
-    kwrt._Function.__call__ = timed
+        original(self, name, timed)
+
+    kwrt._Library._publish = timed_publish
+    for name, call in saved.items():
+        timed_publish(lib, name, call)
     try:
         for _ in range(calls):
             fn(*inputs)
         torch.cuda.synchronize()
     finally:
-        kwrt._Function.__call__ = original
+        kwrt._Library._publish = original
+        lib.__dict__.update(saved)
     return {k: v * 1000.0 / calls for k, v in spent.items()}
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -36,6 +37,12 @@ class KernelError(RuntimeError):
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without building a Stream object
 _NULL = ctypes.c_void_p(0)
 _Tensor = torch.Tensor
+_ArgumentError = ctypes.ArgumentError
+_ON_DEVICE = "is_cuda" if _ON_CUDA else "is_cpu"  # the tensor property a kernel argument must have
+# the types a signature's non-tensor argument may have on the fast path: what _convert passes on
+# (a one-element tensor would convert to its value in ctypes' argtypes, not to a pointer)
+_PLAIN = frozenset({bool, int, float, type(None), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float,
+                    ctypes.c_double})
 
 
 def stream(device: torch.device | None = None) -> ctypes.c_void_p:
@@ -50,10 +57,11 @@ def stream(device: torch.device | None = None) -> ctypes.c_void_p:
 
 
 def _convert(name: str, index: int, value: Any) -> Any:
+    """The ctypes value of one argument, or a KernelError that says what is wrong with it."""
     if isinstance(value, torch.Tensor):
         if not value.is_contiguous():
             raise KernelError(f"{name}: argument {index} is a non-contiguous tensor (shape {tuple(value.shape)}, stride {value.stride()}); kernels get raw pointers and assume contiguous memory")
-        if value.is_cuda != _ON_CUDA:
+        if not getattr(value, _ON_DEVICE):
             raise KernelError(f"{name}: argument {index} is on {value.device}, but the kernels run on {_BACKEND}")
         return ctypes.c_void_p(value.data_ptr())
     if isinstance(value, bool):
@@ -69,62 +77,104 @@ def _convert(name: str, index: int, value: Any) -> Any:
     raise KernelError(f"{name}: argument {index} has unsupported type {type(value).__name__} (use tensors, int, float, bool, None)")
 
 
-class _Function:
-    """One exported kernel function. The argument types are bound (ctypes argtypes) from the
-    first call's Python types and rebound when a call's types differ, so a call converts in C:
-    a launch from Python costs a few microseconds, which a sub-10-microsecond kernel notices."""
+def _fast_source(name: str, key: tuple) -> str:
+    """The Python of one signature's call: `key` has "T" where the call passes a tensor and the
+    ctypes type of any other argument. Tensor positions are checked inline (a tensor, contiguous,
+    on the backend's device) and become data pointers; the others must be of a plain type and go
+    to ctypes as they are, whose argtypes convert them in C and raise ArgumentError for a value
+    of another ctypes type. Anything unexpected (another arity, a tensor where there was none or
+    none where there was one, profiling) takes the slow path."""
+    params = [f"a{i}" for i in range(len(key))]
+    check = " and ".join(f"isinstance({p}, _Tensor) and {p}.is_contiguous() and {p}.{_ON_DEVICE}" if k == "T"
+                         else f"type({p}) in _PLAIN" for p, k in zip(params, key, strict=True))
+    raw = ", ".join(f"{p}.data_ptr()" if k == "T" else p for p, k in zip(params, key, strict=True))
+    unpack = f"        {', '.join(params)}, = args\n" if params else ""
+    return (f"def _make(_fn, _slow):\n"
+            f"    def call(*args):\n"
+            f"        if _profile or len(args) != {len(key)}:\n"
+            f"            return _slow(args)\n"
+            f"{unpack}"
+            f"        if not ({check or 'True'}):\n"
+            f"            return _slow(args)\n"
+            f"        try:\n"
+            f"            rc = _fn({raw})\n"
+            f"        except _ArgumentError:\n"
+            f"            return _slow(args)\n"
+            f"        _calls[{name!r}] = _calls.get({name!r}, 0) + 1\n"
+            f"        if rc != 0:\n"
+            f"            raise KernelError(f'kernel function {name} returned error code {{rc}}')\n"
+            f"    return call\n")
 
-    def __init__(self, name: str, fn: Any):
-        self.name = name
-        self._fn = fn
-        self._fn.restype = ctypes.c_int
 
-    def _bind(self, args: tuple) -> None:
-        """argtypes: the ctypes type _convert gives each argument (it raises for a bad one)."""
-        self._fn.argtypes = [type(_convert(self.name, i, a)) for i, a in enumerate(args)]
+class _Kernel:
+    """One exported kernel function and its signatures. A signature (which arguments are tensors,
+    the ctypes type of the others) gets its own ctypes function object, argtypes set once, and a
+    generated call that does only what that signature needs: a launch from Python costs a few
+    microseconds, which a sub-10-microsecond kernel notices. The first call and any call whose
+    argument kinds differ from the current signature's go through `slow`, which checks every
+    argument with `_convert` (the explanatory errors) and publishes that call's signature."""
 
-    def __call__(self, *args: Any) -> None:
-        # one comprehension, no call per argument: tensors become data pointers, the rest is
-        # converted by ctypes in C; a bad tensor goes to _convert for the explanatory error
-        raw = [(a.data_ptr() if a.is_contiguous() and a.is_cuda is _ON_CUDA else self._reject(args))
-               if isinstance(a, _Tensor) else a for a in args]
-        if self._fn.argtypes is None or len(self._fn.argtypes) != len(args):
-            self._bind(args)
-        _calls[self.name] = _calls.get(self.name, 0) + 1
+    def __init__(self, library: _Library, name: str):
+        self.library, self.name = library, name
+        self._sigs: dict[tuple, tuple[Any, Callable[..., None]]] = {}
+
+    def _signature(self, key: tuple) -> tuple[Any, Callable[..., None]]:
+        if key not in self._sigs:
+            cdll = self.library._cdll
+            fn = cdll._FuncPtr((self.name, cdll))
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p if k == "T" else k for k in key]
+            scope: dict[str, Any] = {}
+            exec(_fast_source(self.name, key), globals(), scope)  # noqa: S102 - our own template, names are C identifiers
+            call = scope["_make"](fn, self.slow)
+            call.__name__ = call.__qualname__ = self.name
+            self._sigs[key] = (fn, call)
+        return self._sigs[key]
+
+    def call(self, *args: Any) -> None:
+        self.slow(args)
+
+    def slow(self, args: tuple) -> None:
+        converted = [_convert(self.name, i, a) for i, a in enumerate(args)]
+        key = tuple("T" if isinstance(a, _Tensor) else type(c) for a, c in zip(args, converted, strict=True))
+        fn, call = self._signature(key)
+        self.library._publish(self.name, call)  # later lookups get this signature's call
+        raw = [c.value if isinstance(a, _Tensor) else a for a, c in zip(args, converted, strict=True)]
         try:
             if _profile:
                 with torch.profiler.record_function(f"kwrt::{self.name}"):
-                    rc = self._fn(*raw)
+                    rc = fn(*raw)
             else:
-                rc = self._fn(*raw)
-        except ctypes.ArgumentError:  # this call's argument types differ from the bound ones
-            self._bind(args)
-            rc = self._fn(*raw)
+                rc = fn(*raw)
+        except _ArgumentError as exc:
+            raise KernelError(f"{self.name}: {exc}") from None
+        _calls[self.name] = _calls.get(self.name, 0) + 1
         if rc != 0:
             raise KernelError(f"kernel function {self.name} returned error code {rc}")
-
-    def _reject(self, args: tuple) -> NoReturn:
-        for i, a in enumerate(args):
-            _convert(self.name, i, a)
-        raise KernelError(f"{self.name}: a tensor argument is not contiguous or not on {_BACKEND}")  # never reached
 
 
 class _Library:
     def __init__(self, path: str):
         self.path = path
         self._cdll = ctypes.CDLL(path)
+        self._kernels: dict[str, _Kernel] = {}
 
-    def __getattr__(self, name: str) -> _Function:
-        """Only for a function not looked up before: it is then stored on the instance, so later
-        lookups (one per kernel call) never come here."""
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        """Only for a function not looked up before: its call is then stored on the instance, so
+        later lookups (one per kernel call) never come here."""
         if name.startswith("_"):
             raise AttributeError(name)
         try:
-            fn = getattr(self._cdll, name)
+            getattr(self._cdll, name)
         except AttributeError:
             raise AttributeError(f"the compiled kernels export no function {name!r} (declare it extern \"C\")") from None
-        self.__dict__[name] = _Function(name, fn)
-        return self.__dict__[name]
+        kernel = self._kernels[name] = _Kernel(self, name)
+        self._publish(name, kernel.call)
+        return kernel.call
+
+    def _publish(self, name: str, call: Callable[..., None]) -> None:
+        """`lib.name` is `call` from now on (benchmarks.timer_check wraps it here to time each kernel's calls)."""
+        self.__dict__[name] = call
 
 
 def load() -> _Library:
