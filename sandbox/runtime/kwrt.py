@@ -162,7 +162,7 @@ class _Library:
     def __getattr__(self, name: str) -> Callable[..., None]:
         """Only for a function not looked up before: its call is then stored on the instance, so
         later lookups (one per kernel call) never come here."""
-        if name.startswith("_"):
+        if name.startswith("_") or not name.isidentifier():  # the generated call's source names it
             raise AttributeError(name)
         try:
             getattr(self._cdll, name)
