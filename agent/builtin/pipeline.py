@@ -176,4 +176,19 @@ def build_candidate(g: Graph, meta: dict[str, Any], backend: str, configs: dict[
     except ValueError as e:
         raise GenerationError(str(e)) from None
     path = "kernels/fused.cu" if backend == "cuda" else "kernels/fused.cpp"
-    return Candidate({"model_new.py": model, path: ksrc}, p, sigs, cfg)
+    files = {"model_new.py": model, path: ksrc}
+    check_sizes(files)
+    return Candidate(files, p, sigs, cfg)
+
+
+def check_sizes(files: dict[str, str]) -> None:
+    """A generated file over the workspace's limit per file could not be written (the evaluation
+    would find no model_new.py): a GenerationError that says so, instead (DenseNet-121's forward,
+    op by op, is about 300 KB of Python)."""
+    from agent.workspace import MAX_FILE_BYTES
+
+    for name, text in files.items():
+        size = len(text.encode())
+        if size > MAX_FILE_BYTES:
+            raise GenerationError(f"the generated {name} would be {size} bytes, over the workspace's limit of "
+                                  f"{MAX_FILE_BYTES} bytes per file")

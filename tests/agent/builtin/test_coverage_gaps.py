@@ -153,3 +153,16 @@ def test_an_int_attribute_in_arithmetic_is_read_at_run_time(tmp_path):
     _check_candidate(INT_DIVISOR, c.files, tmp_path)
     (tmp_path / "other").mkdir()
     _check_candidate(INT_DIVISOR.replace("return [8, 2]", "return [8, 3]"), c.files, tmp_path / "other")
+
+
+def test_a_generated_file_over_the_workspace_limit_is_a_generation_error():
+    """L3/15 DenseNet-121: its forward op by op is about 300 KB of Python, which the workspace
+    refuses (256 KB per file); the evaluation then found no model_new.py. Now the step says why."""
+    import pytest
+
+    from agent.builtin.pipeline import GenerationError, check_sizes
+    from agent.workspace import MAX_FILE_BYTES
+
+    check_sizes({"model_new.py": "x" * MAX_FILE_BYTES})
+    with pytest.raises(GenerationError, match="over the workspace's limit"):
+        check_sizes({"model_new.py": "x" * (MAX_FILE_BYTES + 1)})
