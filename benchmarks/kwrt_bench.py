@@ -64,6 +64,9 @@ def load_kwrt(name: str, path: Path) -> ModuleType:
 
 
 def baseline_file(rev: str, into: Path) -> Path:
+    """kwrt.py of git revision `rev`, or the file `rev` names (a checkout without git history)."""
+    if Path(rev).is_file():
+        return Path(rev)
     text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:sandbox/runtime/kwrt.py"], capture_output=True,
                           text=True, check=True).stdout
     path = into / "kwrt_baseline.py"
@@ -121,7 +124,7 @@ def run(rows: dict[str, tuple[str, dict]], calls: int, rounds: int, clock: Calla
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--baseline", default=BASELINE, help="git revision of the kwrt.py to compare with ('' for none)")
+    parser.add_argument("--baseline", default=BASELINE, help="git revision of the kwrt.py to compare with, or a kwrt.py file ('' for none)")
     parser.add_argument("--calls", type=int, default=20000, help="back-to-back calls per round")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--clock", choices=("thread", "wall"), default="thread",
