@@ -154,8 +154,10 @@ def _eval_row(traj: Trajectory, version: int) -> dict[str, Any] | None:
 
 def report(result: Any, out: Path) -> str:
     b = result.best
-    lines = [f"run finished: {result.reason} after {result.turns} turn(s); "
-             f"{result.totals.tokens:,} tokens, ${result.totals.cost_usd:.4f}"]
+    lines = [
+        f"run finished: {result.reason} after {result.turns} turn(s); "
+        f"{result.totals.tokens:,} tokens, ${result.totals.cost_usd:.4f}"
+    ]
     if b is None:
         lines.append("no verified candidate (nothing passed the correctness checks)")
     else:
@@ -171,8 +173,10 @@ def report(result: Any, out: Path) -> str:
             return f"{v:.3f}x" if v is not None else "n/a"
 
         lines.append(f"  candidate {ms('candidate')}  eager {ms('eager')}  torch.compile {ms('compile')}")
-        lines.append(f"  speedup vs eager {x(b.speedup_vs_eager)}, vs torch.compile {x(b.speedup_vs_compile)}"
-                     f"  ({res.get('device') or 'device n/a'}, {res.get('backend') or ''})")
+        lines.append(
+            f"  speedup vs eager {x(b.speedup_vs_eager)}, vs torch.compile {x(b.speedup_vs_compile)}"
+            f"  ({res.get('device') or 'device n/a'}, {res.get('backend') or ''})"
+        )
         lines.append(f"  files: {out / 'best'}")
     lines.append(f"trajectory: {out / 'trajectory.json'}")
     return "\n".join(lines)
@@ -204,7 +208,9 @@ def task_source(args: argparse.Namespace) -> tuple[str, str]:
             raise UsageError(f"{path} is neither UTF-8 Python source nor a .pt2 file") from None
         if args.module_class:
             if not args.inputs:
-                raise UsageError(f"--class {args.module_class} needs --inputs: one spec per input of forward(), e.g. --inputs 'float32[32,64]'")
+                raise UsageError(
+                    f"--class {args.module_class} needs --inputs: one spec per input of forward(), e.g. --inputs 'float32[32,64]'"
+                )
             return task_from_module(source, args.module_class, args.init, args.inputs), args.module_class
         if args.inputs or args.init is not None:
             raise UsageError("--init and --inputs describe the class given with --class NAME")
@@ -213,8 +219,11 @@ def task_source(args: argparse.Namespace) -> tuple[str, str]:
                 names = [c.name for c in find_module_classes(source)]
             except SyntaxError as exc:
                 raise UsageError(f"{path}: syntax error on line {exc.lineno}: {exc.msg}") from None
-            hint = (f"it defines nn.Module classes {', '.join(names)}: pick one with --class NAME --inputs SPEC"
-                    if names else "and it defines no nn.Module class")
+            hint = (
+                f"it defines nn.Module classes {', '.join(names)}: pick one with --class NAME --inputs SPEC"
+                if names
+                else "and it defines no nn.Module class"
+            )
             raise UsageError(f"{path} is not a KernelBench task (class Model, get_inputs(), get_init_inputs()); {hint}")
         return source, path.stem
     except SpecError as exc:
@@ -266,8 +275,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     policy = make_policy(args)
     budgets = Budgets(
-        max_turns=args.max_turns, max_tokens=args.max_tokens, max_wall_time_s=args.max_wall_time, max_cost_usd=args.max_cost,
-        confirmations=args.confirmations
+        max_turns=args.max_turns,
+        max_tokens=args.max_tokens,
+        max_wall_time_s=args.max_wall_time,
+        max_cost_usd=args.max_cost,
+        confirmations=args.confirmations,
     )
     progress = Progress(budgets.max_turns)
     stop = {"requested": False}
@@ -279,8 +291,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress.write("stop requested: finishing this turn (Ctrl-C again to abort)")
 
     previous = signal.signal(signal.SIGINT, on_sigint)
-    print(f"optimising {task.name} on {task.backend} with {getattr(policy, 'describe', lambda: policy.name)()}; "
-          f"output in {out}", file=sys.stderr)
+    print(
+        f"optimising {task.name} on {task.backend} with {getattr(policy, 'describe', lambda: policy.name)()}; "
+        f"output in {out}",
+        file=sys.stderr,
+    )
     try:
         result = run(
             task,
@@ -313,50 +328,94 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     traj = Trajectory.load(args.trajectory)
     task, fin, best, totals = traj.task(), traj.finished(), traj.best(), traj.totals()
-    print(f"task: {task.name if task else '?'} ({task.backend if task else '?'}), {len(traj)} events, {traj.turns()} turns")
+    print(
+        f"task: {task.name if task else '?'} ({task.backend if task else '?'}), {len(traj)} events, {traj.turns()} turns"
+    )
     print(f"tokens: {totals.tokens:,} (prompt {totals.prompt_tokens:,}), cost ${totals.cost_usd:.4f}")
     print("rewards per turn: " + (", ".join(f"{t}:{r}" for t, r in sorted(traj.rewards_per_turn().items())) or "none"))
     if best:
-        print(f"best: version {best.version}, reward {best.reward}, speedup vs eager {best.speedup_vs_eager}, "
-              f"vs torch.compile {best.speedup_vs_compile}; files: {', '.join(sorted(best.files))}")
+        print(
+            f"best: version {best.version}, reward {best.reward}, speedup vs eager {best.speedup_vs_eager}, "
+            f"vs torch.compile {best.speedup_vs_compile}; files: {', '.join(sorted(best.files))}"
+        )
     print(f"finished: {fin.reason if fin else 'no (interrupted; resumable)'}")
     return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m agent", description="Kernelwright agent: optimise a PyTorch task with custom kernels.")
+    p = argparse.ArgumentParser(
+        prog="python -m agent", description="Kernelwright agent: optimise a PyTorch task with custom kernels."
+    )
     sub = p.add_subparsers(dest="command", required=True)
     o = sub.add_parser("optimize", help="run the agent on a task: KernelBench format, any nn.Module class, or a .pt2")
-    o.add_argument("task", nargs="?", help="a KernelBench task (Model, get_inputs, get_init_inputs), any .py file with --class, or a .pt2")
-    o.add_argument("--class", dest="module_class", default=None, metavar="NAME",
-                   help="the nn.Module subclass of FILE to optimise (FILE need not be a KernelBench task)")
-    o.add_argument("--init", default=None, metavar="JSON",
-                   help="--class's constructor arguments as JSON: a list (positional) or an object (keywords), e.g. '[64, 256]'")
-    o.add_argument("--inputs", action="extend", nargs="+", default=[], metavar="SPEC",
-                   help="one spec per input of forward(): DTYPE[DIMS] [DISTRIBUTION], e.g. 'float32[32,64]' 'int64[8,128] randint(0,50257)'")
+    o.add_argument(
+        "task",
+        nargs="?",
+        help="a KernelBench task (Model, get_inputs, get_init_inputs), any .py file with --class, or a .pt2",
+    )
+    o.add_argument(
+        "--class",
+        dest="module_class",
+        default=None,
+        metavar="NAME",
+        help="the nn.Module subclass of FILE to optimise (FILE need not be a KernelBench task)",
+    )
+    o.add_argument(
+        "--init",
+        default=None,
+        metavar="JSON",
+        help="--class's constructor arguments as JSON: a list (positional) or an object (keywords), e.g. '[64, 256]'",
+    )
+    o.add_argument(
+        "--inputs",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="SPEC",
+        help="one spec per input of forward(): DTYPE[DIMS] [DISTRIBUTION], e.g. 'float32[32,64]' 'int64[8,128] randint(0,50257)'",
+    )
     o.add_argument("--backend", choices=BACKENDS, default="auto")
     o.add_argument("--model", default=None, help="model name (default: OPENAI_MODEL or " + DEFAULT_MODEL + ")")
     o.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     o.add_argument("--api-key", default=None, help="API key (default: OPENAI_API_KEY)")
-    o.add_argument("--policy", choices=("auto", "openai", "builtin"), default="auto",
-                   help="auto: the model when an endpoint is configured, else the built-in policy")
+    o.add_argument(
+        "--policy",
+        choices=("auto", "openai", "builtin"),
+        default="auto",
+        help="auto: the model when an endpoint is configured, else the built-in policy",
+    )
     o.add_argument("--tool-mode", choices=("auto", "native", "text"), default="auto")
     o.add_argument("--temperature", type=float, default=0.2)
     o.add_argument("--max-completion-tokens", type=int, default=8192)
     o.add_argument("--context-window", type=int, default=None)
     o.add_argument("--retries", type=int, default=6, help="retries on 429, 5xx and timeouts (exponential backoff)")
     o.add_argument("--max-turns", type=int, default=30, help="1..200 (default 30)")
-    o.add_argument("--confirmations", type=int, default=2,
-                   help="evaluations of the best candidate after the last turn; the median one is the result (default 2)")
+    o.add_argument(
+        "--confirmations",
+        type=int,
+        default=2,
+        help="evaluations of the best candidate after the last turn; the median one is the result (default 2)",
+    )
     o.add_argument("--max-tokens", type=int, default=None, help="stop after this many prompt+completion tokens")
     o.add_argument("--max-wall-time", type=float, default=None, help="seconds")
     o.add_argument("--max-cost", type=float, default=None, help="USD")
     o.add_argument("--torch-ops", choices=TORCH_OPS, default="forbid")
     o.add_argument("--preset", choices=list(PRESETS), default="default")
-    o.add_argument("--precision", choices=PRECISIONS, default="task", help="cast floating parameters, buffers and inputs (task: keep the task's dtypes)")
+    o.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="task",
+        help="cast floating parameters, buffers and inputs (task: keep the task's dtypes)",
+    )
     o.add_argument("--no-compile-baseline", action="store_true", help="skip timing torch.compile (faster on CPU)")
-    o.add_argument("--eval-option", "-O", action="append", default=[], metavar="KEY=VALUE",
-                   help="any sandbox EvalOptions field, e.g. -O timing_budget_s=0.2 -O correctness_trials=2")
+    o.add_argument(
+        "--eval-option",
+        "-O",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any sandbox EvalOptions field, e.g. -O timing_budget_s=0.2 -O correctness_trials=2",
+    )
     o.add_argument("--out", default=None, help="output folder (default runs/TASK-TIMESTAMP)")
     o.add_argument("--resume", default=None, help="continue a run from its trajectory.json or trajectory.jsonl")
     o.set_defaults(func=cmd_optimize)

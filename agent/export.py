@@ -128,13 +128,22 @@ def conversation(traj: Trajectory) -> list[dict[str, Any]]:
 
 def _chat_message(msg: dict[str, Any]) -> dict[str, Any]:
     """Every message with the same keys (parquet needs one type per column; null where unused)."""
-    return {"role": msg["role"], "content": msg.get("content"), "tool_calls": msg.get("tool_calls"),
-            "tool_call_id": msg.get("tool_call_id")}
+    return {
+        "role": msg["role"],
+        "content": msg.get("content"),
+        "tool_calls": msg.get("tool_calls"),
+        "tool_call_id": msg.get("tool_call_id"),
+    }
 
 
 def sft_row(run: Run) -> dict[str, Any]:
-    return {"schema": DATASET_SCHEMA, "kind": "sft", "run": run_info(run), "messages": conversation(run.trajectory),
-            "tools": tool_specs()}
+    return {
+        "schema": DATASET_SCHEMA,
+        "kind": "sft",
+        "run": run_info(run),
+        "messages": conversation(run.trajectory),
+        "tools": tool_specs(),
+    }
 
 
 @dataclass
@@ -238,8 +247,10 @@ def parquet_bytes(items: Iterable[dict[str, Any]]) -> tuple[bytes, int]:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise ExportError("parquet needs pyarrow, which is not installed: pip install 'kernelwright[datasets]' "
-                          "(or write .jsonl, which needs nothing)") from exc
+        raise ExportError(
+            "parquet needs pyarrow, which is not installed: pip install 'kernelwright[datasets]' "
+            "(or write .jsonl, which needs nothing)"
+        ) from exc
     table = pa.Table.from_pylist([_parquet_ready(r) for r in items])
     buf = io.BytesIO()
     pq.write_table(table, buf)

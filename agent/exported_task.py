@@ -32,11 +32,30 @@ from agent.module_task import SpecError
 
 MAX_EXPORTED_BYTES = 704 * 1024  # the file; base64 in a JSON body (the API) it still fits the 1 MiB new-job body limit
 MAX_JSON_BYTES = 16 * 1024 * 1024  # the graph's JSON, uncompressed: a zip bomb stops here
-EXPORTED_MARK = "# --- KernelBench-format task for an ExportedProgram, written by Kernelwright (agent/exported_task.py) ---"
+EXPORTED_MARK = (
+    "# --- KernelBench-format task for an ExportedProgram, written by Kernelwright (agent/exported_task.py) ---"
+)
 # torch._export.serde.schema.ScalarType, the dtype numbers of the serialised graph
-SCALAR_TYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32", 8: "float64",
-                9: "complex32", 10: "complex64", 11: "complex128", 12: "bool", 13: "bfloat16", 28: "uint16",
-                29: "float8_e4m3fn", 30: "float8_e5m2", 34: "uint32", 35: "uint64"}
+SCALAR_TYPES = {
+    1: "uint8",
+    2: "int8",
+    3: "int16",
+    4: "int32",
+    5: "int64",
+    6: "float16",
+    7: "float32",
+    8: "float64",
+    9: "complex32",
+    10: "complex64",
+    11: "complex128",
+    12: "bool",
+    13: "bfloat16",
+    28: "uint16",
+    29: "float8_e4m3fn",
+    30: "float8_e5m2",
+    34: "uint32",
+    35: "uint64",
+}
 
 
 def exported_task_limit() -> int:
@@ -67,15 +86,21 @@ def read_exported(data: bytes) -> ExportedInfo:
     if len(data) > MAX_EXPORTED_BYTES:
         raise SpecError(f"the .pt2 file is {len(data)} bytes; the limit is {MAX_EXPORTED_BYTES} bytes")
     if not looks_exported(data):
-        raise SpecError("not a .pt2 file: an ExportedProgram saved with torch.export.save is a zip archive, and this file is not one")
+        raise SpecError(
+            "not a .pt2 file: an ExportedProgram saved with torch.export.save is a zip archive, and this file is not one"
+        )
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         names = archive.namelist()
         graph = next((i for i in archive.infolist() if "/models/" in i.filename and i.filename.endswith(".json")), None)
         if graph is None or not any(n.endswith("/archive_format") for n in names):
-            raise SpecError("the .pt2 file holds no ExportedProgram (no models/*.json in the archive): save it with torch.export.save(program, path)")
+            raise SpecError(
+                "the .pt2 file holds no ExportedProgram (no models/*.json in the archive): save it with torch.export.save(program, path)"
+            )
         if graph.file_size > MAX_JSON_BYTES:
-            raise SpecError(f"the .pt2 file's graph is {graph.file_size} bytes uncompressed; the limit is {MAX_JSON_BYTES} bytes")
+            raise SpecError(
+                f"the .pt2 file's graph is {graph.file_size} bytes uncompressed; the limit is {MAX_JSON_BYTES} bytes"
+            )
         model = json.loads(archive.read(graph))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, KeyError) as exc:
         if isinstance(exc, SpecError):
@@ -84,7 +109,9 @@ def read_exported(data: bytes) -> ExportedInfo:
     try:
         return _inputs_of(model)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
-        raise SpecError(f"the .pt2 file's graph is not in a form this version can read ({type(exc).__name__}: {exc})") from None
+        raise SpecError(
+            f"the .pt2 file's graph is not in a form this version can read ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _inputs_of(model: dict[str, Any]) -> ExportedInfo:
@@ -104,7 +131,11 @@ def _inputs_of(model: dict[str, Any]) -> ExportedInfo:
         dtype = SCALAR_TYPES.get(meta.get("dtype"), f"dtype #{meta.get('dtype')}")
         dims = ",".join(str(s["as_int"]) if "as_int" in s else "?" for s in meta.get("sizes", []))
         inputs.append(f"{name}: {dtype}[{dims}]")
-    return ExportedInfo(inputs=inputs, forward_args=_plain_forward_args(gm, len(inputs)), torch_version=str(model.get("torch_version", "")))
+    return ExportedInfo(
+        inputs=inputs,
+        forward_args=_plain_forward_args(gm, len(inputs)),
+        torch_version=str(model.get("torch_version", "")),
+    )
 
 
 def _plain_forward_args(gm: dict[str, Any], n_inputs: int) -> list[str] | None:
@@ -131,7 +162,7 @@ def exported_task_source(data: bytes, name: str) -> str:
     args = info.forward_args
     signature = ", ".join(args) if args is not None else "*args"
     blob = base64.b64encode(data).decode("ascii")
-    lines = [blob[i:i + 76] for i in range(0, len(blob), 76)]
+    lines = [blob[i : i + 76] for i in range(0, len(blob), 76)]
     head = f'''"""{_one_line(name)}: an ExportedProgram (torch.export.save) as a KernelBench task.
 
 The program is loaded here, inside the sandbox, by torch.export.load. get_inputs() draws random

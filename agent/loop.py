@@ -77,9 +77,16 @@ class BestCandidate:
     @classmethod
     def of(cls, version: int, files: dict[str, str], turn: int, result: dict[str, Any]) -> BestCandidate:
         """The candidate as one of its evaluations (an EvalResult dict) measured it."""
-        return cls(version=version, reward=int(result.get("reward") or 0), files=files, turn=turn,
-                   speedup_vs_eager=result.get("speedup_vs_eager"), speedup_vs_compile=result.get("speedup_vs_compile"),
-                   candidate_ms=median_ms(result), result=result)
+        return cls(
+            version=version,
+            reward=int(result.get("reward") or 0),
+            files=files,
+            turn=turn,
+            speedup_vs_eager=result.get("speedup_vs_eager"),
+            speedup_vs_compile=result.get("speedup_vs_compile"),
+            candidate_ms=median_ms(result),
+            result=result,
+        )
 
     def beats(self, other: BestCandidate | None) -> bool:
         """Higher reward wins; at equal reward the higher speedup vs eager, each measured against
@@ -125,7 +132,9 @@ def task_from_trajectory(traj: Trajectory) -> TaskInfo:
     ev = traj.task()
     if ev is None:
         raise ValueError("the trajectory has no task event; it cannot be resumed")
-    return TaskInfo(name=ev.name, source=ev.source, backend=ev.backend, options=dict(ev.options), task_hash=ev.task_hash)
+    return TaskInfo(
+        name=ev.name, source=ev.source, backend=ev.backend, options=dict(ev.options), task_hash=ev.task_hash
+    )
 
 
 class _Run:
@@ -173,7 +182,9 @@ class _Run:
             self.record(task_event(self.task, self.policy))
             for path, content in sorted(self.initial_files.items()):
                 edit = self.workspace.write(path, content)
-                self.record(FileEdit(turn=0, path=edit.path, diff=edit.diff, content=edit.content, version=edit.version))
+                self.record(
+                    FileEdit(turn=0, path=edit.path, diff=edit.diff, content=edit.content, version=edit.version)
+                )
             self.policy.reset(self.task, tool_specs(), [])
             return []
         return self._resume()
@@ -289,9 +300,7 @@ class _Run:
             out = self.runner.execute(call)
             sandbox_s += out.seconds_in_evaluator
             self.record_outcome(out)
-            observations.append(
-                Observation(out.call_id, out.name, out.model_content, ok=out.ok, data=out.data)
-            )
+            observations.append(Observation(out.call_id, out.name, out.model_content, ok=out.ok, data=out.data))
             if out.finish:
                 finished, summary = True, out.summary
         return observations, finished, summary, sandbox_s
@@ -319,23 +328,44 @@ class _Run:
             self.record_evaluation(out)
         self.record(
             ToolResult(
-                turn=t, call_id=out.call_id, name=out.name, content=out.content, trimmed_chars=out.trimmed_chars, ok=out.ok
+                turn=t,
+                call_id=out.call_id,
+                name=out.name,
+                content=out.content,
+                trimmed_chars=out.trimmed_chars,
+                ok=out.ok,
             )
         )
 
     def record_result(self, version: int, result: dict[str, Any], purpose: str = "") -> None:
         """An evaluation and its reward, as the trajectory records every evaluation."""
         self.record(EvaluationEvent(turn=self.turn, version=version, result=result, purpose=purpose))
-        self.record(RewardEvent(turn=self.turn, version=version, reward=int(result.get("reward") or 0),
-                                speedup_vs_eager=result.get("speedup_vs_eager"),
-                                speedup_vs_compile=result.get("speedup_vs_compile"), speed=result.get("speed")))
+        self.record(
+            RewardEvent(
+                turn=self.turn,
+                version=version,
+                reward=int(result.get("reward") or 0),
+                speedup_vs_eager=result.get("speedup_vs_eager"),
+                speedup_vs_compile=result.get("speedup_vs_compile"),
+                speed=result.get("speed"),
+            )
+        )
 
     def set_best(self, cand: BestCandidate, confirmed: bool = False) -> None:
         """`confirmed`: made from the final evaluation after the last turn (the run's result)."""
         self.best, self.best_confirmed = cand, confirmed
-        self.record(BestChanged(turn=self.turn, version=cand.version, reward=cand.reward,
-                                speedup_vs_eager=cand.speedup_vs_eager, speedup_vs_compile=cand.speedup_vs_compile,
-                                files=dict(cand.files), speed=(cand.result or {}).get("speed"), confirmed=confirmed))
+        self.record(
+            BestChanged(
+                turn=self.turn,
+                version=cand.version,
+                reward=cand.reward,
+                speedup_vs_eager=cand.speedup_vs_eager,
+                speedup_vs_compile=cand.speedup_vs_compile,
+                files=dict(cand.files),
+                speed=(cand.result or {}).get("speed"),
+                confirmed=confirmed,
+            )
+        )
 
     def record_evaluation(self, out: ToolOutcome) -> None:
         res, v = out.evaluation, self.workspace.version
@@ -372,23 +402,40 @@ class _Run:
             if self.stop_requested():
                 return f"confirmation stopped after {i} of {n} evaluations"
             try:
-                res, result = eval_result_and_dict(self.runner.evaluator.evaluate(
-                    self.task.source, b.files, self.runner.options, on_progress=self.runner.on_progress))
+                res, result = eval_result_and_dict(
+                    self.runner.evaluator.evaluate(
+                        self.task.source, b.files, self.runner.options, on_progress=self.runner.on_progress
+                    )
+                )
             except Exception as exc:  # an evaluator failure is not the candidate's; the best stays unconfirmed
-                self.record(ErrorEvent(turn=self.turn, kind="tool", message=f"confirmation: {type(exc).__name__}: {exc}"))
+                self.record(
+                    ErrorEvent(turn=self.turn, kind="tool", message=f"confirmation: {type(exc).__name__}: {exc}")
+                )
                 return f"not confirmed ({type(exc).__name__})"
             self.record_result(b.version, result, purpose="confirmation")
             if res.status.value != "ok" or int(res.reward) < 1:
                 why = "; ".join(res.reasons[:2]) or res.status.value
-                self.record(ErrorEvent(turn=self.turn, kind="confirmation",
-                                       message=f"version {b.version} failed its confirmation {i + 1} of {n}: {why}"))
+                self.record(
+                    ErrorEvent(
+                        turn=self.turn,
+                        kind="confirmation",
+                        message=f"version {b.version} failed its confirmation {i + 1} of {n}: {why}",
+                    )
+                )
                 self.best = None
                 return f"version {b.version} failed its confirmation ({res.status.value}): no verified candidate"
             draws.append(result)
         # the draw with the median paired speedup vs eager (each from its own window)
         pick = sorted(draws, key=lambda r: r.get("speedup_vs_eager") or 0.0)[(len(draws) - 1) // 2]
-        self.record(EvaluationEvent(turn=self.turn, version=b.version, result=pick, purpose="final",
-                                    draws_ms=[m for m in (median_ms(r) for r in draws) if m is not None]))
+        self.record(
+            EvaluationEvent(
+                turn=self.turn,
+                version=b.version,
+                result=pick,
+                purpose="final",
+                draws_ms=[m for m in (median_ms(r) for r in draws) if m is not None],
+            )
+        )
         self.set_best(BestCandidate.of(b.version, b.files, b.turn, pick), confirmed=True)
         return f"confirmed: median of {len(draws)} evaluations"
 
@@ -457,6 +504,14 @@ def run(
     is the sandbox's per-step progress during evaluations; journal, a path, mirrors every
     event to a JSONL file as it is recorded (crash-safe resume)."""
     return _Run(
-        task, policy, evaluator, budgets or Budgets(), on_event, stop_requested, trajectory, on_progress,
-        initial_files, journal,
+        task,
+        policy,
+        evaluator,
+        budgets or Budgets(),
+        on_event,
+        stop_requested,
+        trajectory,
+        on_progress,
+        initial_files,
+        journal,
     ).run()

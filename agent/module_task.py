@@ -35,8 +35,17 @@ from typing import Any
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
-DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "long": "int64", "int": "int32",
-                 "fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
+DTYPE_ALIASES = {
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "long": "int64",
+    "int": "int32",
+    "fp32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+}
 MAX_DIMS = 8
 MAX_ELEMENTS = 1 << 31  # one input; the sandbox limits memory for real
 MODULE_BASES = {"Module", "nn.Module", "torch.nn.Module"}
@@ -61,8 +70,13 @@ class ModuleClass:
     forward_call: str = "*args, **kwargs"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "line": self.line, "init_params": self.init_params,
-                "forward_params": self.forward_params, "doc": self.doc}
+        return {
+            "name": self.name,
+            "line": self.line,
+            "init_params": self.init_params,
+            "forward_params": self.forward_params,
+            "doc": self.doc,
+        }
 
 
 @dataclass
@@ -78,7 +92,11 @@ class InputSpec:
 
     def expression(self) -> str:
         """The torch expression that makes one such input (for get_inputs)."""
-        shape = "(" + "".join(f"{d}, " for d in self.shape) + ")" if len(self.shape) == 1 else "(" + ", ".join(map(str, self.shape)) + ")"
+        shape = (
+            "(" + "".join(f"{d}, " for d in self.shape) + ")"
+            if len(self.shape) == 1
+            else "(" + ", ".join(map(str, self.shape)) + ")"
+        )
         dtype = f"torch.{self.dtype}"
         d, a = self.distribution, self.args
         if d == "randn":
@@ -135,11 +153,18 @@ def _params(fn: ast.FunctionDef | None) -> list[str]:
 def _pass_on(fn: ast.FunctionDef) -> tuple[str, str]:
     """(signature without self, the call passing every parameter on), from forward's own arguments."""
     a = fn.args
-    args = ast.arguments(posonlyargs=[], args=list(a.posonlyargs + a.args), vararg=a.vararg, kwonlyargs=list(a.kwonlyargs),
-                         kw_defaults=list(a.kw_defaults), kwarg=a.kwarg, defaults=list(a.defaults))
+    args = ast.arguments(
+        posonlyargs=[],
+        args=list(a.posonlyargs + a.args),
+        vararg=a.vararg,
+        kwonlyargs=list(a.kwonlyargs),
+        kw_defaults=list(a.kw_defaults),
+        kwarg=a.kwarg,
+        defaults=list(a.defaults),
+    )
     if args.args and args.args[0].arg in ("self", "cls"):
         args.args = args.args[1:]
-        args.defaults = args.defaults[-len(args.args):] if args.args and args.defaults else []
+        args.defaults = args.defaults[-len(args.args) :] if args.args and args.defaults else []
     for arg in args.args + args.kwonlyargs + [x for x in (args.vararg, args.kwarg) if x]:
         arg.annotation = None  # an annotation may name what only the file imports under TYPE_CHECKING
     call = [x.arg for x in args.args]
@@ -170,9 +195,13 @@ def find_module_classes(source: str) -> list[ModuleClass]:
             continue
         methods = {n.name: n for n in c.body if isinstance(n, ast.FunctionDef)}
         doc = (ast.get_docstring(c) or "").strip().split("\n\n")[0]
-        info = ModuleClass(name=c.name, line=c.lineno, init_params=_params(methods.get("__init__")),
-                           forward_params=_params(methods["forward"]) if "forward" in methods else None,
-                           doc=" ".join(doc.split())[:200])
+        info = ModuleClass(
+            name=c.name,
+            line=c.lineno,
+            init_params=_params(methods.get("__init__")),
+            forward_params=_params(methods["forward"]) if "forward" in methods else None,
+            doc=" ".join(doc.split())[:200],
+        )
         if "forward" in methods:
             info.forward_signature, info.forward_call = _pass_on(methods["forward"])
         found.append(info)
@@ -180,7 +209,9 @@ def find_module_classes(source: str) -> list[ModuleClass]:
 
 
 # -- specs -------------------------------------------------------------------------------------
-SPEC = re.compile(r"^\s*(?P<dtype>[A-Za-z0-9_.]+)\s*\[(?P<shape>[^\]]*)\]\s*(?P<dist>[A-Za-z_]+)?\s*(?:\((?P<args>[^)]*)\))?\s*$")
+SPEC = re.compile(
+    r"^\s*(?P<dtype>[A-Za-z0-9_.]+)\s*\[(?P<shape>[^\]]*)\]\s*(?P<dist>[A-Za-z_]+)?\s*(?:\((?P<args>[^)]*)\))?\s*$"
+)
 DIST_ARGS = {"randn": 0, "rand": 0, "zeros": 0, "ones": 0, "uniform": 2, "normal": 2, "randint": 2, "bernoulli": 1}
 
 
@@ -188,7 +219,9 @@ def parse_input_spec(text: str) -> InputSpec:
     """`float32[8,64,28,28]`, `int64[8,128] randint(0,50257)`, `bool[4,4] bernoulli(0.1)`..."""
     m = SPEC.match(text or "")
     if not m:
-        raise SpecError(f"{text!r} is not an input spec: write DTYPE[DIMS] [DISTRIBUTION], e.g. float32[8,64,28,28] or int64[8,128] randint(0,50257)")
+        raise SpecError(
+            f"{text!r} is not an input spec: write DTYPE[DIMS] [DISTRIBUTION], e.g. float32[8,64,28,28] or int64[8,128] randint(0,50257)"
+        )
     dtype = m["dtype"].removeprefix("torch.")
     dtype = DTYPE_ALIASES.get(dtype, dtype)
     if dtype not in DTYPES:
@@ -263,7 +296,9 @@ def parse_init_args(text: str | list | dict | None) -> list[Any] | dict[str, Any
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise SpecError(f"constructor arguments are JSON, e.g. [64, 256] or {{\"channels\": 64}}: {exc.msg} at column {exc.colno}") from None
+            raise SpecError(
+                f'constructor arguments are JSON, e.g. [64, 256] or {{"channels": 64}}: {exc.msg} at column {exc.colno}'
+            ) from None
     if not isinstance(value, (list, dict)):
         value = [value]  # a single number or string: one positional argument
     if isinstance(value, dict) and not all(isinstance(k, str) and k.isidentifier() for k in value):
@@ -282,10 +317,7 @@ def wrapper_source(source: str, class_name: str, init_args: list[Any] | dict[str
     cls = classes[class_name]
     _check_arity(cls, inputs)
     if isinstance(init_args, dict):
-        init = (
-            "    def __init__(self):\n"
-            f"        super().__init__(**{_literal(init_args)})\n"
-        )
+        init = f"    def __init__(self):\n        super().__init__(**{_literal(init_args)})\n"
         init_inputs = "[]"
     else:
         init = ""
@@ -328,7 +360,9 @@ def _check_arity(cls: ModuleClass, inputs: list[InputSpec]) -> None:
     required = [p for p in params if "=" not in p]
     if not len(required) <= len(inputs) <= len(params):
         want = f"{len(required)}" if len(required) == len(params) else f"{len(required)} to {len(params)}"
-        raise SpecError(f"{cls.name}.forward({', '.join(params)}) takes {want} input{'s' if len(params) != 1 else ''}; {len(inputs)} spec{'s' if len(inputs) != 1 else ''} given")
+        raise SpecError(
+            f"{cls.name}.forward({', '.join(params)}) takes {want} input{'s' if len(params) != 1 else ''}; {len(inputs)} spec{'s' if len(inputs) != 1 else ''} given"
+        )
 
 
 def task_from_module(source: str, class_name: str, init_args: str | list | dict | None, inputs: str | list[str]) -> str:
@@ -356,7 +390,11 @@ def error_that_matters(text: str) -> str:
     place = ""
     for line in lines:
         frame = _FILE_LINE.match(line)
-        if frame and not frame["file"].startswith("<") and not any(d in frame["file"] for d in ("site-packages", "/lib/python")):
+        if (
+            frame
+            and not frame["file"].startswith("<")
+            and not any(d in frame["file"] for d in ("site-packages", "/lib/python"))
+        ):
             place = f"{frame['file'].rsplit('/', 1)[-1]}, line {frame['line']}, in {frame['fn']}"
         exc = _EXC_LINE.match(line.strip())
         if exc and not exc["msg"].startswith(_WRAPPERS):

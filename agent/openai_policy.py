@@ -58,9 +58,18 @@ class OpenAIPolicy(Policy):
         self.tool_mode = tool_mode
         self.mode = "text" if tool_mode == "text" else "native"
         self.prices = {**catalog.DEFAULT_PRICES, **(prices or {})}
-        self.client = ChatClient(self.base_url, key, self.model, max_tokens=max_tokens, temperature=temperature,
-                                 max_retries=max_retries, backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s,
-                                 timeout_s=timeout_s, extra_body=extra_body)
+        self.client = ChatClient(
+            self.base_url,
+            key,
+            self.model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            max_retries=max_retries,
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+            timeout_s=timeout_s,
+            extra_body=extra_body,
+        )
         self.window = ContextWindow(context_window or catalog.context_window(self.model), max_tokens, keep_recent_turns)
         self.history = History()
         self._system_template = system_prompt
@@ -104,15 +113,20 @@ class OpenAIPolicy(Policy):
         while True:
             messages = self._fit_messages()
             try:
-                resp = self.client.create(messages, self.specs if self.mode == "native" else None,
-                                          may_switch=self.mode == "native" and self.tool_mode == "auto")
+                resp = self.client.create(
+                    messages,
+                    self.specs if self.mode == "native" else None,
+                    may_switch=self.mode == "native" and self.tool_mode == "auto",
+                )
             except SwitchToText:
                 self.mode = "text"
                 continue
             except ContextOverflow as exc:
                 overflow += 1
                 if overflow > MAX_OVERFLOWS or not self.window.compact_more(len(self.history.turns)):
-                    raise PolicyError("context_overflow", f"the conversation does not fit the model's context: {exc}") from exc
+                    raise PolicyError(
+                        "context_overflow", f"the conversation does not fit the model's context: {exc}"
+                    ) from exc
                 continue
             break
         turn = reply_turn(resp, self.mode, len(self.history.turns) + 1)

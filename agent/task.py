@@ -29,7 +29,11 @@ def task_from_source(source: str, name: str, backend: str = "auto", options: dic
     if "class Model" not in source or "def get_inputs" not in source:
         raise ValueError(f"{name}: not a KernelBench-format task (needs class Model and get_inputs())")
     return TaskInfo(
-        name=name, source=source, backend=resolve_backend(backend), options=dict(options or {}), task_hash=task_hash(source)
+        name=name,
+        source=source,
+        backend=resolve_backend(backend),
+        options=dict(options or {}),
+        task_hash=task_hash(source),
     )
 
 

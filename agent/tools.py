@@ -57,7 +57,7 @@ TOOL_SPECS: list[dict[str, Any]] = [
             "name": "write_file",
             "description": (
                 "Create or replace a file: model_new.py (class ModelNew) or kernels/*.cu / kernels/*.cpp "
-                "(extern \"C\" int functions, no torch headers). Returns a diff summary."
+                '(extern "C" int functions, no torch headers). Returns a diff summary.'
             ),
             "parameters": {
                 "type": "object",
@@ -306,7 +306,9 @@ class ToolRunner:
                 "(a load_inline candidate is built by evaluate).",
             )
         res, data = compile_result_and_dict(self._require_evaluator().compile(self.task.source, files, self.options))
-        return ToolOutcome(call.call_id, call.name, bool(res.ok), format_compile(res), compile=res, data={"compile": data})
+        return ToolOutcome(
+            call.call_id, call.name, bool(res.ok), format_compile(res), compile=res, data={"compile": data}
+        )
 
     def _tool_evaluate(self, call: ToolInvocation, args: dict[str, Any]) -> ToolOutcome:
         files = self.workspace.snapshot()
@@ -318,7 +320,11 @@ class ToolRunner:
             self._require_evaluator().evaluate(self.task.source, files, self.options, on_progress=self.on_progress)
         )
         return ToolOutcome(
-            call.call_id, call.name, res.status.value == "ok", format_evaluation(res), evaluation=res,
+            call.call_id,
+            call.name,
+            res.status.value == "ok",
+            format_evaluation(res),
+            evaluation=res,
             data={"evaluation": data},
         )
 
@@ -381,7 +387,9 @@ def _speed_lines(res: Any) -> list[str]:
     when the window was noisy. A result without `speed` has bare ratios only, and says so."""
     sp = getattr(res, "speed", None)
     if sp is None or not sp.verdict:
-        return [f"speedup: {_x(res.speedup_vs_eager)} vs eager, {_x(res.speedup_vs_compile)} vs torch.compile (no interval recorded)"]
+        return [
+            f"speedup: {_x(res.speedup_vs_eager)} vs eager, {_x(res.speedup_vs_compile)} vs torch.compile (no interval recorded)"
+        ]
     lines = [f"speedup: {sp.verdict}"]
     if sp.noisy:
         lines.append(f"  {sp.milestone}")
@@ -400,7 +408,9 @@ def format_evaluation(res: Any) -> str:
             if not t.passed or t.message:
                 err = f" max_abs_error={t.max_abs_error:.3g}" if t.max_abs_error is not None else ""
                 mism = f" mismatched={t.mismatched}/{t.total}" if t.mismatched is not None else ""
-                lines.append(f"  trial {t.index} ({t.kind}): {'pass' if t.passed else 'FAIL'}{err}{mism} {t.message}".rstrip())
+                lines.append(
+                    f"  trial {t.index} ({t.kind}): {'pass' if t.passed else 'FAIL'}{err}{mism} {t.message}".rstrip()
+                )
     tm = res.timing
     if tm.candidate is not None or tm.eager is not None:
         lines.append(f"timing ({tm.clock or 'clock n/a'}):")

@@ -77,7 +77,7 @@ class Trajectory:
             for ev in self.events:
                 fh.write(json.dumps(ev.to_dict(), separators=(",", ":")) + "\n")
         self._journal_path = p
-        self._journal = open(p, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the trajectory
+        self._journal = open(p, "a", encoding="utf-8")  # lives as long as the trajectory
 
     def close(self) -> None:
         if self._journal is not None:

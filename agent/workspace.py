@@ -166,7 +166,9 @@ class Workspace:
                 "(read_file the file first)"
             )
         if count > 1:
-            raise WorkspaceError(f"'old' text occurs {count} times in {norm!r}; include more context so it matches once")
+            raise WorkspaceError(
+                f"'old' text occurs {count} times in {norm!r}; include more context so it matches once"
+            )
         return self.write(norm, current.replace(old, new, 1))
 
     def apply(self, path: str, content: str, version: int) -> None:

@@ -42,9 +42,14 @@ class InstantEvaluator:
         st = Stats(ms, ms, ms, ms, 0.0, 0.0, 20)
         slow = Stats(2.0, 2.0, 2.0, 2.0, 0.0, 0.0, 20)
         return EvalResult(
-            status=Status.OK, verdict=Verdict.PASS, backend="cpu", compile=CompileResult(ok=True, mode="cxx"),
+            status=Status.OK,
+            verdict=Verdict.PASS,
+            backend="cpu",
+            compile=CompileResult(ok=True, mode="cxx"),
             timing=Timing(candidate=st, eager=slow, compile=slow, clock="perf_counter"),
-            speedup_vs_eager=2.0 / ms, speedup_vs_compile=2.0 / ms, reward=3,
+            speedup_vs_eager=2.0 / ms,
+            speedup_vs_compile=2.0 / ms,
+            reward=3,
         )
 
     def compile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> Any:
@@ -52,7 +57,9 @@ class InstantEvaluator:
 
         return CompileResult(ok=True, mode="cxx")
 
-    def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any], on_progress: Any = None) -> Any:
+    def evaluate(
+        self, task_source: str, files: dict[str, str], options: dict[str, Any], on_progress: Any = None
+    ) -> Any:
         return self._result(files)
 
     def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> Any:
@@ -73,12 +80,21 @@ class ReplayPolicy(Policy):
         k = "kernels/softmax.cpp"
         kind = self.n % 4
         if self.n == 1:
-            calls = [ToolInvocation("write_file", {"path": p, "content": c}, f"c{self.n}-{i}")
-                     for i, (p, c) in enumerate(sorted(self.files.items()))]
+            calls = [
+                ToolInvocation("write_file", {"path": p, "content": c}, f"c{self.n}-{i}")
+                for i, (p, c) in enumerate(sorted(self.files.items()))
+            ]
         elif kind == 0:
-            calls = [ToolInvocation("write_file", {"path": k, "content": self.files[k] + f"\n// rev {self.n}\n"}, f"c{self.n}")]
+            calls = [
+                ToolInvocation(
+                    "write_file", {"path": k, "content": self.files[k] + f"\n// rev {self.n}\n"}, f"c{self.n}"
+                )
+            ]
         elif kind == 1:
-            calls = [ToolInvocation("read_file", {"path": k}, f"c{self.n}"), ToolInvocation("compile", {}, f"d{self.n}")]
+            calls = [
+                ToolInvocation("read_file", {"path": k}, f"c{self.n}"),
+                ToolInvocation("compile", {}, f"d{self.n}"),
+            ]
         else:
             calls = [ToolInvocation("evaluate", {}, f"c{self.n}")]
         return Action(message=f"step {self.n}", tool_calls=calls, usage=Usage(1000, 100, 0.001))
@@ -87,8 +103,14 @@ class ReplayPolicy(Policy):
 def bench_loop(turns: int, journal: bool) -> list[float]:
     task = TaskInfo("bench", _task_source(), "cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        res = run(task, ReplayPolicy(), InstantEvaluator(), Budgets(max_turns=turns),
-                  on_event=lambda e: None, journal=str(Path(tmp) / "t.jsonl") if journal else None)
+        res = run(
+            task,
+            ReplayPolicy(),
+            InstantEvaluator(),
+            Budgets(max_turns=turns),
+            on_event=lambda e: None,
+            journal=str(Path(tmp) / "t.jsonl") if journal else None,
+        )
         if journal:
             res.trajectory.save(Path(tmp) / "t.json")
     return res.overhead_ms
@@ -104,9 +126,14 @@ def bench_policy_render(turns: int) -> tuple[float, float]:
     history: list[Any] = []
     big = candidate("cpu")["kernels/softmax.cpp"]
     for t in range(1, turns + 1):
-        history += [TurnStarted(turn=t), ModelMessage(turn=t, content="trying"),
-                    ToolCall(turn=t, call_id=f"c{t}", name="write_file", arguments={"path": "kernels/softmax.cpp", "content": big}),
-                    ToolResult(turn=t, call_id=f"c{t}", name="write_file", content="log line\n" * 300)]
+        history += [
+            TurnStarted(turn=t),
+            ModelMessage(turn=t, content="trying"),
+            ToolCall(
+                turn=t, call_id=f"c{t}", name="write_file", arguments={"path": "kernels/softmax.cpp", "content": big}
+            ),
+            ToolResult(turn=t, call_id=f"c{t}", name="write_file", content="log line\n" * 300),
+        ]
     from agent.tools import tool_specs
 
     p.reset(task, tool_specs(), history)
@@ -120,7 +147,7 @@ def bench_policy_render(turns: int) -> tuple[float, float]:
 
 
 def _task_source() -> str:
-    return '''import torch
+    return """import torch
 import torch.nn as nn
 
 
@@ -135,24 +162,30 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.agent_bench")
     ap.add_argument("--turns", type=int, default=200)
     args = ap.parse_args(argv)
-    print("agent loop overhead per turn (model and sandbox time excluded; InstantEvaluator + ReplayPolicy, "
-          "benchmark-only stand-ins)")
+    print(
+        "agent loop overhead per turn (model and sandbox time excluded; InstantEvaluator + ReplayPolicy, "
+        "benchmark-only stand-ins)"
+    )
     for journal in (False, True):
         ms = bench_loop(args.turns, journal)
         q = statistics.quantiles(ms, n=20)
-        print(f"  {args.turns} turns, journal {'on ' if journal else 'off'}: median {statistics.median(ms):.3f} ms, "
-              f"p95 {q[-1]:.3f} ms, max {max(ms):.3f} ms  (target < 50 ms)")
+        print(
+            f"  {args.turns} turns, journal {'on ' if journal else 'off'}: median {statistics.median(ms):.3f} ms, "
+            f"p95 {q[-1]:.3f} ms, max {max(ms):.3f} ms  (target < 50 ms)"
+        )
     for turns in (30, 200):
         med, mx = bench_policy_render(turns)
-        print(f"  OpenAIPolicy request preparation at {turns} turns of history (render + compaction): "
-              f"median {med:.3f} ms, max {mx:.3f} ms")
+        print(
+            f"  OpenAIPolicy request preparation at {turns} turns of history (render + compaction): "
+            f"median {med:.3f} ms, max {mx:.3f} ms"
+        )
     return 0
 
 

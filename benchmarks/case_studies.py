@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shrink", type=int, default=1, help="divide size constants (for a quick CPU dry run)")
     ap.add_argument("--max-turns", type=int, default=30)
     ap.add_argument("--preset", default="default", help="sandbox tolerance preset (default, kernelbench, cuda-agent)")
-    ap.add_argument("--jobs", type=int, default=1, help="cases run side by side (timed loops still take the device one at a time)")
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="cases run side by side (timed loops still take the device one at a time)"
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -45,19 +47,40 @@ def main(argv: list[str] | None = None) -> int:
     work = [(case, args.backend, args.preset, args.max_turns, args.shrink) for case in args.cases]
     for outcome, data, final in run_parallel(_one, work, args.jobs):
         case = outcome.name
-        data["meta"] = {**env, "case": case, "policy": "builtin", "shrink": args.shrink, "preset": args.preset,
-                        "task_source": shrink_source((TASKS_DIR / f"{case}.py").read_text(), args.shrink)}
+        data["meta"] = {
+            **env,
+            "case": case,
+            "policy": "builtin",
+            "shrink": args.shrink,
+            "preset": args.preset,
+            "task_source": shrink_source((TASKS_DIR / f"{case}.py").read_text(), args.shrink),
+        }
         (out / f"{case}.json").write_text(json.dumps(data, indent=1))
-        md = [f"# {case}: measured run", "", f"{env['device']} ({env['backend']}), torch {env['torch']}, {env['date']}",
-              "", f"- correct: {outcome.correct}, reward {outcome.reward}",
-              f"- candidate {outcome.candidate_ms} ms, eager {outcome.eager_ms} ms, torch.compile {outcome.compile_ms} ms",
-              f"- speedup {_f(outcome.speedup_vs_eager)} vs eager, {_f(outcome.speedup_vs_compile)} vs torch.compile",
-              f"- {outcome.turns} turns, {outcome.evaluations} evaluations, {outcome.seconds:.0f} s", "",
-              f"Write-up: docs/case-studies/{case}.md", "", "## Final message", "", "```", final, "```"]
+        md = [
+            f"# {case}: measured run",
+            "",
+            f"{env['device']} ({env['backend']}), torch {env['torch']}, {env['date']}",
+            "",
+            f"- correct: {outcome.correct}, reward {outcome.reward}",
+            f"- candidate {outcome.candidate_ms} ms, eager {outcome.eager_ms} ms, torch.compile {outcome.compile_ms} ms",
+            f"- speedup {_f(outcome.speedup_vs_eager)} vs eager, {_f(outcome.speedup_vs_compile)} vs torch.compile",
+            f"- {outcome.turns} turns, {outcome.evaluations} evaluations, {outcome.seconds:.0f} s",
+            "",
+            f"Write-up: docs/case-studies/{case}.md",
+            "",
+            "## Final message",
+            "",
+            "```",
+            final,
+            "```",
+        ]
         (out / f"{case}.md").write_text("\n".join(md) + "\n")
         rows.append(outcome.to_dict())
-        print(f"{case:<24} correct={outcome.correct} reward={outcome.reward} vs_eager={_f(outcome.speedup_vs_eager)} "
-              f"vs_compile={_f(outcome.speedup_vs_compile)} ({outcome.turns} turns, {outcome.seconds:.0f} s)", flush=True)
+        print(
+            f"{case:<24} correct={outcome.correct} reward={outcome.reward} vs_eager={_f(outcome.speedup_vs_eager)} "
+            f"vs_compile={_f(outcome.speedup_vs_compile)} ({outcome.turns} turns, {outcome.seconds:.0f} s)",
+            flush=True,
+        )
     rows.sort(key=lambda r: r["name"])
     (out / "summary.json").write_text(json.dumps({"environment": env, "cases": rows}, indent=1))
     return 0

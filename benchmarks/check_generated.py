@@ -113,9 +113,12 @@ def main(argv: list[str] | None = None) -> int:
             err = (a - b).abs().max().item()
             te, tc = _time(m, ins, dev == "cuda"), _time(mn, ins, dev == "cuda")
             failures += not ok
-            print(f"{name:<28} {'OK ' if ok else 'BAD'} max_err={err:.2e} eager={te:.4f} ms candidate={tc:.4f} ms "
-                  f"({te / tc:.2f}x) kernels={len(cand.plan.groups)} rewrites={[r.name for r in rw]}", flush=True)
-        except Exception as e:  # noqa: BLE001 - report and continue with the next task
+            print(
+                f"{name:<28} {'OK ' if ok else 'BAD'} max_err={err:.2e} eager={te:.4f} ms candidate={tc:.4f} ms "
+                f"({te / tc:.2f}x) kernels={len(cand.plan.groups)} rewrites={[r.name for r in rw]}",
+                flush=True,
+            )
+        except Exception as e:  # report and continue with the next task
             failures += 1
             print(f"{name:<28} ERROR {type(e).__name__}: {str(e)[:800]}", flush=True)
     print(f"{failures} failure(s)")

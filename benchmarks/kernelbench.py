@@ -62,9 +62,14 @@ def shrink_ints(source: str, cap: int = 32, floor: int = 64, batch_apart: bool =
 
     def const_int(node: ast.AST) -> int | None:
         try:
-            v = ast.literal_eval(node) if not isinstance(node, ast.BinOp) else eval(  # noqa: S307 - literals only
-                compile(ast.Expression(node), "<const>", "eval"), {"__builtins__": {}})
-        except Exception:  # noqa: BLE001
+            v = (
+                ast.literal_eval(node)
+                if not isinstance(node, ast.BinOp)
+                else eval(  # literals only
+                    compile(ast.Expression(node), "<const>", "eval"), {"__builtins__": {}}
+                )
+            )
+        except Exception:
             return None
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -73,8 +78,9 @@ def shrink_ints(source: str, cap: int = 32, floor: int = 64, batch_apart: bool =
             for e in value.elts:
                 visit(e)
             return
-        if isinstance(value, ast.BinOp) and not all(isinstance(x, ast.Constant) or isinstance(x, ast.BinOp)
-                                                    for x in (value.left, value.right)):
+        if isinstance(value, ast.BinOp) and not all(
+            isinstance(x, ast.Constant) or isinstance(x, ast.BinOp) for x in (value.left, value.right)
+        ):
             return
         v = const_int(value)
         if v is not None and v >= floor:
@@ -106,8 +112,9 @@ def level_files(root: Path, lvl: int) -> list[Path]:
     return sorted((root / f"level{lvl}").glob("*.py"), key=lambda q: int(q.name.split("_")[0]))
 
 
-def kernelbench_paths(root: Path, levels: list[int], problems: list[str], sample: int, seed: int,
-                      every: bool = False) -> list[Path]:
+def kernelbench_paths(
+    root: Path, levels: list[int], problems: list[str], sample: int, seed: int, every: bool = False
+) -> list[Path]:
     """The problems named, a sample per level, or (`every`) all problems of the levels."""
     if every:
         return [f for lvl in levels for f in level_files(root, lvl)]
@@ -139,12 +146,25 @@ def _level(path: Path) -> str:
 # (LayerNorm(out_channels) over a width that a transposed convolution doubled) or keep the problem
 # too large for the CPU, and one factor for batch_size and the rest can leave a size at the floor of 8
 # (64 groups of 4096 features: a group of one channel, whose output is constant)
-_RESHRINK = ("the reference raises", "candidate timeout", "not captured: the analysis of the task did not finish",
-             "candidate incorrect")
+_RESHRINK = (
+    "the reference raises",
+    "candidate timeout",
+    "not captured: the analysis of the task did not finish",
+    "candidate incorrect",
+)
 
 
-def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_turns: int, max_variants: int,
-            confirmations: int, coverage: bool = False, floor: int = 64) -> dict[str, Any]:
+def run_one(
+    path: Path,
+    backend: str,
+    options: dict[str, Any],
+    cap: int,
+    max_turns: int,
+    max_variants: int,
+    confirmations: int,
+    coverage: bool = False,
+    floor: int = 64,
+) -> dict[str, Any]:
     """One problem through the built-in policy; under `coverage`, once more with the sizes shrunk
     from 16 up when the first attempt's failure is one of _RESHRINK, and a third time with 4x the
     cap when the reference still raises (an image that five stride-2 stages shrink below 1 pixel)."""
@@ -161,15 +181,29 @@ def run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_tur
     return row
 
 
-def _run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_turns: int, max_variants: int,
-             confirmations: int, coverage: bool, floor: int) -> dict[str, Any]:
+def _run_one(
+    path: Path,
+    backend: str,
+    options: dict[str, Any],
+    cap: int,
+    max_turns: int,
+    max_variants: int,
+    confirmations: int,
+    coverage: bool,
+    floor: int,
+) -> dict[str, Any]:
     src = path.read_text()
     if _level(path) != "block":
         src = shrink_ints(src, cap, floor, batch_apart=floor < 64)
     name = f"{_level(path)}/{path.stem}"
     task = task_from_source(src, path.stem, backend, dict(options))
-    pol = BuiltinPolicy(profile_best=False, max_variants=max_variants, first_correct=coverage,
-                        profile_reference=not coverage, analysis_timeout_s=120.0 if coverage else 300.0)
+    pol = BuiltinPolicy(
+        profile_best=False,
+        max_variants=max_variants,
+        first_correct=coverage,
+        profile_reference=not coverage,
+        analysis_timeout_s=120.0 if coverage else 300.0,
+    )
     t0 = time.time()
     res = run(task, pol, LocalEvaluator(), Budgets(max_turns=max_turns, confirmations=confirmations))
     secs = time.time() - t0
@@ -182,13 +216,18 @@ def _run_one(path: Path, backend: str, options: dict[str, Any], cap: int, max_tu
     best = res.best
     generated = bool(res.verified) and not (pol.best_label or "").startswith(FALLBACK_LABEL)
     return {
-        "name": name, "path": str(path), "capture": capture,
+        "name": name,
+        "path": str(path),
+        "capture": capture,
         "capture_error": (an.error if an is not None and not an.ok else (an.data.get("fx_error") if an else None)),
-        "correct": bool(res.verified), "reward": best.reward if best else None,
+        "correct": bool(res.verified),
+        "reward": best.reward if best else None,
         "speedup_vs_eager": best.speedup_vs_eager if best else None,
         "speedup_vs_compile": best.speedup_vs_compile if best else None,
         "ci_low_vs_eager": _ci_low(best.result if best else None, "vs_eager"),
-        "evaluations": len(evals), "turns": res.turns, "seconds": round(secs, 1),
+        "evaluations": len(evals),
+        "turns": res.turns,
+        "seconds": round(secs, 1),
         "library_parts": getattr(pol, "library_parts", None),
         "best_label": getattr(pol, "best_label", None),
         "summary": fin.summary if fin else "",
@@ -211,33 +250,44 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     def x(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.2f}x"
 
-    lines = ["| task | captured | correct | evals | vs eager (ci low) | vs compile | best candidate |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| task | captured | correct | evals | vs eager (ci low) | vs compile | best candidate |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['capture']} | {'yes' if r['correct'] else 'NO'} | {r['evaluations']} | "
-                     f"{x(r['speedup_vs_eager'])} ({x(r.get('ci_low_vs_eager'))}) | {x(r.get('speedup_vs_compile'))} | "
-                     f"{(r.get('best_label') or '')[:60]} |")
+        lines.append(
+            f"| {r['name']} | {r['capture']} | {'yes' if r['correct'] else 'NO'} | {r['evaluations']} | "
+            f"{x(r['speedup_vs_eager'])} ({x(r.get('ci_low_vs_eager'))}) | {x(r.get('speedup_vs_compile'))} | "
+            f"{(r.get('best_label') or '')[:60]} |"
+        )
     n = len(rows) or 1
     ok = [r for r in rows if r["correct"]]
-    lines += ["", f"captured {sum(r['capture'] != 'no' for r in rows)}/{len(rows)}, correct {len(ok)}/{len(rows)}, "
-              f"faster than eager (reward >= 2) {sum((r['reward'] or 0) >= 2 for r in rows)}/{len(rows)}, "
-              f"geomean vs eager over correct {x(geomean([r['speedup_vs_eager'] for r in ok if r['speedup_vs_eager']]))}, "
-              f"over all (1.0x where none) {x(geomean([(r['speedup_vs_eager'] or 1.0) if r['correct'] else 1.0 for r in rows]) if n else None)}"]
+    lines += [
+        "",
+        f"captured {sum(r['capture'] != 'no' for r in rows)}/{len(rows)}, correct {len(ok)}/{len(rows)}, "
+        f"faster than eager (reward >= 2) {sum((r['reward'] or 0) >= 2 for r in rows)}/{len(rows)}, "
+        f"geomean vs eager over correct {x(geomean([r['speedup_vs_eager'] for r in ok if r['speedup_vs_eager']]))}, "
+        f"over all (1.0x where none) {x(geomean([(r['speedup_vs_eager'] or 1.0) if r['correct'] else 1.0 for r in rows]) if n else None)}",
+    ]
     fast = [r for r in ok if (r.get("ci_low_vs_eager") or 0) > 1.05]
     fallback = [r for r in fast if (r.get("best_label") or "").startswith(FALLBACK_LABEL)]
-    lines.append(f"faster than eager with the paired interval's low end above 1.05x: {len(fast)}/{len(rows)}"
-                 + (f" ({len(fallback)} of them the reference's own computation: a timing artefact)" if fallback else ""))
+    lines.append(
+        f"faster than eager with the paired interval's low end above 1.05x: {len(fast)}/{len(rows)}"
+        + (f" ({len(fallback)} of them the reference's own computation: a timing artefact)" if fallback else "")
+    )
     vc = [r["speedup_vs_compile"] for r in ok if r.get("speedup_vs_compile")]
     if vc:
-        lines.append(f"faster than torch.compile (reward 3) {sum((r['reward'] or 0) >= 3 for r in rows)}/{len(rows)}, "
-                     f"geomean vs torch.compile over correct {x(geomean(vc))}")
+        lines.append(
+            f"faster than torch.compile (reward 3) {sum((r['reward'] or 0) >= 3 for r in rows)}/{len(rows)}, "
+            f"geomean vs torch.compile over correct {x(geomean(vc))}"
+        )
     return "\n".join(lines)
 
 
 def failure_class(line: str | None, width: int = 110) -> str:
     """A first failure as a class: numbers (sizes, lines, counts) folded, one line, cut to `width`."""
     s = re.sub(r"\d+", "N", (line or "none").splitlines()[0] if line else "none")
-    return s if len(s) <= width else s[:width - 3] + "..."
+    return s if len(s) <= width else s[: width - 3] + "..."
 
 
 def coverage_table(rows: list[dict[str, Any]]) -> str:
@@ -245,15 +295,19 @@ def coverage_table(rows: list[dict[str, Any]]) -> str:
     how many the plan names no torch-ops=forbid blocker for), any correct candidate (the reference's
     own computation included), and the first failures of the problems without a correct generated
     candidate, counted by class."""
-    lines = ["| level | problems | ran | captured | generated correct | of them no ATen island | "
-             "correct (incl. fallback) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| level | problems | ran | captured | generated correct | of them no ATen island | correct (incl. fallback) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     levels = sorted({r["name"].split("/")[0] for r in rows})
     for lvl in [*levels, "all"]:
         rs = [r for r in rows if lvl == "all" or r["name"].split("/")[0] == lvl]
-        lines.append(f"| {lvl} | {len(rs)} | {sum(bool(r.get('ran')) for r in rs)} | "
-                     f"{sum(r['capture'] != 'no' for r in rs)} | {sum(bool(r.get('generated_correct')) for r in rs)} | "
-                     f"{sum(bool(r.get('generated_correct')) and not r.get('forbid_blockers') for r in rs)} | "
-                     f"{sum(bool(r['correct']) for r in rs)} |")
+        lines.append(
+            f"| {lvl} | {len(rs)} | {sum(bool(r.get('ran')) for r in rs)} | "
+            f"{sum(r['capture'] != 'no' for r in rs)} | {sum(bool(r.get('generated_correct')) for r in rs)} | "
+            f"{sum(bool(r.get('generated_correct')) and not r.get('forbid_blockers') for r in rs)} | "
+            f"{sum(bool(r['correct']) for r in rs)} |"
+        )
     for lvl in levels:
         counts: dict[str, int] = {}
         for r in rows:
@@ -280,24 +334,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", action="store_true", help="also run benchmarks/blocks/*.py")
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--torch-ops", choices=("allow", "forbid"), default="allow")
-    ap.add_argument("--preset", choices=("default", "kernelbench", "cuda-agent"), default="default",
-                    help="the sandbox's preset (kernelbench: no shape trial, which an exported graph fails under forbid)")
-    ap.add_argument("--cap", type=int, default=32, help="KernelBench sizes shrunk so that the largest is at most this "
-                    "(0: as written)")
-    ap.add_argument("--coverage", action="store_true", help="every problem of --level (unless --problems/--sample), "
-                    "each stopped at its first correct candidate, short timing; prints the coverage table per level")
+    ap.add_argument(
+        "--preset",
+        choices=("default", "kernelbench", "cuda-agent"),
+        default="default",
+        help="the sandbox's preset (kernelbench: no shape trial, which an exported graph fails under forbid)",
+    )
+    ap.add_argument(
+        "--cap",
+        type=int,
+        default=32,
+        help="KernelBench sizes shrunk so that the largest is at most this (0: as written)",
+    )
+    ap.add_argument(
+        "--coverage",
+        action="store_true",
+        help="every problem of --level (unless --problems/--sample), "
+        "each stopped at its first correct candidate, short timing; prints the coverage table per level",
+    )
     ap.add_argument("--max-turns", type=int, help="default 12 (--coverage: 6)")
     ap.add_argument("--max-variants", type=int, default=1)
     ap.add_argument("--confirmations", type=int, default=0)
     ap.add_argument("--compile-baseline", action="store_true", help="also time torch.compile (slow on the CPU)")
-    ap.add_argument("--timing-budget", type=float, help="seconds of timed calls per callable (the sandbox's "
-                    "timing_budget_s; default: the sandbox's)")
-    ap.add_argument("--shard", help="K/N: run only every N-th task from the K-th (0-based), for N processes "
-                    "sharing one machine")
-    ap.add_argument("--time-limit", type=float, default=0.0, help="start no task after this many seconds "
-                    "(the rest are listed as not run)")
-    ap.add_argument("--merge", nargs="*", type=Path, help="print the table of these --out files (nothing is run); "
-                    "a task in a later file replaces the same task of an earlier one")
+    ap.add_argument(
+        "--timing-budget",
+        type=float,
+        help="seconds of timed calls per callable (the sandbox's timing_budget_s; default: the sandbox's)",
+    )
+    ap.add_argument(
+        "--shard", help="K/N: run only every N-th task from the K-th (0-based), for N processes sharing one machine"
+    )
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=0.0,
+        help="start no task after this many seconds (the rest are listed as not run)",
+    )
+    ap.add_argument(
+        "--merge",
+        nargs="*",
+        type=Path,
+        help="print the table of these --out files (nothing is run); "
+        "a task in a later file replaces the same task of an earlier one",
+    )
     ap.add_argument("--out", help="JSON with every task's row")
     args = ap.parse_args(argv)
     if args.merge:  # a task in a later file replaces the same task of an earlier one (a re-run of the failing set)
@@ -311,8 +390,14 @@ def main(argv: list[str] | None = None) -> int:
         args.timing_budget = 0.05
     paths: list[Path] = []
     if args.kernelbench is not None:
-        paths += kernelbench_paths(args.kernelbench, args.level, args.problems, args.sample, args.seed,
-                                   every=args.coverage and not (args.problems or args.sample))
+        paths += kernelbench_paths(
+            args.kernelbench,
+            args.level,
+            args.problems,
+            args.sample,
+            args.seed,
+            every=args.coverage and not (args.problems or args.sample),
+        )
     if args.blocks:
         paths += sorted(BLOCKS_DIR.glob("*.py"))
     if not paths:
@@ -334,15 +419,31 @@ def main(argv: list[str] | None = None) -> int:
         if args.time_limit and time.time() - started > args.time_limit:
             print(f"{p.stem}: not run (past --time-limit {args.time_limit:.0f} s)", flush=True)
             continue
-        row = run_one(p, args.backend, options, args.cap, args.max_turns, args.max_variants, args.confirmations,
-                      coverage=args.coverage)
+        row = run_one(
+            p,
+            args.backend,
+            options,
+            args.cap,
+            args.max_turns,
+            args.max_variants,
+            args.confirmations,
+            coverage=args.coverage,
+        )
         rows.append(row)
-        print(f"{row['name']:<60} capture={row['capture']:<7} correct={row['correct']} evals={row['evaluations']} "
-              f"vs_eager={row['speedup_vs_eager']} ({row['seconds']:.0f} s)"
-              + (f" first_failure={failure_class(row['first_failure'], 90)}" if row["first_failure"] else ""), flush=True)
+        print(
+            f"{row['name']:<60} capture={row['capture']:<7} correct={row['correct']} evals={row['evaluations']} "
+            f"vs_eager={row['speedup_vs_eager']} ({row['seconds']:.0f} s)"
+            + (f" first_failure={failure_class(row['first_failure'], 90)}" if row["first_failure"] else ""),
+            flush=True,
+        )
         if args.out:
-            Path(args.out).write_text(json.dumps({"environment": env, "options": vars(args) | {"kernelbench": str(args.kernelbench)},
-                                                  "tasks": rows}, indent=1, default=str))
+            Path(args.out).write_text(
+                json.dumps(
+                    {"environment": env, "options": vars(args) | {"kernelbench": str(args.kernelbench)}, "tasks": rows},
+                    indent=1,
+                    default=str,
+                )
+            )
     print()
     print(coverage_table(rows) if args.coverage else format_table(rows))
     return 0

@@ -48,8 +48,9 @@ def build_library(backend: str, cache_dir: str) -> str:
     from sandbox.options import EvalOptions
 
     ext = "cu" if backend == "cuda" else "cpp"
-    result, artifacts = build({"model_new.py": MODEL, f"kernels/noop.{ext}": KERNEL},
-                              EvalOptions(backend=backend, cache_dir=cache_dir))
+    result, artifacts = build(
+        {"model_new.py": MODEL, f"kernels/noop.{ext}": KERNEL}, EvalOptions(backend=backend, cache_dir=cache_dir)
+    )
     if not result.ok or not artifacts.library:
         raise SystemExit(f"building the kernel library failed:\n{result.log}")
     return artifacts.library
@@ -67,8 +68,9 @@ def baseline_file(rev: str, into: Path) -> Path:
     """kwrt.py of git revision `rev`, or the file `rev` names (a checkout without git history)."""
     if Path(rev).is_file():
         return Path(rev)
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:sandbox/runtime/kwrt.py"], capture_output=True,
-                          text=True, check=True).stdout
+    text = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:sandbox/runtime/kwrt.py"], capture_output=True, text=True, check=True
+    ).stdout
     path = into / "kwrt_baseline.py"
     path.write_text(text)
     return path
@@ -84,8 +86,21 @@ def cases(kw: ModuleType, base: ModuleType | None, device: str) -> dict[str, tup
     raw = ctypes.CDLL(os.environ["KWRT_LIB"]).kw_noop
     raw.restype, raw.argtypes = ctypes.c_int, [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_void_p]
     px, pb, po, stream = x.data_ptr(), bias.data_ptr(), out.data_ptr(), kw.stream()
-    ns = {"raw": raw, "px": px, "pb": pb, "po": po, "x": x, "bias": bias, "out": out, "s": stream, "T": torch.Tensor,
-          "cuda": device == "cuda", "counts": {}, "lib": kw.load(), "kw": kw}
+    ns = {
+        "raw": raw,
+        "px": px,
+        "pb": pb,
+        "po": po,
+        "x": x,
+        "bias": bias,
+        "out": out,
+        "s": stream,
+        "T": torch.Tensor,
+        "cuda": device == "cuda",
+        "counts": {},
+        "lib": kw.load(),
+        "kw": kw,
+    }
     rows: dict[str, tuple[str, dict]] = {
         "bare ctypes (argtypes, precomputed pointers)": ("raw(px, pb, po, 8, 8, s)", ns),
         "kwrt call (this tree)": ("lib.kw_noop(x, bias, out, 8, 8, s)", ns),
@@ -93,16 +108,24 @@ def cases(kw: ModuleType, base: ModuleType | None, device: str) -> dict[str, tup
     if base is not None:
         rows["kwrt call (baseline)"] = ("blib.kw_noop(x, bias, out, 8, 8, s)", {**ns, "blib": base.load()})
     on = "is_cuda" if device == "cuda" else "is_cpu"
-    tensor_check = " and ".join(f"isinstance({t}, T) and {t}.is_contiguous() and {t}.{on}" for t in ("x", "bias", "out"))
-    rows.update({
-        f"step: checks, 3 tensors (isinstance, is_contiguous, {on})": (tensor_check, ns),
-        "step: checks, 3 others (type in the plain types)": ("type(8) in plain and type(8) in plain and type(s) in plain",
-                                                             {**ns, "plain": kw._PLAIN}),
-        "step: pointers, 3 tensors (data_ptr)": ("x.data_ptr(); bias.data_ptr(); out.data_ptr()", ns),
-        "step: counting (dict get + set)": ("counts['kw_noop'] = counts.get('kw_noop', 0) + 1", ns),
-        f"step: stream lookup (kwrt.stream(), {'per forward' if device == 'cuda' else 'cpu: the null pointer'})":
-            ("kw.stream(x.device if cuda else None)", ns),
-    })
+    tensor_check = " and ".join(
+        f"isinstance({t}, T) and {t}.is_contiguous() and {t}.{on}" for t in ("x", "bias", "out")
+    )
+    rows.update(
+        {
+            f"step: checks, 3 tensors (isinstance, is_contiguous, {on})": (tensor_check, ns),
+            "step: checks, 3 others (type in the plain types)": (
+                "type(8) in plain and type(8) in plain and type(s) in plain",
+                {**ns, "plain": kw._PLAIN},
+            ),
+            "step: pointers, 3 tensors (data_ptr)": ("x.data_ptr(); bias.data_ptr(); out.data_ptr()", ns),
+            "step: counting (dict get + set)": ("counts['kw_noop'] = counts.get('kw_noop', 0) + 1", ns),
+            f"step: stream lookup (kwrt.stream(), {'per forward' if device == 'cuda' else 'cpu: the null pointer'})": (
+                "kw.stream(x.device if cuda else None)",
+                ns,
+            ),
+        }
+    )
     return rows
 
 
@@ -124,11 +147,19 @@ def run(rows: dict[str, tuple[str, dict]], calls: int, rounds: int, clock: Calla
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--baseline", default=BASELINE, help="git revision of the kwrt.py to compare with, or a kwrt.py file ('' for none)")
+    parser.add_argument(
+        "--baseline",
+        default=BASELINE,
+        help="git revision of the kwrt.py to compare with, or a kwrt.py file ('' for none)",
+    )
     parser.add_argument("--calls", type=int, default=20000, help="back-to-back calls per round")
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--clock", choices=("thread", "wall"), default="thread",
-                        help="thread: this thread's CPU time (a shared machine's preemptions left out); wall: perf_counter")
+    parser.add_argument(
+        "--clock",
+        choices=("thread", "wall"),
+        default="thread",
+        help="thread: this thread's CPU time (a shared machine's preemptions left out); wall: perf_counter",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kwrt-bench-") as tmp:
         os.environ["KW_BACKEND"] = args.backend  # read by kwrt at import
@@ -136,10 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         kw = load_kwrt("kwrt", RUNTIME / "kwrt.py")
         base = load_kwrt("kwrt_baseline", baseline_file(args.baseline, Path(tmp))) if args.baseline else None
         rows = cases(kw, base, "cuda" if args.backend == "cuda" else "cpu")
-        medians = run(rows, args.calls, args.rounds, time.thread_time if args.clock == 'thread' else time.perf_counter)
+        medians = run(rows, args.calls, args.rounds, time.thread_time if args.clock == "thread" else time.perf_counter)
         counted = kw.calls().get("kw_noop", 0)
-    print(f"kwrt per-call host cost, backend {args.backend}, {args.clock} clock, median of {args.rounds} rounds x {args.calls} calls "
-          f"(python {sys.version.split()[0]}; baseline {args.baseline or 'none'})")
+    print(
+        f"kwrt per-call host cost, backend {args.backend}, {args.clock} clock, median of {args.rounds} rounds x {args.calls} calls "
+        f"(python {sys.version.split()[0]}; baseline {args.baseline or 'none'})"
+    )
     width = max(map(len, medians))
     for name, ns_ in medians.items():
         print(f"  {name:<{width}}  {ns_:8.0f} ns")

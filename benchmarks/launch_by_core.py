@@ -50,8 +50,9 @@ def numa_node(cpu: int) -> str:
 
 
 def measure(cpu: int, calls: int) -> list[float]:
-    out = subprocess.run([sys.executable, "-c", _CHILD.format(cpu=cpu, calls=calls)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(cpu=cpu, calls=calls)], capture_output=True, text=True, timeout=120
+    )
     if out.returncode != 0:
         raise RuntimeError(out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}")
     return json.loads(out.stdout)
@@ -73,11 +74,19 @@ def main(argv: list[str] | None = None) -> int:
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             print(f"{cpu:>4} failed: {exc}")
             continue
-        row = {"cpu": cpu, "node": numa_node(cpu), "gpu_local": None if local is None else cpu in local,
-               "median_us": statistics.median(per), "min_us": per[0], "max_us": per[-1]}
+        row = {
+            "cpu": cpu,
+            "node": numa_node(cpu),
+            "gpu_local": None if local is None else cpu in local,
+            "median_us": statistics.median(per),
+            "min_us": per[0],
+            "max_us": per[-1],
+        }
         rows.append(row)
         flag = "?" if row["gpu_local"] is None else ("yes" if row["gpu_local"] else "no")
-        print(f"{cpu:>4} {row['node']:>4} {flag:>9} {row['median_us']:>10.2f} {row['min_us']:>8.2f} {row['max_us']:>8.2f}")
+        print(
+            f"{cpu:>4} {row['node']:>4} {flag:>9} {row['median_us']:>10.2f} {row['min_us']:>8.2f} {row['max_us']:>8.2f}"
+        )
     if rows:
         meds = [r["median_us"] for r in rows]
         print(f"slowest CPU / fastest CPU: {max(meds) / min(meds):.2f}x over {len(rows)} CPUs")

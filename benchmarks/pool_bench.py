@@ -44,9 +44,18 @@ TASK_SOURCE = (ROOT / "agent" / "testing" / "fixtures" / "tasks" / "row_softmax_
 
 def quick_options(backend: str, cache_dir: str) -> dict[str, Any]:
     """Evaluation options for pool measurements: the real protocol, fewer trials and timed calls."""
-    return {"backend": backend, "preset": "kernelbench", "compile_baseline": False, "correctness_trials": 1,
-            "timing_budget_s": 0.05, "min_timed_calls": 5, "warmup_calls": 1, "input_sets": 1,
-            "cache_dir": cache_dir, "eval_timeout_s": 300}
+    return {
+        "backend": backend,
+        "preset": "kernelbench",
+        "compile_baseline": False,
+        "correctness_trials": 1,
+        "timing_budget_s": 0.05,
+        "min_timed_calls": 5,
+        "warmup_calls": 1,
+        "input_sets": 1,
+        "cache_dir": cache_dir,
+        "eval_timeout_s": 300,
+    }
 
 
 # --- the bench -----------------------------------------------------------------------------------
@@ -84,11 +93,34 @@ class Pool:
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, node: str, queue: str, extra_env: dict[str, str], concurrency: int = 1) -> None:
-        argv = [sys.executable, "-m", "celery", "-A", "webapp.celery:app", "worker", "-Q", queue, "-n", f"{node}@%h",
-                "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "webapp.celery:app",
+            "worker",
+            "-Q",
+            queue,
+            "-n",
+            f"{node}@%h",
+            "-c",
+            str(concurrency),
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+        ]
         with open(self.log_dir / f"{node}.log", "wb") as log:
-            self.procs[node] = subprocess.Popen(argv, cwd=ROOT, env=self.env | extra_env, stdin=subprocess.DEVNULL,
-                                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs[node] = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=self.env | extra_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def check_alive(self) -> None:
         for node, proc in self.procs.items():
@@ -192,7 +224,7 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
                         verdicts.append(built.ok and (res.status == Status.OK) == correct)
                         if res.status == Status.OK and res.timing.candidate is not None:
                             kernel_ms.append(res.timing.candidate.median_ms)
-            except BaseException as exc:  # noqa: BLE001 - reported after the join
+            except BaseException as exc:  # reported after the join
                 errors.append(exc)
 
         _sent_ids(app).clear()
@@ -216,21 +248,37 @@ def run_one(n: int, args: argparse.Namespace, env: dict[str, str], app, log_dir:
         times = sorted(r.seconds for r in runs if r.seconds is not None)
         total_evals = args.jobs * args.evals_per_job
         origin = min((r.started for r in runs), default=0.0)
-        return Row(workers=n, jobs=args.jobs, evals_per_job=args.evals_per_job, wall_s=round(wall, 2),
-                   jobs_per_hour=round(args.jobs / wall * 3600, 1), evals_per_hour=round(total_evals / wall * 3600, 1),
-                   eval_median_s=round(times[len(times) // 2], 3) if times else 0.0,
-                   kernel_median_ms=_median(kernel_ms),
-                   per_worker=per_worker, gpu_of_worker=gpu_of,
-                   devices_of_worker={k: sorted(v) for k, v in devices_of.items()}, evals_per_gpu=args.evals_per_gpu,
-                   sharing_violations=len(sharing_violations(runs, per_device=args.evals_per_gpu)),
-                   timing_overlaps=len(overlapping_windows(results)),
-                   timing_cpus=dict(plan.timing_cpu) if plan else {},
-                   eager_median_ms=_median([r["timing"]["eager"]["median_ms"] for r in results
-                                            if (r.get("timing") or {}).get("eager")]),
-                   incorrect=sum(1 for ok in verdicts if not ok),
-                   runs=[{"worker": r.worker, "cuda_visible_devices": r.cuda_visible_devices, "device_id": r.device_id,
-                          "start_s": round(r.started - origin, 3),
-                          "end_s": round(r.finished - origin, 3) if r.finished else None} for r in runs])
+        return Row(
+            workers=n,
+            jobs=args.jobs,
+            evals_per_job=args.evals_per_job,
+            wall_s=round(wall, 2),
+            jobs_per_hour=round(args.jobs / wall * 3600, 1),
+            evals_per_hour=round(total_evals / wall * 3600, 1),
+            eval_median_s=round(times[len(times) // 2], 3) if times else 0.0,
+            kernel_median_ms=_median(kernel_ms),
+            per_worker=per_worker,
+            gpu_of_worker=gpu_of,
+            devices_of_worker={k: sorted(v) for k, v in devices_of.items()},
+            evals_per_gpu=args.evals_per_gpu,
+            sharing_violations=len(sharing_violations(runs, per_device=args.evals_per_gpu)),
+            timing_overlaps=len(overlapping_windows(results)),
+            timing_cpus=dict(plan.timing_cpu) if plan else {},
+            eager_median_ms=_median(
+                [r["timing"]["eager"]["median_ms"] for r in results if (r.get("timing") or {}).get("eager")]
+            ),
+            incorrect=sum(1 for ok in verdicts if not ok),
+            runs=[
+                {
+                    "worker": r.worker,
+                    "cuda_visible_devices": r.cuda_visible_devices,
+                    "device_id": r.device_id,
+                    "start_s": round(r.started - origin, 3),
+                    "end_s": round(r.finished - origin, 3) if r.finished else None,
+                }
+                for r in runs
+            ],
+        )
     finally:
         pool.stop()
         os.sched_setaffinity(0, cpus_before)
@@ -282,18 +330,24 @@ def claim_empty_db(explicit: str | None, base: str):
 
 def table(rows: list[Row], backend: str) -> str:
     base = rows[0].jobs_per_hour if rows else 0.0
-    lines = [f"backend {backend}: {rows[0].jobs if rows else 0} jobs at once, "
-             f"{rows[0].evals_per_job if rows else 0} build+evaluate each",
-             f"{'gpu workers':>11} {'per gpu':>7} {'pinned':>6} {'wall s':>8} {'jobs/h':>8} {'evals/h':>8} "
-             f"{'x vs first':>10} {'eval med s':>10} {'kernel med ms':>13} {'eager med ms':>12} {'evals per worker':<24} "
-             f"{'overlaps':>8} {'timed overlaps':>14} {'wrong':>5}"]
+    lines = [
+        f"backend {backend}: {rows[0].jobs if rows else 0} jobs at once, "
+        f"{rows[0].evals_per_job if rows else 0} build+evaluate each",
+        f"{'gpu workers':>11} {'per gpu':>7} {'pinned':>6} {'wall s':>8} {'jobs/h':>8} {'evals/h':>8} "
+        f"{'x vs first':>10} {'eval med s':>10} {'kernel med ms':>13} {'eager med ms':>12} {'evals per worker':<24} "
+        f"{'overlaps':>8} {'timed overlaps':>14} {'wrong':>5}",
+    ]
     for r in rows:
         spread = ", ".join(f"{k}:{v}" for k, v in sorted(r.per_worker.items()))
-        lines.append(f"{r.workers:>11} {r.evals_per_gpu:>7} {'yes' if r.timing_cpus else 'no':>6} {r.wall_s:>8.1f} "
-                     f"{r.jobs_per_hour:>8.1f} {r.evals_per_hour:>8.1f} {(r.jobs_per_hour / base if base else 0):>10.2f} "
-                     f"{r.eval_median_s:>10.2f} {r.kernel_median_ms:>13.4f} {r.eager_median_ms:>12.4f} {spread:<24} "
-                     f"{r.sharing_violations:>8} {r.timing_overlaps:>14} {r.incorrect:>5}")
-    devices = sorted({f"{node}={','.join(d[:12] for d in ids)}" for r in rows for node, ids in r.devices_of_worker.items()})
+        lines.append(
+            f"{r.workers:>11} {r.evals_per_gpu:>7} {'yes' if r.timing_cpus else 'no':>6} {r.wall_s:>8.1f} "
+            f"{r.jobs_per_hour:>8.1f} {r.evals_per_hour:>8.1f} {(r.jobs_per_hour / base if base else 0):>10.2f} "
+            f"{r.eval_median_s:>10.2f} {r.kernel_median_ms:>13.4f} {r.eager_median_ms:>12.4f} {spread:<24} "
+            f"{r.sharing_violations:>8} {r.timing_overlaps:>14} {r.incorrect:>5}"
+        )
+    devices = sorted(
+        {f"{node}={','.join(d[:12] for d in ids)}" for r in rows for node, ids in r.devices_of_worker.items()}
+    )
     lines.append("devices the evaluations reported: " + "  ".join(devices))
     return "\n".join(lines)
 
@@ -302,17 +356,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pool_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="gpu worker counts to measure")
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--jobs", type=int, default=None, help="concurrent jobs (default: 2 x the largest worker count)")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="concurrent jobs (default: 2 x the largest worker count)"
+    )
     parser.add_argument("--evals-per-job", type=int, default=3)
-    parser.add_argument("--timing-cpus", action="store_true",
-                        help="cuda: give each GPU a timing CPU and keep every worker off it, as `./kw run` does")
-    parser.add_argument("--compile-concurrency", type=int, default=max(1, min(4, os.cpu_count() or 1)),
-                        help="the compile worker's concurrency (default as `./kw run`)")
-    parser.add_argument("--evals-per-gpu", type=int, default=1,
-                        help="each gpu worker's concurrency, as `./kw run --evals-per-gpu` (timed loops stay exclusive)")
-    parser.add_argument("--redis-url", default=None,
-                        help="an EMPTY Redis database for the bench, flushed afterwards "
-                             "(default: the highest empty database of REDIS_URL's server)")
+    parser.add_argument(
+        "--timing-cpus",
+        action="store_true",
+        help="cuda: give each GPU a timing CPU and keep every worker off it, as `./kw run` does",
+    )
+    parser.add_argument(
+        "--compile-concurrency",
+        type=int,
+        default=max(1, min(4, os.cpu_count() or 1)),
+        help="the compile worker's concurrency (default as `./kw run`)",
+    )
+    parser.add_argument(
+        "--evals-per-gpu",
+        type=int,
+        default=1,
+        help="each gpu worker's concurrency, as `./kw run --evals-per-gpu` (timed loops stay exclusive)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=None,
+        help="an EMPTY Redis database for the bench, flushed afterwards "
+        "(default: the highest empty database of REDIS_URL's server)",
+    )
     parser.add_argument("--out", default=str(ROOT / "artifacts" / "gpu-pool" / "pool_bench.json"))
     args = parser.parse_args(argv)
     args.jobs = args.jobs or 2 * max(args.workers)
@@ -323,8 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="kw-pool-bench-"))
     args.cache_dir = str(work / "cache")
     database = f"sqlite:///{work / 'bench.sqlite3'}"
-    env = os.environ.copy() | {"DJANGO_SETTINGS_MODULE": "webapp.settings", "DATABASE_URL": database,
-                               "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
+    env = os.environ.copy() | {
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        "DATABASE_URL": database,
+        "REDIS_URL": redis_url,
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("CUDA_VISIBLE_DEVICES", None)
     # Workers and this process must agree on the settings; load them after pointing at the bench's stores.
     os.environ.update({"DATABASE_URL": database, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "webapp.settings"})
@@ -337,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     try:
         for round_no, n in enumerate(args.workers, start=1):
-            print(f"[pool_bench] {n} gpu worker(s), {args.jobs} jobs x {args.evals_per_job} evaluations ...", flush=True)
+            print(
+                f"[pool_bench] {n} gpu worker(s), {args.jobs} jobs x {args.evals_per_job} evaluations ...", flush=True
+            )
             log_dir = work / f"logs-{n}"
             log_dir.mkdir(parents=True, exist_ok=True)
             rows.append(run_one(n, args, env, app, log_dir, round_no))
@@ -345,9 +421,14 @@ def main(argv: list[str] | None = None) -> int:
         client.flushdb()
     text = table(rows, args.backend)
     print(text)
-    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
-            "cpu_cores": os.cpu_count(), "backend": args.backend, "gpus": gpu_ids() if args.backend == "cuda" else [],
-            "command": "python -m benchmarks.pool_bench " + " ".join(argv if argv is not None else sys.argv[1:])}
+    meta = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "cpu_cores": os.cpu_count(),
+        "backend": args.backend,
+        "gpus": gpu_ids() if args.backend == "cuda" else [],
+        "command": "python -m benchmarks.pool_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({**meta, "table": text, "rows": [asdict(r) for r in rows]}, indent=2))

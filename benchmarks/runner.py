@@ -83,13 +83,24 @@ def environment(backend: str) -> dict[str, Any]:
     dev = "cpu: " + (platform.processor() or platform.machine())
     if backend == "cuda" and torch.cuda.is_available():
         dev = torch.cuda.get_device_name()
-    return {"device": dev, "backend": backend, "torch": torch.__version__,
-            "cuda": getattr(torch.version, "cuda", None),
-            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "host": platform.node()}
+    return {
+        "device": dev,
+        "backend": backend,
+        "torch": torch.__version__,
+        "cuda": getattr(torch.version, "cuda", None),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": platform.node(),
+    }
 
 
-def run_task(path: Path, backend: str, options: dict[str, Any] | None = None, policy: BuiltinPolicy | None = None,
-             max_turns: int = 30, shrink: int = 1) -> tuple[TaskOutcome, RunResult]:
+def run_task(
+    path: Path,
+    backend: str,
+    options: dict[str, Any] | None = None,
+    policy: BuiltinPolicy | None = None,
+    max_turns: int = 30,
+    shrink: int = 1,
+) -> tuple[TaskOutcome, RunResult]:
     source = shrink_source(path.read_text(), shrink)
     task = task_from_source(source, path.stem, backend, dict(options or {}))
     policy = policy or BuiltinPolicy()
@@ -107,15 +118,23 @@ def run_task(path: Path, backend: str, options: dict[str, Any] | None = None, po
         return median_ms(best_eval, k)
 
     out = TaskOutcome(
-        name=path.stem, correct=res.verified, reward=res.best.reward if res.best else None,
+        name=path.stem,
+        correct=res.verified,
+        reward=res.best.reward if res.best else None,
         speedup_vs_eager=res.best.speedup_vs_eager if res.best else None,
         speedup_vs_compile=res.best.speedup_vs_compile if res.best else None,
-        candidate_ms=med("candidate"), eager_ms=med("eager") or _any_baseline(evals, "eager"),
+        candidate_ms=med("candidate"),
+        eager_ms=med("eager") or _any_baseline(evals, "eager"),
         compile_ms=med("compile") or _any_baseline(evals, "compile"),
         fraction_of_sol=((best_eval or {}).get("roofline") or {}).get("fraction_of_sol"),
-        turns=res.turns, seconds=secs, reason=res.reason, summary=fin.summary if fin else "", evaluations=len(evals),
+        turns=res.turns,
+        seconds=secs,
+        reason=res.reason,
+        summary=fin.summary if fin else "",
+        evaluations=len(evals),
         # every sample behind the best evaluation's baselines (sandbox: one per reference process)
-        extra={f"{k}_samples_ms": (timing.get(k) or {}).get("samples_ms") for k in ("eager", "compile")})
+        extra={f"{k}_samples_ms": (timing.get(k) or {}).get("samples_ms") for k in ("eager", "compile")},
+    )
     return out, res
 
 
@@ -132,8 +151,9 @@ def run_parallel(fn: Callable[..., Any], arg_lists: list[tuple], jobs: int) -> I
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_share_cores,
-                             initargs=(threads,)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=_share_cores, initargs=(threads,)
+    ) as pool:
         futures = [pool.submit(fn, *args) for args in arg_lists]
         for fut in as_completed(futures):
             yield fut.result()

@@ -67,32 +67,64 @@ def synthesize(args: argparse.Namespace, log=print) -> dict[str, Any]:
             verdict = checks.check(source, device, args.min_ms, args.max_ms, with_compile=not args.no_compile)
         if verdict.kept:
             (out / "tasks" / f"{name}.py").write_text(source, encoding="utf-8")
-        rows.append({"name": name, "steps": prog.steps, "layout": prog.layout, "kept": verdict.kept,
-                     "check": verdict.check, "reason": verdict.reason, "eager_ms": verdict.eager_ms,
-                     "compile_s": verdict.compile_s, **details})
+        rows.append(
+            {
+                "name": name,
+                "steps": prog.steps,
+                "layout": prog.layout,
+                "kept": verdict.kept,
+                "check": verdict.check,
+                "reason": verdict.reason,
+                "eager_ms": verdict.eager_ms,
+                "compile_s": verdict.compile_s,
+                **details,
+            }
+        )
         log(f"[{i + 1}/{args.count}] {name}: " + ("kept" if verdict.kept else f"dropped ({verdict.reason})"))
-    report = {"schema": "kernelwright.synthesis/1", "seed": args.seed, "backend": args.backend, "count": args.count,
-              "kept": sum(r["kept"] for r in rows), "dropped_by": dict(Counter(r["check"] for r in rows if not r["kept"])),
-              "seconds": round(time.time() - started, 1), "torch": torch.__version__, "similarity_threshold": args.similarity,
-              "runtime_range_ms": [args.min_ms, args.max_ms], "compile_checked": not args.no_compile,
-              "operators": catalogue.sizes(), "operator_sources": catalogue.sources,
-              "kernelbench_problems": len(index.problems), "candidates": rows}
+    report = {
+        "schema": "kernelwright.synthesis/1",
+        "seed": args.seed,
+        "backend": args.backend,
+        "count": args.count,
+        "kept": sum(r["kept"] for r in rows),
+        "dropped_by": dict(Counter(r["check"] for r in rows if not r["kept"])),
+        "seconds": round(time.time() - started, 1),
+        "torch": torch.__version__,
+        "similarity_threshold": args.similarity,
+        "runtime_range_ms": [args.min_ms, args.max_ms],
+        "compile_checked": not args.no_compile,
+        "operators": catalogue.sizes(),
+        "operator_sources": catalogue.sources,
+        "kernelbench_problems": len(index.problems),
+        "candidates": rows,
+    }
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     (out / "report.md").write_text(markdown(report), encoding="utf-8")
     return report
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Task synthesis: {report['kept']} of {report['count']} kept ({report['backend']}, seed {report['seed']}, "
-             f"{report['seconds']:.0f} s, torch {report['torch']})", "",
-             f"Operators mined: {report['operators']}; compared with {report['kernelbench_problems']} KernelBench problems "
-             f"(op-multiset Jaccard >= {report['similarity_threshold']} drops).", "",
-             "| dropped by | candidates |", "| --- | --- |"]
+    lines = [
+        f"# Task synthesis: {report['kept']} of {report['count']} kept ({report['backend']}, seed {report['seed']}, "
+        f"{report['seconds']:.0f} s, torch {report['torch']})",
+        "",
+        f"Operators mined: {report['operators']}; compared with {report['kernelbench_problems']} KernelBench problems "
+        f"(op-multiset Jaccard >= {report['similarity_threshold']} drops).",
+        "",
+        "| dropped by | candidates |",
+        "| --- | --- |",
+    ]
     lines += [f"| {check} | {n} |" for check, n in sorted(report["dropped_by"].items(), key=lambda kv: -kv[1])]
-    lines += ["", "| candidate | kept | reason | eager ms | nearest KernelBench (similarity) |", "| --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "| candidate | kept | reason | eager ms | nearest KernelBench (similarity) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for r in report["candidates"]:
-        lines.append(f"| {r['name']} | {'yes' if r['kept'] else 'no'} | {r['reason']} | {r['eager_ms'] if r['eager_ms'] is not None else ''} "
-                     f"| {r['nearest_kernelbench']} ({r['similarity']}) |")
+        lines.append(
+            f"| {r['name']} | {'yes' if r['kept'] else 'no'} | {r['reason']} | {r['eager_ms'] if r['eager_ms'] is not None else ''} "
+            f"| {r['nearest_kernelbench']} ({r['similarity']}) |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -102,8 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", required=True, help="output folder: tasks/*.py, report.json, report.md")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--kernelbench", default=str(DEFAULT_KERNELBENCH), help="a KernelBench checkout (its KernelBench/level*/)")
-    p.add_argument("--similarity", type=float, default=0.6, help="drop candidates this similar to a KernelBench problem")
+    p.add_argument(
+        "--kernelbench", default=str(DEFAULT_KERNELBENCH), help="a KernelBench checkout (its KernelBench/level*/)"
+    )
+    p.add_argument(
+        "--similarity", type=float, default=0.6, help="drop candidates this similar to a KernelBench problem"
+    )
     p.add_argument("--min-ms", type=float, default=0.02, help="drop candidates whose eager median is below this")
     p.add_argument("--max-ms", type=float, default=50.0, help="drop candidates whose eager median is above this")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: polite on a shared host)")
@@ -121,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"error: {exc}; pass --kernelbench DIR (a clone of KernelBench)", file=sys.stderr)
         return 2
-    print(f"kept {report['kept']} of {report['count']} in {args.out}/tasks; dropped by {report['dropped_by']}; "
-          f"report: {args.out}/report.md")
+    print(
+        f"kept {report['kept']} of {report['count']} in {args.out}/tasks; dropped by {report['dropped_by']}; "
+        f"report: {args.out}/report.md"
+    )
     return 0
 
 

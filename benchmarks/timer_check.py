@@ -134,13 +134,25 @@ def check(label: str, task: str, files: dict[str, str]) -> dict:
     from sandbox.options import EvalOptions
     from sandbox.timing import Timer
 
-    opts = EvalOptions(backend="cuda", cache_dir=os.environ.get("KERNELWRIGHT_CACHE", tempfile.mkdtemp()), timing_budget_s=0.5)
+    opts = EvalOptions(
+        backend="cuda", cache_dir=os.environ.get("KERNELWRIGHT_CACHE", tempfile.mkdtemp()), timing_budget_s=0.5
+    )
     res = evaluate(task, files, opts)
     row: dict[str, Any] = {"case": label, "status": res.status.value}
     c, e = res.timing.candidate, res.timing.eager
     if c is not None and e is not None:
-        row.update(sandbox_cand=c.median_ms, sandbox_event=c.event_median_ms, sandbox_tail=c.tail_median_ms, sandbox_host=c.host_median_ms,
-                   sandbox_device=c.device_median_ms, sandbox_loop=c.loop_ms, sandbox_limited=c.host_limited_calls, sandbox_floor=c.sync_floor_ms, sandbox_eager=e.median_ms, sandbox_eager_event=e.event_median_ms)
+        row.update(
+            sandbox_cand=c.median_ms,
+            sandbox_event=c.event_median_ms,
+            sandbox_tail=c.tail_median_ms,
+            sandbox_host=c.host_median_ms,
+            sandbox_device=c.device_median_ms,
+            sandbox_loop=c.loop_ms,
+            sandbox_limited=c.host_limited_calls,
+            sandbox_floor=c.sync_floor_ms,
+            sandbox_eager=e.median_ms,
+            sandbox_eager_event=e.event_median_ms,
+        )
     _, artifacts = build(files, opts)
     where = Path(tempfile.mkdtemp(prefix="kw-timercheck-"))
     os.environ["KW_BACKEND"] = "cuda"
@@ -183,12 +195,22 @@ def check(label: str, task: str, files: dict[str, str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.timer_check")
-    parser.add_argument("cases", nargs="*", default=["diag_scale_matmul", "rmsnorm_swish", "linear_gelu_residual"],
-                        help="fixture names")
-    parser.add_argument("--fixtures", default=str(GALLERY), help="folder of trajectory fixtures (python -m benchmarks.case_studies --out)")
+    parser.add_argument(
+        "cases", nargs="*", default=["diag_scale_matmul", "rmsnorm_swish", "linear_gelu_residual"], help="fixture names"
+    )
+    parser.add_argument(
+        "--fixtures",
+        default=str(GALLERY),
+        help="folder of trajectory fixtures (python -m benchmarks.case_studies --out)",
+    )
     parser.add_argument("--out", default="")
-    parser.add_argument("--ab-unroll", nargs="*", default=None, metavar="TASK",
-                        help="suite tasks: generate each with kernelgen.ROW_UNROLL 1 and 4 and check both")
+    parser.add_argument(
+        "--ab-unroll",
+        nargs="*",
+        default=None,
+        metavar="TASK",
+        help="suite tasks: generate each with kernelgen.ROW_UNROLL 1 and 4 and check both",
+    )
     args = parser.parse_args(argv)
     rows = []
     if args.ab_unroll is not None:
@@ -213,13 +235,31 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
-    cols = ["sandbox_cand", "sandbox_device", "sandbox_loop", "sandbox_host", "sandbox_eager", "cand_timer", "cand_timer_loop",
-            "cand_timer_host", "cand_timer_after_profiler", "cand_timer_host_after_profiler", "cand_do_bench",
-            "cand_host", "cand_device", "eager_timer", "eager_do_bench", "eager_host", "eager_device"]
+    cols = [
+        "sandbox_cand",
+        "sandbox_device",
+        "sandbox_loop",
+        "sandbox_host",
+        "sandbox_eager",
+        "cand_timer",
+        "cand_timer_loop",
+        "cand_timer_host",
+        "cand_timer_after_profiler",
+        "cand_timer_host_after_profiler",
+        "cand_do_bench",
+        "cand_host",
+        "cand_device",
+        "eager_timer",
+        "eager_do_bench",
+        "eager_host",
+        "eager_device",
+    ]
     print("case".ljust(22) + "".join(c.rjust(15) for c in cols))
     for r in rows:
-        print(r["case"].ljust(22) + "".join(
-            (f"{r[c]:.4f}" if isinstance(r.get(c), float) else str(r.get(c, "-"))).rjust(15) for c in cols))
+        print(
+            r["case"].ljust(22)
+            + "".join((f"{r[c]:.4f}" if isinstance(r.get(c), float) else str(r.get(c, "-"))).rjust(15) for c in cols)
+        )
     if rows:
         ok = [r for r in rows if "cand_host" in r]
         if ok:

@@ -88,7 +88,11 @@ class WsClient:
 
     async def _frame(self, first_byte: int, payload: bytes) -> None:
         mask = os.urandom(4)
-        size = bytes([0x80 | len(payload)]) if len(payload) < 126 else bytes([0x80 | 126]) + struct.pack("!H", len(payload))
+        size = (
+            bytes([0x80 | len(payload)])
+            if len(payload) < 126
+            else bytes([0x80 | 126]) + struct.pack("!H", len(payload))
+        )
         self.writer.write(bytes([first_byte]) + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
         await self.writer.drain()
 
@@ -102,7 +106,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summary(name: str, ms: list[float]) -> str:
-    return f"{name}: n={len(ms)} p50={percentile(ms, 0.5):.1f} ms p95={percentile(ms, 0.95):.1f} ms max={max(ms):.1f} ms"
+    return (
+        f"{name}: n={len(ms)} p50={percentile(ms, 0.5):.1f} ms p95={percentile(ms, 0.95):.1f} ms max={max(ms):.1f} ms"
+    )
 
 
 # -- the stack -------------------------------------------------------------------------------
@@ -132,8 +138,12 @@ def start_web(count: int) -> tuple[list[subprocess.Popen], int, object]:
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "webapp.core.server", "--fd", str(sock.fileno()), "webapp.asgi:application"],
-            cwd=ROOT, env={**os.environ, "KERNELWRIGHT_BACKEND": "cpu", "DEBUG": "0"}, pass_fds=(sock.fileno(),),
-            stdout=subprocess.DEVNULL, stderr=open(log, "a"), start_new_session=True,  # noqa: SIM115
+            cwd=ROOT,
+            env={**os.environ, "KERNELWRIGHT_BACKEND": "cpu", "DEBUG": "0"},
+            pass_fds=(sock.fileno(),),
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "a"),
+            start_new_session=True,
         )
         for _ in range(count)
     ]
@@ -157,7 +167,7 @@ def start_daphne(port: int) -> subprocess.Popen:
         cwd=ROOT,
         env={**os.environ, "KERNELWRIGHT_BACKEND": "cpu", "DEBUG": "0"},
         stdout=subprocess.DEVNULL,
-        stderr=open(os.environ.get("KERNELWRIGHT_BENCH_DAPHNE_LOG", os.devnull), "w"),  # noqa: SIM115
+        stderr=open(os.environ.get("KERNELWRIGHT_BENCH_DAPHNE_LOG", os.devnull), "w"),
         start_new_session=True,
     )
     deadline = time.time() + 60
@@ -198,7 +208,9 @@ class Http:
             try:
                 if self.writer is None:
                     self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-                self.writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nAccept: */*\r\n\r\n".encode())
+                self.writer.write(
+                    f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nAccept: */*\r\n\r\n".encode()
+                )
                 await self.writer.drain()
                 line = await self.reader.readline()
                 if not line:
@@ -210,7 +222,7 @@ class Http:
                     headers[k.strip().lower()] = v.strip()
                 if headers.get("transfer-encoding", "").lower() == "chunked":
                     body = b""
-                    while (size := int((await self.reader.readline()).strip() or b"0", 16)):
+                    while size := int((await self.reader.readline()).strip() or b"0", 16):
                         body += await self.reader.readexactly(size)
                         await self.reader.readline()
                     await self.reader.readline()
@@ -244,8 +256,9 @@ class Tally:
         return sum(v for k, v in self.errors.items() if k.startswith("websocket"))
 
 
-def bench_viewers(port: int, job, viewers: int, turns: int, ramp_s: float, first_index: int, web: int,
-                  fetch_always: bool = False) -> dict:
+def bench_viewers(
+    port: int, job, viewers: int, turns: int, ramp_s: float, first_index: int, web: int, fetch_always: bool = False
+) -> dict:
     """N viewers doing what the page's script does (webapp/jobs/static/jobs/job.js): on a
     (re)connect, fetch /updates/ since the last turn it has; on "turn ready", show the turn the
     notice carries when it follows the last one (no fetch), else fetch /updates/. With
@@ -366,7 +379,7 @@ def bench_viewers(port: int, job, viewers: int, turns: int, ramp_s: float, first
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(main())
-        except Exception as exc:  # noqa: BLE001 - reported with the numbers
+        except Exception as exc:  # reported with the numbers
             tally.errors[f"client {type(exc).__name__}: {exc}"] += 1
         finally:
             joined.set()
@@ -396,7 +409,8 @@ class Storer:
 
         self.conn, child = multiprocessing.Pipe()
         self.proc = multiprocessing.get_context("spawn").Process(
-            target=store_turns, args=(job_id, first_index, turns, child), daemon=True)
+            target=store_turns, args=(job_id, first_index, turns, child), daemon=True
+        )
         self.proc.start()  # Django starts there while the viewers arrive
 
     def run(self) -> tuple[dict[int, float], list[float]]:
@@ -456,9 +470,14 @@ def report_viewers(tally: Tally, viewers: int, web: int, fetch_always: bool) -> 
         return summary(name, ms) if ms else f"{name}: none"
 
     mode = "every notice followed by a fetch" if fetch_always else "turns shown from the notice when they follow"
-    print(f"viewers={viewers} ({web} web process(es), {os.cpu_count()} CPUs shared with Redis, the clients and other users; {mode}):")
+    print(
+        f"viewers={viewers} ({web} web process(es), {os.cpu_count()} CPUs shared with Redis, the clients and other users; {mode}):"
+    )
     print("  " + line("page (first loads and reloads)", tally.page))
-    print(f"  websockets: {tally.ws_ok} connected of {tally.ws_ok + tally.ws_failed()} attempts; " + line("handshake", tally.ws))
+    print(
+        f"  websockets: {tally.ws_ok} connected of {tally.ws_ok + tally.ws_failed()} attempts; "
+        + line("handshake", tally.ws)
+    )
     print("  " + line("turn stored -> all its notices handed to Redis (storing process)", tally.announce))
     print("  " + line("turn stored -> websocket notification", tally.notify))
     print("  " + line("turn stored -> browser (turn shown)", tally.browser))
@@ -467,13 +486,22 @@ def report_viewers(tally: Tally, viewers: int, web: int, fetch_always: bool) -> 
     print("  " + line("catch-up fetch after each (re)connect", tally.catch_up))
     print(f"  update answers from the viewer cache: {tally.cached} of {len(tally.fetch) + len(tally.catch_up)}")
     print(f"  errors: {dict(tally.errors) if tally.errors else 'none'}")
-    result = {"viewers": viewers, "page_p95": percentile(tally.page, 0.95) if tally.page else None,
-              "browser_p95": percentile(tally.browser, 0.95) if tally.browser else None,
-              "errors": sum(tally.errors.values()), "ws_failed": tally.ws_failed()}
+    result = {
+        "viewers": viewers,
+        "page_p95": percentile(tally.page, 0.95) if tally.page else None,
+        "browser_p95": percentile(tally.browser, 0.95) if tally.browser else None,
+        "errors": sum(tally.errors.values()),
+        "ws_failed": tally.ws_failed(),
+    }
     if viewers <= 50:
-        verdict = [("page p95 <= 300 ms", result["page_p95"] is not None and result["page_p95"] <= 300),
-                   ("turn stored -> browser p95 <= 250 ms", result["browser_p95"] is not None and result["browser_p95"] <= 250),
-                   ("every websocket connected", result["ws_failed"] == 0)]
+        verdict = [
+            ("page p95 <= 300 ms", result["page_p95"] is not None and result["page_p95"] <= 300),
+            (
+                "turn stored -> browser p95 <= 250 ms",
+                result["browser_p95"] is not None and result["browser_p95"] <= 250,
+            ),
+            ("every websocket connected", result["ws_failed"] == 0),
+        ]
     else:
         verdict = [("no errors", result["errors"] == 0)]
     print("  targets: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in verdict))
@@ -620,7 +648,9 @@ def bench_page(port: int, turns: int, repeat: int) -> None:
     # view renders its unfolded turns; later views reuse them.
     t0 = time.perf_counter()
     body = urllib.request.urlopen(url, timeout=60).read()
-    print(f"job page with {turns} turns, HTML over HTTP, first view (daphne's cache cold): {(time.perf_counter() - t0) * 1000:.0f} ms, {len(body) / 1e6:.2f} MB")
+    print(
+        f"job page with {turns} turns, HTML over HTTP, first view (daphne's cache cold): {(time.perf_counter() - t0) * 1000:.0f} ms, {len(body) / 1e6:.2f} MB"
+    )
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -650,12 +680,18 @@ def bench_page(port: int, turns: int, repeat: int) -> None:
             drawn.append((time.perf_counter() - t0) * 1000)
             page.goto("about:blank")
         browser.close()
-    print(f"job page with {turns} turns in Chromium, first navigation: load {loads[0]:.0f} ms, charts drawn {drawn[0]:.0f} ms")
+    print(
+        f"job page with {turns} turns in Chromium, first navigation: load {loads[0]:.0f} ms, charts drawn {drawn[0]:.0f} ms"
+    )
     loads, drawn, nav = loads[1:], drawn[1:], nav[1:]
     print(summary(f"job page with {turns} turns in Chromium, to the load event (Navigation Timing)", nav))
     print(summary(f"job page with {turns} turns in Chromium, goto() until every turn is in the page", loads))
-    print(summary(f"job page with {turns} turns in Chromium, to the charts drawn (plotly.js loads after the page)", drawn))
-    print(f"  target: page loaded under 1 s -> {'met' if percentile(nav, 0.5) < 1000 else 'NOT met'} (median, load event)")
+    print(
+        summary(f"job page with {turns} turns in Chromium, to the charts drawn (plotly.js loads after the page)", drawn)
+    )
+    print(
+        f"  target: page loaded under 1 s -> {'met' if percentile(nav, 0.5) < 1000 else 'NOT met'} (median, load event)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -664,7 +700,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--web-processes", type=int, default=2)
     parser.add_argument("--ramp", type=float, default=5.0, help="seconds over which the viewers arrive")
     parser.add_argument("--turns", type=int, default=15, help="turns stored while they watch")
-    parser.add_argument("--fetch", action="store_true", help="viewers: fetch /updates/ after every notice (the older page)")
+    parser.add_argument(
+        "--fetch", action="store_true", help="viewers: fetch /updates/ after every notice (the older page)"
+    )
     parser.add_argument("--sections", default="viewers", help="comma-separated: viewers, latency, idle, page")
     parser.add_argument("--clients", type=int, default=50, help="latency section: sockets")
     parser.add_argument("--idle", type=int, default=200, help="idle section: sockets")

@@ -20,8 +20,18 @@ from .protocol import baseline as _baseline
 from .protocol import evaluate as _evaluate
 from .schema import CompileResult, EvalResult, Status, Verdict
 
-__all__ = ["EvalOptions", "EvalResult", "CompileResult", "Status", "Verdict", "evaluate", "compile_candidate",
-           "profile_candidate", "load_candidate", "baseline"]
+__all__ = [
+    "EvalOptions",
+    "EvalResult",
+    "CompileResult",
+    "Status",
+    "Verdict",
+    "evaluate",
+    "compile_candidate",
+    "profile_candidate",
+    "load_candidate",
+    "baseline",
+]
 
 _TEXT_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".inc", ".txt", ".md", ".json")
 
@@ -53,14 +63,16 @@ def compile_candidate(files: dict[str, str], options: EvalOptions | None = None)
     return build(files, options)[0]
 
 
-def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | None = None,
-             on_progress: Progress | None = None) -> EvalResult:
+def evaluate(
+    task_source: str, files: dict[str, str], options: EvalOptions | None = None, on_progress: Progress | None = None
+) -> EvalResult:
     """Full evaluation; never raises for task or candidate faults (see EvalResult.status)."""
     return _evaluate(task_source, files, options, on_progress)
 
 
-def profile_candidate(task_source: str, files: dict[str, str], options: EvalOptions | None = None,
-                      on_progress: Progress | None = None) -> EvalResult:
+def profile_candidate(
+    task_source: str, files: dict[str, str], options: EvalOptions | None = None, on_progress: Progress | None = None
+) -> EvalResult:
     """An evaluation plus the per-kernel profiler table and the roofline."""
     return _evaluate(task_source, files, options, on_progress, profile=True)
 

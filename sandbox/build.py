@@ -70,24 +70,63 @@ def _kernel_files(files: dict[str, str], backend: str) -> tuple[list[str], list[
 
 def _fast_command(backend: str, srcs: list[str], options: EvalOptions, uses_cublas: bool = False) -> list[str]:
     if backend == "cuda":
-        return ["nvcc", "-O3", f"-arch={options.cuda_arch}", "-std=c++17", "-Xcompiler", "-fPIC", "-shared",
-                "-Ikernels", "-o", "lib.so", *srcs, *(["-lcublas"] if uses_cublas else [])]
-    return ["g++", "-O3", "-march=native", "-fopenmp", "-std=c++17", "-fPIC", "-shared", "-Ikernels",
-            "-o", "lib.so", *srcs]
+        return [
+            "nvcc",
+            "-O3",
+            f"-arch={options.cuda_arch}",
+            "-std=c++17",
+            "-Xcompiler",
+            "-fPIC",
+            "-shared",
+            "-Ikernels",
+            "-o",
+            "lib.so",
+            *srcs,
+            *(["-lcublas"] if uses_cublas else []),
+        ]
+    return [
+        "g++",
+        "-O3",
+        "-march=native",
+        "-fopenmp",
+        "-std=c++17",
+        "-fPIC",
+        "-shared",
+        "-Ikernels",
+        "-o",
+        "lib.so",
+        *srcs,
+    ]
 
 
 def _validate_files(files: dict[str, str]) -> list[CompileError]:
     errors = []
     for name in files:
         if name.startswith("/") or ".." in Path(name).parts or not name:
-            errors.append(CompileError(file=name, line=None, column=None, message="file paths must be relative and stay inside the workspace"))
+            errors.append(
+                CompileError(
+                    file=name,
+                    line=None,
+                    column=None,
+                    message="file paths must be relative and stay inside the workspace",
+                )
+            )
     if "model_new.py" not in files:
-        errors.append(CompileError(file="model_new.py", line=None, column=None, message="the candidate has no model_new.py (it must define class ModelNew)"))
+        errors.append(
+            CompileError(
+                file="model_new.py",
+                line=None,
+                column=None,
+                message="the candidate has no model_new.py (it must define class ModelNew)",
+            )
+        )
         return errors
     try:
         compile(files["model_new.py"], "model_new.py", "exec")
     except SyntaxError as exc:
-        errors.append(CompileError(file="model_new.py", line=exc.lineno, column=exc.offset, message=f"SyntaxError: {exc.msg}"))
+        errors.append(
+            CompileError(file="model_new.py", line=exc.lineno, column=exc.offset, message=f"SyntaxError: {exc.msg}")
+        )
     return errors
 
 
@@ -95,16 +134,28 @@ def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tu
     srcs, headers = _kernel_files(files, backend)
     stray_cu = [p for p in files if p.startswith(KERNEL_DIR) and p.endswith(".cu")] if backend == "cpu" else []
     if stray_cu:
-        errs = [CompileError(file=p, line=None, column=None, message=".cu files need the cuda backend; on cpu write kernels/*.cpp") for p in stray_cu]
+        errs = [
+            CompileError(
+                file=p, line=None, column=None, message=".cu files need the cuda backend; on cpu write kernels/*.cpp"
+            )
+            for p in stray_cu
+        ]
         return CompileResult(ok=False, mode="cxx", errors=errs, log="\n".join(e.message for e in errs)), None
     if not srcs:
         return CompileResult(ok=True, mode="none"), None
     tool = "nvcc" if backend == "cuda" else "g++"
-    uses_cublas = any("cublas" in files[p] for p in srcs + headers)  # link it only when used: CPU build hosts may lack it
+    uses_cublas = any(
+        "cublas" in files[p] for p in srcs + headers
+    )  # link it only when used: CPU build hosts may lack it
     cmd = _fast_command(backend, srcs, options, uses_cublas)
-    key = cache.sha256_text("fast/1", tool, _tool_version(tool), " ".join(cmd),
-                            _cpu_signature() if backend == "cpu" else options.cuda_arch,
-                            cache.files_hash({p: files[p] for p in srcs + headers}))
+    key = cache.sha256_text(
+        "fast/1",
+        tool,
+        _tool_version(tool),
+        " ".join(cmd),
+        _cpu_signature() if backend == "cpu" else options.cuda_arch,
+        cache.files_hash({p: files[p] for p in srcs + headers}),
+    )
     final = cache.section(options.cache_dir, "builds") / key
     started = time.perf_counter()
     meta = cache.read_json(final / "meta.json")
@@ -118,7 +169,9 @@ def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tu
         path = src_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(files[name])
-    limits = Limits(wall_s=options.compile_timeout_s, fsize_mb=1024, nproc=4096, cpu_s=int(options.compile_timeout_s * 4) + 60)
+    limits = Limits(
+        wall_s=options.compile_timeout_s, fsize_mb=1024, nproc=4096, cpu_s=int(options.compile_timeout_s * 4) + 60
+    )
     rc, log, timed_out = run_command(cmd, src_dir, limits, options)
     log = log.replace(str(src_dir) + "/", "")
     ok = rc == 0 and (src_dir / "lib.so").exists()
@@ -126,11 +179,29 @@ def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tu
         os.replace(src_dir / "lib.so", staging / "lib.so")
     errors = [] if ok else parse_errors(log, [str(src_dir)])
     if timed_out:
-        errors.insert(0, CompileError(file="(build)", line=None, column=None, message=f"compiler timed out after {options.compile_timeout_s:.0f} s"))
+        errors.insert(
+            0,
+            CompileError(
+                file="(build)",
+                line=None,
+                column=None,
+                message=f"compiler timed out after {options.compile_timeout_s:.0f} s",
+            ),
+        )
     elif not ok and not errors:
-        errors.append(CompileError(file="(build)", line=None, column=None, message=f"{tool} failed with exit code {rc}; see the log"))
-    res = CompileResult(ok=ok, mode="nvcc" if backend == "cuda" else "cxx", artifact_key=key, errors=errors,
-                        log=f"$ {' '.join(cmd)}\n{log}", seconds=time.perf_counter() - started)
+        errors.append(
+            CompileError(
+                file="(build)", line=None, column=None, message=f"{tool} failed with exit code {rc}; see the log"
+            )
+        )
+    res = CompileResult(
+        ok=ok,
+        mode="nvcc" if backend == "cuda" else "cxx",
+        artifact_key=key,
+        errors=errors,
+        log=f"$ {' '.join(cmd)}\n{log}",
+        seconds=time.perf_counter() - started,
+    )
     shutil.rmtree(src_dir, ignore_errors=True)
     cache.write_json_atomic(staging / "meta.json", _meta(res))
     cache.publish_dir(staging, final)
@@ -143,12 +214,21 @@ def _meta(res: CompileResult) -> dict:
     return d
 
 
-def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> tuple[CompileResult, str | None, list[dict]]:
+def _inline_build(
+    files: dict[str, str], backend: str, options: EvalOptions
+) -> tuple[CompileResult, str | None, list[dict]]:
     """Import the candidate once in a sandboxed child so load_inline builds its extension."""
     import torch
 
-    key = cache.sha256_text("inline/1", backend, torch.__version__, _tool_version("g++"),
-                            _tool_version("nvcc") if backend == "cuda" else "", _cpu_signature(), cache.files_hash(files))
+    key = cache.sha256_text(
+        "inline/1",
+        backend,
+        torch.__version__,
+        _tool_version("g++"),
+        _tool_version("nvcc") if backend == "cuda" else "",
+        _cpu_signature(),
+        cache.files_hash(files),
+    )
     final = cache.section(options.cache_dir, "builds") / key
     started = time.perf_counter()
     meta = cache.read_json(final / "meta.json")
@@ -157,8 +237,12 @@ def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> 
         res = CompileResult.from_dict(meta)
         res.cached, res.seconds = True, time.perf_counter() - started
         return res, str(final) if res.ok else None, built
-    limits = Limits(wall_s=options.compile_timeout_s, fsize_mb=2048, nproc=options.max_processes,
-                    cpu_s=int(options.compile_timeout_s * 8) + 60)
+    limits = Limits(
+        wall_s=options.compile_timeout_s,
+        fsize_mb=2048,
+        nproc=options.max_processes,
+        cpu_s=int(options.compile_timeout_s * 8) + 60,
+    )
     child = Child("prebuild", limits, options, {"KW_BACKEND": backend})
     manifest: list[dict] = []
     log = ""
@@ -177,25 +261,47 @@ def _inline_build(files: dict[str, str], backend: str, options: EvalOptions) -> 
                 src = child.to_host(entry["so_path"])
                 dest = staging / f"{entry['arg_hash']}{src.suffix}"
                 shutil.copyfile(src, dest)
-                manifest.append({"name": entry["name"], "arg_hash": entry["arg_hash"], "file": dest.name,
-                                 "is_python_module": entry["is_python_module"]})
+                manifest.append(
+                    {
+                        "name": entry["name"],
+                        "arg_hash": entry["arg_hash"],
+                        "file": dest.name,
+                        "is_python_module": entry["is_python_module"],
+                    }
+                )
         else:
-            errors = parse_errors(log, [str(child.workdir / "ext"), str(child.workdir), f"{child.inside_root}/ext",
-                                        str(child.inside_root)])
+            errors = parse_errors(
+                log,
+                [str(child.workdir / "ext"), str(child.workdir), f"{child.inside_root}/ext", str(child.inside_root)],
+            )
             if not errors:
-                errors.append(CompileError(file=reply.get("file", "model_new.py"), line=reply.get("line"), column=None,
-                                           message=reply.get("error", "load_inline build failed")))
+                errors.append(
+                    CompileError(
+                        file=reply.get("file", "model_new.py"),
+                        line=reply.get("line"),
+                        column=None,
+                        message=reply.get("error", "load_inline build failed"),
+                    )
+                )
     except Exception as exc:  # the child died or timed out: the build failed, we did not
         transient = True
         timed_out = time.monotonic() >= child.deadline
         how = f"timed out after {options.compile_timeout_s:.0f} s" if timed_out else child.exit_description()
-        errors.append(CompileError(file="model_new.py", line=None, column=None, message=f"building the load_inline extension failed: {how} ({type(exc).__name__})"))
+        errors.append(
+            CompileError(
+                file="model_new.py",
+                line=None,
+                column=None,
+                message=f"building the load_inline extension failed: {how} ({type(exc).__name__})",
+            )
+        )
         log = child.log_tail(20000)
     finally:
         log = (log + "\n" + child.log_tail(20000)).strip()
         child.close()
-    res = CompileResult(ok=ok, mode="load_inline", artifact_key=key, errors=errors, log=log,
-                        seconds=time.perf_counter() - started)
+    res = CompileResult(
+        ok=ok, mode="load_inline", artifact_key=key, errors=errors, log=log, seconds=time.perf_counter() - started
+    )
     if transient:
         shutil.rmtree(staging, ignore_errors=True)
         return res, None, []
@@ -217,8 +323,13 @@ def build(files: dict[str, str], options: EvalOptions) -> tuple[CompileResult, A
     started = time.perf_counter()
     errors = _validate_files(files)
     if errors:
-        return CompileResult(ok=False, mode="none", errors=errors, log="\n".join(f"{e.file}:{e.line or ''}: {e.message}" for e in errors),
-                             artifact_key=cache.files_hash(files)), Artifacts()
+        return CompileResult(
+            ok=False,
+            mode="none",
+            errors=errors,
+            log="\n".join(f"{e.file}:{e.line or ''}: {e.message}" for e in errors),
+            artifact_key=cache.files_hash(files),
+        ), Artifacts()
     fast, library = _fast_build(files, backend, options)
     artifacts = Artifacts(library=library)
     results = [fast]
@@ -232,7 +343,9 @@ def build(files: dict[str, str], options: EvalOptions) -> tuple[CompileResult, A
         cached=all(r.cached for r in used),
         seconds=time.perf_counter() - started,
         mode="+".join(r.mode for r in used),
-        artifact_key=cache.sha256_text(*[r.artifact_key for r in used]) if len(used) > 1 else (used[0].artifact_key or cache.files_hash(files)),
+        artifact_key=cache.sha256_text(*[r.artifact_key for r in used])
+        if len(used) > 1
+        else (used[0].artifact_key or cache.files_hash(files)),
         errors=[e for r in results for e in r.errors],
         log="\n".join(r.log for r in used if r.log),
     )

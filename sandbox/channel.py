@@ -91,8 +91,22 @@ def socketpair() -> tuple[socket.socket, socket.socket]:
 def _dtypes() -> dict[str, Any]:
     import torch
 
-    names = ["float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-             "complex64", "complex128", "float8_e4m3fn", "float8_e5m2"]
+    names = [
+        "float64",
+        "float32",
+        "float16",
+        "bfloat16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "bool",
+        "complex64",
+        "complex128",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    ]
     return {n: getattr(torch, n) for n in names if hasattr(torch, n)}
 
 
@@ -252,7 +266,7 @@ def _read_into(sock: socket.socket, view: memoryview, deadline: float | None) ->
     n = len(view)
     while got < n:
         _wait(sock, deadline)
-        k = sock.recv_into(view[got:got + _CHUNK])
+        k = sock.recv_into(view[got : got + _CHUNK])
         if not k:
             raise ChannelClosed()
         got += k
@@ -266,7 +280,7 @@ def _read_head(sock: socket.socket, deadline: float | None) -> tuple[bytes, list
     for level, kind, payload in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             arr = array.array("i")
-            arr.frombytes(payload[:len(payload) - len(payload) % arr.itemsize])
+            arr.frombytes(payload[: len(payload) - len(payload) % arr.itemsize])
             fds.extend(arr)
     if flags & socket.MSG_CTRUNC:
         for fd in fds:
@@ -357,7 +371,10 @@ def _serve_alloc(sock: socket.socket, tree: Any) -> None:
     fd = shared.new_memfd(size)
     try:
         header = json.dumps({"__dict__": {"__memfd__": 0}}).encode()
-        sock.sendmsg([len(header).to_bytes(HEADER, "little") + header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+        sock.sendmsg(
+            [len(header).to_bytes(HEADER, "little") + header],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+        )
     finally:
         os.close(fd)
 
@@ -374,8 +391,14 @@ def request_memfd(sock: socket.socket, size: int, inbox: list) -> int:
         inbox.append(_read_body(sock, tree, raw_fds, size_h, None, 1 << 34, True, None))
 
 
-def recv(sock: socket.socket, timeout: float | None = None, max_bytes: int = 1 << 34, map: bool = False,
-         traffic: Traffic | None = None, serve_alloc: bool = False) -> Any:
+def recv(
+    sock: socket.socket,
+    timeout: float | None = None,
+    max_bytes: int = 1 << 34,
+    map: bool = False,
+    traffic: Traffic | None = None,
+    serve_alloc: bool = False,
+) -> Any:
     """One message. Inline tensors arrive as fresh tensors (at most `max_bytes` in all); shared
     ones as checked `shared.Handle`s, or mapped read-only when `map` (a child's use).
     `serve_alloc` (the parent): memfd requests that come first are answered on the way."""
@@ -390,8 +413,16 @@ def recv(sock: socket.socket, timeout: float | None = None, max_bytes: int = 1 <
     return _read_body(sock, tree, raw_fds, size, deadline, max_bytes, map, traffic)
 
 
-def _read_body(sock: socket.socket, tree: Any, raw_fds: list[int], size: int, deadline: float | None, max_bytes: int,
-               map: bool, traffic: Traffic | None) -> Any:
+def _read_body(
+    sock: socket.socket,
+    tree: Any,
+    raw_fds: list[int],
+    size: int,
+    deadline: float | None,
+    max_bytes: int,
+    map: bool,
+    traffic: Traffic | None,
+) -> Any:
     """The rest of a message after its header: inline tensors, then the shared ones checked."""
     import torch
 

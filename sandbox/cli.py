@@ -40,20 +40,26 @@ def _print(res: EvalResult, as_json: bool) -> None:
     for r in res.reasons:
         print(f"  - {r}")
     for t in res.trials:
-        print(f"  trial {t.index + 1} [{t.kind}] {'pass' if t.passed else 'FAIL'} max_abs={t.max_abs_error} {t.message}")
+        print(
+            f"  trial {t.index + 1} [{t.kind}] {'pass' if t.passed else 'FAIL'} max_abs={t.max_abs_error} {t.message}"
+        )
     tm = res.timing
     for name, s in (("candidate", tm.candidate), ("eager", tm.eager), ("torch.compile", tm.compile)):
         if s:
             cpu = f"  cpu {s.cpu}" if s.cpu is not None else ""
-            print(f"  {name:14s} median {s.median_ms:.4f} ms  min {s.min_ms:.4f}  max {s.max_ms:.4f}  spread {s.spread:.3f}  n={s.trials}{cpu}")
+            print(
+                f"  {name:14s} median {s.median_ms:.4f} ms  min {s.min_ms:.4f}  max {s.max_ms:.4f}  spread {s.spread:.3f}  n={s.trials}{cpu}"
+            )
     if res.audit.torch_compute_ops:
         print(f"  torch compute ops: {', '.join(res.audit.torch_compute_ops)}")
     for row in res.profile[:15]:
         print(f"  {row.share * 100:5.1f}%  {row.total_ms:9.3f} ms  x{row.calls:<5d} {row.name}")
     if res.roofline:
         roof = res.roofline
-        print(f"  roofline: {roof.flops:.3g} FLOP, {roof.min_bytes:.3g} B, floor {roof.floor_ms:.4g} ms ({roof.bound}-bound), "
-              f"fraction of speed of light {roof.fraction_of_sol}")
+        print(
+            f"  roofline: {roof.flops:.3g} FLOP, {roof.min_bytes:.3g} B, floor {roof.floor_ms:.4g} ms ({roof.bound}-bound), "
+            f"fraction of speed of light {roof.fraction_of_sol}"
+        )
         if roof.note:
             print(f"  roofline note: {roof.note}")
 
@@ -68,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
         p.add_argument("--cache-dir")
         p.add_argument("--budget", type=float, help="timing budget per callable in seconds")
-        p.add_argument("--timing-cpu", type=int, help="pin every timed loop to this CPU (default: $KERNELWRIGHT_TIMING_CPU)")
+        p.add_argument(
+            "--timing-cpu", type=int, help="pin every timed loop to this CPU (default: $KERNELWRIGHT_TIMING_CPU)"
+        )
         p.add_argument("--json", action="store_true")
 
     for name in ("evaluate", "profile"):

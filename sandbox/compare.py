@@ -42,11 +42,15 @@ def describe(spec: Any) -> str:
     return t
 
 
-def compare_outputs(expected_spec: Any, expected: list[Any], got_spec: Any, got: list[Any], options: EvalOptions) -> Comparison:
+def compare_outputs(
+    expected_spec: Any, expected: list[Any], got_spec: Any, got: list[Any], options: EvalOptions
+) -> Comparison:
     import torch
 
     if expected_spec != got_spec:
-        return Comparison(False, f"output structure differs: expected {describe(expected_spec)}, got {describe(got_spec)}")
+        return Comparison(
+            False, f"output structure differs: expected {describe(expected_spec)}, got {describe(got_spec)}"
+        )
     worst_abs = worst_rel = 0.0
     mismatched = total = 0
     messages = []
@@ -67,7 +71,10 @@ def compare_outputs(expected_spec: Any, expected: list[Any], got_spec: Any, got:
         if tuple(g.shape) != tuple(e.shape):
             return Comparison(False, f"output {i}: shape {tuple(g.shape)}, expected {tuple(e.shape)}")
         if g.dtype != e.dtype:
-            return Comparison(False, f"output {i}: dtype {str(g.dtype).replace('torch.', '')}, expected {str(e.dtype).replace('torch.', '')}")
+            return Comparison(
+                False,
+                f"output {i}: dtype {str(g.dtype).replace('torch.', '')}, expected {str(e.dtype).replace('torch.', '')}",
+            )
         n = e.numel()
         total += n
         if n == 0:
@@ -88,26 +95,45 @@ def compare_outputs(expected_spec: Any, expected: list[Any], got_spec: Any, got:
             e_fin, g_fin = torch.isfinite(ef), torch.isfinite(gf)
             nonfinite_new = int((e_fin & ~g_fin).sum())
             if nonfinite_new:
-                return Comparison(False, f"output {i}: NaN/Inf at {nonfinite_new} positions where the reference is finite", mismatched=nonfinite_new, total=total)
+                return Comparison(
+                    False,
+                    f"output {i}: NaN/Inf at {nonfinite_new} positions where the reference is finite",
+                    mismatched=nonfinite_new,
+                    total=total,
+                )
             same_nan = torch.isnan(ef) & torch.isnan(gf)
             same_inf = torch.isinf(ef) & (ef == gf)
             bad_special = int((~e_fin & ~(same_nan | same_inf)).sum())
             if bad_special:
-                return Comparison(False, f"output {i}: {bad_special} non-finite reference values not reproduced", mismatched=bad_special, total=total)
+                return Comparison(
+                    False,
+                    f"output {i}: {bad_special} non-finite reference values not reproduced",
+                    mismatched=bad_special,
+                    total=total,
+                )
             ef, gf = ef[e_fin], gf[e_fin]
             if ef.numel():
                 emin, emax = (float(v) for v in torch.aminmax(ef))
                 gmin, gmax = (float(v) for v in torch.aminmax(gf))
         elif not (math.isfinite(gmin) and math.isfinite(gmax)):
             bad_n = int((~torch.isfinite(gf)).sum())
-            return Comparison(False, f"output {i}: NaN/Inf at {bad_n} positions where the reference is finite", mismatched=bad_n, total=total)
+            return Comparison(
+                False,
+                f"output {i}: NaN/Inf at {bad_n} positions where the reference is finite",
+                mismatched=bad_n,
+                total=total,
+            )
         if ef.numel() > 1 and emax - emin > 0 and gmax - gmin == 0.0:
             return Comparison(False, f"output {i} is constant ({gmin:.6g}) but the reference is not", total=total)
         if ef.numel() > 0:
             ref_scale = max(abs(emin), abs(emax))
             got_scale = max(abs(gmin), abs(gmax))
             if ref_scale > 1e-6 and got_scale < NEAR_ZERO * ref_scale:
-                return Comparison(False, f"output {i} is (near) zero (max |x| = {got_scale:.3g}) but the reference reaches {ref_scale:.3g}", total=total)
+                return Comparison(
+                    False,
+                    f"output {i} is (near) zero (max |x| = {got_scale:.3g}) but the reference reaches {ref_scale:.3g}",
+                    total=total,
+                )
         if not ef.numel():
             continue
         tol = options.tolerance(str(e.dtype).replace("torch.", ""))
@@ -124,13 +150,17 @@ def compare_outputs(expected_spec: Any, expected: list[Any], got_spec: Any, got:
                 f"output {i}: {nbad} of {n} elements outside atol={tol.atol:g} rtol={tol.rtol:g} "
                 f"(worst: got {float(gf[idx]):.6g}, expected {float(ef[idx]):.6g})"
             )
-    return Comparison(not messages, "; ".join(messages), worst_abs, worst_rel, mismatched, total, values_only=bool(messages))
+    return Comparison(
+        not messages, "; ".join(messages), worst_abs, worst_rel, mismatched, total, values_only=bool(messages)
+    )
 
 
 REFERENCE_ERROR_FACTOR = 2.0
 
 
-def within_reference_error(expected: list[Any], got: list[Any], exact: list[Any], options: EvalOptions) -> tuple[bool, str, float]:
+def within_reference_error(
+    expected: list[Any], got: list[Any], exact: list[Any], options: EvalOptions
+) -> tuple[bool, str, float]:
     """Second look at a value-only mismatch, against the task computed in float64 (`exact`).
 
     A float32 reference is itself inexact: a sum of 4096 products is off by ~1e-4 relative where
@@ -161,8 +191,14 @@ def within_reference_error(expected: list[Any], got: list[Any], exact: list[Any]
         cand_err = float(((g.double()[mask] - xs).abs() / unit).max())
         limit = max(1.0, REFERENCE_ERROR_FACTOR * ref_err)
         if not cand_err <= limit:
-            return False, (f"output {i}: against the float64 result the candidate's worst error is {cand_err:.3g} tolerance units, "
-                           f"the float32 reference's own {ref_err:.3g} (allowed {limit:.3g})"), 1.0
+            return (
+                False,
+                (
+                    f"output {i}: against the float64 result the candidate's worst error is {cand_err:.3g} tolerance units, "
+                    f"the float32 reference's own {ref_err:.3g} (allowed {limit:.3g})"
+                ),
+                1.0,
+            )
         widen = max(widen, limit + ref_err)
         notes.append(f"output {i}: {cand_err:.3g} vs the reference's own {ref_err:.3g} tolerance units")
     return True, "within the float32 reference's own error of the float64 result (" + "; ".join(notes) + ")", widen

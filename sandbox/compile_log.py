@@ -15,7 +15,7 @@ def _relative(path: str, roots: list[str]) -> str:
     for root in roots:
         root = root.rstrip("/") + "/"
         if path.startswith(root):
-            return path[len(root):]
+            return path[len(root) :]
     return path
 
 
@@ -31,7 +31,14 @@ def parse_errors(log: str, roots: list[str], limit: int = 50) -> list[CompileErr
             if key in seen:
                 continue
             seen.add(key)
-            errors.append(CompileError(file=file, line=int(m.group("line")), column=int(col) if col else None, message=m.group("msg").strip()))
+            errors.append(
+                CompileError(
+                    file=file,
+                    line=int(m.group("line")),
+                    column=int(col) if col else None,
+                    message=m.group("msg").strip(),
+                )
+            )
     for m in _LINK.finditer(log):
         errors.append(CompileError(file="(link)", line=None, column=None, message=m.group("msg").strip()))
     errors.sort(key=lambda e: (e.file, e.line or 0))

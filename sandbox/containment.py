@@ -95,6 +95,7 @@ def bwrap_binary() -> str | None:
 
 # ---- what the sandbox sees ------------------------------------------------------------
 
+
 def _system_args() -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -103,8 +104,17 @@ def _system_args() -> list[str]:
             args += ["--symlink", os.readlink(top), str(top)]
         elif top.is_dir():
             args += ["--ro-bind", str(top), str(top)]
-    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
-                 "localtime", "hosts"):
+    for name in (
+        "ld.so.cache",
+        "ld.so.conf",
+        "ld.so.conf.d",
+        "alternatives",
+        "passwd",
+        "group",
+        "nsswitch.conf",
+        "localtime",
+        "hosts",
+    ):
         if os.path.lexists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     return args
@@ -147,16 +157,38 @@ def _toolchain_prefixes() -> set[str]:
 
 
 def gpu_devices() -> list[str]:
-    return sorted(d for d in glob.glob("/dev/nvidia*") if stat.S_ISCHR(os.stat(d).st_mode)) + \
-        sorted(glob.glob("/dev/nvidia-caps/*"))
+    return sorted(d for d in glob.glob("/dev/nvidia*") if stat.S_ISCHR(os.stat(d).st_mode)) + sorted(
+        glob.glob("/dev/nvidia-caps/*")
+    )
 
 
-def bwrap_args(binds: Iterable[tuple[str, str]] = (), *, gpu: bool, with_agent: bool = False,
-               seccomp_fd: int | None = None, zygote: bool = False, chdir: str = INSIDE_WORK) -> list[str]:
+def bwrap_args(
+    binds: Iterable[tuple[str, str]] = (),
+    *,
+    gpu: bool,
+    with_agent: bool = False,
+    seccomp_fd: int | None = None,
+    zygote: bool = False,
+    chdir: str = INSIDE_WORK,
+) -> list[str]:
     """bubblewrap's arguments for one sandbox; `binds` are (host folder, inside path), writable.
     zygote: the sandbox forks children that make namespaces of their own (isolate_forked_child)."""
-    args = [bwrap_binary() or "bwrap", "--unshare-all", "--unshare-user", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-            "--cap-drop", "ALL", "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox"]
+    args = [
+        bwrap_binary() or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        str(INSIDE_UID),
+        "--gid",
+        str(INSIDE_UID),
+        "--hostname",
+        "sandbox",
+    ]
     if not zygote:
         args += ["--disable-userns"]
     # /tmp first: a runtime or a clone of the project may live below it
@@ -190,6 +222,7 @@ def seccomp_fd(allow_namespaces: bool = False) -> int:
 
 
 # ---- starting bubblewrap as a throwaway uid when we are root ---------------------------
+
 
 def _blocked_ancestor(path: str, uid: int) -> str | None:
     """The highest folder above `path` that `uid` cannot pass through (e.g. /root, 0700)."""
@@ -265,7 +298,9 @@ def host_uid_for_sandbox() -> int | None:
     return random.SystemRandom().randrange(1_000_000, 2_000_000_000)
 
 
-def preexec(uid: int | None, plan: list[tuple[str, list[str]]], then: Callable[[], None] | None = None) -> Callable[[], None]:
+def preexec(
+    uid: int | None, plan: list[tuple[str, list[str]]], then: Callable[[], None] | None = None
+) -> Callable[[], None]:
     """What runs between fork and exec of bubblewrap: our own setup (`then`: session, rlimits,
     cgroup), the reachable view and the drop to the sandbox's host uid."""
 
@@ -305,8 +340,14 @@ def _probe(gpu: bool) -> Status:
         fd = seccomp_fd()
         try:
             args = bwrap_args([(work, INSIDE_WORK)], gpu=gpu, seccomp_fd=fd) + [sys.executable, "-S", "-c", _PROBE]
-            proc = subprocess.run(args, capture_output=True, text=True, timeout=60, pass_fds=(fd,),
-                                  preexec_fn=preexec(uid, reachable_view(sources_of(args), uid) if uid else []))
+            proc = subprocess.run(
+                args,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                pass_fds=(fd,),
+                preexec_fn=preexec(uid, reachable_view(sources_of(args), uid) if uid else []),
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             return Status(False, "unavailable", f"bubblewrap could not start a sandbox: {exc}")
         finally:
@@ -314,9 +355,13 @@ def _probe(gpu: bool) -> Status:
     if proc.returncode != 0 or proc.stdout.split()[:1] != [str(INSIDE_UID)]:
         why = (proc.stderr or proc.stdout).strip()[-500:]
         return Status(False, "unavailable", f"bubblewrap could not start a sandbox (exit {proc.returncode}): {why}")
-    return Status(True, "bubblewrap", f"bubblewrap {binary}: uid {INSIDE_UID} inside"
-                  + (", a throwaway host uid outside (the service runs as root)" if uid is not None else "")
-                  + ", own user/pid/mount/net/ipc/uts namespaces, no capabilities, seccomp")
+    return Status(
+        True,
+        "bubblewrap",
+        f"bubblewrap {binary}: uid {INSIDE_UID} inside"
+        + (", a throwaway host uid outside (the service runs as root)" if uid is not None else "")
+        + ", own user/pid/mount/net/ipc/uts namespaces, no capabilities, seccomp",
+    )
 
 
 def status(gpu: bool | None = None) -> Status:
@@ -338,6 +383,7 @@ def require(gpu: bool) -> Status:
 
 
 # ---- inside the zygote: one forked child's own namespaces ------------------------------
+
 
 def _write(path: str, text: str) -> None:
     with open(path, "w") as f:
@@ -387,8 +433,10 @@ def isolate_forked_child(job_dir: str) -> None:
     if os.getppid() != zygote:
         os._exit(1)
     uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
-           "unshare")
+    _check(
+        _libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+        "unshare",
+    )
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")

@@ -56,13 +56,22 @@ class _Location(ctypes.Structure):
 
 
 class _AllocFlags(ctypes.Structure):
-    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+    _fields_ = [
+        ("compressionType", ctypes.c_ubyte),
+        ("gpuDirectRDMACapable", ctypes.c_ubyte),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 4),
+    ]
 
 
 class _AllocationProp(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", _Location),
-                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", _AllocFlags)]
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("requestedHandleTypes", ctypes.c_int),
+        ("location", _Location),
+        ("win32HandleMetaData", ctypes.c_void_p),
+        ("allocFlags", _AllocFlags),
+    ]
 
 
 class _AccessDesc(ctypes.Structure):
@@ -234,7 +243,9 @@ class DeviceHandle(Passed):
         if self.offset < 0 or self.offset % ALIGN:
             raise BadHandle(f"a passed device tensor at offset {self.offset} is not aligned")
         if self.offset + self.nbytes > self.size:
-            raise BadHandle(f"a passed CUDA allocation of {self.size} bytes does not hold {self.nbytes} bytes at {self.offset}")
+            raise BadHandle(
+                f"a passed CUDA allocation of {self.size} bytes does not hold {self.nbytes} bytes at {self.offset}"
+            )
 
     def tensor(self) -> Any:
         """A private device copy of the tensor: import, map the allocation (of the size its
@@ -250,14 +261,21 @@ class DeviceHandle(Passed):
             device = _device()
             handle = _u64()
             try:
-                _call("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(self.fd.fd), _HANDLE_TYPE_POSIX_FD)
+                _call(
+                    "cuMemImportFromShareableHandle",
+                    ctypes.byref(handle),
+                    ctypes.c_void_p(self.fd.fd),
+                    _HANDLE_TYPE_POSIX_FD,
+                )
             except DeviceShareError as exc:
                 raise BadHandle(f"a passed device descriptor is not a CUDA allocation ({exc})") from None
             try:
                 try:
                     mapping = _Mapping(handle.value, self.size, device)
                 except DeviceShareError as exc:
-                    raise BadHandle(f"a passed CUDA allocation does not hold {self.nbytes} bytes at {self.offset} ({exc})") from None
+                    raise BadHandle(
+                        f"a passed CUDA allocation does not hold {self.nbytes} bytes at {self.offset} ({exc})"
+                    ) from None
                 try:
                     _copy(out.data_ptr(), mapping.ptr + self.offset, self.nbytes)
                     torch.cuda.current_stream().synchronize()
@@ -266,4 +284,3 @@ class DeviceHandle(Passed):
             finally:
                 _call("cuMemRelease", handle.value)
         return out.view(dtype).view(self.shape)
-

@@ -185,7 +185,11 @@ def device_lock_name(device: str) -> str:
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     uuid = getattr(props, "uuid", None)
-    return f"gpu-{_normal_uuid(str(uuid))}" if uuid else f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}-{torch.cuda.current_device()}"
+    return (
+        f"gpu-{_normal_uuid(str(uuid))}"
+        if uuid
+        else f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}-{torch.cuda.current_device()}"
+    )
 
 
 def host_lock_name(backend: str) -> str | None:
@@ -227,7 +231,7 @@ def overlapping_windows(results: list[dict]) -> list[tuple[tuple, tuple]]:
     windows = sorted((w for r in results for w in timed_windows(r)), key=lambda w: (w[0], w[2]))
     bad = []
     for i, a in enumerate(windows):
-        for b in windows[i + 1:]:
+        for b in windows[i + 1 :]:
             if b[0] != a[0] or b[2] >= a[3]:
                 break
             bad.append((a, b))

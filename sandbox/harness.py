@@ -68,7 +68,10 @@ def inline_arg_hash(args: tuple, kwargs: dict) -> tuple[str, str]:
     and in the evaluation maps to the same prebuilt module."""
     name = args[0] if args else kwargs.get("name", "ext")
     skip = {"verbose", "build_directory", "keep_intermediates"}
-    items = {"args": [repr(a) for a in args], "kwargs": {k: repr(v) for k, v in sorted(kwargs.items()) if k not in skip}}
+    items = {
+        "args": [repr(a) for a in args],
+        "kwargs": {k: repr(v) for k, v in sorted(kwargs.items()) if k not in skip},
+    }
     text = json.dumps(items, sort_keys=True)
     return str(name), hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -109,7 +112,9 @@ def install_inline_recorder(manifest_out: list[dict]) -> None:
             base = Path(os.environ["TORCH_EXTENSIONS_DIR"]) / name
             found = sorted(base.glob("*.so"))
             so_path = str(found[0]) if found else None
-        manifest_out.append({"name": name, "arg_hash": arg_hash, "so_path": so_path, "is_python_module": is_python_module})
+        manifest_out.append(
+            {"name": name, "arg_hash": arg_hash, "so_path": so_path, "is_python_module": is_python_module}
+        )
         return module
 
     cpp_extension.load_inline = recording_load_inline
@@ -148,6 +153,7 @@ def inline_calls() -> dict[str, int]:
 
 # ---- outputs -----------------------------------------------------------------------------
 
+
 def flatten(obj: Any, leaves: list[Any]) -> Any:
     """A JSON-able description of the output's structure; tensors/numbers appended to leaves."""
     import torch
@@ -156,7 +162,10 @@ def flatten(obj: Any, leaves: list[Any]) -> Any:
         leaves.append(obj)
         return {"t": "tensor"}
     if isinstance(obj, list | tuple):
-        return {"t": type(obj).__name__ if type(obj) in (list, tuple) else "tuple", "items": [flatten(x, leaves) for x in obj]}
+        return {
+            "t": type(obj).__name__ if type(obj) in (list, tuple) else "tuple",
+            "items": [flatten(x, leaves) for x in obj],
+        }
     if isinstance(obj, dict):
         return {"t": "dict", "keys": [str(k) for k in obj], "items": [flatten(v, leaves) for v in obj.values()]}
     if isinstance(obj, bool | int | float) or obj is None:
@@ -234,7 +243,10 @@ def fingerprint_weights(shapes: list[tuple], seed: int, device: str) -> list[Any
     import torch
 
     gen = torch.Generator(device=device).manual_seed(seed)
-    return [torch.randn(shape, generator=gen, dtype=torch.float32, device=device) if shape is not None else None for shape in shapes]
+    return [
+        torch.randn(shape, generator=gen, dtype=torch.float32, device=device) if shape is not None else None
+        for shape in shapes
+    ]
 
 
 def fingerprint(leaves: list[Any], weights: list[Any]) -> float:

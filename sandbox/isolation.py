@@ -43,7 +43,9 @@ _ENV_ALLOW = re.compile(
     # where triton finds libcuda and its CUDA tools on hosts whose `ldconfig -p` does not list them
     r"TRITON_(LIBCUDA_PATH|PTXAS_PATH|CUOBJDUMP_PATH|NVDISASM_PATH|CUDACRT_PATH|CUDART_PATH))$"
 )
-_ENV_DENY = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|DATABASE|REDIS|OPENAI|AWS_|_DSN)", re.I)
+_ENV_DENY = re.compile(
+    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|DATABASE|REDIS|OPENAI|AWS_|_DSN)", re.I
+)
 
 
 def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -91,10 +93,7 @@ _netns_support: dict[bool, bool] = {}
 
 def _can_unshare(flags: int) -> bool:
     """Probe in a forked helper, so the parent's own namespaces never change."""
-    code = (
-        "import ctypes,sys;libc=ctypes.CDLL(None,use_errno=True);"
-        f"sys.exit(0 if libc.unshare({flags})==0 else 1)"
-    )
+    code = f"import ctypes,sys;libc=ctypes.CDLL(None,use_errno=True);sys.exit(0 if libc.unshare({flags})==0 else 1)"
     try:
         return subprocess.run([sys.executable, "-S", "-c", code], timeout=20, env=scrubbed_env()).returncode == 0
     except (OSError, subprocess.SubprocessError):
@@ -152,7 +151,11 @@ def uid_drop_available() -> bool:
     if _uid_drop_ok is None:
         import importlib.util
 
-        paths = [Path(sys.executable), Path(__file__).parent / "__init__.py", Path(__file__).parent / "runtime" / "kwrt.py"]
+        paths = [
+            Path(sys.executable),
+            Path(__file__).parent / "__init__.py",
+            Path(__file__).parent / "runtime" / "kwrt.py",
+        ]
         torch_spec = importlib.util.find_spec("torch")
         if torch_spec and torch_spec.origin:
             paths.append(Path(torch_spec.origin))
@@ -361,7 +364,9 @@ class Child:
             from .zygote import get_client
 
             client = get_client(scrubbed_env(), gpu=self.gpu, contained=self.contained)
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"kw-{role}-", dir=client.jobs_dir if client and self.contained else None))
+        self.workdir = Path(
+            tempfile.mkdtemp(prefix=f"kw-{role}-", dir=client.jobs_dir if client and self.contained else None)
+        )
         self.inside_root = Path(containment.INSIDE_WORK) if self.contained else self.workdir
         self._choose_uid(options, client)
         if self.uid is not None:
@@ -402,8 +407,10 @@ class Child:
                 self.uid = self._kill_uid = containment.host_uid_for_sandbox()
             self.isolation.nproc_enforced = True
             if self.gpu and self.uid is not None and not _gpu_devices_world_accessible():
-                raise containment.Unavailable("the NVIDIA device files are not open to other users (mode 0666 needed "
-                                              "for the sandbox's throwaway uid)")
+                raise containment.Unavailable(
+                    "the NVIDIA device files are not open to other users (mode 0666 needed "
+                    "for the sandbox's throwaway uid)"
+                )
             return
         gpu_ok = not self.gpu or _gpu_devices_world_accessible()
         if options.drop_privileges and uid_drop_available() and gpu_ok:
@@ -433,8 +440,15 @@ class Child:
         }
 
     def _spawn_from(self, client: Any, env: dict[str, str], netns: bool, fds: list[int]) -> Any:
-        req = {"role": self.role, "env": env, "cwd": str(self.inside_root), "uid": self._kill_uid, "netns": netns,
-               "limits": dataclasses.asdict(self.limits), "cgroup": str(self.cgroup.path) if self.cgroup.path else None}
+        req = {
+            "role": self.role,
+            "env": env,
+            "cwd": str(self.inside_root),
+            "uid": self._kill_uid,
+            "netns": netns,
+            "limits": dataclasses.asdict(self.limits),
+            "cgroup": str(self.cgroup.path) if self.cgroup.path else None,
+        }
         if self.contained:
             req.update(uid=None, cgroup=None, job_dir=f"{containment.INSIDE_JOBS}/{self.workdir.name}")
         try:
@@ -447,17 +461,32 @@ class Child:
     def _popen(self, env: dict[str, str], log: Any, fds: tuple[int, ...], netns: bool) -> subprocess.Popen:
         argv = [sys.executable, "-m", "sandbox.worker", self.role]
         if not self.contained:
-            return subprocess.Popen(argv, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, pass_fds=fds,
-                                    preexec_fn=_preexec(self.limits, self._kill_uid, netns, self.cgroup.path))
+            return subprocess.Popen(
+                argv,
+                cwd=self.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=fds,
+                preexec_fn=_preexec(self.limits, self._kill_uid, netns, self.cgroup.path),
+            )
         filt = containment.seccomp_fd()
         try:
-            args = containment.bwrap_args([(str(self.workdir), containment.INSIDE_WORK)], gpu=self.gpu,
-                                          seccomp_fd=filt) + argv
+            args = (
+                containment.bwrap_args([(str(self.workdir), containment.INSIDE_WORK)], gpu=self.gpu, seccomp_fd=filt)
+                + argv
+            )
             plan = containment.reachable_view(containment.sources_of(args), self.uid) if self.uid is not None else []
-            return subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    pass_fds=(*fds, filt), preexec_fn=containment.preexec(
-                                        self.uid, plan, _preexec(self.limits, None, False, self.cgroup.path)))
+            return subprocess.Popen(
+                args,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(*fds, filt),
+                preexec_fn=containment.preexec(self.uid, plan, _preexec(self.limits, None, False, self.cgroup.path)),
+            )
         finally:
             os.close(filt)
 
@@ -561,7 +590,9 @@ class Child:
             os.killpg(self.proc.pid, sig)
         except OSError:
             pass
-        pids = set(self.cgroup.pids()) | set(_processes_of(self._kill_uid, None if self._kill_uid is not None else self.proc.pid))
+        pids = set(self.cgroup.pids()) | set(
+            _processes_of(self._kill_uid, None if self._kill_uid is not None else self.proc.pid)
+        )
         for pid in pids - {os.getpid()}:
             try:
                 os.kill(pid, sig)
@@ -595,8 +626,14 @@ class Child:
         shutil.rmtree(self._private, ignore_errors=True)
 
 
-def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_extra: dict[str, str] | None = None,
-                with_agent: bool = False) -> tuple[int, str, bool]:
+def run_command(
+    argv: list[str],
+    cwd: Path,
+    limits: Limits,
+    options: Any,
+    env_extra: dict[str, str] | None = None,
+    with_agent: bool = False,
+) -> tuple[int, str, bool]:
     """Run a build command (g++, nvcc) in a sandbox of its own: a crafted #include cannot read
     the evaluator's secrets, and a compiler bomb is cut off. Returns (rc, log, timed_out).
     `cwd` (bound writable at the same path) is handed to the build's uid for the duration.
@@ -628,16 +665,32 @@ def run_command(argv: list[str], cwd: Path, limits: Limits, options: Any, env_ex
     fds: tuple[int, ...]
     try:
         if contained:
-            full = containment.bwrap_args([(str(cwd), str(cwd)), (str(tmp), str(tmp))], gpu=gpu, seccomp_fd=filt,
-                                          chdir=str(cwd), with_agent=with_agent) + argv
+            full = (
+                containment.bwrap_args(
+                    [(str(cwd), str(cwd)), (str(tmp), str(tmp))],
+                    gpu=gpu,
+                    seccomp_fd=filt,
+                    chdir=str(cwd),
+                    with_agent=with_agent,
+                )
+                + argv
+            )
             plan = containment.reachable_view(containment.sources_of(full), uid) if uid is not None else []
             assert filt is not None
             pre, fds = containment.preexec(uid, plan, _preexec(limits, None, False, cg.path)), (filt,)
         else:
             full, pre, fds = argv, _preexec(limits, uid, netns, cg.path), ()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(full, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    pass_fds=fds, preexec_fn=pre)
+            proc = subprocess.Popen(
+                full,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=fds,
+                preexec_fn=pre,
+            )
         if filt is not None:
             os.close(filt)
             filt = None
@@ -681,8 +734,15 @@ class Spares:
 
     @staticmethod
     def _key(role: str, limits: Limits, options: Any, env: dict[str, str]) -> Any:
-        return (role, repr(limits), tuple(sorted(env.items())), bool(options.drop_privileges), bool(options.network_namespace),
-                bool(getattr(options, "zygote", True)), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return (
+            role,
+            repr(limits),
+            tuple(sorted(env.items())),
+            bool(options.drop_privileges),
+            bool(options.network_namespace),
+            bool(getattr(options, "zygote", True)),
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+        )
 
     def take(self, role: str, limits: Limits, options: Any, env: dict[str, str]) -> Child:
         """A spare when one fits, else a new child; then a spare is started for the next one."""

@@ -175,7 +175,9 @@ class EvalOptions:
         if self.window_spread is not None and not 0 <= self.window_spread < 1:
             raise ValueError(f"window_spread must be in [0, 1), got {self.window_spread}")
         if self.timing_cpu is not None and not 0 <= self.timing_cpu < (os.cpu_count() or 1):
-            raise ValueError(f"timing_cpu must be a CPU of this host (0..{(os.cpu_count() or 1) - 1}), got {self.timing_cpu}")
+            raise ValueError(
+                f"timing_cpu must be a CPU of this host (0..{(os.cpu_count() or 1) - 1}), got {self.timing_cpu}"
+            )
 
     def resolved_backend(self) -> str:
         """This evaluation's backend on this host (resolve_backend): called where it runs."""
@@ -183,7 +185,11 @@ class EvalOptions:
 
     def spread(self, backend: str) -> float:
         """The between-window term of the speedup intervals on this backend (`window_spread`)."""
-        return self.window_spread if self.window_spread is not None else WINDOW_SPREAD.get(backend, max(WINDOW_SPREAD.values()))
+        return (
+            self.window_spread
+            if self.window_spread is not None
+            else WINDOW_SPREAD.get(backend, max(WINDOW_SPREAD.values()))
+        )
 
     def threads(self) -> int:
         return self.cpu_threads or max(1, min(4, os.cpu_count() or 1))
@@ -193,7 +199,9 @@ class EvalOptions:
 
     def tolerance(self, dtype_name: str) -> Tolerance:
         tol = PRESETS[self.preset]["tolerances"].get(dtype_name, Tolerance(0.0, 0.0))
-        return Tolerance(self.atol if self.atol is not None else tol.atol, self.rtol if self.rtol is not None else tol.rtol)
+        return Tolerance(
+            self.atol if self.atol is not None else tol.atol, self.rtol if self.rtol is not None else tol.rtol
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 def parse_cpulist(text: str) -> set[int]:
-    """"0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11} (the kernel's cpulist format)."""
+    """ "0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11} (the kernel's cpulist format)."""
     cpus: set[int] = set()
     for part in text.strip().split(","):
         if part.strip():
@@ -45,8 +45,12 @@ def format_cpulist(cpus: set[int]) -> str:
 def gpu_local_cpus(index: str = "0") -> set[int] | None:
     """CPUs the kernel lists as local to the GPU's PCI device (None when unknown)."""
     try:
-        bus = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", str(index)],
-                             capture_output=True, text=True, timeout=30).stdout.strip()
+        bus = subprocess.run(
+            ["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", str(index)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
     if not bus:
@@ -68,8 +72,12 @@ class TimingPlan:
         return f"timing CPUs: {pins}; everything else on CPUs {format_cpulist(self.others)}"
 
 
-def timing_plan(gpus: Sequence[str], available: set[int] | None = None,
-                local: Callable[[str], set[int] | None] = gpu_local_cpus, spare: int = 2) -> TimingPlan | None:
+def timing_plan(
+    gpus: Sequence[str],
+    available: set[int] | None = None,
+    local: Callable[[str], set[int] | None] = gpu_local_cpus,
+    spare: int = 2,
+) -> TimingPlan | None:
     """One timing CPU per GPU, the highest-numbered free CPU local to it (CPU 0 takes most of a
     host's housekeeping), keeping at least `spare` CPUs for everything else; None when the host
     has too few CPUs to give any away."""
@@ -84,8 +92,9 @@ def timing_plan(gpus: Sequence[str], available: set[int] | None = None,
     return TimingPlan(taken, available - set(taken.values()))
 
 
-def window_cpu_for(device_id: str, gpus: Sequence[str] | None = None, available: set[int] | None = None,
-                   spare: int = 2) -> int | None:
+def window_cpu_for(
+    device_id: str, gpus: Sequence[str] | None = None, available: set[int] | None = None, spare: int = 2
+) -> int | None:
     """The CPU a GPU's paired windows run on when no timing CPU is configured: the GPU's place
     among the host's GPUs (sorted UUIDs) counted down from the highest CPU this process may use,
     so windows on different GPUs never share a CPU and every window of one GPU uses the same one.

@@ -157,20 +157,29 @@ def _recv(child: Child, who: str, stage: str) -> Any:
         return child.recv(max_bytes=1 << 34)
     except ChannelTimeout:
         child.kill()
-        raise _Stop(Status.TIMEOUT, f"{who} did not finish {stage} within the {child.limits.wall_s:.0f} s limit (killed)") from None
+        raise _Stop(
+            Status.TIMEOUT, f"{who} did not finish {stage} within the {child.limits.wall_s:.0f} s limit (killed)"
+        ) from None
     except (ChannelClosed, EOFError):
         how = child.exit_description()
         tail = child.log_tail(1500).strip()
         if "SIGSEGV" in how and who == "the candidate":
-            how += (" (trial and timing inputs are mapped read-only from the reference's sealed memfd: a forward that "
-                    "writes to an input faults)")
-        raise _Stop(Status.RUNTIME_ERROR, f"{who} died during {stage}: {how}" + (f"\n--- its output (tail) ---\n{tail}" if tail else "")) from None
+            how += (
+                " (trial and timing inputs are mapped read-only from the reference's sealed memfd: a forward that "
+                "writes to an input faults)"
+            )
+        raise _Stop(
+            Status.RUNTIME_ERROR,
+            f"{who} died during {stage}: {how}" + (f"\n--- its output (tail) ---\n{tail}" if tail else ""),
+        ) from None
     except MessageTooLarge as exc:
         child.kill()
         raise _Stop(Status.REJECTED, f"{who} sent too much data during {stage}: {exc}") from None
     except Exception as exc:  # an undecodable message (e.g. a pickled object): never trusted
         child.kill()
-        raise _Stop(Status.REJECTED, f"{who} sent a malformed message during {stage}: {type(exc).__name__}: {str(exc)[:300]}") from None
+        raise _Stop(
+            Status.REJECTED, f"{who} sent a malformed message during {stage}: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from None
 
 
 def _send(child: Child, obj: Any, who: str, stage: str) -> None:
@@ -182,7 +191,11 @@ def _send(child: Child, obj: Any, who: str, stage: str) -> None:
 
 
 def _user_error(reply: dict, who: str) -> str:
-    where = f" ({reply['file']}:{reply['line']})" if reply.get("file") and reply.get("line") else (f" ({reply['file']})" if reply.get("file") else "")
+    where = (
+        f" ({reply['file']}:{reply['line']})"
+        if reply.get("file") and reply.get("line")
+        else (f" ({reply['file']})" if reply.get("file") else "")
+    )
     return f"{who}{where}: {reply.get('error', 'failed')}"
 
 
@@ -193,8 +206,16 @@ def _seeds(options: EvalOptions) -> dict:
     def s() -> int:
         return r.randrange(1, 2**62)
 
-    return {"weights": s(), "reinit": s(), "reinit_inputs": s(), "wide": s(), "shape": s(), "shape_inputs": s(),
-            "random": [s() for _ in range(options.random_trials())], "timing": [s() for _ in range(options.input_sets)]}
+    return {
+        "weights": s(),
+        "reinit": s(),
+        "reinit_inputs": s(),
+        "wide": s(),
+        "shape": s(),
+        "shape_inputs": s(),
+        "random": [s() for _ in range(options.random_trials())],
+        "timing": [s() for _ in range(options.input_sets)],
+    }
 
 
 def _window_cpu(options: EvalOptions, backend: str, device_id: str = "") -> dict:
@@ -238,7 +259,9 @@ class _Paired:
         self.owner = {n: (cand if n == "candidate" else ref) for n in self.names}
         self.children = [ref] + ([cand] if cand is not None else [])
         self.paused = {id(c): False for c in self.children}
-        self.lock = devlock.DeviceLock(device_id or "device", devlock.prepare_dir()) if options.device_lock else devlock.NO_LOCK
+        self.lock = (
+            devlock.DeviceLock(device_id or "device", devlock.prepare_dir()) if options.device_lock else devlock.NO_LOCK
+        )
         self.est_ms: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self.rounds: list[Round] = []
@@ -267,21 +290,40 @@ class _Paired:
             with self.lock.exclusive(on_wait=on_wait):
                 t0 = time.time()
                 for name in list(self.names):
-                    reply = self._ask(name, {"cmd": "warm", "budget_s": o.timing_budget_s, "max_calls": o.max_timed_calls,
-                                             "warmup": max(o.warmup_calls, 3) if name == "compile" else o.warmup_calls}, "the warm-up")
+                    reply = self._ask(
+                        name,
+                        {
+                            "cmd": "warm",
+                            "budget_s": o.timing_budget_s,
+                            "max_calls": o.max_timed_calls,
+                            "warmup": max(o.warmup_calls, 3) if name == "compile" else o.warmup_calls,
+                        },
+                        "the warm-up",
+                    )
                     if not reply.get("ok") and name == "compile":  # no compile baseline, the rest still times
-                        self.findings.append(f"torch.compile baseline failed during its warm-up: {reply.get('error', '')[:1500]}")
+                        self.findings.append(
+                            f"torch.compile baseline failed during its warm-up: {reply.get('error', '')[:1500]}"
+                        )
                         self.names.remove(name)
                         continue
                     self._check(name, reply)
                     self.est_ms[name] = float(reply["est_ms"])
-                    self.calls[name] = calls_per_block(self.est_ms[name], o.timing_budget_s, o.timing_rounds, o.min_timed_calls, o.max_timed_calls)
+                    self.calls[name] = calls_per_block(
+                        self.est_ms[name], o.timing_budget_s, o.timing_rounds, o.min_timed_calls, o.max_timed_calls
+                    )
                 for r in range(o.timing_rounds):
                     order = round_order(self.names, r)
                     medians: dict[str, float] = {}
                     for name in order:
-                        reply = self._ask(name, {"cmd": "block", "calls": self.calls[name],
-                                                 "rewarm": 1 if self.est_ms[name] < REWARM_BELOW_MS else 0}, "timing")
+                        reply = self._ask(
+                            name,
+                            {
+                                "cmd": "block",
+                                "calls": self.calls[name],
+                                "rewarm": 1 if self.est_ms[name] < REWARM_BELOW_MS else 0,
+                            },
+                            "timing",
+                        )
                         self._check(name, reply)
                         medians[name] = float(reply["median_ms"])
                     self.rounds.append(Round(order=order, **{f"{n}_ms": m for n, m in medians.items()}))
@@ -307,8 +349,15 @@ class _Paired:
 def _speedup(baseline: str, base_ms: list[float], cand_ms: list[float], spread: float) -> Speedup:
     sp = paired_speedup(base_ms, cand_ms, spread=spread)
     verdict = verdict_of(sp["ci_low"], sp["ci_high"])
-    return Speedup(baseline=baseline, ratio=sp["ratio"], ci_low=sp["ci_low"], ci_high=sp["ci_high"], rounds=sp["rounds"],
-                   verdict=verdict, per_round=sp["per_round"])
+    return Speedup(
+        baseline=baseline,
+        ratio=sp["ratio"],
+        ci_low=sp["ci_low"],
+        ci_high=sp["ci_high"],
+        rounds=sp["rounds"],
+        verdict=verdict,
+        per_round=sp["per_round"],
+    )
 
 
 _LABEL = {"eager": "eager", "compile": "torch.compile"}
@@ -349,24 +398,41 @@ def judge_speed(rounds: list[Round], names: list[str], options: EvalOptions) -> 
     speed.verdict = "; ".join(parts) + f" ({len(rounds)} paired rounds)"
     reward = milestone_reward(True, speed.vs_eager, speed.vs_compile, noisy=speed.noisy)
     if speed.noisy:
-        speed.milestone = (f"speed milestone withheld: the machine was noisy (the eager baseline's round medians spread "
-                           f"{speed.noise * 100:.0f}%, limit {options.noise_limit * 100:.0f}%), so the reward is 1 "
-                           "(correct) and the speedups are reported, not rewarded")
+        speed.milestone = (
+            f"speed milestone withheld: the machine was noisy (the eager baseline's round medians spread "
+            f"{speed.noise * 100:.0f}%, limit {options.noise_limit * 100:.0f}%), so the reward is 1 "
+            "(correct) and the speedups are reported, not rewarded"
+        )
         speed.verdict += "; noisy machine"
     else:
         low = [f"{_LABEL[x.baseline]} {x.ci_low:.3g}" for x in (speed.vs_eager, speed.vs_compile) if x is not None]
-        speed.milestone = (f"reward {reward}: the intervals' lower ends ({', '.join(low)}) against the {SPEED_MARGIN}x margin")
+        speed.milestone = (
+            f"reward {reward}: the intervals' lower ends ({', '.join(low)}) against the {SPEED_MARGIN}x margin"
+        )
     return speed, reward
 
 
-def evaluate(task_source: str, files: dict[str, str], options: EvalOptions | None = None,
-             on_progress: Progress | None = None, *, profile: bool = False) -> EvalResult:
+def evaluate(
+    task_source: str,
+    files: dict[str, str],
+    options: EvalOptions | None = None,
+    on_progress: Progress | None = None,
+    *,
+    profile: bool = False,
+) -> EvalResult:
     options = options or EvalOptions()
     options.validate()
     started = time.perf_counter()
     backend = options.resolved_backend()
-    res = EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, backend=backend, torch_version=_torch_version(),
-                     task_hash=cache.sha256_text(task_source), candidate_hash=cache.files_hash(files), options=options.to_dict())
+    res = EvalResult(
+        status=Status.RUNTIME_ERROR,
+        verdict=Verdict.FAIL,
+        backend=backend,
+        torch_version=_torch_version(),
+        task_hash=cache.sha256_text(task_source),
+        candidate_hash=cache.files_hash(files),
+        options=options.to_dict(),
+    )
 
     current, since = "setup", started  # the step under way, for res.phases_s
 
@@ -418,13 +484,23 @@ def transport_finding(children: list[Child]) -> str:
     total = Traffic()
     for child in children:
         total.add(child.traffic)
-    return (f"transport: {total.messages} messages, {total.socket_bytes / 1e6:.2f} MB through the sockets, "
-            f"{total.shared_bytes / 1e6:.1f} MB in sealed memfds and {total.device_bytes / 1e6:.1f} MB in device "
-            f"allocations handed on as {total.descriptors} descriptors")
+    return (
+        f"transport: {total.messages} messages, {total.socket_bytes / 1e6:.2f} MB through the sockets, "
+        f"{total.shared_bytes / 1e6:.1f} MB in sealed memfds and {total.device_bytes / 1e6:.1f} MB in device "
+        f"allocations handed on as {total.descriptors} descriptors"
+    )
 
 
-def _run(task_source: str, files: dict[str, str], options: EvalOptions, backend: str, res: EvalResult,
-         progress: Progress, children: list[Child], want_profile: bool) -> None:
+def _run(
+    task_source: str,
+    files: dict[str, str],
+    options: EvalOptions,
+    backend: str,
+    res: EvalResult,
+    progress: Progress,
+    children: list[Child],
+    want_profile: bool,
+) -> None:
     """The steps of docs/evaluation.md in order (`_Evaluation`): a step that settles the result
     returns False (or raises _Stop) and the rest do not run."""
     ev = _Evaluation(task_source, files, options, backend, res, progress, children)
@@ -439,8 +515,16 @@ class _Evaluation:
     """One evaluation's state between its steps: the build, both children, the reference's
     set-up, the trials' report and the paired window."""
 
-    def __init__(self, task_source: str, files: dict[str, str], options: EvalOptions, backend: str, res: EvalResult,
-                 progress: Progress, children: list[Child]):
+    def __init__(
+        self,
+        task_source: str,
+        files: dict[str, str],
+        options: EvalOptions,
+        backend: str,
+        res: EvalResult,
+        progress: Progress,
+        children: list[Child],
+    ):
         self.task_source, self.files, self.options, self.backend = task_source, files, options, backend
         self.res, self.progress, self.children = res, progress, children
         self.fp_seed = secrets.randbits(62)
@@ -454,8 +538,10 @@ class _Evaluation:
         res.compile = cres
         if not cres.ok:
             res.status = Status.COMPILE_ERROR
-            res.reasons.extend(f"{e.file}{':' + str(e.line) if e.line else ''}{':' + str(e.column) if e.column else ''}: {e.message}"
-                               for e in cres.errors[:20])
+            res.reasons.extend(
+                f"{e.file}{':' + str(e.line) if e.line else ''}{':' + str(e.column) if e.column else ''}: {e.message}"
+                for e in cres.errors[:20]
+            )
             if not cres.errors:
                 res.reasons.append("compilation failed; see compile.log")
             return False
@@ -466,9 +552,14 @@ class _Evaluation:
         static = audit.scan_source(self.files)
         native = audit.scan_native(self.files)
         self.res.audit.findings.extend(f"static: {f}" for f in static + native)
-        blocking = list(static) + [f for f in native if not any(w in f for w in ("native threads", "CUDA streams", "math mode"))]
+        blocking = list(static) + [
+            f for f in native if not any(w in f for w in ("native threads", "CUDA streams", "math mode"))
+        ]
         if blocking and REJECT_STATIC:
-            raise _Stop(Status.REJECTED, "the candidate's source uses a technique that can subvert the evaluation: " + "; ".join(blocking[:5]))
+            raise _Stop(
+                Status.REJECTED,
+                "the candidate's source uses a technique that can subvert the evaluation: " + "; ".join(blocking[:5]),
+            )
 
     def start(self) -> None:
         """3. Both children at once (they import torch in parallel); the candidate gets its set-up
@@ -494,9 +585,20 @@ class _Evaluation:
         options = self.options
         self.progress("reference", {})
         preset = PRESETS[options.preset]
-        _send(self.ref, {"options": _opts_msg(options), "backend": self.backend, "seeds": _seeds(options), "fingerprint_seed": self.fp_seed,
-                         "reinit": preset["reinit_trial"], "wide": preset["wide_trial"], "shape": preset["shape_trial"]},
-              REF, "setup")
+        _send(
+            self.ref,
+            {
+                "options": _opts_msg(options),
+                "backend": self.backend,
+                "seeds": _seeds(options),
+                "fingerprint_seed": self.fp_seed,
+                "reinit": preset["reinit_trial"],
+                "wide": preset["wide_trial"],
+                "shape": preset["shape_trial"],
+            },
+            REF,
+            "setup",
+        )
         self.data = data = _recv(self.ref, REF, "building the model")
         if not data.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
@@ -519,8 +621,12 @@ class _Evaluation:
         self.progress("correctness", {"trial": 0, "of": data["planned"]})
         roof = data["roofline"]
         ahead = roof["input_bytes"] + roof["output_bytes"] <= PIPELINE_MAX_BYTES
-        trials, self.msg = _run_trials(self.ref, self.cand,
-                                       lambda i: self.progress("correctness", {"trial": i, "of": max(i, data["planned"])}), ahead)
+        trials, self.msg = _run_trials(
+            self.ref,
+            self.cand,
+            lambda i: self.progress("correctness", {"trial": i, "of": max(i, data["planned"])}),
+            ahead,
+        )
         res.audit.findings.extend(f"protocol: {n}" for n in self.msg["notes"])
         self.progress("judging", {})
         rejections, incorrect, values_only = _judge_trials(self.msg, trials, self.options, res)
@@ -542,9 +648,18 @@ class _Evaluation:
         fingerprints, shapes = _timing_sets(ref, cand, options.input_sets)
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
         window = _window_cpu(options, backend, res.device_id)
-        _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": self.fp_seed, **window},
-              REF, "baseline set-up")
-        _send(cand, {"cmd": "timing_setup", "shapes": shapes, "fingerprint_seed": self.fp_seed, **window}, "the candidate", "timing")
+        _send(
+            ref,
+            {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": self.fp_seed, **window},
+            REF,
+            "baseline set-up",
+        )
+        _send(
+            cand,
+            {"cmd": "timing_setup", "shapes": shapes, "fingerprint_seed": self.fp_seed, **window},
+            "the candidate",
+            "timing",
+        )
         ready = _recv(cand, "the candidate", "the timing set-up")
         if not ready.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, "candidate: " + ready.get("error", "timing set-up failed"))
@@ -596,7 +711,10 @@ class _Evaluation:
         if prof.get("ok"):
             total = sum(r["total_ms"] for r in prof["rows"]) or 1.0
             rows = sorted(prof["rows"], key=lambda r: -r["total_ms"])
-            res.profile = [ProfileRow(name=r["name"], calls=r["calls"], total_ms=r["total_ms"], share=r["total_ms"] / total) for r in rows[:40]]
+            res.profile = [
+                ProfileRow(name=r["name"], calls=r["calls"], total_ms=r["total_ms"], share=r["total_ms"] / total)
+                for r in rows[:40]
+            ]
         else:
             res.audit.findings.append(prof.get("error", "profiling failed"))
 
@@ -645,7 +763,12 @@ def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None], ahead:
 
     def ask_compare(i: int, got: dict) -> None:
         clean = not any(kind in ("reject", "incorrect") for kind, _ in got["checks"])
-        _send(ref, {"cmd": "compare", "index": i, "spec": got["spec"], "outputs": got.pop("outputs"), "clean": clean}, REF, "the comparison")
+        _send(
+            ref,
+            {"cmd": "compare", "index": i, "spec": got["spec"], "outputs": got.pop("outputs"), "clean": clean},
+            REF,
+            "the comparison",
+        )
 
     def compared(i: int) -> None:
         cmp = _recv(ref, REF, "the comparison")
@@ -660,9 +783,21 @@ def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None], ahead:
         i = len(trials)
         if t is not None:
             progress(i + 1)
-            _send(cand, {"cmd": "trial", "index": i, "variant": t["variant"], "variant_spec": t["variant_spec"], "inputs": t.pop("inputs")},
-                  "the candidate", "the correctness trials")
-            trials.append({"kind": t["kind"], "note": t.get("note", ""), "checks": [], "output_bytes": t["output_bytes"]})
+            _send(
+                cand,
+                {
+                    "cmd": "trial",
+                    "index": i,
+                    "variant": t["variant"],
+                    "variant_spec": t["variant_spec"],
+                    "inputs": t.pop("inputs"),
+                },
+                "the candidate",
+                "the correctness trials",
+            )
+            trials.append(
+                {"kind": t["kind"], "note": t.get("note", ""), "checks": [], "output_bytes": t["output_bytes"]}
+            )
             if ahead:
                 _send(ref, {"cmd": "trial"}, REF, "the trials")
         if waiting is not None:
@@ -674,8 +809,11 @@ def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None], ahead:
         if t is not None:
             got = _recv(cand, "the candidate", "the correctness trials")
             if got.get("ok") is False:
-                raise _Stop(Status.RUNTIME_ERROR, _user_error(got, "candidate"), trial=TrialResult(
-                    index=i, kind=t["kind"], passed=False, message=got.get("error", "")[:2000]))
+                raise _Stop(
+                    Status.RUNTIME_ERROR,
+                    _user_error(got, "candidate"),
+                    trial=TrialResult(index=i, kind=t["kind"], passed=False, message=got.get("error", "")[:2000]),
+                )
             trials[i]["checks"] = got["checks"]
             _bound_outputs(got, trials[i]["output_bytes"])
             waiting = (i, got)
@@ -733,7 +871,9 @@ def _baseline_ready(ref: Child, res: EvalResult) -> dict:
     return ready
 
 
-def _judge_trials(msg: dict, trials: list[dict], options: EvalOptions, res: EvalResult) -> tuple[list[str], list[str], list[int]]:
+def _judge_trials(
+    msg: dict, trials: list[dict], options: EvalOptions, res: EvalResult
+) -> tuple[list[str], list[str], list[int]]:
     """(rejections, incorrect, values_only) from the reference's comparisons and the candidate's
     checks: the last lists the failing trials when every failure is a value-only mismatch of a
     returned result (else it is empty)."""
@@ -748,9 +888,18 @@ def _judge_trials(msg: dict, trials: list[dict], options: EvalOptions, res: Eval
         passed = cmp["passed"] and not problems and not rejects
         message = "; ".join(x for x in [cmp["message"], *problems, *rejects] if x)
         kind = trial["kind"] + (f" ({trial['note']})" if trial.get("note") else "")
-        res.trials.append(TrialResult(index=i, kind=trial["kind"], passed=passed, max_abs_error=cmp["max_abs_error"],
-                                      max_rel_error=cmp["max_rel_error"], mismatched=cmp["mismatched"], total=cmp["total"],
-                                      message=(f"[{kind}] " if trial.get("note") else "") + message))
+        res.trials.append(
+            TrialResult(
+                index=i,
+                kind=trial["kind"],
+                passed=passed,
+                max_abs_error=cmp["max_abs_error"],
+                max_rel_error=cmp["max_rel_error"],
+                mismatched=cmp["mismatched"],
+                total=cmp["total"],
+                message=(f"[{kind}] " if trial.get("note") else "") + message,
+            )
+        )
         for text in rejects:
             if text not in rejections:
                 rejections.append(text)
@@ -763,7 +912,9 @@ def _judge_trials(msg: dict, trials: list[dict], options: EvalOptions, res: Eval
     return rejections, incorrect, [] if other_failure else values_only
 
 
-def _rejudge_against_float64(trials: list[dict], failing: list[int], res: EvalResult, incorrect: list[str]) -> tuple[list[str], float]:
+def _rejudge_against_float64(
+    trials: list[dict], failing: list[int], res: EvalResult, incorrect: list[str]
+) -> tuple[list[str], float]:
     """The `failing` trials (value-only mismatches, and the only failures) get a second look
     against the task in float64 (compare.within_reference_error, run in the reference child when
     it compared them); the verdict changes only if every one of them passes that way. Returns
@@ -782,7 +933,9 @@ def _rejudge_against_float64(trials: list[dict], failing: list[int], res: EvalRe
     for i, _, text, _ in verdicts:
         res.trials[i].passed = True
         res.trials[i].message = f"outside the tolerance of the float32 reference, but {text}"
-    res.audit.findings.append(f"protocol: {len(verdicts)} trial(s) passed against the float64 result (more exact than the float32 reference)")
+    res.audit.findings.append(
+        f"protocol: {len(verdicts)} trial(s) passed against the float64 result (more exact than the float32 reference)"
+    )
     return [], max(v[3] for v in verdicts)
 
 
@@ -802,17 +955,32 @@ def _judge_audit(msg: dict, options: EvalOptions, backend: str, res: EvalResult,
             rejections.append(text)
     if options.torch_ops == "forbid":
         if compute:
-            rejections.append("torch-ops=forbid: the forward computed with torch operators " + ", ".join(compute)
-                              + " (allowed: allocation, views, library GEMM/convolution; write these as kernels)")
+            rejections.append(
+                "torch-ops=forbid: the forward computed with torch operators "
+                + ", ".join(compute)
+                + " (allowed: allocation, views, library GEMM/convolution; write these as kernels)"
+            )
         if not res.audit.custom_kernel_ran:
             if per_forward and any(n == 0 for n in per_forward) and any(n > 0 for n in per_forward):
-                rejections.append("torch-ops=forbid: custom kernels ran in only some trials (a fallback path computed the others)")
+                rejections.append(
+                    "torch-ops=forbid: custom kernels ran in only some trials (a fallback path computed the others)"
+                )
             else:
-                rejections.append("torch-ops=forbid: no custom kernel ran in the forward (call your kernels through kwrt or the load_inline module)")
+                rejections.append(
+                    "torch-ops=forbid: no custom kernel ran in the forward (call your kernels through kwrt or the load_inline module)"
+                )
 
 
-def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptions, backend: str, res: EvalResult,
-                  files: dict[str, str], widen: float = 1.0) -> list[str]:
+def _judge_timing(
+    timed: dict,
+    bounds: list,
+    trial_msg: dict,
+    options: EvalOptions,
+    backend: str,
+    res: EvalResult,
+    files: dict[str, str],
+    widen: float = 1.0,
+) -> list[str]:
     """Fingerprints of every timed call against the reference's (computed in the reference
     child on the same kind of device, from the same weights), custom-kernel counts, flags."""
     problems: list[str] = []
@@ -825,25 +993,33 @@ def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptio
         if not (abs(value - expected) <= allowed * widen):
             wrong += 1
     if wrong:
-        problems.append(f"{wrong} of {len(timed['fingerprints'])} timed calls returned wrong outputs (outputs are checked on every timed call: caching, replaying or skipping work is not allowed)")
+        problems.append(
+            f"{wrong} of {len(timed['fingerprints'])} timed calls returned wrong outputs (outputs are checked on every timed call: caching, replaying or skipping work is not allowed)"
+        )
     per_forward = trial_msg.get("calls_per_forward") or []
     if options.torch_ops == "forbid" and per_forward:
         expected_calls = min(per_forward) * timed["forwards"]
         if timed["custom_calls"] < expected_calls:
-            problems.append(f"custom kernels ran {timed['custom_calls']} times in {timed['forwards']} timed forwards, expected at least {expected_calls} (the kernels must run in every timed call)")
+            problems.append(
+                f"custom kernels ran {timed['custom_calls']} times in {timed['forwards']} timed forwards, expected at least {expected_calls} (the kernels must run in every timed call)"
+            )
     if backend == "cuda" and options.torch_ops == "forbid":
         names = timed.get("kernels", [])
         custom = [n for n in names if _is_custom_cuda_kernel(n)]
         if not custom:
-            problems.append("no custom CUDA kernel was launched by the forward (profiler saw only: " + ", ".join(names[:8]) + ")")
+            problems.append(
+                "no custom CUDA kernel was launched by the forward (profiler saw only: " + ", ".join(names[:8]) + ")"
+            )
         foreign = []
         if timed.get("graph_launches"):  # the candidate's own kernels: the __global__ names in its sources
             own = audit.kernel_names(files)
             foreign = [n for n in names if not _may_run_in_a_graph(n, own)]
         if foreign:
-            problems.append("the forward replayed a CUDA graph, and kernels that are neither the candidate's own (a "
-                            "__global__ function in its sources) nor cuBLAS/cuDNN ran in it; inside a CUDA graph the op "
-                            "audit cannot see which torch operator launched them: " + ", ".join(foreign[:3]))
+            problems.append(
+                "the forward replayed a CUDA graph, and kernels that are neither the candidate's own (a "
+                "__global__ function in its sources) nor cuBLAS/cuDNN ran in it; inside a CUDA graph the op "
+                "audit cannot see which torch operator launched them: " + ", ".join(foreign[:3])
+            )
     for kind, text in timed.get("findings", []):
         res.audit.findings.append(f"{kind} (timing): {text}")
         if kind in ("tamper", "flags", "thread"):
@@ -855,8 +1031,22 @@ def _judge_timing(timed: dict, bounds: list, trial_msg: dict, options: EvalOptio
 # and kernels in no namespace: the warp softmax, THCUNN's): never a candidate's.
 _TORCH_KERNEL = re.compile(r"(?<![\w:])(?:at|c10|torch|at_cuda_detail)::|\b(?:triton_|softmax_warp_|cunn_)")
 # Libraries torch-ops=forbid allows (cuBLAS/cuBLASLt, cuDNN and their helpers), copies and fills.
-_ALLOWED_LIBRARY_KERNEL_HINTS = ("cublas", "cutlass", "xmma", "nvjet", "gemm", "gemv", "splitKreduce", "cudnn", "cask_",
-                                 "nchwToNhwc", "nhwcToNchw", "convolve_", "memcpy", "memset")
+_ALLOWED_LIBRARY_KERNEL_HINTS = (
+    "cublas",
+    "cutlass",
+    "xmma",
+    "nvjet",
+    "gemm",
+    "gemv",
+    "splitKreduce",
+    "cudnn",
+    "cask_",
+    "nchwToNhwc",
+    "nhwcToNchw",
+    "convolve_",
+    "memcpy",
+    "memset",
+)
 _OTHER_LIBRARY_KERNEL_HINTS = ("fft",)  # libraries that are not custom work, nor allowed under forbid
 
 
@@ -866,8 +1056,11 @@ def _is_allowed_library_kernel(name: str) -> bool:
 
 
 def _is_custom_cuda_kernel(name: str) -> bool:
-    return not (_TORCH_KERNEL.search(name) or _is_allowed_library_kernel(name)
-                or any(h in name.lower() for h in _OTHER_LIBRARY_KERNEL_HINTS))
+    return not (
+        _TORCH_KERNEL.search(name)
+        or _is_allowed_library_kernel(name)
+        or any(h in name.lower() for h in _OTHER_LIBRARY_KERNEL_HINTS)
+    )
 
 
 def _kernel_base(name: str) -> str:
@@ -893,7 +1086,9 @@ def _roofline(ref: Child, data: dict, res: EvalResult, options: EvalOptions) -> 
     if not roof or res.timing.candidate is None:
         return None
     dtype = (roof.get("dtypes") or ["float32"])[0]
-    key = cache.sha256_text("ceilings/1", res.device, _torch_version(), dtype, str(options.threads()), str(options.allow_tf32))
+    key = cache.sha256_text(
+        "ceilings/1", res.device, _torch_version(), dtype, str(options.threads()), str(options.allow_tf32)
+    )
     path = cache.section(options.cache_dir, "ceilings") / f"{key}.json"
     ceil = cache.read_json(path)
     if ceil is None:
@@ -907,7 +1102,9 @@ def _roofline(ref: Child, data: dict, res: EvalResult, options: EvalOptions) -> 
             return None
     bw = float(ceil["bandwidth_gbs"])
     tf = float(ceil["tflops"])
-    return roofline_of(res.device, float(roof["flops"]), float(roof["min_bytes"]), bw, tf, res.timing.candidate.median_ms)
+    return roofline_of(
+        res.device, float(roof["flops"]), float(roof["min_bytes"]), bw, tf, res.timing.candidate.median_ms
+    )
 
 
 def roofline_of(device: str, flops: float, nbytes: float, bw_gbs: float, tflops: float, cand_ms: float) -> Roofline:
@@ -919,16 +1116,32 @@ def roofline_of(device: str, flops: float, nbytes: float, bw_gbs: float, tflops:
     t_cmp = flops / (tflops * 1e12) * 1e3 if tflops else 0.0
     floor, bound, note = max(t_mem, t_cmp), "compute" if t_cmp > t_mem else "memory", ""
     if bound == "compute" and 0 < cand_ms < floor:
-        note = (f"faster than the task's FLOP floor ({t_cmp:.4g} ms for {flops:.3g} FLOP as written): the candidate "
-                "computes fewer FLOPs than the reference, so it is measured against the memory floor")
+        note = (
+            f"faster than the task's FLOP floor ({t_cmp:.4g} ms for {flops:.3g} FLOP as written): the candidate "
+            "computes fewer FLOPs than the reference, so it is measured against the memory floor"
+        )
         floor, bound = t_mem, "memory"
     if 0 < cand_ms < floor:
-        note = (note + "; " if note else "") + "faster than the memory floor: it moves fewer bytes than the inputs, outputs and parameters"
-    return Roofline(device=device, flops=flops, min_bytes=nbytes, peak_bandwidth_gbs=bw_gbs, peak_tflops=tflops, floor_ms=floor,
-                    bound=bound, candidate_ms=cand_ms, fraction_of_sol=min(1.0, floor / cand_ms) if cand_ms > 0 else None, note=note)
+        note = (
+            note + "; " if note else ""
+        ) + "faster than the memory floor: it moves fewer bytes than the inputs, outputs and parameters"
+    return Roofline(
+        device=device,
+        flops=flops,
+        min_bytes=nbytes,
+        peak_bandwidth_gbs=bw_gbs,
+        peak_tflops=tflops,
+        floor_ms=floor,
+        bound=bound,
+        candidate_ms=cand_ms,
+        fraction_of_sol=min(1.0, floor / cand_ms) if cand_ms > 0 else None,
+        note=note,
+    )
 
 
-def _record_timing(res: EvalResult, paired: _Paired, timed: dict | None, base: dict, backend: str, input_sets: int) -> None:
+def _record_timing(
+    res: EvalResult, paired: _Paired, timed: dict | None, base: dict, backend: str, input_sets: int
+) -> None:
     """The window's stats per callable (over all its blocks), its rounds and its window. The
     window is recorded once, on the candidate's stats (or eager's without a candidate): the
     three callables share it, and devlock.overlapping_windows looks for overlaps between
@@ -962,9 +1175,11 @@ def _summary(res: EvalResult) -> str:
     if res.speed is not None:
         parts.append(res.speed.verdict)
     if c.loop_ms and c.device_median_ms and c.loop_ms > c.device_median_ms:
-        parts.append(f"host-bound: called back to back it takes {c.loop_ms:.4g} ms per call against {c.device_median_ms:.4g} ms "
-                     f"of device time, so the forward's Python, allocations and launches ({c.host_median_ms or 0:.4g} ms) set its "
-                     "time (fewer launches or less Python per call would help)")
+        parts.append(
+            f"host-bound: called back to back it takes {c.loop_ms:.4g} ms per call against {c.device_median_ms:.4g} ms "
+            f"of device time, so the forward's Python, allocations and launches ({c.host_median_ms or 0:.4g} ms) set its "
+            "time (fewer launches or less Python per call would help)"
+        )
     return ", ".join(parts)
 
 
@@ -976,14 +1191,32 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
     options.validate()
     started = time.perf_counter()
     backend = options.resolved_backend()
-    res = EvalResult(status=Status.RUNTIME_ERROR, verdict=Verdict.FAIL, backend=backend, torch_version=_torch_version(),
-                     task_hash=cache.sha256_text(task_source), options=options.to_dict())
+    res = EvalResult(
+        status=Status.RUNTIME_ERROR,
+        verdict=Verdict.FAIL,
+        backend=backend,
+        torch_version=_torch_version(),
+        task_hash=cache.sha256_text(task_source),
+        options=options.to_dict(),
+    )
     ref = None
     try:
         ref = Child("reference", _limits(options, backend), options, _child_env(options, backend))
         ref.write_files({"task.py": task_source}, subdir=".")
-        _send(ref, {"options": _opts_msg(options), "backend": backend, "seeds": _seeds(options), "fingerprint_seed": 1, "reinit": False,
-                    "wide": False, "shape": False}, "the reference (task)", "setup")
+        _send(
+            ref,
+            {
+                "options": _opts_msg(options),
+                "backend": backend,
+                "seeds": _seeds(options),
+                "fingerprint_seed": 1,
+                "reinit": False,
+                "wide": False,
+                "shape": False,
+            },
+            "the reference (task)",
+            "setup",
+        )
         data = _recv(ref, "the reference (task)", "building the model")
         if not data.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
@@ -991,8 +1224,17 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         res.device_id = data.get("device_id", "")
         _timing_sets(ref, None, options.input_sets)
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
-        _send(ref, {"cmd": "timing_setup", "compile": options.compile_baseline, "fingerprint_seed": 1, **_window_cpu(options, backend, res.device_id)},
-              "the reference (task)", "baseline set-up")
+        _send(
+            ref,
+            {
+                "cmd": "timing_setup",
+                "compile": options.compile_baseline,
+                "fingerprint_seed": 1,
+                **_window_cpu(options, backend, res.device_id),
+            },
+            "the reference (task)",
+            "baseline set-up",
+        )
         ready = _recv(ref, "the reference (task)", "the baseline set-up (torch.compile)")
         if not ready.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, "task: " + ready.get("error", "baseline set-up failed"))
@@ -1002,18 +1244,25 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         paired.run()
         res.reasons.extend(paired.findings)
         _send(ref, {"cmd": "timing_end"}, "the reference (task)", "baseline timing")
-        _record_timing(res, paired, None, _recv(ref, "the reference (task)", "baseline timing"), backend, options.input_sets)
+        _record_timing(
+            res, paired, None, _recv(ref, "the reference (task)", "baseline timing"), backend, options.input_sets
+        )
         res.timing.candidate = res.timing.eager
         res.roofline = _roofline(ref, data, res, options)
         res.timing.candidate = None
         if res.roofline:
             res.roofline.candidate_ms = None
-            res.roofline.fraction_of_sol = res.roofline.floor_ms / res.timing.eager.median_ms if res.timing.eager else None
+            res.roofline.fraction_of_sol = (
+                res.roofline.floor_ms / res.timing.eager.median_ms if res.timing.eager else None
+            )
         res.status = Status.OK
         res.verdict = Verdict.PASS
         eager = res.timing.eager
         assert eager is not None, "the baseline window times eager"
-        res.reasons.append(f"eager median {eager.median_ms:.4g} ms" + (f", torch.compile median {res.timing.compile.median_ms:.4g} ms" if res.timing.compile else ""))
+        res.reasons.append(
+            f"eager median {eager.median_ms:.4g} ms"
+            + (f", torch.compile median {res.timing.compile.median_ms:.4g} ms" if res.timing.compile else "")
+        )
     except _Stop as stop:
         res.status = stop.status
         res.reasons.append(stop.reason)

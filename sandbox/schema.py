@@ -111,7 +111,9 @@ class Stats:
     device_median_ms: float | None = None
     host_limited_calls: int | None = None
     window: list[float] | None = None  # [start, end] wall-clock seconds of the run, device lock held exclusively
-    cpu: int | None = None  # the CPU the timing thread was pinned to for the run (EvalOptions.timing_cpu); None: not pinned
+    cpu: int | None = (
+        None  # the CPU the timing thread was pinned to for the run (EvalOptions.timing_cpu); None: not pinned
+    )
 
 
 @dataclass
@@ -250,7 +252,9 @@ class EvalResult:
     profile: list[ProfileRow] = field(default_factory=list)
     roofline: Roofline | None = None
     duration_s: float = 0.0
-    phases_s: dict[str, float] = field(default_factory=dict)  # wall seconds per protocol step (where an evaluation's time goes)
+    phases_s: dict[str, float] = field(
+        default_factory=dict
+    )  # wall seconds per protocol step (where an evaluation's time goes)
 
     @property
     def correct(self) -> bool:
@@ -307,8 +311,12 @@ def _lower_end(speedup: Speedup | float | None) -> float | None:
     return float(speedup)
 
 
-def milestone_reward(correct: bool, speedup_vs_eager: Speedup | float | None, speedup_vs_compile: Speedup | float | None,
-                     noisy: bool = False) -> int:
+def milestone_reward(
+    correct: bool,
+    speedup_vs_eager: Speedup | float | None,
+    speedup_vs_compile: Speedup | float | None,
+    noisy: bool = False,
+) -> int:
     """The CUDA Agent paper's reward: -1 incorrect, 1 correct, 2 if >5% faster than eager,
     3 if >5% faster than both eager and torch.compile. "Faster" is judged on the paired
     interval's LOWER end (a Speedup's ci_low; a plain number is taken as that lower end), so an

@@ -89,7 +89,9 @@ def pack(tensors: list[Any], alloc: Any = new_memfd) -> tuple[int, list[int]]:
             raise BadHandle(f"an allocated memfd has {os.fstat(fd).st_size} bytes, not {size}")
         if size:
             # populated at once: faster than a fault per fresh 4 KB page of shmem
-            mm = mmap.mmap(fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = mmap.mmap(
+                fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ | mmap.PROT_WRITE
+            )
             try:
                 for t, off in zip(tensors, offsets, strict=True):
                     n = t.numel()
@@ -191,7 +193,9 @@ class Handle(Passed):
         if seals & REQUIRED_SEALS != REQUIRED_SEALS:
             raise BadHandle("a passed memfd is not sealed against writing, growing and shrinking")
         if self.offset < 0 or self.offset % ALIGN or self.offset + self.nbytes > size:
-            raise BadHandle(f"a passed memfd of {size} bytes does not hold a tensor of {self.nbytes} bytes at {self.offset}")
+            raise BadHandle(
+                f"a passed memfd of {size} bytes does not hold a tensor of {self.nbytes} bytes at {self.offset}"
+            )
 
     def tensor(self) -> Any:
         """The tensor, mapped read-only: its own pages only, populated at once (faster than a
@@ -207,8 +211,9 @@ class Handle(Passed):
         if n == 0:
             return torch.empty(self.shape, dtype=dtype)
         length = _aligned(self.nbytes)
-        mapping = mmap.mmap(self.fd.fd, length, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ,
-                            offset=self.offset)
+        mapping = mmap.mmap(
+            self.fd.fd, length, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), mmap.PROT_READ, offset=self.offset
+        )
         _register_span(mapping, length)
         with warnings.catch_warnings():  # "the given buffer is not writable": that is the point
             warnings.simplefilter("ignore")
@@ -216,6 +221,7 @@ class Handle(Passed):
 
 
 # ---- memory ---------------------------------------------------------------------------------
+
 
 def _meminfo_bytes(key: str) -> int | None:
     try:
@@ -257,5 +263,6 @@ def require_host(needed: int, what: str) -> None:
     """Raise TooLarge with both numbers when `needed` bytes do not fit (`host_limit`)."""
     limit, source = host_limit()
     if needed > limit:
-        raise TooLarge(f"task too large for this host: {what} needs {needed / 1e9:.1f} GB, limit {limit / 1e9:.1f} GB "
-                       f"({source})")
+        raise TooLarge(
+            f"task too large for this host: {what} needs {needed / 1e9:.1f} GB, limit {limit / 1e9:.1f} GB ({source})"
+        )

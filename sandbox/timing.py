@@ -148,8 +148,9 @@ def pinned(cpu: int | None, strict: bool = True) -> Iterator[bool]:
         if not strict:
             yield False
             return
-        raise RuntimeError(f"cannot pin the timed loop to CPU {cpu} ({exc.strerror}); "
-                           f"fix KERNELWRIGHT_TIMING_CPU / timing_cpu") from exc
+        raise RuntimeError(
+            f"cannot pin the timed loop to CPU {cpu} ({exc.strerror}); fix KERNELWRIGHT_TIMING_CPU / timing_cpu"
+        ) from exc
     try:
         yield True
     finally:
@@ -296,7 +297,7 @@ class Timer:
                 self._calibrate_head_start()
             # the lower quartile of the later half: on a loaded host a median can be a descheduled
             # call's time, and an estimate 100x too long leaves blocks of a few calls
-            later = sorted(warm_ms[-max(1, len(warm_ms) // 2):])
+            later = sorted(warm_ms[-max(1, len(warm_ms) // 2) :])
             return max(later[(len(later) - 1) // 4], 1e-3)
 
     def block(
@@ -388,7 +389,9 @@ class Series:
         self._set += 1
         return j
 
-    def add(self, raw: list[float], charged: list[float], parts: list, loop: float | None, sync_floor_ms: float) -> float:
+    def add(
+        self, raw: list[float], charged: list[float], parts: list, loop: float | None, sync_floor_ms: float
+    ) -> float:
         self.raw.extend(raw)
         self.times.extend(charged)
         self.parts.extend(parts)
@@ -443,8 +446,9 @@ def calls_per_block(est_ms: float, budget_s: float, rounds: int, min_calls: int,
     return int(min(high, max(low, round(want))))
 
 
-def bootstrap_median_ci(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                        level: float = 0.95) -> tuple[float, float]:
+def bootstrap_median_ci(
+    values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED, level: float = 0.95
+) -> tuple[float, float]:
     """The percentile bootstrap interval of the median of `values`: `resamples` resamples with
     replacement, seeded (the same values give the same interval)."""
     import numpy as np
@@ -475,8 +479,13 @@ def widen(ratio: float, lo: float, hi: float, spread: float, z: float = 1.96) ->
     return ratio * math.exp(-down), ratio * math.exp(up)
 
 
-def paired_speedup(baseline_ms: Sequence[float], candidate_ms: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
-                   seed: int = BOOTSTRAP_SEED, spread: float = 0.0) -> dict[str, Any]:
+def paired_speedup(
+    baseline_ms: Sequence[float],
+    candidate_ms: Sequence[float],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    spread: float = 0.0,
+) -> dict[str, Any]:
     """The candidate against one baseline timed in the same rounds: a ratio per round (the
     baseline's block median over the candidate's: above 1 the candidate is faster), their
     median, and its 95% interval: the rounds' bootstrap widened by the between-window `spread`

@@ -191,7 +191,15 @@ def role_reference() -> None:
         return
     for attr in ("Model", "get_inputs", "get_init_inputs"):
         if not callable(getattr(task, attr, None)):
-            send({"ok": False, "stage": "task", "error": f"the task file defines no {attr} (KernelBench format needs Model, get_inputs, get_init_inputs)", "file": "task.py", "line": None})
+            send(
+                {
+                    "ok": False,
+                    "stage": "task",
+                    "error": f"the task file defines no {attr} (KernelBench format needs Model, get_inputs, get_init_inputs)",
+                    "file": "task.py",
+                    "line": None,
+                }
+            )
             return
 
     # Built under the device context, so parameters and inputs are drawn on the device itself:
@@ -228,8 +236,13 @@ def role_reference() -> None:
         stage = "size"
         _require_memory(roof, device)
     except BaseException as exc:
-        what = {"init": "get_init_inputs() failed: ", "model": "Model(*get_init_inputs()) failed: ",
-                "inputs": "get_inputs() failed: ", "forward": "Model.forward failed on get_inputs(): ", "size": ""}[stage]
+        what = {
+            "init": "get_init_inputs() failed: ",
+            "model": "Model(*get_init_inputs()) failed: ",
+            "inputs": "get_inputs() failed: ",
+            "forward": "Model.forward failed on get_inputs(): ",
+            "size": "",
+        }[stage]
         send(_error("task", exc, roots, what))
         return
     trace("reference: model built, first forward done")
@@ -237,8 +250,16 @@ def role_reference() -> None:
     ctx = _RefContext(task, make_model, make_inputs, run, seeds, msg, base, base_init, meta, device, options)
     del first_inputs
     LOCK.release()
-    send({"ok": True, "variants": [ctx.variants[0]], "planned": ctx.planned(), "roofline": roof, "device_name": _device_name(device),
-          "device_id": device_lock_name(device)})
+    send(
+        {
+            "ok": True,
+            "variants": [ctx.variants[0]],
+            "planned": ctx.planned(),
+            "roofline": roof,
+            "device_name": _device_name(device),
+            "device_id": device_lock_name(device),
+        }
+    )
     trace("reference: set-up sent")
     _reference_loop(ctx, roots)
 
@@ -262,8 +283,20 @@ class _RefContext:
     RELEASE_AFTER = ("trial", "compare", "timing_set")  # then freed device memory goes back to the driver
     ended = False  # set by a failed command: its error is the last reply
 
-    def __init__(self, task: Any, make_model: Any, make_inputs: Any, run: Any, seeds: dict, msg: dict, base: Any,
-                 base_init: list, first_inputs: list, device: str, options: dict):
+    def __init__(
+        self,
+        task: Any,
+        make_model: Any,
+        make_inputs: Any,
+        run: Any,
+        seeds: dict,
+        msg: dict,
+        base: Any,
+        base_init: list,
+        first_inputs: list,
+        device: str,
+        options: dict,
+    ):
         self.task, self.make_model, self.make_inputs, self.run = task, make_model, make_inputs, run
         self.seeds, self.msg, self.base, self.base_init = seeds, msg, base, base_init
         self.device, self.options = device, options
@@ -282,8 +315,12 @@ class _RefContext:
         """How many trials `_trials` will yield, as far as known before drawing them (a wide or
         shape trial the reference cannot run is skipped later)."""
         msg = self.msg
-        return (len(self.seeds["random"]) + int(bool(msg["reinit"] and self.variants[0]["state_dict"])) + int(bool(msg["wide"]))
-                + (2 if msg["shape"] and _size_consts(self.task) else 0))
+        return (
+            len(self.seeds["random"])
+            + int(bool(msg["reinit"] and self.variants[0]["state_dict"]))
+            + int(bool(msg["wide"]))
+            + (2 if msg["shape"] and _size_consts(self.task) else 0)
+        )
 
     def add_variant(self, init: list, model: Any, kind: str) -> int:
         self.variants.append({"init_inputs": init, "state_dict": _state(model), "kind": kind})
@@ -319,8 +356,17 @@ class _RefContext:
         if msg["shape"]:
             checked = [_size_note(self.task, first_inputs)]
             for direction in ("smaller", "larger"):
-                shaped = _shape_trial(self.task, self.make_model, self.make_inputs, self.run, seeds, self.base_init, first_inputs,
-                                      self.device, direction)
+                shaped = _shape_trial(
+                    self.task,
+                    self.make_model,
+                    self.make_inputs,
+                    self.run,
+                    seeds,
+                    self.base_init,
+                    first_inputs,
+                    self.device,
+                    direction,
+                )
                 if isinstance(shaped, str):
                     self.notes.append(shaped)
                     continue
@@ -348,8 +394,16 @@ class _RefContext:
         self.pending[index] = {"variant": v, "inputs": inputs, "spec": spec, "expected": leaves}
         new = self.variants[v] if v > 0 and v == len(self.variants) - 1 else None
         nbytes = sum(x.numel() * x.element_size() for x in leaves if isinstance(x, torch.Tensor))
-        return {"ok": True, "index": index, "kind": kind, "variant": v, "note": note, "inputs": inputs, "variant_spec": new,
-                "output_bytes": nbytes}
+        return {
+            "ok": True,
+            "index": index,
+            "kind": kind,
+            "variant": v,
+            "note": note,
+            "inputs": inputs,
+            "variant_spec": new,
+            "output_bytes": nbytes,
+        }
 
     def compare(self, cmd: dict) -> dict:
         """The candidate's outputs of trial `index` (read-only maps of its sealed memfd)
@@ -365,9 +419,17 @@ class _RefContext:
             return {"ok": False, "error": f"no trial {cmd['index']} to compare"}
         got = [to_device(x, self.device) if isinstance(x, torch.Tensor) else x for x in cmd["outputs"]]
         cmp = compare_outputs(cur["spec"], cur["expected"], cmd["spec"], got, self.eval_options)
-        reply = {"ok": True, "passed": cmp.passed, "message": cmp.message, "max_abs_error": cmp.max_abs_error,
-                 "max_rel_error": cmp.max_rel_error, "mismatched": cmp.mismatched, "total": cmp.total,
-                 "values_only": cmp.values_only, "exact": None}
+        reply = {
+            "ok": True,
+            "passed": cmp.passed,
+            "message": cmp.message,
+            "max_abs_error": cmp.max_abs_error,
+            "max_rel_error": cmp.max_rel_error,
+            "mismatched": cmp.mismatched,
+            "total": cmp.total,
+            "values_only": cmp.values_only,
+            "exact": None,
+        }
         exact_possible = not any(isinstance(x, torch.Tensor) and x.dtype == torch.float64 for x in cur["expected"])
         if not cmp.passed and cmp.values_only and cmd.get("clean") and exact_possible:
             exact = _exact(self.models[cur["variant"]], cur["inputs"], self.run)
@@ -393,7 +455,12 @@ class _RefContext:
             self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
             self.weights = fingerprint_weights(self.shapes, self.msg["fingerprint_seed"], self.device)
         self.sets.append(inputs)
-        return {"ok": True, "inputs": inputs, "shapes": self.shapes, "fingerprint": _expected_fingerprint(leaves, self.weights, self.eval_options)}
+        return {
+            "ok": True,
+            "inputs": inputs,
+            "shapes": self.shapes,
+            "fingerprint": _expected_fingerprint(leaves, self.weights, self.eval_options),
+        }
 
 
 def _release_device_cache(device: str) -> None:
@@ -424,10 +491,16 @@ class _RefCommands:
 
     def handlers(self) -> dict[str, Any]:
         ctx = self.ctx
-        return {"trial": self._guarded(lambda cmd: ctx.next_trial()), "compare": self._guarded(ctx.compare),
-                "timing_set": self._guarded(lambda cmd: ctx.timing_set()), "timing_setup": self.on_timing_setup,
-                "warm": self.on_paced, "block": self.on_paced, "timing_end": self.on_timing_end,
-                "ceilings": lambda cmd: _measure_ceilings(ctx.device, cmd.get("dtype", "float32"))}
+        return {
+            "trial": self._guarded(lambda cmd: ctx.next_trial()),
+            "compare": self._guarded(ctx.compare),
+            "timing_set": self._guarded(lambda cmd: ctx.timing_set()),
+            "timing_setup": self.on_timing_setup,
+            "warm": self.on_paced,
+            "block": self.on_paced,
+            "timing_end": self.on_timing_end,
+            "ceilings": lambda cmd: _measure_ceilings(ctx.device, cmd.get("dtype", "float32")),
+        }
 
     def _guarded(self, fn: Any) -> Any:
         def handler(cmd: dict) -> dict:
@@ -437,6 +510,7 @@ class _RefCommands:
             except BaseException as exc:
                 self.ctx.ended = True
                 return _error("task", exc, self.roots, "the reference failed while preparing trials: ")
+
         return handler
 
     def on_timing_setup(self, cmd: dict) -> dict:
@@ -525,7 +599,11 @@ def _compile_failure(exc: BaseException) -> tuple[str, bool]:
     limit or the host caused it (then the result says so and the failure is not cached)."""
     text = str(exc)
     lines = [ln.strip() for ln in text.splitlines()]
-    key = [ln for ln in lines if ("error" in ln.lower() or "limit exceeded" in ln) and not ln.startswith(("g++ ", "c++ ", "gcc ", "Command"))]
+    key = [
+        ln
+        for ln in lines
+        if ("error" in ln.lower() or "limit exceeded" in ln) and not ln.startswith(("g++ ", "c++ ", "gcc ", "Command"))
+    ]
     infra = [why for marker, why in _INFRA_MARKERS if marker in text]
     summary = text if len(text) < 1600 else text[:300] + " ... " + text[-600:]
     if key:
@@ -589,10 +667,28 @@ class _Paced:
         try:
             with torch.no_grad():
                 if cmd["cmd"] == "warm":
-                    return {"ok": True, "est_ms": self.timer.warm(self.fns[name], self.sets, cmd["budget_s"], cmd["warmup"],
-                                                                  cmd["max_calls"], self.hooks[name])}
-                return {"ok": True, "median_ms": self.timer.block(self.fns[name], self.sets, cmd["calls"], self.series[name],
-                                                                  self.hooks[name], rewarm=cmd.get("rewarm", 0))}
+                    return {
+                        "ok": True,
+                        "est_ms": self.timer.warm(
+                            self.fns[name],
+                            self.sets,
+                            cmd["budget_s"],
+                            cmd["warmup"],
+                            cmd["max_calls"],
+                            self.hooks[name],
+                        ),
+                    }
+                return {
+                    "ok": True,
+                    "median_ms": self.timer.block(
+                        self.fns[name],
+                        self.sets,
+                        cmd["calls"],
+                        self.series[name],
+                        self.hooks[name],
+                        rewarm=cmd.get("rewarm", 0),
+                    ),
+                }
         except BaseException as exc:
             _, _, text = where(exc, self.roots)
             return {"ok": False, "error": f"{self.labels[name]} raised during timing: {text}"}
@@ -638,9 +734,13 @@ SHAPE_MAX_BYTES = 1 << 30
 def _size_consts(task: Any) -> dict[str, int]:
     """The task's module-level int constants that get_inputs/get_init_inputs read (sizes)."""
     names = set(task.get_inputs.__code__.co_names) | set(task.get_init_inputs.__code__.co_names)
-    return {n: getattr(task, n) for n in sorted(names)
-            if type(getattr(task, n, None)) is int and getattr(task, n) >= 2
-            and not any(b in n.lower() for b in SIZE_BLOCKLIST)}
+    return {
+        n: getattr(task, n)
+        for n in sorted(names)
+        if type(getattr(task, n, None)) is int
+        and getattr(task, n) >= 2
+        and not any(b in n.lower() for b in SIZE_BLOCKLIST)
+    }
 
 
 def _size_note(task: Any, inputs: list) -> str:
@@ -676,8 +776,17 @@ def _larger(v: int, factor: float) -> int:
     return (w + 7) // 8 * 8 if v >= 32 else max(v + 1, w)
 
 
-def _shape_trial(task: Any, make_model: Any, make_inputs: Any, run: Any, seeds: dict, base_init: list, first_inputs: list,
-                 device: str, direction: str = "smaller") -> Any:
+def _shape_trial(
+    task: Any,
+    make_model: Any,
+    make_inputs: Any,
+    run: Any,
+    seeds: dict,
+    base_init: list,
+    first_inputs: list,
+    device: str,
+    direction: str = "smaller",
+) -> Any:
     """Change the task's module-level size constants (those get_inputs/get_init_inputs read)
     and build the reference at that shape; returns a note string when not applicable.
     `smaller`: 3/4 of each constant (v + 1 below 32), all at once, else one at a time. `larger`
@@ -723,7 +832,8 @@ def _shape_trial(task: Any, make_model: Any, make_inputs: Any, run: Any, seeds: 
             for n in new:
                 setattr(task, n, consts[n])
     return f"{direction} shape trial skipped: the reference does not run with changed size constants" + (
-        f" within {SHAPE_GROWTH}x the benchmark's input bytes" if direction == "larger" else "")
+        f" within {SHAPE_GROWTH}x the benchmark's input bytes" if direction == "larger" else ""
+    )
 
 
 def _roofline_counts(model: Any, inputs: list, run: Any) -> dict:
@@ -743,9 +853,18 @@ def _roofline_counts(model: Any, inputs: list, run: Any) -> dict:
         return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
 
     params = list(model.parameters()) + list(model.buffers())
-    dtypes = sorted({str(x.dtype).replace("torch.", "") for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()})
+    dtypes = sorted(
+        {str(x.dtype).replace("torch.", "") for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()}
+    )
     i, o, p = nbytes(inputs), nbytes(leaves), nbytes(params)
-    return {"flops": flops, "min_bytes": float(i + o + p), "dtypes": dtypes, "input_bytes": i, "output_bytes": o, "param_bytes": p}
+    return {
+        "flops": flops,
+        "min_bytes": float(i + o + p),
+        "dtypes": dtypes,
+        "input_bytes": i,
+        "output_bytes": o,
+        "param_bytes": p,
+    }
 
 
 def _measure_ceilings(device: str, dtype_name: str = "float32") -> dict:
@@ -772,6 +891,7 @@ def _measure_ceilings(device: str, dtype_name: str = "float32") -> dict:
 
 
 # ---- candidate ---------------------------------------------------------------------------
+
 
 class _Forward:
     """Everything the candidate process knows about one forward call and what it did."""
@@ -864,9 +984,16 @@ class _Candidate:
         self.ended = False  # the last reply was an error: the process ends after sending it
 
     def handlers(self) -> dict[str, Any]:
-        return {"trial": self.on_trial, "trials_end": self.on_trials_end, "timing_set": self.on_timing_set,
-                "timing_setup": self.on_timing_setup, "warm": self.on_paced, "block": self.on_paced,
-                "timing_end": self.on_timing_end, "profile": self.on_profile}
+        return {
+            "trial": self.on_trial,
+            "trials_end": self.on_trials_end,
+            "timing_set": self.on_timing_set,
+            "timing_setup": self.on_timing_setup,
+            "warm": self.on_paced,
+            "block": self.on_paced,
+            "timing_end": self.on_timing_end,
+            "profile": self.on_profile,
+        }
 
     def custom_calls(self) -> dict[str, int]:
         from .harness import inline_calls
@@ -888,8 +1015,13 @@ class _Candidate:
             mod = load_module_from_source("model_new", self.cand_dir / "model_new.py")
             self.ModelNew = getattr(mod, "ModelNew", None)
             if not isinstance(self.ModelNew, type) or not issubclass(self.ModelNew, torch.nn.Module):
-                failure = {"ok": False, "stage": "import", "error": "model_new.py defines no class ModelNew(nn.Module)",
-                           "file": "model_new.py", "line": None}
+                failure = {
+                    "ok": False,
+                    "stage": "import",
+                    "error": "model_new.py defines no class ModelNew(nn.Module)",
+                    "file": "model_new.py",
+                    "line": None,
+                }
         except BaseException as exc:
             failure = _error("import", exc, self.roots, "model_new.py does not import: ")
         if failure is None:
@@ -912,8 +1044,12 @@ class _Candidate:
             try:
                 m.load_state_dict(spec["state_dict"], strict=True)
             except RuntimeError as exc:
-                raise _Stage("init", exc, "ModelNew's parameters/buffers do not match Model's (loaded with strict=True; "
-                                          "keep the same names and shapes): ") from exc
+                raise _Stage(
+                    "init",
+                    exc,
+                    "ModelNew's parameters/buffers do not match Model's (loaded with strict=True; "
+                    "keep the same names and shapes): ",
+                ) from exc
             self.models[v] = m.eval().to(self.device)
         return self.models[v]
 
@@ -979,8 +1115,13 @@ class _Candidate:
 
     def on_trials_end(self, cmd: dict) -> dict:
         self.findings.extend(self.integrity.check())
-        reply = {"type": "trials", "ops": self.ops, "custom_calls": self.custom_calls(), "calls_per_forward": self.calls_per_forward,
-                 "findings": self.findings}
+        reply = {
+            "type": "trials",
+            "ops": self.ops,
+            "custom_calls": self.custom_calls(),
+            "calls_per_forward": self.calls_per_forward,
+            "findings": self.findings,
+        }
         self.findings = []
         trace("candidate: trials run")
         return reply
@@ -995,14 +1136,19 @@ class _Candidate:
         from .shared import is_mapped_read_only
 
         with LOCK.shared():
-            self.timing_sets.append([x.clone() if isinstance(x, torch.Tensor) and is_mapped_read_only(x) else x
-                                     for x in to_device(cmd["inputs"], self.device)])
+            self.timing_sets.append(
+                [
+                    x.clone() if isinstance(x, torch.Tensor) and is_mapped_read_only(x) else x
+                    for x in to_device(cmd["inputs"], self.device)
+                ]
+            )
         return {"ok": True}
 
     def on_timing_setup(self, cmd: dict) -> dict:
         trace("candidate: timing sets received")
-        self.timing = _CandidateTiming(cmd, self.timing_sets, self.model_for(0), self.device, self.custom_calls,
-                                       self.integrity, self.roots)
+        self.timing = _CandidateTiming(
+            cmd, self.timing_sets, self.model_for(0), self.device, self.custom_calls, self.integrity, self.roots
+        )
         return {"ok": True}
 
     def on_paced(self, cmd: dict) -> dict:
@@ -1016,7 +1162,9 @@ class _Candidate:
             return _profile(cmd, self.timing_sets, self.model_for(0), self.device)
 
 
-def _output_checks(leaves: list, snapshot: list, inputs: list, model: Any, device: str, same_bits: Any, storage_span: Any) -> list:
+def _output_checks(
+    leaves: list, snapshot: list, inputs: list, model: Any, device: str, same_bits: Any, storage_span: Any
+) -> list:
     """Plain, strided, on the device, unchanged after return, sharing no memory with an input,
     parameter or buffer. A subclass output is replaced by None (it is never sent)."""
     import torch
@@ -1028,7 +1176,12 @@ def _output_checks(leaves: list, snapshot: list, inputs: list, model: Any, devic
         if not isinstance(leaf, torch.Tensor):
             continue
         if type(leaf) is not torch.Tensor:
-            checks.append(("reject", f"output {j} is a {type(leaf).__name__}, not a plain torch.Tensor (lazy or subclass outputs are not allowed)"))
+            checks.append(
+                (
+                    "reject",
+                    f"output {j} is a {type(leaf).__name__}, not a plain torch.Tensor (lazy or subclass outputs are not allowed)",
+                )
+            )
             leaves[j] = None
             continue
         if leaf.device.type != device:
@@ -1036,7 +1189,12 @@ def _output_checks(leaves: list, snapshot: list, inputs: list, model: Any, devic
         if leaf.layout != torch.strided:
             checks.append(("reject", f"output {j} has layout {leaf.layout}; outputs must be dense strided tensors"))
         if snapshot[j] is not None and not same_bits(snapshot[j], leaf):
-            checks.append(("reject", f"output {j} changed after forward returned: work continued on another stream or thread after the call"))
+            checks.append(
+                (
+                    "reject",
+                    f"output {j} changed after forward returned: work continued on another stream or thread after the call",
+                )
+            )
         span = storage_span(leaf)
         for k, other in spans:
             if span and other and span[0] < other[1] and other[0] < span[1]:
@@ -1066,7 +1224,9 @@ class _CandidateTiming:
     output fingerprints (every timed call's, checked by the parent against the reference's), the
     custom-kernel count, and after the window the kernel names and integrity findings."""
 
-    def __init__(self, cmd: dict, sets: list, model: Any, device: str, custom_calls: Any, integrity: Any, roots: list[str]):
+    def __init__(
+        self, cmd: dict, sets: list, model: Any, device: str, custom_calls: Any, integrity: Any, roots: list[str]
+    ):
         from .harness import fingerprint, fingerprint_weights, flatten
 
         with LOCK.shared():
@@ -1097,11 +1257,24 @@ class _CandidateTiming:
                 kernels, graphs = _cuda_kernel_names(self.model, self.paced.sets[0])
         findings = self.integrity.check()
         if series.late_calls:
-            findings.append(("timing", f"{series.late_calls} timed calls left work running on the device after their stream's last "
-                                       "event (other streams or threads); that time was added to theirs"))
-        return {"ok": True, "stats": series.stats(self.paced.timer.pinned_cpu), "fingerprints": self.prints, "custom_calls": calls,
-                "forwards": len(self.prints), "kernels": kernels, "graph_launches": graphs, "clock": self.paced.timer.clock,
-                "findings": findings}
+            findings.append(
+                (
+                    "timing",
+                    f"{series.late_calls} timed calls left work running on the device after their stream's last "
+                    "event (other streams or threads); that time was added to theirs",
+                )
+            )
+        return {
+            "ok": True,
+            "stats": series.stats(self.paced.timer.pinned_cpu),
+            "fingerprints": self.prints,
+            "custom_calls": calls,
+            "forwards": len(self.prints),
+            "kernels": kernels,
+            "graph_launches": graphs,
+            "clock": self.paced.timer.clock,
+            "findings": findings,
+        }
 
 
 def _cuda_kernel_names(model: Any, inputs: list) -> tuple[list[str], int]:
@@ -1158,6 +1331,7 @@ def _profile(cmd: dict, sets: list, model: Any, device: str) -> dict:
 
 
 # ---- prebuild ------------------------------------------------------------------------------
+
 
 def role_prebuild() -> None:
     msg = recv()

@@ -10,7 +10,7 @@ code.
 
 from __future__ import annotations
 
-SOFTMAX_MODEL_NEW = '''\
+SOFTMAX_MODEL_NEW = """\
 import torch
 import torch.nn as nn
 import kwrt
@@ -27,12 +27,12 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         lib.softmax_rows(x, out, rows, cols, kwrt.stream())
         return out
-'''
+"""
 
 # Fuses max, exp, sum and scale of each row (torch.softmax(x, 1)); reads x once for the max and
 # twice more, writes out once. `correct=False` drops the final scale: a wrong result the sandbox
 # must reject, so a test can tell results apart by verdict as well as by candidate hash.
-SOFTMAX_CPU = '''\
+SOFTMAX_CPU = """\
 // row softmax, variant {variant}
 #include <cmath>
 #include <cstdint>
@@ -50,10 +50,10 @@ extern "C" int softmax_rows(const float* x, float* out, int64_t rows, int64_t co
     }}
     return 0;
 }}
-'''
+"""
 
 # One block per row; max and sum reduced in shared memory. Same fusion and bytes as the CPU kernel.
-SOFTMAX_CUDA = '''\
+SOFTMAX_CUDA = """\
 // row softmax, variant {variant}
 #include <cmath>
 #include <cstdint>
@@ -93,7 +93,7 @@ extern "C" int softmax_rows(const float* x, float* out, int64_t rows, int64_t co
     softmax_rows_kernel<<<(unsigned)rows, kThreads, 0, (cudaStream_t)stream>>>(x, out, cols);
     return (int)cudaGetLastError();
 }}
-'''
+"""
 
 
 def softmax_candidate(variant: int, backend: str = "cpu", correct: bool = True) -> dict[str, str]:
@@ -203,7 +203,10 @@ extern "C" int bias_relu(const float* h, const float* b, float* out, int64_t row
 def linear_relu_candidate(backend: str) -> dict[str, str]:
     """The agent-style candidate for linear_relu_task: library GEMM + one fused kernel."""
     ext = "cu" if backend == "cuda" else "cpp"
-    return {"model_new.py": LINEAR_MODEL_NEW, f"kernels/bias_relu.{ext}": LINEAR_CUDA if backend == "cuda" else LINEAR_CPU}
+    return {
+        "model_new.py": LINEAR_MODEL_NEW,
+        f"kernels/bias_relu.{ext}": LINEAR_CUDA if backend == "cuda" else LINEAR_CPU,
+    }
 
 
 def softmax_task(rows: int, cols: int) -> str:

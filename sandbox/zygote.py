@@ -34,6 +34,7 @@ MAX_MSG = 1 << 16
 
 # ---- zygote process -------------------------------------------------------------------
 
+
 def _child_main(req: dict, fds: list[int], sock: socket.socket) -> None:
     from .isolation import Limits, _preexec
 
@@ -86,9 +87,11 @@ def serve(fd: int) -> None:
     """The zygote's loop: spawn requests, wait requests, nothing else."""
     import torch  # (the point of the zygote)
 
-    native_threads = len(os.listdir("/proc/self/task"))  # torch's import starts a helper thread; forking after it is what DataLoader does too
-    import torch.profiler  # noqa: F401
-    import torch.utils._python_dispatch  # noqa: F401
+    native_threads = len(
+        os.listdir("/proc/self/task")
+    )  # torch's import starts a helper thread; forking after it is what DataLoader does too
+    import torch.profiler
+    import torch.utils._python_dispatch
     import torch.utils.flop_counter
 
     from . import audit, channel, harness, timing, worker  # noqa: F401
@@ -188,6 +191,7 @@ def _descendants(root: int) -> list[int]:
 
 # ---- parent side ------------------------------------------------------------------------
 
+
 class ZygoteProcess:
     """What isolation.Child holds instead of a Popen when the zygote forked its process."""
 
@@ -232,8 +236,9 @@ class ZygoteClient:
             if contained:
                 self.proc = self._start_contained(argv, env, child.fileno(), gpu)
             else:
-                self.proc = subprocess.Popen(argv, env=env, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
-                                             start_new_session=True)
+                self.proc = subprocess.Popen(
+                    argv, env=env, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True
+                )
         finally:
             child.close()
 
@@ -244,11 +249,20 @@ class ZygoteClient:
             os.chown(self.jobs_dir, self.host_uid, self.host_uid)
         filt = containment.seccomp_fd(allow_namespaces=True)
         try:
-            args = containment.bwrap_args([(self.jobs_dir, containment.INSIDE_JOBS)], gpu=gpu, seccomp_fd=filt,
-                                          zygote=True) + argv
+            args = (
+                containment.bwrap_args(
+                    [(self.jobs_dir, containment.INSIDE_JOBS)], gpu=gpu, seccomp_fd=filt, zygote=True
+                )
+                + argv
+            )
             plan = containment.reachable_view(containment.sources_of(args), self.host_uid) if self.host_uid else []
-            return subprocess.Popen(args, env=env, pass_fds=(sock_fd, filt), stdin=subprocess.DEVNULL,
-                                    preexec_fn=containment.preexec(self.host_uid, plan, os.setsid))
+            return subprocess.Popen(
+                args,
+                env=env,
+                pass_fds=(sock_fd, filt),
+                stdin=subprocess.DEVNULL,
+                preexec_fn=containment.preexec(self.host_uid, plan, os.setsid),
+            )
         finally:
             os.close(filt)
 

@@ -140,7 +140,9 @@ def listen(host: str, port: int, wait_s: float = 0.0) -> socket.socket:
 
 def _resp(*words: str) -> bytes:
     """One Redis command in RESP, the protocol's array form (safe for any password)."""
-    return f"*{len(words)}\r\n".encode() + b"".join(f"${len(w.encode())}\r\n".encode() + w.encode() + b"\r\n" for w in words)
+    return f"*{len(words)}\r\n".encode() + b"".join(
+        f"${len(w.encode())}\r\n".encode() + w.encode() + b"\r\n" for w in words
+    )
 
 
 def redis_answers(host: str, port: int, timeout: float = 1.0, password: str | None = None) -> bool:
@@ -179,8 +181,11 @@ def worker_env(env: dict[str, str]) -> dict[str, str]:
     """The compile and gpu workers run untrusted code (inside the sandbox, but a wall is no reason
     to hand it the keys): no model endpoint, no SECRET_KEY of the web server, nothing else named
     like a secret."""
-    kept = {k: v for k, v in env.items()
-            if k not in MODEL_SECRETS and (k.upper().startswith("PG") or not SECRET_NAME.search(k))}
+    kept = {
+        k: v
+        for k, v in env.items()
+        if k not in MODEL_SECRETS and (k.upper().startswith("PG") or not SECRET_NAME.search(k))
+    }
     return throwaway_secret_key(kept)
 
 
@@ -253,8 +258,15 @@ class Stack:
 
     children: list[Child] = field(default_factory=list)
 
-    def start(self, name: str, argv: list[str], env: dict[str, str], prefix_output: bool = True,
-              restart: bool = False, **hooks) -> Child:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        prefix_output: bool = True,
+        restart: bool = False,
+        **hooks,
+    ) -> Child:
         child = Child(name, argv, env, prefix_output, restart, **hooks)
         self.children.append(child)
         self._spawn(child)
@@ -264,10 +276,14 @@ class Stack:
         if child.prepare:
             child.prepare()
         child.proc = subprocess.Popen(
-            child.argv, cwd=ROOT, env=child.env, stdin=subprocess.DEVNULL,
+            child.argv,
+            cwd=ROOT,
+            env=child.env,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if child.prefix_output else None,
             stderr=subprocess.STDOUT if child.prefix_output else None,
-            preexec_fn=_die_with_parent, pass_fds=child.pass_fds,
+            preexec_fn=_die_with_parent,
+            pass_fds=child.pass_fds,
         )
         child.started, child.restart_at = time.monotonic(), None
         if child.prefix_output:
@@ -298,8 +314,10 @@ class Stack:
             child.quick_deaths = child.quick_deaths + 1 if ran < STABLE_S else 1
             delay = BACKOFF_S[min(child.quick_deaths, len(BACKOFF_S)) - 1]
             child.restart_at = now + delay
-            say(f"{child.name} {describe_exit(code)} after {ran:.0f} s: starting it again in {delay} s"
-                + (f" ({child.quick_deaths} quick deaths in a row)" if child.quick_deaths > 1 else ""))
+            say(
+                f"{child.name} {describe_exit(code)} after {ran:.0f} s: starting it again in {delay} s"
+                + (f" ({child.quick_deaths} quick deaths in a row)" if child.quick_deaths > 1 else "")
+            )
         return None
 
     def first_exited(self) -> Child | None:
@@ -359,9 +377,11 @@ def start_private_redis(stack: Stack) -> str:
         conf.unlink(missing_ok=True)
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(f"port {port}\nbind 127.0.0.1\nprotected-mode yes\nrequirepass {password}\n"
-                    f'dir "{data}"\nsave "60 1"\nappendonly yes\nappendfsync everysec\ndaemonize no\n'
-                    f'logfile "{data / "redis.log"}"\n')
+            f.write(
+                f"port {port}\nbind 127.0.0.1\nprotected-mode yes\nrequirepass {password}\n"
+                f'dir "{data}"\nsave "60 1"\nappendonly yes\nappendfsync everysec\ndaemonize no\n'
+                f'logfile "{data / "redis.log"}"\n'
+            )
 
     def wait_answers(child: Child) -> None:
         try:
@@ -373,8 +393,14 @@ def start_private_redis(stack: Stack) -> str:
         finally:
             conf.unlink(missing_ok=True)
 
-    child = stack.start("redis", [server, str(conf)], minimal_env(dict(os.environ)), restart=True,
-                        prepare=write_conf, ready=wait_answers)
+    child = stack.start(
+        "redis",
+        [server, str(conf)],
+        minimal_env(dict(os.environ)),
+        restart=True,
+        prepare=write_conf,
+        ready=wait_answers,
+    )
     if child.proc.poll() is not None or not redis_answers("127.0.0.1", port, password=password):
         raise SystemExit(f"redis-server did not start: see {data / 'redis.log'}")
     say(f"started redis-server on 127.0.0.1:{port}, password required (data in {data})")
@@ -390,8 +416,11 @@ def gpu_ids(requested: int | None, backend: str) -> list[str]:
     if backend == "cpu":
         return []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    probe = subprocess.run([PY, "-c", "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [PY, "-c", "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"],
+        capture_output=True,
+        text=True,
+    )
     count = int(probe.stdout.strip() or 0) if probe.returncode == 0 else 0
     ids = [v.strip() for v in visible.split(",") if v.strip()][:count] if visible else [str(i) for i in range(count)]
     return ids[:requested] if requested is not None else ids
@@ -418,8 +447,24 @@ def web_argv(fd: int) -> list[str]:
 
 
 def worker_argv(queue: str, name: str, concurrency: int) -> list[str]:
-    return [PY, "-m", "celery", "-A", "webapp.celery:app", "worker", "-Q", queue, "-n", f"{name}@%h",
-            "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    return [
+        PY,
+        "-m",
+        "celery",
+        "-A",
+        "webapp.celery:app",
+        "worker",
+        "-Q",
+        queue,
+        "-n",
+        f"{name}@%h",
+        "-c",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
 
 
 def wait_healthy(url: str, stack: Stack, timeout: float) -> bool:
@@ -496,11 +541,17 @@ def run(args: argparse.Namespace) -> int:
             if count > 1:
                 # docs/gpu-pool.md: CPU timings taken in parallel share cores and caches, so each
                 # worker's numbers are disturbed by the others (measured: 7.8 ms alone, 15.7 ms with two).
-                say("warning: several cpu-backend evaluation workers time on the same cores; "
-                    "their speedups disturb each other. Use one unless this host has many cores.")
+                say(
+                    "warning: several cpu-backend evaluation workers time on the same cores; "
+                    "their speedups disturb each other. Use one unless this host has many cores."
+                )
             for i in range(count):
-                stack.start(f"gpu{i}", worker_argv("gpu", f"gpu{i}", 1), untrusted | {"KERNELWRIGHT_BACKEND": "cpu"},
-                            restart=True)
+                stack.start(
+                    f"gpu{i}",
+                    worker_argv("gpu", f"gpu{i}", 1),
+                    untrusted | {"KERNELWRIGHT_BACKEND": "cpu"},
+                    restart=True,
+                )
 
         url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
         say(f"Kernelwright is starting at {url}/  (health: {url}/health/)")
@@ -527,7 +578,11 @@ def run(args: argparse.Namespace) -> int:
         say("all processes stopped")
 
 
-FAST_TIER = ["-m", "not slow", "--durations=30"]  # the slowest tests listed at the end: what to move to the slow tier next
+FAST_TIER = [
+    "-m",
+    "not slow",
+    "--durations=30",
+]  # the slowest tests listed at the end: what to move to the slow tier next
 
 
 def tier(pytest_args: list[str]) -> list[str]:
@@ -573,18 +628,39 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="start Redis (if needed), the web server and the workers")
     r.add_argument("--host", default=os.environ.get("KERNELWRIGHT_HOST", "127.0.0.1"))
     r.add_argument("--port", type=int, default=int(os.environ.get("KERNELWRIGHT_PORT", "8000")))
-    r.add_argument("--gpu-workers", type=int, default=None, help="gpu-queue workers (default: one per visible GPU, or 1 on the cpu backend)")
-    r.add_argument("--evals-per-gpu", type=int, default=2,
-                   help="evaluations at once on each GPU (cuda only): timed loops still take the GPU alone "
-                        "(sandbox device lock); 2 measured 1.5-1.6x the evaluations per minute of 1, medians "
-                        "within 1.6%% (docs/gpu-pool.md)")
-    r.add_argument("--timing-cpus", action="store_true",
-                   help="give each GPU a CPU of its own for timed loops and keep every other process off it "
-                        "(sandbox.placement; no measured effect on the two-H200 host, docs/gpu-pool.md)")
-    r.add_argument("--wait-for-port", type=float, default=float(os.environ.get("KERNELWRIGHT_WAIT_FOR_PORT", "0")),
-                   metavar="SECONDS", help="when the port is busy, wait this long for it to be free (default: exit at once)")
-    r.add_argument("--web-processes", type=int, default=int(os.environ.get("KERNELWRIGHT_WEB_PROCESSES", "2")),
-                   help="web server processes sharing the one listening socket (default 2)")
+    r.add_argument(
+        "--gpu-workers",
+        type=int,
+        default=None,
+        help="gpu-queue workers (default: one per visible GPU, or 1 on the cpu backend)",
+    )
+    r.add_argument(
+        "--evals-per-gpu",
+        type=int,
+        default=2,
+        help="evaluations at once on each GPU (cuda only): timed loops still take the GPU alone "
+        "(sandbox device lock); 2 measured 1.5-1.6x the evaluations per minute of 1, medians "
+        "within 1.6%% (docs/gpu-pool.md)",
+    )
+    r.add_argument(
+        "--timing-cpus",
+        action="store_true",
+        help="give each GPU a CPU of its own for timed loops and keep every other process off it "
+        "(sandbox.placement; no measured effect on the two-H200 host, docs/gpu-pool.md)",
+    )
+    r.add_argument(
+        "--wait-for-port",
+        type=float,
+        default=float(os.environ.get("KERNELWRIGHT_WAIT_FOR_PORT", "0")),
+        metavar="SECONDS",
+        help="when the port is busy, wait this long for it to be free (default: exit at once)",
+    )
+    r.add_argument(
+        "--web-processes",
+        type=int,
+        default=int(os.environ.get("KERNELWRIGHT_WEB_PROCESSES", "2")),
+        help="web server processes sharing the one listening socket (default 2)",
+    )
     r.add_argument("--agent-concurrency", type=int, default=2)
     r.add_argument("--compile-concurrency", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     r.add_argument("--ready-timeout", type=float, default=90.0)

@@ -63,9 +63,17 @@ class BodyLimit:
     @staticmethod
     async def _refuse(send, path, limit, size) -> None:
         kind, body = too_large_response(path, limit, size)
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", kind),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

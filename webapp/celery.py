@@ -80,11 +80,16 @@ class DeliveryLimitedTask(Task):
             try:
                 ttl = 2 * int(self.app.conf.broker_transport_options.get("visibility_timeout", 3600)) + 3600
                 deliveries = count_delivery(client, request.id, retries, ttl)
-            except Exception:  # noqa: BLE001 - see the docstring
+            except Exception:  # see the docstring
                 logger.exception("task %s[%s]: could not count its deliveries", self.name, request.id)
         if deliveries is not None and deliveries > MAX_DELIVERIES:
-            logger.error("task %s[%s] delivered %d times, its worker died on each of the %d before: not run again",
-                         self.name, request.id, deliveries, MAX_DELIVERIES)
+            logger.error(
+                "task %s[%s] delivered %d times, its worker died on each of the %d before: not run again",
+                self.name,
+                request.id,
+                deliveries,
+                MAX_DELIVERIES,
+            )
             try:
                 return self.on_worker_died_too_often(*args, **kwargs)
             finally:
@@ -104,7 +109,7 @@ class DeliveryLimitedTask(Task):
     def _forget(self, client, task_id: str, retries: int) -> None:
         try:
             forget_deliveries(client, task_id, retries)
-        except Exception:  # noqa: BLE001 - the count expires by itself
+        except Exception:  # the count expires by itself
             logger.warning("task %s[%s]: could not clear its delivery count", self.name, task_id)
 
 
@@ -147,7 +152,7 @@ def _start_alive(task_id=None, task=None, **kwargs) -> None:
         while True:
             try:
                 redis_client(url).set(alive_key(task_id), os.getpid(), ex=ALIVE_TTL_S)
-            except Exception:  # noqa: BLE001 - Redis restarting: the next refresh sets it again
+            except Exception:  # Redis restarting: the next refresh sets it again
                 pass
             if stop.wait(ALIVE_EVERY_S):
                 return
@@ -163,7 +168,7 @@ def _stop_alive(task_id=None, **kwargs) -> None:
     stop.set()
     try:
         redis_client(app.conf.broker_url).delete(alive_key(task_id))
-    except Exception:  # noqa: BLE001 - it expires
+    except Exception:  # it expires
         pass
 
 

@@ -92,8 +92,11 @@ def sharing_violations(runs: Iterable[TaskRun], per_device: int = 1) -> list[tup
     `--evals-per-gpu N` run up to N evaluations on a GPU at once; their timed loops must still
     never overlap, which the results show (sandbox.devlock.overlapping_windows)."""
     runs = list(runs)
-    return [group for group in combinations(runs, per_device + 1)
-            if all(a.shares_device_with(b) and a.overlaps(b) for a, b in combinations(group, 2))]
+    return [
+        group
+        for group in combinations(runs, per_device + 1)
+        if all(a.shares_device_with(b) and a.overlaps(b) for a, b in combinations(group, 2))
+    ]
 
 
 # --- the record, written by the worker ------------------------------------------------------------
@@ -127,25 +130,33 @@ def _record_start(task_id: str | None = None, task: Any = None, **_: Any) -> Non
         return
     try:
         hostname = getattr(task.request, "hostname", None) or f"unknown@{socket.gethostname()}"
-        _write(task.app, task_id, {
-            "task_id": task_id, "task": task.name, "worker": hostname,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-            "backend": os.environ.get("KERNELWRIGHT_BACKEND", ""),
-            "pid": os.getpid(), "started": time.time(),
-        })
-    except Exception:  # noqa: BLE001 - the record must never fail an evaluation
+        _write(
+            task.app,
+            task_id,
+            {
+                "task_id": task_id,
+                "task": task.name,
+                "worker": hostname,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "backend": os.environ.get("KERNELWRIGHT_BACKEND", ""),
+                "pid": os.getpid(),
+                "started": time.time(),
+            },
+        )
+    except Exception:  # the record must never fail an evaluation
         logger.exception("could not record the start of %s", task_id)
 
 
 @task_postrun.connect
-def _record_end(task_id: str | None = None, task: Any = None, state: str | None = None, retval: Any = None,
-                **_: Any) -> None:
+def _record_end(
+    task_id: str | None = None, task: Any = None, state: str | None = None, retval: Any = None, **_: Any
+) -> None:
     if task is None or not task_id or not str(getattr(task, "name", "")).startswith(GPU_TASK_PREFIX):
         return
     try:
         device = retval.get("device_id", "") if isinstance(retval, dict) else ""
         _write(task.app, task_id, {"finished": time.time(), "state": state or "", "device_id": str(device or "")})
-    except Exception:  # noqa: BLE001
+    except Exception:
         logger.exception("could not record the end of %s", task_id)
 
 
@@ -217,8 +228,14 @@ class BatchResult:
     seconds: float  # wall time from sending the first to receiving the last
 
 
-def evaluate_batch(task_source: str, candidates: Sequence[dict[str, str]], options: dict[str, Any],
-                   job_id: int | None = None, app=None, timeout: float = 1800.0) -> BatchResult:
+def evaluate_batch(
+    task_source: str,
+    candidates: Sequence[dict[str, str]],
+    options: dict[str, Any],
+    job_id: int | None = None,
+    app=None,
+    timeout: float = 1800.0,
+) -> BatchResult:
     """Evaluate several candidates of one job at once: one gpu task each, sent together, so idle
     gpu workers take them in parallel (each worker still runs one at a time: concurrency 1,
     prefetch 1, acks late). Results come back in the order of `candidates`. A candidate whose
@@ -230,9 +247,12 @@ def evaluate_batch(task_source: str, candidates: Sequence[dict[str, str]], optio
 
     app = app or _default_app()
     began = time.monotonic()
-    sent = [app.send_task(EVALUATE_TASK, kwargs={"task_source": task_source, "files": files, "options": options,
-                                                  "job_id": job_id})
-            for files in candidates]
+    sent = [
+        app.send_task(
+            EVALUATE_TASK, kwargs={"task_source": task_source, "files": files, "options": options, "job_id": job_id}
+        )
+        for files in candidates
+    ]
     deadline = began + timeout
     results = []
     for async_result in sent:
@@ -240,8 +260,13 @@ def evaluate_batch(task_source: str, candidates: Sequence[dict[str, str]], optio
             data = async_result.get(timeout=max(0.1, deadline - time.monotonic()), disable_sync_subtasks=False)
         except CeleryTimeout:
             async_result.revoke()
-            results.append(EvalResult(status=Status.TIMEOUT, verdict=Verdict.FAIL,
-                                      reasons=[f"the evaluation did not come back from its worker within {timeout:.0f} s"]))
+            results.append(
+                EvalResult(
+                    status=Status.TIMEOUT,
+                    verdict=Verdict.FAIL,
+                    reasons=[f"the evaluation did not come back from its worker within {timeout:.0f} s"],
+                )
+            )
             continue
         results.append(EvalResult.from_dict(data))
     return BatchResult(results=results, task_ids=[r.id for r in sent], seconds=time.monotonic() - began)
@@ -258,7 +283,8 @@ def run_table(runs: Iterable[TaskRun], origin: float | None = None) -> str:
     lines = [f"{'worker':<28} {'CUDA_VISIBLE_DEVICES':<20} {'device':<12} {'start_s':>8} {'end_s':>8}  task_id"]
     for r in runs:
         end = f"{r.finished - origin:8.2f}" if r.finished is not None else "     ..."
-        lines.append(f"{r.worker:<28} {r.cuda_visible_devices or '-':<20} {r.device_id[:12] or '-':<12} "
-                     f"{r.started - origin:8.2f} {end}  {r.task_id}")
+        lines.append(
+            f"{r.worker:<28} {r.cuda_visible_devices or '-':<20} {r.device_id[:12] or '-':<12} "
+            f"{r.started - origin:8.2f} {end}  {r.task_id}"
+        )
     return "\n".join(lines)
-

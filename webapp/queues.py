@@ -46,7 +46,9 @@ def queue_for_task(name: str) -> Queue | None:
     return None
 
 
-def route_task(name: str, args: Any = None, kwargs: Any = None, options: Any = None, task: Any = None, **kw: Any) -> dict | None:
+def route_task(
+    name: str, args: Any = None, kwargs: Any = None, options: Any = None, task: Any = None, **kw: Any
+) -> dict | None:
     """Celery router (https://docs.celeryq.dev/en/stable/userguide/routing.html#routers)."""
     queue = queue_for_task(name)
     return {"queue": queue.value, "routing_key": queue.value} if queue else None
@@ -137,7 +139,11 @@ def celery_queue_settings(agent_time_limit: int, compile_time_limit: int, gpu_ti
     """The CELERY_* Django settings for queues, routing, reliability and limits."""
     from kombu import Queue as KombuQueue
 
-    hard = {Queue.AGENT.value: agent_time_limit, Queue.COMPILE.value: compile_time_limit, Queue.GPU.value: gpu_time_limit}
+    hard = {
+        Queue.AGENT.value: agent_time_limit,
+        Queue.COMPILE.value: compile_time_limit,
+        Queue.GPU.value: gpu_time_limit,
+    }
     return {
         "CELERY_TASK_QUEUES": [KombuQueue(q.value, routing_key=q.value) for q in Queue],
         "CELERY_TASK_DEFAULT_QUEUE": DEFAULT_QUEUE.value,
@@ -162,8 +168,10 @@ def celery_queue_settings(agent_time_limit: int, compile_time_limit: int, gpu_ti
         # https://docs.celeryq.dev/en/stable/getting-started/backends-and-brokers/redis.html#visibility-timeout
         # Priorities (the gpu queue's fair order between users, webapp.jobs.scheduler): the Redis
         # transport keeps a list per step and serves the lowest number first.
-        "CELERY_BROKER_TRANSPORT_OPTIONS": {"visibility_timeout": max(hard.values()) + 3600,
-                                            "priority_steps": [0, 3, 6, 9]},
+        "CELERY_BROKER_TRANSPORT_OPTIONS": {
+            "visibility_timeout": max(hard.values()) + 3600,
+            "priority_steps": [0, 3, 6, 9],
+        },
         "CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP": True,
         # JSON only, never pickle, in both directions (issue 16): a worker or the web server must
         # not run code that someone able to write to Redis put into a message or a result.

@@ -62,8 +62,12 @@ def redis_settings(redis_url: str) -> dict:
                 # socket_timeout None: redis-py 8 defaults to 5 s, which drops idle websocket
                 # consumers blocked on the layer (webapp.bench: 197/200 viewers kept, 200/200 with this).
                 # msgpack (channels_redis's default, named here so it stays): data only, no code.
-                "CONFIG": {"hosts": [{"address": redis_url, "socket_timeout": None}], "capacity": 1000, "expiry": 60,
-                           "serializer_format": "msgpack"},
+                "CONFIG": {
+                    "hosts": [{"address": redis_url, "socket_timeout": None}],
+                    "capacity": 1000,
+                    "expiry": 60,
+                    "serializer_format": "msgpack",
+                },
             }
         },
         # Shared by the web process and the workers: workers render a turn's HTML once after
@@ -183,9 +187,15 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # before reading it (Content-Length, or counting a chunked body as it arrives). Prefixes ending
 # in "/" cover the paths below them. The views' own limits (a 256 KiB task source, a 20 MiB
 # trajectory) say what is wrong with a body under these.
-KERNELWRIGHT_MAX_BODY_BYTES = envint("KERNELWRIGHT_MAX_BODY_BYTES", 4 * 1024 * 1024)  # the API's evaluate: task + 1 MiB of files
-KERNELWRIGHT_MAX_TASK_BODY_BYTES = envint("KERNELWRIGHT_MAX_TASK_BODY_BYTES", 1024 * 1024)  # a 256 KiB task, form or JSON
-KERNELWRIGHT_MAX_IMPORT_BODY_BYTES = envint("KERNELWRIGHT_MAX_IMPORT_BODY_BYTES", 21 * 1024 * 1024)  # a 20 MiB trajectory
+KERNELWRIGHT_MAX_BODY_BYTES = envint(
+    "KERNELWRIGHT_MAX_BODY_BYTES", 4 * 1024 * 1024
+)  # the API's evaluate: task + 1 MiB of files
+KERNELWRIGHT_MAX_TASK_BODY_BYTES = envint(
+    "KERNELWRIGHT_MAX_TASK_BODY_BYTES", 1024 * 1024
+)  # a 256 KiB task, form or JSON
+KERNELWRIGHT_MAX_IMPORT_BODY_BYTES = envint(
+    "KERNELWRIGHT_MAX_IMPORT_BODY_BYTES", 21 * 1024 * 1024
+)  # a 20 MiB trajectory
 KERNELWRIGHT_BODY_LIMITS = [
     ("/jobs/import/", KERNELWRIGHT_MAX_IMPORT_BODY_BYTES, "a trajectory import"),
     ("/jobs/new/", KERNELWRIGHT_MAX_TASK_BODY_BYTES, "a new job"),
@@ -221,12 +231,22 @@ KERNELWRIGHT_MAX_RUNNING_JOBS_PER_USER = envint("KERNELWRIGHT_MAX_RUNNING_JOBS_P
 KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER = envint("KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER", 4)
 # Batched evaluations (webapp/jobs/evaluations.py, POST /api/evaluations) and exports
 KERNELWRIGHT_EVALUATION_BATCH_MAX = envint("KERNELWRIGHT_EVALUATION_BATCH_MAX", 64)  # candidates in one POST
-KERNELWRIGHT_EVALUATIONS_PER_DAY = envint("KERNELWRIGHT_EVALUATIONS_PER_DAY", 2000)  # candidates one token may post in 24 h
-KERNELWRIGHT_EVALUATION_POSTS_PER_MINUTE = envint("KERNELWRIGHT_EVALUATION_POSTS_PER_MINUTE", 30)  # POSTs per token per minute
-KERNELWRIGHT_WEBHOOK_ALLOWED_NETWORKS = envlist("KERNELWRIGHT_WEBHOOK_ALLOWED_NETWORKS", [])  # CIDRs a webhook may reach though not public
-KERNELWRIGHT_WEBHOOK_TIMEOUT_S = envfloat("KERNELWRIGHT_WEBHOOK_TIMEOUT_S", 5.0)  # the gpu worker waits this long on a webhook
+KERNELWRIGHT_EVALUATIONS_PER_DAY = envint(
+    "KERNELWRIGHT_EVALUATIONS_PER_DAY", 2000
+)  # candidates one token may post in 24 h
+KERNELWRIGHT_EVALUATION_POSTS_PER_MINUTE = envint(
+    "KERNELWRIGHT_EVALUATION_POSTS_PER_MINUTE", 30
+)  # POSTs per token per minute
+KERNELWRIGHT_WEBHOOK_ALLOWED_NETWORKS = envlist(
+    "KERNELWRIGHT_WEBHOOK_ALLOWED_NETWORKS", []
+)  # CIDRs a webhook may reach though not public
+KERNELWRIGHT_WEBHOOK_TIMEOUT_S = envfloat(
+    "KERNELWRIGHT_WEBHOOK_TIMEOUT_S", 5.0
+)  # the gpu worker waits this long on a webhook
 KERNELWRIGHT_EXPORT_MAX_JOBS = envint("KERNELWRIGHT_EXPORT_MAX_JOBS", 500)  # jobs in one dataset export
-KERNELWRIGHT_TASK_LIBRARY = envlist("KERNELWRIGHT_TASK_LIBRARY", [str(BASE_DIR / "benchmarks" / "tasks"), str(VAR_DIR / "task-library" / "tasks")])
+KERNELWRIGHT_TASK_LIBRARY = envlist(
+    "KERNELWRIGHT_TASK_LIBRARY", [str(BASE_DIR / "benchmarks" / "tasks"), str(VAR_DIR / "task-library" / "tasks")]
+)
 KERNELWRIGHT_HEARTBEAT_S = envfloat("KERNELWRIGHT_HEARTBEAT_S", 5.0)
 KERNELWRIGHT_HEARTBEAT_STALE_S = envfloat("KERNELWRIGHT_HEARTBEAT_STALE_S", 30.0)
 KERNELWRIGHT_DISPATCH_TIMEOUT_S = envfloat("KERNELWRIGHT_DISPATCH_TIMEOUT_S", 60.0)

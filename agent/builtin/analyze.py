@@ -60,9 +60,10 @@ def _check_task_runs(model: nn.Module, inputs: list[Any], path: str) -> None:
     try:
         with torch.no_grad():
             model(*inputs)
-    except Exception as e:  # noqa: BLE001 - the task's own error, reported as it is
-        raise TaskFails(f"the task's own forward fails on its inputs (get_inputs()): {_one_line(e)}"
-                        f"{_where(e, path)}") from None
+    except Exception as e:  # the task's own error, reported as it is
+        raise TaskFails(
+            f"the task's own forward fails on its inputs (get_inputs()): {_one_line(e)}{_where(e, path)}"
+        ) from None
 
 
 def _fx_error(e: BaseException) -> str:
@@ -76,40 +77,121 @@ def _fx_error(e: BaseException) -> str:
 
 # Elementwise ops by target, with the IR name and how to read extra scalar arguments.
 _UNARY = {
-    torch.exp: "exp", torch.log: "log", torch.tanh: "tanh", torch.sigmoid: "sigmoid", torch.relu: "relu",
-    F.relu: "relu", torch.rsqrt: "rsqrt", torch.sqrt: "sqrt", torch.abs: "abs", torch.erf: "erf",
-    torch.sin: "sin", torch.cos: "cos", torch.neg: "neg", operator.neg: "neg", F.silu: "silu",
-    torch.square: "square", torch.log1p: "log1p", torch.expm1: "expm1", F.mish: "mish",
-    F.hardswish: "hardswish", F.hardsigmoid: "hardsigmoid", F.tanh: "tanh", F.sigmoid: "sigmoid",
+    torch.exp: "exp",
+    torch.log: "log",
+    torch.tanh: "tanh",
+    torch.sigmoid: "sigmoid",
+    torch.relu: "relu",
+    F.relu: "relu",
+    torch.rsqrt: "rsqrt",
+    torch.sqrt: "sqrt",
+    torch.abs: "abs",
+    torch.erf: "erf",
+    torch.sin: "sin",
+    torch.cos: "cos",
+    torch.neg: "neg",
+    operator.neg: "neg",
+    F.silu: "silu",
+    torch.square: "square",
+    torch.log1p: "log1p",
+    torch.expm1: "expm1",
+    F.mish: "mish",
+    F.hardswish: "hardswish",
+    F.hardsigmoid: "hardsigmoid",
+    F.tanh: "tanh",
+    F.sigmoid: "sigmoid",
     torch.nn.functional.relu6: "relu6",
 }
 _UNARY_METHODS = {
-    "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "rsqrt": "rsqrt",
-    "sqrt": "sqrt", "abs": "abs", "erf": "erf", "sin": "sin", "cos": "cos", "neg": "neg", "square": "square",
-    "log1p": "log1p", "expm1": "expm1",
+    "exp": "exp",
+    "log": "log",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "relu": "relu",
+    "rsqrt": "rsqrt",
+    "sqrt": "sqrt",
+    "abs": "abs",
+    "erf": "erf",
+    "sin": "sin",
+    "cos": "cos",
+    "neg": "neg",
+    "square": "square",
+    "log1p": "log1p",
+    "expm1": "expm1",
 }
 _BINARY = {
-    operator.add: "add", torch.add: "add", operator.iadd: "add", operator.sub: "sub", torch.sub: "sub",
-    operator.isub: "sub", operator.mul: "mul", torch.mul: "mul", operator.imul: "mul", operator.truediv: "div",
-    torch.div: "div", operator.itruediv: "div", torch.maximum: "maximum", torch.minimum: "minimum",
-    torch.pow: "pow", operator.pow: "pow", torch.multiply: "mul", torch.subtract: "sub", torch.divide: "div",
+    operator.add: "add",
+    torch.add: "add",
+    operator.iadd: "add",
+    operator.sub: "sub",
+    torch.sub: "sub",
+    operator.isub: "sub",
+    operator.mul: "mul",
+    torch.mul: "mul",
+    operator.imul: "mul",
+    operator.truediv: "div",
+    torch.div: "div",
+    operator.itruediv: "div",
+    torch.maximum: "maximum",
+    torch.minimum: "minimum",
+    torch.pow: "pow",
+    operator.pow: "pow",
+    torch.multiply: "mul",
+    torch.subtract: "sub",
+    torch.divide: "div",
     torch.true_divide: "div",
 }
-_BINARY_METHODS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "pow": "pow", "multiply": "mul",
-                   "subtract": "sub", "divide": "div",
-                   "add_": "add", "mul_": "mul", "sub_": "sub", "div_": "div", "maximum": "maximum", "minimum": "minimum"}
+_BINARY_METHODS = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "pow": "pow",
+    "multiply": "mul",
+    "subtract": "sub",
+    "divide": "div",
+    "add_": "add",
+    "mul_": "mul",
+    "sub_": "sub",
+    "div_": "div",
+    "maximum": "maximum",
+    "minimum": "minimum",
+}
 _REDUCE = {torch.sum: "sum", torch.mean: "mean", torch.amax: "amax", torch.amin: "amin"}
 _REDUCE_METHODS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
-_VIEW_METHODS = {"view", "reshape", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "contiguous",
-                 "expand"}
-_VIEW_FUNCS = {torch.reshape: "reshape", torch.flatten: "flatten", torch.transpose: "transpose",
-               torch.permute: "permute", torch.t: "t", torch.unsqueeze: "unsqueeze", torch.squeeze: "squeeze"}
+_VIEW_METHODS = {
+    "view",
+    "reshape",
+    "flatten",
+    "transpose",
+    "permute",
+    "t",
+    "unsqueeze",
+    "squeeze",
+    "contiguous",
+    "expand",
+}
+_VIEW_FUNCS = {
+    torch.reshape: "reshape",
+    torch.flatten: "flatten",
+    torch.transpose: "transpose",
+    torch.permute: "permute",
+    torch.t: "t",
+    torch.unsqueeze: "unsqueeze",
+    torch.squeeze: "squeeze",
+}
 _IDENTITY_METHODS = {"clone", "detach", "float", "contiguous"}
 _MATMUL = {torch.matmul: "matmul", operator.matmul: "matmul", torch.mm: "matmul", torch.bmm: "matmul"}
 
 _MODULE_UNARY = {
-    nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu", nn.Mish: "mish",
-    nn.Hardswish: "hardswish", nn.Hardsigmoid: "hardsigmoid", nn.ReLU6: "relu6",
+    nn.ReLU: "relu",
+    nn.Sigmoid: "sigmoid",
+    nn.Tanh: "tanh",
+    nn.SiLU: "silu",
+    nn.Mish: "mish",
+    nn.Hardswish: "hardswish",
+    nn.Hardsigmoid: "hardsigmoid",
+    nn.ReLU6: "relu6",
 }
 
 
@@ -147,15 +229,22 @@ class _Builder:
             return None, None
         return list(tm.shape), str(tm.dtype).replace("torch.", "")
 
-    def emit(self, fxnode: fx.Node | None, op: str, args: list[dict[str, Any]], attrs: dict[str, Any] | None = None,
-             shape: list[int] | None = None, dtype: str | None = None, name: str | None = None) -> str:
+    def emit(
+        self,
+        fxnode: fx.Node | None,
+        op: str,
+        args: list[dict[str, Any]],
+        attrs: dict[str, Any] | None = None,
+        shape: list[int] | None = None,
+        dtype: str | None = None,
+        name: str | None = None,
+    ) -> str:
         if name is None:
             name = fxnode.name if fxnode is not None else f"t{self.counter}"
             self.counter += 1
         if fxnode is not None and shape is None:
             shape, dtype = self.meta(fxnode)
-        self.nodes.append({"name": name, "op": op, "args": args, "attrs": attrs or {}, "shape": shape,
-                           "dtype": dtype})
+        self.nodes.append({"name": name, "op": op, "args": args, "attrs": attrs or {}, "shape": shape, "dtype": dtype})
         if fxnode is not None:
             self.alias[fxnode.name] = name
         return name
@@ -164,8 +253,16 @@ class _Builder:
         if qualname not in self.params:
             t = self.gm.get_parameter(qualname) if _has_param(self.gm, qualname) else self.gm.get_buffer(qualname)
             node = "p_" + qualname.replace(".", "_")
-            self.nodes.append({"name": node, "op": "param", "args": [], "attrs": {"path": qualname},
-                               "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")})
+            self.nodes.append(
+                {
+                    "name": node,
+                    "op": "param",
+                    "args": [],
+                    "attrs": {"path": qualname},
+                    "shape": list(t.shape),
+                    "dtype": str(t.dtype).replace("torch.", ""),
+                }
+            )
             self.params[qualname] = node
         return {"ref": self.params[qualname]}
 
@@ -185,8 +282,16 @@ class _Builder:
             for o in outs:
                 if not isinstance(o, fx.Node):
                     raise Unsupported("the forward returns a non-tensor value")
-            self.nodes.append({"name": "output", "op": "output", "args": [self.ref(o) for o in outs], "attrs": {},
-                               "shape": None, "dtype": None})
+            self.nodes.append(
+                {
+                    "name": "output",
+                    "op": "output",
+                    "args": [self.ref(o) for o in outs],
+                    "attrs": {},
+                    "shape": None,
+                    "dtype": None,
+                }
+            )
             return input_index
         if n.op == "call_module":
             self.add_module(n)
@@ -225,7 +330,9 @@ class _Builder:
             hi = a[2] if len(a) > 2 else kw.get("max", kw.get("max_val", 1.0 if t is F.hardtanh else None))
             self.emit(n, "clamp", [self.ref(a[0]), self.ref(lo, self.pos(n, 1)), self.ref(hi, self.pos(n, 2))])
         elif t is F.elu:
-            self.emit(n, "elu", [self.ref(a[0]), self.ref(kw.get("alpha", a[1] if len(a) > 1 else 1.0), self.pos(n, 1))])
+            self.emit(
+                n, "elu", [self.ref(a[0]), self.ref(kw.get("alpha", a[1] if len(a) > 1 else 1.0), self.pos(n, 1))]
+            )
         elif t is F.softplus:
             beta = kw.get("beta", a[1] if len(a) > 1 else 1.0)
             thr = kw.get("threshold", a[2] if len(a) > 2 else 20.0)
@@ -260,8 +367,12 @@ class _Builder:
             w = a[2] if len(a) > 2 else kw.get("weight")
             b = a[3] if len(a) > 3 else kw.get("bias")
             eps = a[4] if len(a) > 4 else kw.get("eps", 1e-5)
-            self.emit(n, "layernorm", [self.ref(a[0]), self.ref(w), self.ref(b), self.ref(eps, self.pos(n, "eps"))],
-                      {"ndim": len(shape) if isinstance(shape, list | tuple) else 1})
+            self.emit(
+                n,
+                "layernorm",
+                [self.ref(a[0]), self.ref(w), self.ref(b), self.ref(eps, self.pos(n, "eps"))],
+                {"ndim": len(shape) if isinstance(shape, list | tuple) else 1},
+            )
         elif t in _VIEW_FUNCS:
             self.add_view(n, _VIEW_FUNCS[t], a, kw)
         elif t is operator.getitem:
@@ -319,15 +430,31 @@ class _Builder:
         elif t is nn.GELU:
             self.emit(n, "gelu", [self.ref(x)], {"approximate": mod.approximate})
         elif t is nn.LeakyReLU:
-            self.emit(n, "leaky_relu", [self.ref(x), {"scalar": mod.negative_slope, "expr": f"{_attr(p)}.negative_slope"}])
+            self.emit(
+                n, "leaky_relu", [self.ref(x), {"scalar": mod.negative_slope, "expr": f"{_attr(p)}.negative_slope"}]
+            )
         elif t is nn.Hardtanh:
-            self.emit(n, "clamp", [self.ref(x), {"scalar": mod.min_val, "expr": f"{_attr(p)}.min_val"},
-                                   {"scalar": mod.max_val, "expr": f"{_attr(p)}.max_val"}])
+            self.emit(
+                n,
+                "clamp",
+                [
+                    self.ref(x),
+                    {"scalar": mod.min_val, "expr": f"{_attr(p)}.min_val"},
+                    {"scalar": mod.max_val, "expr": f"{_attr(p)}.max_val"},
+                ],
+            )
         elif t is nn.ELU:
             self.emit(n, "elu", [self.ref(x), {"scalar": mod.alpha, "expr": f"{_attr(p)}.alpha"}])
         elif t is nn.Softplus:
-            self.emit(n, "softplus", [self.ref(x), {"scalar": mod.beta, "expr": f"{_attr(p)}.beta"},
-                                      {"scalar": mod.threshold, "expr": f"{_attr(p)}.threshold"}])
+            self.emit(
+                n,
+                "softplus",
+                [
+                    self.ref(x),
+                    {"scalar": mod.beta, "expr": f"{_attr(p)}.beta"},
+                    {"scalar": mod.threshold, "expr": f"{_attr(p)}.threshold"},
+                ],
+            )
         elif t in (nn.Softmax, nn.LogSoftmax):
             self.emit(n, "softmax" if t is nn.Softmax else "log_softmax", [self.ref(x)], {"dim": mod.dim})
         elif t in (nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d):
@@ -341,26 +468,48 @@ class _Builder:
             if mod.padding_mode != "zeros" or isinstance(mod.padding, str):
                 raise Unsupported(f"{n.name}: Conv2d with padding {mod.padding!r}/{mod.padding_mode} is not supported")
             b = self.param(f"{p}.bias") if mod.bias is not None else None
-            self.add_conv(n, x, self.param(f"{p}.weight"), b, mod.stride, mod.padding, mod.dilation, mod.groups,
-                          module=p)
+            self.add_conv(
+                n, x, self.param(f"{p}.weight"), b, mod.stride, mod.padding, mod.dilation, mod.groups, module=p
+            )
         elif t in (nn.BatchNorm1d, nn.BatchNorm2d):
             if mod.training or not mod.track_running_stats:
-                raise Unsupported(f"{n.name}: batch norm in training mode uses batch statistics; only eval-mode "
-                                  "batch norm (running statistics) is supported")
+                raise Unsupported(
+                    f"{n.name}: batch norm in training mode uses batch statistics; only eval-mode "
+                    "batch norm (running statistics) is supported"
+                )
             w = self.param(f"{p}.weight") if mod.affine else {"lit": None}
             b = self.param(f"{p}.bias") if mod.affine else {"lit": None}
-            self.emit(n, "batchnorm", [self.ref(x), self.param(f"{p}.running_mean"), self.param(f"{p}.running_var"), w, b,
-                                       {"scalar": mod.eps, "expr": f"{_attr(p)}.eps"}], {"module": p})
+            self.emit(
+                n,
+                "batchnorm",
+                [
+                    self.ref(x),
+                    self.param(f"{p}.running_mean"),
+                    self.param(f"{p}.running_var"),
+                    w,
+                    b,
+                    {"scalar": mod.eps, "expr": f"{_attr(p)}.eps"},
+                ],
+                {"module": p},
+            )
         elif t is nn.LayerNorm:
             w = self.param(f"{p}.weight") if mod.elementwise_affine else {"lit": None}
             b = self.param(f"{p}.bias") if mod.elementwise_affine and mod.bias is not None else {"lit": None}
-            self.emit(n, "layernorm", [self.ref(x), w, b, {"scalar": mod.eps, "expr": f"{_attr(p)}.eps"}],
-                      {"ndim": len(mod.normalized_shape), "module": p})
+            self.emit(
+                n,
+                "layernorm",
+                [self.ref(x), w, b, {"scalar": mod.eps, "expr": f"{_attr(p)}.eps"}],
+                {"ndim": len(mod.normalized_shape), "module": p},
+            )
         elif hasattr(nn, "RMSNorm") and t is nn.RMSNorm:
             w = self.param(f"{p}.weight") if mod.elementwise_affine else {"lit": None}
             eps = mod.eps if mod.eps is not None else torch.finfo(torch.float32).eps
-            self.emit(n, "rmsnorm", [self.ref(x), w, {"scalar": eps, "expr": None}],
-                      {"ndim": len(mod.normalized_shape), "module": p})
+            self.emit(
+                n,
+                "rmsnorm",
+                [self.ref(x), w, {"scalar": eps, "expr": None}],
+                {"ndim": len(mod.normalized_shape), "module": p},
+            )
         else:
             raise Unsupported(f"{n.name}: the module {t.__name__} ({p}) is not supported by the built-in policy")
 
@@ -368,13 +517,23 @@ class _Builder:
         def pair(v, d):
             v = d if v is None else v
             return list(v) if isinstance(v, list | tuple) else [v, v]
+
         if isinstance(padding, str):
             raise Unsupported(f"{n.name}: string padding is not supported")
         wref = w if isinstance(w, dict) else self.ref(w)
         bref = b if isinstance(b, dict) else self.ref(b)
-        self.emit(n, "conv2d", [self.ref(x), wref, bref],
-                  {"stride": pair(stride, 1), "padding": pair(padding, 0), "dilation": pair(dilation, 1),
-                   "groups": int(groups or 1), "module": module})
+        self.emit(
+            n,
+            "conv2d",
+            [self.ref(x), wref, bref],
+            {
+                "stride": pair(stride, 1),
+                "padding": pair(padding, 0),
+                "dilation": pair(dilation, 1),
+                "groups": int(groups or 1),
+                "module": module,
+            },
+        )
 
     def add_reduce(self, n, op, a, kw, tuple_result=False) -> None:
         dim = a[1] if len(a) > 1 else kw.get("dim")
@@ -383,8 +542,12 @@ class _Builder:
             raise Unsupported(f"{n.name}: a reduction with a dtype argument is not supported")
         if isinstance(dim, int):
             dim = [dim]
-        self.emit(n, op, [self.ref(a[0])], {"dim": list(dim) if dim is not None else None, "keepdim": bool(keep),
-                                            "tuple": tuple_result})
+        self.emit(
+            n,
+            op,
+            [self.ref(a[0])],
+            {"dim": list(dim) if dim is not None else None, "keepdim": bool(keep), "tuple": tuple_result},
+        )
 
     def add_view(self, n, m, a, kw) -> None:
         rest = list(a[1:])
@@ -394,8 +557,10 @@ class _Builder:
             if k in kw:
                 rest.append(kw[k])
         if m in ("view", "reshape", "expand", "permute"):
-            args = [self.ref(a[0]), {"lit": [{"ref": self.alias[r.name]} if isinstance(r, fx.Node) else r
-                                             for r in rest]}]
+            args = [
+                self.ref(a[0]),
+                {"lit": [{"ref": self.alias[r.name]} if isinstance(r, fx.Node) else r for r in rest]},
+            ]
         else:
             args = [self.ref(a[0])] + [{"lit": r} for r in rest]
             if any(isinstance(r, fx.Node) for r in rest):
@@ -447,8 +612,9 @@ def _load_task(path: str) -> types.ModuleType:
     exec(compile(src, path, "exec"), mod.__dict__)
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(mod, name):
-            raise Unsupported(f"the task does not define {name} (KernelBench format needs Model, get_inputs, "
-                              "get_init_inputs)")
+            raise Unsupported(
+                f"the task does not define {name} (KernelBench format needs Model, get_inputs, get_init_inputs)"
+            )
     return mod
 
 
@@ -493,8 +659,21 @@ def _bind_scalars(mod: types.ModuleType, model: nn.Module, gm: fx.GraphModule, n
     return binds | _bind_int_scalars(model, gm, lit1)
 
 
-_ARITHMETIC = {operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, torch.add, torch.sub,
-               torch.mul, torch.div, operator.iadd, operator.isub, operator.imul, operator.itruediv}
+_ARITHMETIC = {
+    operator.add,
+    operator.sub,
+    operator.mul,
+    operator.truediv,
+    operator.floordiv,
+    torch.add,
+    torch.sub,
+    torch.mul,
+    torch.div,
+    operator.iadd,
+    operator.isub,
+    operator.imul,
+    operator.itruediv,
+}
 
 
 def _bind_int_scalars(model: nn.Module, gm: fx.GraphModule, lit1: dict[str, Any]) -> dict[str, str]:
@@ -502,21 +681,30 @@ def _bind_int_scalars(model: nn.Module, gm: fx.GraphModule, lit1: dict[str, Any]
     arguments) is read at run time too: the sandbox's shape trial changes it. Found as for floats,
     tracing again with each such int changed (to 2v + 1); only positions of arithmetic ops are bound
     (an int that is a size or a dim stays a literal; an fx graph keeps sizes symbolic)."""
-    ints = {k: v for k, v in vars(model).items()
-            if isinstance(v, int) and not isinstance(v, bool) and not k.startswith("_") and k != "training"}
+    ints = {
+        k: v
+        for k, v in vars(model).items()
+        if isinstance(v, int) and not isinstance(v, bool) and not k.startswith("_") and k != "training"
+    }
     if not ints:
         return {}
     for k, v in ints.items():
         setattr(model, k, 2 * v + 1)
     try:
         lit2 = _literals(fx.symbolic_trace(model))
-    except Exception:  # noqa: BLE001 - an int that shapes the graph: the constants stay baked in
+    except Exception:  # an int that shapes the graph: the constants stay baked in
         return {}
     finally:
         for k, v in ints.items():
             setattr(model, k, v)
-    arith = {n.name for n in gm.graph.nodes if n.op == "call_function" and n.target in _ARITHMETIC
-             or n.op == "call_method" and n.target in ("add", "sub", "mul", "div", "__truediv__")}
+    arith = {
+        n.name
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and n.target in _ARITHMETIC
+        or n.op == "call_method"
+        and n.target in ("add", "sub", "mul", "div", "__truediv__")
+    }
     out = {}
     for pos, v1 in lit1.items():
         k = next((k for k, v in ints.items() if v1 == v and lit2.get(pos) == 2 * v + 1), None)
@@ -549,7 +737,7 @@ def _eager_profile(model: nn.Module, inputs: list[Any], device: str) -> tuple[li
                 torch.cuda.synchronize()
     rows = []
     for e in prof.key_averages():
-        self_us = (e.self_device_time_total if device == "cuda" else e.self_cpu_time_total)
+        self_us = e.self_device_time_total if device == "cuda" else e.self_cpu_time_total
         if self_us <= 0 or not e.key.startswith("aten::"):
             continue
         rows.append({"name": e.key, "calls": e.count // 3, "ms": self_us / 3 / 1e3})
@@ -571,12 +759,14 @@ def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], note
     so its candidates run at any shape. Raises Unsupported for anything outside the vocabulary."""
     try:
         gm = fx.symbolic_trace(model)
-    except Exception as e:  # noqa: BLE001 - any tracing failure becomes a message
+    except Exception as e:  # any tracing failure becomes a message
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         hint = ""
         if "symbolically traced variables cannot be used as inputs to control flow" in str(e) or "Proxy" in str(e):
-            hint = (" The forward has data-dependent control flow (an `if`/loop on tensor values), which cannot be "
-                    "captured as a static graph.")
+            hint = (
+                " The forward has data-dependent control flow (an `if`/loop on tensor values), which cannot be "
+                "captured as a static graph."
+            )
         raise Unsupported(f"torch.fx could not capture the forward: {msg}.{hint}") from None
     fx_notes: list[str] = []
     binds = _bind_scalars(mod, model, gm, fx_notes)
@@ -588,8 +778,10 @@ def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], note
         idx = b.add(n, idx)
     for node in b.nodes:
         if node["op"] not in ("output", "shape", "size", "ndim") and node["dtype"] not in (None, "float32"):
-            raise Unsupported(f"{node['name']}: dtype {node['dtype']} is not supported (the built-in policy "
-                              "generates float32 kernels)")
+            raise Unsupported(
+                f"{node['name']}: dtype {node['dtype']} is not supported (the built-in policy "
+                "generates float32 kernels)"
+            )
     notes += fx_notes
     return b.nodes, gm.code.strip()
 
@@ -611,7 +803,7 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
         nodes, fx_code = _capture_fx(mod, model, inputs, notes)
         capture = "fx"
         extra = {"guard": capture_export.structure_guard(model)}
-    except Exception as e:  # noqa: BLE001 - any fx failure: try torch.export
+    except Exception as e:  # any fx failure: try torch.export
         fx_error = _fx_error(e)
         try:
             ex = capture_export.capture(model, inputs, _float_attrs(model), notes)
@@ -620,13 +812,19 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
             raise Unsupported(f"{fx_error}; and {e2}") from None
         nodes, capture = ex["nodes"], "export"
         extra = {"guard": ex["guard"], "islands": ex["islands"], "export_code": ex["code"], "fx_error": fx_error}
-        notes.append("torch.fx could not capture the forward (" + fx_error.rstrip(".") + "); captured with torch.export "
-                     "instead: an ATen graph specialised to the shapes of get_inputs")
+        notes.append(
+            "torch.fx could not capture the forward (" + fx_error.rstrip(".") + "); captured with torch.export "
+            "instead: an ATen graph specialised to the shapes of get_inputs"
+        )
     result: dict[str, Any] = {
         "ok": True,
         "nodes": nodes,
-        "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} if torch.is_tensor(t)
-                   else {"value": t} for t in inputs],
+        "inputs": [
+            {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+            if torch.is_tensor(t)
+            else {"value": t}
+            for t in inputs
+        ],
         "init_args": [a if isinstance(a, int | float | bool | str) else repr(a) for a in mod.get_init_inputs()],
         "source": _init_source(src),
         "training_default": training,
@@ -641,12 +839,18 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
         ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
         try:
             rows, ms = _eager_profile(m, ins, dev)
-        except Exception as e:  # noqa: BLE001 - the graph is what matters; the profile only informs the plan
-            notes.append(f"the eager profile failed ({type(e).__name__}: {str(e)[:200]}); the plan has no per-op breakdown")
+        except Exception as e:  # the graph is what matters; the profile only informs the plan
+            notes.append(
+                f"the eager profile failed ({type(e).__name__}: {str(e)[:200]}); the plan has no per-op breakdown"
+            )
         else:
-            result["eager_profile"] = {"device": dev, "rows": rows, "forward_ms": ms,
-                                       "device_name": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-                                       "threads": torch.get_num_threads()}
+            result["eager_profile"] = {
+                "device": dev,
+                "rows": rows,
+                "forward_ms": ms,
+                "device_name": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                "threads": torch.get_num_threads(),
+            }
     return result
 
 
@@ -666,10 +870,14 @@ def main(argv: list[str] | None = None) -> int:
         out = analyze(args.task, args.device, not args.no_profile)
     except Unsupported as e:
         out = {"ok": False, "error": str(e), "task_fails": isinstance(e, TaskFails)}
-    except Exception as e:  # noqa: BLE001 - the task's own code failed
+    except Exception as e:  # the task's own code failed
         tb = traceback.format_exc(limit=4)
-        out = {"ok": False, "error": f"the task failed while being analysed: {_one_line(e)}{_where(e, args.task)}",
-               "traceback": tb, "task_fails": True}
+        out = {
+            "ok": False,
+            "error": f"the task failed while being analysed: {_one_line(e)}{_where(e, args.task)}",
+            "traceback": tb,
+            "task_fails": True,
+        }
     sys.stdout.write(json.dumps(out) + "\n")
     return 0
 

@@ -56,10 +56,28 @@ def export_program(model: nn.Module, inputs: list[Any]) -> Any:
 
 
 # ATen packet name -> IR op, for ops whose only argument is the tensor
-_UNARY = {"exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "rsqrt": "rsqrt",
-          "sqrt": "sqrt", "abs": "abs", "erf": "erf", "sin": "sin", "cos": "cos", "neg": "neg", "silu": "silu",
-          "square": "square", "log1p": "log1p", "expm1": "expm1", "mish": "mish", "hardswish": "hardswish",
-          "hardsigmoid": "hardsigmoid", "relu6": "relu6"}
+_UNARY = {
+    "exp": "exp",
+    "log": "log",
+    "tanh": "tanh",
+    "sigmoid": "sigmoid",
+    "relu": "relu",
+    "rsqrt": "rsqrt",
+    "sqrt": "sqrt",
+    "abs": "abs",
+    "erf": "erf",
+    "sin": "sin",
+    "cos": "cos",
+    "neg": "neg",
+    "silu": "silu",
+    "square": "square",
+    "log1p": "log1p",
+    "expm1": "expm1",
+    "mish": "mish",
+    "hardswish": "hardswish",
+    "hardsigmoid": "hardsigmoid",
+    "relu6": "relu6",
+}
 _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum"}
 _REDUCE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
 _ALIAS = {"alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout", "_assert_tensor_metadata"}
@@ -86,8 +104,10 @@ class ExportBuilder:
             self.kinds[name] = (kind, spec.target)
         for spec in sig.output_specs:
             if spec.kind.name != "USER_OUTPUT":
-                raise ExportUnsupported(f"the forward mutates state ({spec.kind.name.lower()} of {spec.target}); "
-                                        "a candidate would not reproduce the mutation")
+                raise ExportUnsupported(
+                    f"the forward mutates state ({spec.kind.name.lower()} of {spec.target}); "
+                    "a candidate would not reproduce the mutation"
+                )
 
     # -- helpers -----------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -116,8 +136,16 @@ class ExportBuilder:
             return {"lit": [int(x) if isinstance(x, int) else x for x in a]}
         return {"lit": a}
 
-    def emit(self, n: fx.Node | None, op: str, args: list[dict[str, Any]], attrs: dict[str, Any] | None = None,
-             shape: list[int] | None = None, dtype: str | None = None, name: str | None = None) -> str:
+    def emit(
+        self,
+        n: fx.Node | None,
+        op: str,
+        args: list[dict[str, Any]],
+        attrs: dict[str, Any] | None = None,
+        shape: list[int] | None = None,
+        dtype: str | None = None,
+        name: str | None = None,
+    ) -> str:
         val = n.meta.get("val") if n is not None else None
         if name is None:
             name = n.name if n is not None else self.fresh("t")
@@ -151,8 +179,15 @@ class ExportBuilder:
                 elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
                     # export's placeholder names are unique (p_fc_weight, b_bn_running_mean, c_mask)
                     pname = n.name if n.name.startswith("p_") else "p_" + n.name
-                    self.emit(n, "param", [], {"path": target, "kind": kind.lower()}, shape=_shape(v), dtype=_dt(v),
-                              name=pname)
+                    self.emit(
+                        n,
+                        "param",
+                        [],
+                        {"path": target, "kind": kind.lower()},
+                        shape=_shape(v),
+                        dtype=_dt(v),
+                        name=pname,
+                    )
                 else:
                     raise ExportUnsupported(f"an input of kind {kind}")
             elif n.op == "output":
@@ -162,8 +197,9 @@ class ExportBuilder:
                     if not isinstance(o, fx.Node):
                         raise ExportUnsupported("the forward returns a non-tensor value")
                     args.append(self.ref(o))
-                self.nodes.append({"name": "output", "op": "output", "args": args, "attrs": {}, "shape": None,
-                                   "dtype": None})
+                self.nodes.append(
+                    {"name": "output", "op": "output", "args": args, "attrs": {}, "shape": None, "dtype": None}
+                )
             elif n.op == "call_function":
                 self.call(n)
             elif n.op == "get_attr":
@@ -219,8 +255,14 @@ class ExportBuilder:
                 if not isinstance(y, fx.Node):
                     self.emit(n, name, [self.ref(x, P(n, 0)), {"scalar": float(y) * float(alpha), "expr": None}])
                     return True
-                m = self.emit(None, "mul", [self.ref(y), {"scalar": float(alpha), "expr": None}],
-                              name=self.fresh(n.name), shape=_shape(self.val(y)), dtype="float32")
+                m = self.emit(
+                    None,
+                    "mul",
+                    [self.ref(y), {"scalar": float(alpha), "expr": None}],
+                    name=self.fresh(n.name),
+                    shape=_shape(self.val(y)),
+                    dtype="float32",
+                )
                 self.emit(n, name, [self.ref(x, P(n, 0)), {"ref": m}])
                 return True
             self.emit(n, _BINARY[name], [self.ref(x, P(n, 0)), self.ref(y, P(n, 1))])
@@ -240,10 +282,29 @@ class ExportBuilder:
         if name in ("masked_fill", "where") and floaty and over in ("Scalar", "self", "ScalarOther", "ScalarSelf"):
             self.where(n, name, a)
             return True
-        if not (floaty and float_in) and name not in ("view", "_unsafe_view", "reshape", "permute", "transpose", "t",
-                                                       "unsqueeze", "squeeze", "expand", "slice", "select", "split",
-                                                       "split_with_sizes", "clone", "flatten", "alias", "detach",
-                                                       "lift_fresh_copy", "dropout", "unbind", "chunk"):
+        if not (floaty and float_in) and name not in (
+            "view",
+            "_unsafe_view",
+            "reshape",
+            "permute",
+            "transpose",
+            "t",
+            "unsqueeze",
+            "squeeze",
+            "expand",
+            "slice",
+            "select",
+            "split",
+            "split_with_sizes",
+            "clone",
+            "flatten",
+            "alias",
+            "detach",
+            "lift_fresh_copy",
+            "dropout",
+            "unbind",
+            "chunk",
+        ):
             raise _NotMapped
         if name == "gelu":
             self.emit(n, "gelu", [self.ref(x)], {"approximate": kw.get("approximate", "none")})
@@ -260,8 +321,9 @@ class ExportBuilder:
             self.emit(n, "clamp", [self.ref(x), self.ref(lo, P(n, 1)), self.ref(hi, P(n, 2))])
         elif name in ("clamp_min", "clamp_max") and over == "default":
             b = self.ref(a[1], P(n, 1))
-            self.emit(n, "clamp", [self.ref(x), b, {"lit": None}] if name == "clamp_min" else
-                      [self.ref(x), {"lit": None}, b])
+            self.emit(
+                n, "clamp", [self.ref(x), b, {"lit": None}] if name == "clamp_min" else [self.ref(x), {"lit": None}, b]
+            )
         elif name == "elu":
             alpha = a[1] if len(a) > 1 else kw.get("alpha", 1.0)
             scale = a[2] if len(a) > 2 else kw.get("scale", 1.0)
@@ -271,12 +333,24 @@ class ExportBuilder:
             if scale == 1:
                 self.emit(n, "elu", [self.ref(x), self.ref(alpha, P(n, 1))])
             else:
-                e = self.emit(None, "elu", [self.ref(x), self.ref(alpha, P(n, 1))], name=self.fresh(n.name),
-                              shape=_shape(self.val(n)), dtype="float32")
+                e = self.emit(
+                    None,
+                    "elu",
+                    [self.ref(x), self.ref(alpha, P(n, 1))],
+                    name=self.fresh(n.name),
+                    shape=_shape(self.val(n)),
+                    dtype="float32",
+                )
                 self.emit(n, "mul", [{"ref": e}, self.ref(scale, P(n, 2))])
         elif name == "selu":
-            e = self.emit(None, "elu", [self.ref(x), {"scalar": 1.6732632423543772, "expr": None}],
-                          name=self.fresh(n.name), shape=_shape(self.val(n)), dtype="float32")
+            e = self.emit(
+                None,
+                "elu",
+                [self.ref(x), {"scalar": 1.6732632423543772, "expr": None}],
+                name=self.fresh(n.name),
+                shape=_shape(self.val(n)),
+                dtype="float32",
+            )
             self.emit(n, "mul", [{"ref": e}, {"scalar": 1.0507009873554805, "expr": None}])
         elif name == "softplus":
             beta = a[1] if len(a) > 1 else kw.get("beta", 1.0)
@@ -297,8 +371,12 @@ class ExportBuilder:
                 dims = [dims]
             if dims is not None and len(dims) == 0:
                 dims = None
-            self.emit(n, _REDUCE[name], [self.ref(x)], {"dim": list(dims) if dims is not None else None,
-                                                        "keepdim": bool(keep), "tuple": False})
+            self.emit(
+                n,
+                _REDUCE[name],
+                [self.ref(x)],
+                {"dim": list(dims) if dims is not None else None, "keepdim": bool(keep), "tuple": False},
+            )
         elif name in ("max", "min") and over == "dim":
             # (values, indices): the values are a row reduction; an island if the indices are used
             users = list(n.users)
@@ -306,13 +384,19 @@ class ExportBuilder:
                 raise _NotMapped
             dim = a[1]
             keep = a[2] if len(a) > 2 else kw.get("keepdim", False)
-            self.emit(n, "amax" if name == "max" else "amin", [self.ref(x)],
-                      {"dim": [int(dim)], "keepdim": bool(keep), "tuple": True},
-                      shape=_shape(self.val(n)[0]), dtype="float32")
+            self.emit(
+                n,
+                "amax" if name == "max" else "amin",
+                [self.ref(x)],
+                {"dim": [int(dim)], "keepdim": bool(keep), "tuple": True},
+                shape=_shape(self.val(n)[0]),
+                dtype="float32",
+            )
             self.tuples[self.alias[n.name]] = {"kind": "values"}
         elif name in ("max", "min") and over == "default":
-            self.emit(n, "amax" if name == "max" else "amin", [self.ref(x)], {"dim": None, "keepdim": False,
-                                                                               "tuple": False})
+            self.emit(
+                n, "amax" if name == "max" else "amin", [self.ref(x)], {"dim": None, "keepdim": False, "tuple": False}
+            )
         elif name == "logsumexp":
             dims = a[1] if len(a) > 1 else kw.get("dim")
             keep = a[2] if len(a) > 2 else kw.get("keepdim", False)
@@ -326,48 +410,81 @@ class ExportBuilder:
             self.emit(n, "matmul", [self.ref(x), self.ref(a[1])])
         elif name == "conv2d" and over == "default":
             args = list(a) + [None] * (7 - len(a))
-            stride, padding, dilation, groups = (args[3] or [1, 1]), (args[4] or [0, 0]), (args[5] or [1, 1]), args[6] or 1
+            stride, padding, dilation, groups = (
+                (args[3] or [1, 1]),
+                (args[4] or [0, 0]),
+                (args[5] or [1, 1]),
+                args[6] or 1,
+            )
 
             def pair(v: Any) -> list[int]:
                 return list(v) * (2 if len(v) == 1 else 1) if isinstance(v, list | tuple) else [v, v]
-            self.emit(n, "conv2d", [self.ref(x), self.ref(a[1]), self.ref(args[2])],
-                      {"stride": pair(stride), "padding": pair(padding), "dilation": pair(dilation),
-                       "groups": int(groups), "module": None})
+
+            self.emit(
+                n,
+                "conv2d",
+                [self.ref(x), self.ref(a[1]), self.ref(args[2])],
+                {
+                    "stride": pair(stride),
+                    "padding": pair(padding),
+                    "dilation": pair(dilation),
+                    "groups": int(groups),
+                    "module": None,
+                },
+            )
         elif name == "_native_batch_norm_legit_no_training":
             users = list(n.users)
             if any(u.target is not operator.getitem or u.args[1] != 0 for u in users):
                 raise _NotMapped
             xs, w, b, mean, var = a[:5]
             eps = a[6] if len(a) > 6 else kw.get("eps", 1e-5)
-            self.emit(n, "batchnorm", [self.ref(xs), self.ref(mean), self.ref(var), self.ref(w), self.ref(b),
-                                       self.ref(eps, P(n, 6))], {"module": None, "tuple": True},
-                      shape=_shape(self.val(n)[0]), dtype="float32")
+            self.emit(
+                n,
+                "batchnorm",
+                [self.ref(xs), self.ref(mean), self.ref(var), self.ref(w), self.ref(b), self.ref(eps, P(n, 6))],
+                {"module": None, "tuple": True},
+                shape=_shape(self.val(n)[0]),
+                dtype="float32",
+            )
             self.tuples[self.alias[n.name]] = {"kind": "values"}
         elif name == "batch_norm" and not a[5]:
             xs, w, b, mean, var = a[:5]
-            self.emit(n, "batchnorm", [self.ref(xs), self.ref(mean), self.ref(var), self.ref(w), self.ref(b),
-                                       self.ref(a[7], P(n, 7))], {"module": None})
+            self.emit(
+                n,
+                "batchnorm",
+                [self.ref(xs), self.ref(mean), self.ref(var), self.ref(w), self.ref(b), self.ref(a[7], P(n, 7))],
+                {"module": None},
+            )
         elif name == "layer_norm":
             shape = a[1]
             w = a[2] if len(a) > 2 else kw.get("weight")
             b = a[3] if len(a) > 3 else kw.get("bias")
             eps = a[4] if len(a) > 4 else kw.get("eps", 1e-5)
-            self.emit(n, "layernorm", [self.ref(x), self.ref(w), self.ref(b), self.ref(eps, P(n, 4))],
-                      {"ndim": len(shape), "module": None})
+            self.emit(
+                n,
+                "layernorm",
+                [self.ref(x), self.ref(w), self.ref(b), self.ref(eps, P(n, 4))],
+                {"ndim": len(shape), "module": None},
+            )
         elif name == "rms_norm":
             shape = a[1]
             w = a[2] if len(a) > 2 else kw.get("weight")
             eps = a[3] if len(a) > 3 else kw.get("eps")
             if eps is None:
                 eps = torch.finfo(torch.float32).eps
-            self.emit(n, "rmsnorm", [self.ref(x), self.ref(w), self.ref(eps, P(n, 3))],
-                      {"ndim": len(shape), "module": None})
+            self.emit(
+                n, "rmsnorm", [self.ref(x), self.ref(w), self.ref(eps, P(n, 3))], {"ndim": len(shape), "module": None}
+            )
         elif name == "instance_norm" and (a[5] if len(a) > 5 else kw.get("use_input_stats")):
             # statistics of each (sample, channel) over the spatial dims: a group norm with a group per channel
             w, b = (a[1] if len(a) > 1 else None), (a[2] if len(a) > 2 else None)
             eps = a[7] if len(a) > 7 else kw.get("eps", 1e-5)
-            self.emit(n, "groupnorm", [self.ref(x), self.ref(w), self.ref(b), self.ref(eps, P(n, 7))],
-                      {"groups": int(self.val(x).shape[1])})
+            self.emit(
+                n,
+                "groupnorm",
+                [self.ref(x), self.ref(w), self.ref(b), self.ref(eps, P(n, 7))],
+                {"groups": int(self.val(x).shape[1])},
+            )
         elif name == "group_norm":
             G = int(a[1])
             w = a[2] if len(a) > 2 else None
@@ -392,11 +509,15 @@ class ExportBuilder:
                 self.emit(n, "view", [self.ref(x), self.lit(_shape(self.val(n)))])
             else:
                 d = a[1]
-                self.emit(n, "view", [self.ref(x), self.lit(_shape(self.val(n)))]) if isinstance(d, list | tuple) \
-                    else self.emit(n, "squeeze", [self.ref(x), {"lit": int(d)}])
+                self.emit(n, "view", [self.ref(x), self.lit(_shape(self.val(n)))]) if isinstance(
+                    d, list | tuple
+                ) else self.emit(n, "squeeze", [self.ref(x), {"lit": int(d)}])
         elif name == "flatten" and over == "using_ints":
-            self.emit(n, "flatten", [self.ref(x), {"lit": int(a[1]) if len(a) > 1 else 0},
-                                     {"lit": int(a[2]) if len(a) > 2 else -1}])
+            self.emit(
+                n,
+                "flatten",
+                [self.ref(x), {"lit": int(a[1]) if len(a) > 1 else 0}, {"lit": int(a[2]) if len(a) > 2 else -1}],
+            )
         elif name == "clone":
             mf = kw.get("memory_format")
             if mf not in (None, torch.contiguous_format, torch.preserve_format):
@@ -410,7 +531,9 @@ class ExportBuilder:
             end = a[3] if len(a) > 3 and a[3] is not None else size
             step = a[4] if len(a) > 4 else 1
             start, end, _ = slice(start, end).indices(size)
-            self.emit(n, "slice", [self.ref(x)], {"dim": dim, "start": start, "end": max(end, start), "step": int(step)})
+            self.emit(
+                n, "slice", [self.ref(x)], {"dim": dim, "start": start, "end": max(end, start), "step": int(step)}
+            )
         elif name == "select" and over == "int":
             nd = len(self.val(x).shape)
             self.emit(n, "select", [self.ref(x)], {"dim": int(a[1]) % nd, "index": int(a[2])})
@@ -439,20 +562,40 @@ class ExportBuilder:
         cv = self.val(cond)
         c = self.ref(cond)["ref"]
         if cv.dtype != torch.float32:
-            c = self.emit(None, "aten", [{"ref": c}], {"target": "aten._to_copy.default",
-                                                       "call": {"args": [{"arg": 0}], "kwargs": {"dtype": {"dtype": "float32"}}},
-                                                       "tuple": False},
-                          name=self.fresh(f"{n.name}_mask"), shape=_shape(cv), dtype="float32")
+            c = self.emit(
+                None,
+                "aten",
+                [{"ref": c}],
+                {
+                    "target": "aten._to_copy.default",
+                    "call": {"args": [{"arg": 0}], "kwargs": {"dtype": {"dtype": "float32"}}},
+                    "tuple": False,
+                },
+                name=self.fresh(f"{n.name}_mask"),
+                shape=_shape(cv),
+                dtype="float32",
+            )
             self.islands.append("aten._to_copy.default")
-        self.emit(n, "where", [{"ref": c}, self.ref(yes, self.pos(n, 2 if name == "masked_fill" else 1)),
-                               self.ref(no, self.pos(n, 0 if name == "masked_fill" else 2))])
+        self.emit(
+            n,
+            "where",
+            [
+                {"ref": c},
+                self.ref(yes, self.pos(n, 2 if name == "masked_fill" else 1)),
+                self.ref(no, self.pos(n, 0 if name == "masked_fill" else 2)),
+            ],
+        )
 
     def split(self, n: fx.Node, name: str, a: list, kw: dict) -> None:
         """split/chunk/unbind: a tuple of slices (or selects), read by the getitems that follow."""
         x = a[0]
         parts = self.val(n)
         nd = len(self.val(x).shape)
-        dim = (a[2] if len(a) > 2 else kw.get("dim", 0)) if name != "unbind" else (a[1] if len(a) > 1 else kw.get("dim", 0))
+        dim = (
+            (a[2] if len(a) > 2 else kw.get("dim", 0))
+            if name != "unbind"
+            else (a[1] if len(a) > 1 else kw.get("dim", 0))
+        )
         dim = int(dim) % nd
         starts, off = [], 0
         for p in parts:
@@ -519,8 +662,10 @@ class ExportBuilder:
                 return {"layout": str(v).replace("torch.", "")}
             raise ExportUnsupported(f"{n.name}: argument {v!r} of {n.target}")
 
-        call = {"args": [enc(v, self.pos(n, i)) for i, v in enumerate(n.args)],
-                "kwargs": {k: enc(v, self.pos(n, k)) for k, v in n.kwargs.items()}}
+        call = {
+            "args": [enc(v, self.pos(n, i)) for i, v in enumerate(n.args)],
+            "kwargs": {k: enc(v, self.pos(n, k)) for k, v in n.kwargs.items()},
+        }
         t = n.target
         if isinstance(t, torch._ops.OpOverload):
             target = f"{t.namespace}.{t.overloadpacket.__name__}.{t._overloadname}"
@@ -528,8 +673,14 @@ class ExportBuilder:
             raise ExportUnsupported(f"{n.name}: the call {getattr(t, '__name__', t)!r}")
         v = self.val(n)
         multi = isinstance(v, list | tuple)
-        self.emit(n, "aten", [{"ref": r} for r in refs], {"target": target, "call": call, "tuple": multi},
-                  shape=None if multi else _shape(v), dtype=None if multi else _dt(v))
+        self.emit(
+            n,
+            "aten",
+            [{"ref": r} for r in refs],
+            {"target": target, "call": call, "tuple": multi},
+            shape=None if multi else _shape(v),
+            dtype=None if multi else _dt(v),
+        )
         self.islands.append(target)
 
 
@@ -560,7 +711,9 @@ def literals(gm: fx.GraphModule) -> dict[str, Any]:
     return out
 
 
-def bind_scalars(model: nn.Module, inputs: list[Any], ep: Any, attrs: dict[str, float], notes: list[str]) -> dict[str, str]:
+def bind_scalars(
+    model: nn.Module, inputs: list[Any], ep: Any, attrs: dict[str, float], notes: list[str]
+) -> dict[str, str]:
     """Which float literals of the exported graph come from a float attribute of the model: export
     again with those attributes perturbed and compare (the fx capture's trick)."""
     if not attrs:
@@ -570,9 +723,11 @@ def bind_scalars(model: nn.Module, inputs: list[Any], ep: Any, attrs: dict[str, 
         setattr(model, k, perturbed(v))
     try:
         lit2 = literals(export_program(model, inputs).graph_module)
-    except Exception:  # noqa: BLE001 - the perturbed model may not export; the constants stay baked in
-        notes.append("the model's float attributes could not be perturbed to find where they are used; constants "
-                     "derived from them are baked into the candidate (it checks them before its fast path)")
+    except Exception:  # the perturbed model may not export; the constants stay baked in
+        notes.append(
+            "the model's float attributes could not be perturbed to find where they are used; constants "
+            "derived from them are baked into the candidate (it checks them before its fast path)"
+        )
         return {}
     finally:
         for k, v in attrs.items():
@@ -585,8 +740,9 @@ def perturbed(v: float) -> float:
     return v * 1.37 + 0.113
 
 
-def match_bindings(lit1: dict[str, Any], lit2: dict[str, Any], attrs: dict[str, float],
-                   notes: list[str] | None = None) -> dict[str, str]:
+def match_bindings(
+    lit1: dict[str, Any], lit2: dict[str, Any], attrs: dict[str, float], notes: list[str] | None = None
+) -> dict[str, str]:
     """Literal positions whose value moved with a perturbed float attribute: "<node>:<pos>" -> "self.<attr>"."""
     binds: dict[str, str] = {}
     for pos, v1 in lit1.items():
@@ -599,8 +755,10 @@ def match_bindings(lit1: dict[str, Any], lit2: dict[str, Any], attrs: dict[str, 
                 break
         else:
             if notes is not None:
-                notes.append(f"constant {v1} at {pos} depends on a model attribute in a way the policy cannot express; "
-                             "it is baked into the kernel")
+                notes.append(
+                    f"constant {v1} at {pos} depends on a model attribute in a way the policy cannot express; "
+                    "it is baked into the kernel"
+                )
     return binds
 
 
@@ -640,7 +798,7 @@ def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], 
     """The exported graph as IR node dicts plus what it is specialised to."""
     try:
         ep = export_program(model, inputs)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}") from None
     binds = bind_scalars(model, inputs, ep, float_attrs, notes)
@@ -650,8 +808,12 @@ def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], 
     state = dict(model.named_parameters(remove_duplicate=False))
     state.update(dict(model.named_buffers(remove_duplicate=False)))
     guard = {
-        "inputs": [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} if torch.is_tensor(t)
-                   else {"value": t} for t in inputs],
+        "inputs": [
+            {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+            if torch.is_tensor(t)
+            else {"value": t}
+            for t in inputs
+        ],
         "state": {p: list(state[p].shape) for p in paths if p in state},
         "attrs": simple_attrs(model, set(binds.values())),
         "modules": module_tree(model),

@@ -31,8 +31,15 @@ def c_op(n: Node, a: list[str | None], cuda: bool) -> str:
     return s
 
 
-_CPU_MATH = {"fminf": "kw_minf", "fmaxf": "kw_maxf", "tanhf": "kw_tanhf", "expf": "kw_expf", "logf": "kw_logf",
-             "log1pf": "kw_log1pf", "erff": "kw_erff"}  # kernelgen.CPU_PRELUDE
+_CPU_MATH = {
+    "fminf": "kw_minf",
+    "fmaxf": "kw_maxf",
+    "tanhf": "kw_tanhf",
+    "expf": "kw_expf",
+    "logf": "kw_logf",
+    "log1pf": "kw_log1pf",
+    "erff": "kw_erff",
+}  # kernelgen.CPU_PRELUDE
 _CPU_MATH_CALL = re.compile(r"\b(" + "|".join(_CPU_MATH) + r")\(")
 
 

@@ -175,8 +175,11 @@ def plan(g: Graph) -> Plan:
                 if space == "full" and math.prod(n.shape) != math.prod(grp.full):
                     ok = False
                 if not ok:
-                    raise FusionError(f"{n.name} (shape {n.shape}) is needed outside its fused group but is neither "
-                                      f"the group's full shape {grp.full} nor one value per row", n.name)
+                    raise FusionError(
+                        f"{n.name} (shape {n.shape}) is needed outside its fused group but is neither "
+                        f"the group's full shape {grp.full} nor one value per row",
+                        n.name,
+                    )
         _finish_operands(g, grp)
     return Plan(g, steps, groups)
 
@@ -263,10 +266,16 @@ def _finish_operands(g: Graph, grp: Group) -> None:
             if isinstance(a, Ref) and not grp.member(a.name) and all(o.value != a.name for o in grp.operands):
                 nshape = grp.full if n.op in REDUCTIONS else n.shape
                 try:
-                    kind, block = classify(_align(g.node(a.name).shape, nshape, grp.full, grp.split), grp.full, grp.split)
+                    kind, block = classify(
+                        _align(g.node(a.name).shape, nshape, grp.full, grp.split), grp.full, grp.split
+                    )
                 except FusionError as e:
                     raise FusionError(f"{n.name}: {e}", n.name) from None
-                rpad = len(grp.full) - len(nshape) if list(nshape) == grp.full[:grp.split] and len(nshape) < len(grp.full) else 0
+                rpad = (
+                    len(grp.full) - len(nshape)
+                    if list(nshape) == grp.full[: grp.split] and len(nshape) < len(grp.full)
+                    else 0
+                )
                 grp.operands.append(Operand(a.name, kind, block, rpad))
             if isinstance(a, Scalar) and a.runtime and a not in grp.scalars:
                 grp.scalars.append(a)

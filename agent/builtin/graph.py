@@ -23,14 +23,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-UNARY = {"exp", "log", "tanh", "sigmoid", "relu", "rsqrt", "sqrt", "abs", "erf", "sin", "cos", "neg", "silu",
-         "square", "log1p", "expm1", "mish", "hardswish", "hardsigmoid", "relu6", "gelu", "identity"}
+UNARY = {
+    "exp",
+    "log",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "rsqrt",
+    "sqrt",
+    "abs",
+    "erf",
+    "sin",
+    "cos",
+    "neg",
+    "silu",
+    "square",
+    "log1p",
+    "expm1",
+    "mish",
+    "hardswish",
+    "hardsigmoid",
+    "relu6",
+    "gelu",
+    "identity",
+}
 BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"}
 PARAMETRIC = {"leaky_relu", "clamp", "elu", "softplus", "where"}  # where(c, a, b): c != 0 ? a : b (c float)
 ELEMENTWISE = UNARY | BINARY | PARAMETRIC
 REDUCTIONS = {"sum", "mean", "amax", "amin"}
-VIEWS = {"view", "reshape", "flatten", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "contiguous",
-         "slice", "select", "getitem"}
+VIEWS = {
+    "view",
+    "reshape",
+    "flatten",
+    "transpose",
+    "permute",
+    "t",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "contiguous",
+    "slice",
+    "select",
+    "getitem",
+}
 LIBRARY = {"matmul", "matmul_nt", "conv2d"}
 # an op the generator does not express, kept as the same ATen call (torch.export captures only)
 ISLAND_OPS = {"aten"}
@@ -171,11 +206,16 @@ class Graph:
                 lines.append(f"  return {', '.join(fmt_arg(a) for a in n.args)}")
             elif n.op == "aten":
                 args = ", ".join(fmt_arg(a) for a in n.args)
-                lines.append(f"  {n.name:<14} = {n.attrs['target']}({args})  [library/ATen call]   {fmt_shape(n.shape)}")
+                lines.append(
+                    f"  {n.name:<14} = {n.attrs['target']}({args})  [library/ATen call]   {fmt_shape(n.shape)}"
+                )
             else:
                 args = ", ".join(fmt_arg(a) for a in n.args)
-                extra = {k: v for k, v in n.attrs.items() if k not in ("module", "tuple", "island", "value")
-                         and v is not None}
+                extra = {
+                    k: v
+                    for k, v in n.attrs.items()
+                    if k not in ("module", "tuple", "island", "value") and v is not None
+                }
                 ex = " " + " ".join(f"{k}={v}" for k, v in extra.items()) if extra else ""
                 lines.append(f"  {n.name:<14} = {n.op}({args}){ex}   {fmt_shape(n.shape)}")
         return "\n".join(lines)
@@ -217,8 +257,10 @@ def _parse_arg(a: dict[str, Any]) -> Any:
 
 
 def graph_from_analysis(data: dict[str, Any]) -> Graph:
-    nodes = [Node(n["name"], n["op"], [_parse_arg(a) for a in n["args"]], dict(n["attrs"]), n["shape"], n["dtype"])
-             for n in data["nodes"]]
+    nodes = [
+        Node(n["name"], n["op"], [_parse_arg(a) for a in n["args"]], dict(n["attrs"]), n["shape"], n["dtype"])
+        for n in data["nodes"]
+    ]
     meta = {k: v for k, v in data.items() if k != "nodes"}
     return Graph(nodes, meta)
 
@@ -248,8 +290,14 @@ def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeo
             cmd.append("--no-profile")
         limits = Limits(wall_s=timeout, cpu_s=int(timeout * 4) + 60, fsize_mb=64, nproc=1024)
         try:
-            rc, log, timed_out = run_command(cmd, Path(d), limits, EvalOptions(backend=device), with_agent=True,
-                                             env_extra={"PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1"})
+            rc, log, timed_out = run_command(
+                cmd,
+                Path(d),
+                limits,
+                EvalOptions(backend=device),
+                with_agent=True,
+                env_extra={"PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1"},
+            )
         except Unavailable as exc:
             return Analysis(False, str(exc))
     if timed_out:

@@ -16,13 +16,37 @@ import torch.nn.functional as F
 from agent.builtin.graph import Graph, Lit, Ref, Scalar
 
 _UNARY = {
-    "exp": torch.exp, "log": torch.log, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu,
-    "rsqrt": torch.rsqrt, "sqrt": torch.sqrt, "abs": torch.abs, "erf": torch.erf, "sin": torch.sin, "cos": torch.cos,
-    "neg": torch.neg, "silu": F.silu, "square": torch.square, "log1p": torch.log1p, "expm1": torch.expm1,
-    "mish": F.mish, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "relu6": F.relu6, "identity": lambda x: x,
+    "exp": torch.exp,
+    "log": torch.log,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "relu": torch.relu,
+    "rsqrt": torch.rsqrt,
+    "sqrt": torch.sqrt,
+    "abs": torch.abs,
+    "erf": torch.erf,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "neg": torch.neg,
+    "silu": F.silu,
+    "square": torch.square,
+    "log1p": torch.log1p,
+    "expm1": torch.expm1,
+    "mish": F.mish,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "relu6": F.relu6,
+    "identity": lambda x: x,
 }
-_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "maximum": torch.maximum,
-           "minimum": torch.minimum, "pow": torch.pow}
+_BINARY = {
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": torch.div,
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "pow": torch.pow,
+}
 
 
 def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[str, Any] | None = None) -> Any:
@@ -33,7 +57,7 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
         if isinstance(a, Ref):
             return env[a.name]
         if isinstance(a, Scalar):
-            return eval(a.expr, {}, scope) if a.runtime else a.value  # noqa: S307 - our own expressions on self
+            return eval(a.expr, {}, scope) if a.runtime else a.value  # our own expressions on self
         if isinstance(a, Lit):
             if isinstance(a.value, list):
                 return [env[x.name] if isinstance(x, Ref) else x for x in a.value]
@@ -45,7 +69,9 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
         if op == "input":
             env[n.name] = inputs[at["index"]]
         elif op == "param":
-            env[n.name] = model.get_parameter(at["path"]) if _is_param(model, at["path"]) else model.get_buffer(at["path"])
+            env[n.name] = (
+                model.get_parameter(at["path"]) if _is_param(model, at["path"]) else model.get_buffer(at["path"])
+            )
         elif op == "output":
             outs = [v(x) for x in a]
             return outs[0] if len(outs) == 1 else tuple(outs)
@@ -70,8 +96,9 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
             fn = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}[op]
             dims = at.get("dim")
             x = v(a[0])
-            env[n.name] = fn(x, dim=tuple(dims) if dims is not None else tuple(range(x.dim())),
-                             keepdim=bool(at.get("keepdim")))
+            env[n.name] = fn(
+                x, dim=tuple(dims) if dims is not None else tuple(range(x.dim())), keepdim=bool(at.get("keepdim"))
+            )
         elif op in ("softmax", "log_softmax"):
             env[n.name] = (torch.softmax if op == "softmax" else torch.log_softmax)(v(a[0]), at["dim"])
         elif op == "linear":
@@ -86,10 +113,10 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
             env[n.name] = F.batch_norm(v(a[0]), v(a[1]), v(a[2]), v(a[3]), v(a[4]), False, 0.0, v(a[5]))
         elif op == "layernorm":
             x = v(a[0])
-            env[n.name] = F.layer_norm(x, x.shape[-at.get("ndim", 1):], v(a[1]), v(a[2]), v(a[3]))
+            env[n.name] = F.layer_norm(x, x.shape[-at.get("ndim", 1) :], v(a[1]), v(a[2]), v(a[3]))
         elif op == "rmsnorm":
             x = v(a[0])
-            env[n.name] = F.rms_norm(x, x.shape[-at.get("ndim", 1):], v(a[1]), v(a[2]))
+            env[n.name] = F.rms_norm(x, x.shape[-at.get("ndim", 1) :], v(a[1]), v(a[2]))
         elif op == "diag":
             env[n.name] = torch.diag(v(a[0]))
         elif op in ("view", "reshape", "expand", "permute"):

@@ -48,13 +48,14 @@ def _header_comment(plan: Plan, grp: Group, sig: KernelSig) -> str:
     ins = ", ".join(f"{o.value}{fmt_shape(plan.graph.node(o.value).shape)} ({o.kind})" for o in grp.operands)
     outs = ", ".join(f"{o}{fmt_shape(plan.graph.node(o).shape)}" for o in grp.outputs)
     red = grp.reductions
-    kind = (f"{len(red)} row reduction(s) over {math.prod(grp.full[grp.split:])} columns" if red
-            else "elementwise")
-    return (f"// {grp.name}: fuses {len(grp.nodes)} graph ops [{', '.join(n.name + '=' + n.op for n in grp.nodes)}]\n"
-            f"//   iteration space {fmt_shape(grp.full)} split as rows={fmt_shape(grp.full[:grp.split])} x "
-            f"cols={fmt_shape(grp.full[grp.split:])}; {kind}\n"
-            f"//   reads {ins}\n//   writes {outs}\n"
-            f"//   moves {sig.bytes_moved / 1e6:.2f} MB (each input read once per phase, each output written once)")
+    kind = f"{len(red)} row reduction(s) over {math.prod(grp.full[grp.split :])} columns" if red else "elementwise"
+    return (
+        f"// {grp.name}: fuses {len(grp.nodes)} graph ops [{', '.join(n.name + '=' + n.op for n in grp.nodes)}]\n"
+        f"//   iteration space {fmt_shape(grp.full)} split as rows={fmt_shape(grp.full[: grp.split])} x "
+        f"cols={fmt_shape(grp.full[grp.split :])}; {kind}\n"
+        f"//   reads {ins}\n//   writes {outs}\n"
+        f"//   moves {sig.bytes_moved / 1e6:.2f} MB (each input read once per phase, each output written once)"
+    )
 
 
 class _Body:
@@ -166,8 +167,13 @@ class _Body:
 
 
 def signature(plan: Plan, grp: Group) -> KernelSig:
-    sig = KernelSig(grp.name, [o.value for o in grp.operands], list(grp.outputs),
-                    [k for k, o in enumerate(grp.operands) if o.kind in (GEN, ROWGEN, COLGEN)], list(grp.scalars))
+    sig = KernelSig(
+        grp.name,
+        [o.value for o in grp.operands],
+        list(grp.outputs),
+        [k for k, o in enumerate(grp.operands) if o.kind in (GEN, ROWGEN, COLGEN)],
+        list(grp.scalars),
+    )
     sig.bytes_moved = _bytes(plan, grp)
     sig.ops = [n.op for n in grp.nodes]
     return sig
@@ -207,8 +213,25 @@ def _phases(body: _Body) -> list[tuple[Node | None, list[Node], list[Node]]]:
 
 
 # ops whose recomputation in the final loop costs more than storing and re-reading one float
-_COSTLY = {"exp", "log", "tanh", "sigmoid", "silu", "pow", "erf", "log1p", "expm1", "gelu", "mish", "softplus", "elu",
-           "sin", "cos", "rsqrt", "sqrt"}
+_COSTLY = {
+    "exp",
+    "log",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "pow",
+    "erf",
+    "log1p",
+    "expm1",
+    "gelu",
+    "mish",
+    "softplus",
+    "elu",
+    "sin",
+    "cos",
+    "rsqrt",
+    "sqrt",
+}
 
 
 def _kept_in_output(body: _Body, phases: list, full_out: list[str], final_nodes: list[Node]) -> str | None:
@@ -291,7 +314,9 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
                 L.append(f"            const float a{k} = {body.load(k)};")
             L += ["            " + s for s in body.compute(loop, "")]
             L.append("            " + c_accumulate(red.op, acc, _src_expr(body, red, "")))
-            if keep is not None and phase_no == len(phases) - 1:  # the last reduction's loop (_phases: one per reduction, in order)
+            if (
+                keep is not None and phase_no == len(phases) - 1
+            ):  # the last reduction's loop (_phases: one per reduction, in order)
                 L.append(f"            out{out_index[full_out[0]]}[i] = v_{keep};  // kept for the final loop")
             L.append("        }")
             val = f"(float)({acc} / (double)cols)" if red.op == "mean" else f"(float){acc}"
@@ -628,8 +653,14 @@ def cuda_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
     return _cuda_elementwise(plan, grp, body, sig, config), sig
 
 
-def _lane_body(body: _Body, nodes: list[Node], ks: list[int], vec: int, vector_kinds: tuple,
-               cached: tuple[set[int], set[int]] = (set(), set())) -> list[str]:
+def _lane_body(
+    body: _Body,
+    nodes: list[Node],
+    ks: list[int],
+    vec: int,
+    vector_kinds: tuple,
+    cached: tuple[set[int], set[int]] = (set(), set()),
+) -> list[str]:
     """Statements for `vec` consecutive elements (lanes .x .y .z .w) starting at i0 / c0.
     cached (register-cached rows): operands read from their register copy ra{k}[j], and operands
     loaded here and stored there for a later phase."""
@@ -664,16 +695,18 @@ def _cuda_elementwise(plan: Plan, grp: Group, body: _Body, sig: KernelSig, confi
     ks = body.operands_of(nodes)
     row_ks = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
     out_index = {o: k for k, o in enumerate(grp.outputs)}
-    L = [_header_comment(plan, grp, sig),
-         f"//   launch: {block} threads per block, grid-stride, VEC=4 (float4) when aligned else scalar",
-         "//   index math in 32 bits when the tensor allows it (64-bit division is slow on the GPU)",
-         "template <int VEC, typename IT>",
-         f"__global__ void __launch_bounds__({block}) {grp.name}_kernel({_params(grp, sig).replace('int64_t', 'IT')}) {{",
-         "    const IT n = rows * cols;",
-         "    const IT stride = (IT)gridDim.x * blockDim.x;",
-         "    for (IT q = blockIdx.x * (IT)blockDim.x + threadIdx.x; q < n / VEC; q += stride) {",
-         "        const IT i0 = q * VEC;",
-         "        const IT r = i0 / cols, c0 = i0 - r * cols; (void)r; (void)c0;"]
+    L = [
+        _header_comment(plan, grp, sig),
+        f"//   launch: {block} threads per block, grid-stride, VEC=4 (float4) when aligned else scalar",
+        "//   index math in 32 bits when the tensor allows it (64-bit division is slow on the GPU)",
+        "template <int VEC, typename IT>",
+        f"__global__ void __launch_bounds__({block}) {grp.name}_kernel({_params(grp, sig).replace('int64_t', 'IT')}) {{",
+        "    const IT n = rows * cols;",
+        "    const IT stride = (IT)gridDim.x * blockDim.x;",
+        "    for (IT q = blockIdx.x * (IT)blockDim.x + threadIdx.x; q < n / VEC; q += stride) {",
+        "        const IT i0 = q * VEC;",
+        "        const IT r = i0 / cols, c0 = i0 - r * cols; (void)r; (void)c0;",
+    ]
     for k in row_ks:
         L.append(f"        const float a{k} = {body.row_load(k)};")
     # per-row values (batch norm's rsqrt(var + eps) per channel): once per element group, not per lane
@@ -688,27 +721,30 @@ def _cuda_elementwise(plan: Plan, grp: Group, body: _Body, sig: KernelSig, confi
     for o in full_out:
         L.append(f"            out{out_index[o]}[i0] = {body.arg(Ref(o), '_0')};")
     L += ["        }", "    }", "}", ""]
-    vec_ptrs = [f"in{k}" for k, o in enumerate(grp.operands) if o.kind in (FULL, COL)] + \
-               [f"out{out_index[o]}" for o in full_out]
+    vec_ptrs = [f"in{k}" for k, o in enumerate(grp.operands) if o.kind in (FULL, COL)] + [
+        f"out{out_index[o]}" for o in full_out
+    ]
     cond = " && ".join(["(rows * cols) % 4 == 0", "cols % 4 == 0"] + [f"aligned16({p})" for p in vec_ptrs])
-    L += [f'extern "C" int {grp.name}({_params(grp, sig)}, void* stream) {{',
-          "    const int64_t n = rows * cols;",
-          "    if (n == 0) return 0;",
-          f"    const bool vec = {cond};",
-          "    const int64_t work = vec ? n / 4 : n;",
-          f"    const int64_t blocks = (work + {block} - 1) / {block};",
-          "    const unsigned grid = (unsigned)(blocks < 65536 * 8 ? blocks : 65536 * 8);",
-          "    const bool small = n < (int64_t)1 << 31;",
-          "    if (vec && small)",
-          f"        {grp.name}_kernel<4, uint32_t><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
-          "    else if (vec)",
-          f"        {grp.name}_kernel<4, int64_t><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
-          "    else if (small)",
-          f"        {grp.name}_kernel<1, uint32_t><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
-          "    else",
-          f"        {grp.name}_kernel<1, int64_t><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
-          "    return (int)cudaGetLastError();",
-          "}"]
+    L += [
+        f'extern "C" int {grp.name}({_params(grp, sig)}, void* stream) {{',
+        "    const int64_t n = rows * cols;",
+        "    if (n == 0) return 0;",
+        f"    const bool vec = {cond};",
+        "    const int64_t work = vec ? n / 4 : n;",
+        f"    const int64_t blocks = (work + {block} - 1) / {block};",
+        "    const unsigned grid = (unsigned)(blocks < 65536 * 8 ? blocks : 65536 * 8);",
+        "    const bool small = n < (int64_t)1 << 31;",
+        "    if (vec && small)",
+        f"        {grp.name}_kernel<4, uint32_t><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+        "    else if (vec)",
+        f"        {grp.name}_kernel<4, int64_t><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+        "    else if (small)",
+        f"        {grp.name}_kernel<1, uint32_t><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+        "    else",
+        f"        {grp.name}_kernel<1, int64_t><<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});",
+        "    return (int)cudaGetLastError();",
+        "}",
+    ]
     return "\n".join(L)
 
 
@@ -755,27 +791,33 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
     final_nodes = body.cone(full_out)
     out_index = {o: k for k, o in enumerate(grp.outputs)}
     row_ks = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
-    L = [_header_comment(plan, grp, sig),
-         f"//   launch: {tpr} threads per row ({'one warp' if tpr == 32 else 'sub-warp' if tpr < 32 else 'one block'}"
-         f" per row), {rows_per_block} row(s) per block of {block}; float4 loads when cols % 4 == 0 and aligned"]
+    L = [
+        _header_comment(plan, grp, sig),
+        f"//   launch: {tpr} threads per row ({'one warp' if tpr == 32 else 'sub-warp' if tpr < 32 else 'one block'}"
+        f" per row), {rows_per_block} row(s) per block of {block}; float4 loads when cols % 4 == 0 and aligned",
+    ]
     phases = _phases(body)
     regs = _register_plan(body, phases, full_out) if nc else []
     if nc:
         kept = sorted({n for lp in regs for n in lp["stores"]})
         held = sorted({k for lp in regs for k in lp["to_regs"]})
-        L += [f"//   register-cached rows (rows of at most {nc * 4 * tpr} columns): each thread loads its {nc} float4",
-              f"//   chunks of a row once and keeps them, and the values later loops reuse ({', '.join(kept) or 'none'}),",
-              "//   in registers, so the reduction loops after the first read no memory and recompute nothing;",
-              "//   longer rows take the uncached loops"]
-    L += ["template <int VEC, int NC>" if nc else "template <int VEC>",
-         f"__global__ void __launch_bounds__({block}) {grp.name}_kernel({_params(grp, sig)}) {{",
-         f"    constexpr int TPR = {tpr};",
-         "    __shared__ double smem[32];",
-         "    const int t = threadIdx.x % TPR;",
-         f"    const int64_t r = (int64_t)blockIdx.x * {rows_per_block} + threadIdx.x / TPR;",
-         "    const bool valid = r < rows;",
-         "    const int64_t ncols = valid ? cols : 0;  // idle rows still take part in the shuffles",
-         "    const int64_t base = r * cols; (void)base;"]
+        L += [
+            f"//   register-cached rows (rows of at most {nc * 4 * tpr} columns): each thread loads its {nc} float4",
+            f"//   chunks of a row once and keeps them, and the values later loops reuse ({', '.join(kept) or 'none'}),",
+            "//   in registers, so the reduction loops after the first read no memory and recompute nothing;",
+            "//   longer rows take the uncached loops",
+        ]
+    L += [
+        "template <int VEC, int NC>" if nc else "template <int VEC>",
+        f"__global__ void __launch_bounds__({block}) {grp.name}_kernel({_params(grp, sig)}) {{",
+        f"    constexpr int TPR = {tpr};",
+        "    __shared__ double smem[32];",
+        "    const int t = threadIdx.x % TPR;",
+        f"    const int64_t r = (int64_t)blockIdx.x * {rows_per_block} + threadIdx.x / TPR;",
+        "    const bool valid = r < rows;",
+        "    const int64_t ncols = valid ? cols : 0;  // idle rows still take part in the shuffles",
+        "    const int64_t base = r * cols; (void)base;",
+    ]
     for k in row_ks:
         L.append(f"    const float a{k} = valid ? {body.row_load(k)} : 0.0f;")
     if nc:
@@ -791,24 +833,40 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
         inner += _lane_body(body, lp["nodes"], lp["ks"], 4, (FULL, COL), (lp["from_regs"], lp["to_regs"]))
         inner += [f"kv_{n}[j] = make_float4({', '.join(f'v_{n}_{ln}' for ln in range(4))});" for n in lp["stores"]]
         inner += emit_tail(4)
-        return (["    if constexpr (VEC == 4 && NC > 0) {", "        #pragma unroll", "        for (int j = 0; j < NC; ++j) {",
-                 "            const int64_t c4 = t + (int64_t)j * TPR;", "            if (c4 < ncols / 4) {",
-                 "                const int64_t c0 = c4 * 4, i0 = base + c0; (void)i0;"]
-                + ["                " + x for x in inner] + ["            }", "        }", "    } else"])
+        return (
+            [
+                "    if constexpr (VEC == 4 && NC > 0) {",
+                "        #pragma unroll",
+                "        for (int j = 0; j < NC; ++j) {",
+                "            const int64_t c4 = t + (int64_t)j * TPR;",
+                "            if (c4 < ncols / 4) {",
+                "                const int64_t c0 = c4 * 4, i0 = base + c0; (void)i0;",
+            ]
+            + ["                " + x for x in inner]
+            + ["            }", "        }", "    } else"]
+        )
 
     def loop(nodes: list[Node], emit_tail, extra: tuple[str, ...] = ()) -> list[str]:
         ks = body.operands_of(nodes, extra)
         # unrolled: a thread issues several row loads before it waits for the first (a row of
         # 4096 floats is 4 float4 loads per thread at 256 threads per row)
         out = cached_loop(next(reg_loops), emit_tail) if nc else []
-        out += ["    if constexpr (VEC == 4) {"] + ([f"        #pragma unroll {ROW_UNROLL}"] if ROW_UNROLL > 1 else []) + [
-               "        for (int64_t c4 = t; c4 < ncols / 4; c4 += TPR) {",
-               "            const int64_t c0 = c4 * 4, i0 = base + c0; (void)i0;"]
+        out += (
+            ["    if constexpr (VEC == 4) {"]
+            + ([f"        #pragma unroll {ROW_UNROLL}"] if ROW_UNROLL > 1 else [])
+            + [
+                "        for (int64_t c4 = t; c4 < ncols / 4; c4 += TPR) {",
+                "            const int64_t c0 = c4 * 4, i0 = base + c0; (void)i0;",
+            ]
+        )
         out += ["            " + s for s in _lane_body(body, nodes, ks, 4, (FULL, COL))]
         out += ["            " + s for s in emit_tail(4)]
-        out += ["        }", "    } else {",
-                "        for (int64_t c0 = t; c0 < ncols; c0 += TPR) {",
-                "            const int64_t i0 = base + c0; (void)i0;"]
+        out += [
+            "        }",
+            "    } else {",
+            "        for (int64_t c0 = t; c0 < ncols; c0 += TPR) {",
+            "            const int64_t i0 = base + c0; (void)i0;",
+        ]
         out += ["            " + s for s in _lane_body(body, nodes, ks, 1, ())]
         out += ["            " + s for s in emit_tail(1)]
         out += ["        }", "    }"]
@@ -828,33 +886,41 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
             L.append(f"    const float v_{red.name} = {val};")
         L += ["    " + s for s in body.compute(after, "")]
     if full_out:
+
         def store(vec: int) -> list[str]:
             if vec == 4:
-                return [f"*reinterpret_cast<float4*>(out{out_index[o]} + i0) = make_float4("
-                        + ", ".join(body.arg(Ref(o), f"_{ln}") for ln in range(4)) + ");" for o in full_out]
+                return [
+                    f"*reinterpret_cast<float4*>(out{out_index[o]} + i0) = make_float4("
+                    + ", ".join(body.arg(Ref(o), f"_{ln}") for ln in range(4))
+                    + ");"
+                    for o in full_out
+                ]
             return [f"out{out_index[o]}[i0] = {body.arg(Ref(o), '_0')};" for o in full_out]
 
         L += loop(final_nodes, store)
     for o in row_out:
         L.append(f"    if (valid && t == 0) out{out_index[o]}[r] = v_{o};")
     L += ["}", ""]
-    vec_ptrs = [f"in{k}" for k, o in enumerate(grp.operands) if o.kind in (FULL, COL)] + \
-               [f"out{out_index[o]}" for o in full_out]
+    vec_ptrs = [f"in{k}" for k, o in enumerate(grp.operands) if o.kind in (FULL, COL)] + [
+        f"out{out_index[o]}" for o in full_out
+    ]
     cond = " && ".join(["cols % 4 == 0"] + [f"aligned16({p})" for p in vec_ptrs])
-    L += [f'extern "C" int {grp.name}({_params(grp, sig)}, void* stream) {{',
-          "    if (rows == 0) return 0;",
-          f"    const bool vec = {cond};",
-          f"    const unsigned grid = (unsigned)((rows + {rows_per_block} - 1) / {rows_per_block});"]
+    L += [
+        f'extern "C" int {grp.name}({_params(grp, sig)}, void* stream) {{',
+        "    if (rows == 0) return 0;",
+        f"    const bool vec = {cond};",
+        f"    const unsigned grid = (unsigned)((rows + {rows_per_block} - 1) / {rows_per_block});",
+    ]
     launch = f"<<<grid, {block}, 0, (cudaStream_t)stream>>>({_call_args(grp, sig)});"
     if nc:
-        L += [f"    if (vec && cols <= {nc * 4 * tpr}) {grp.name}_kernel<4, {nc}>{launch}",
-              f"    else if (vec) {grp.name}_kernel<4, 0>{launch}",
-              f"    else {grp.name}_kernel<1, 0>{launch}"]
+        L += [
+            f"    if (vec && cols <= {nc * 4 * tpr}) {grp.name}_kernel<4, {nc}>{launch}",
+            f"    else if (vec) {grp.name}_kernel<4, 0>{launch}",
+            f"    else {grp.name}_kernel<1, 0>{launch}",
+        ]
     else:
         L += [f"    if (vec) {grp.name}_kernel<4>{launch}", f"    else {grp.name}_kernel<1>{launch}"]
-    L += [
-          "    return (int)cudaGetLastError();",
-          "}"]
+    L += ["    return (int)cudaGetLastError();", "}"]
     return "\n".join(L)
 
 
@@ -878,7 +944,7 @@ def default_config(grp: Group, backend: str) -> dict:
     if backend == "cpu":
         return {"schedule": "static", "parallel_min": 1 << 20}
     if grp.reductions:
-        cols = math.prod(grp.full[grp.split:])
+        cols = math.prod(grp.full[grp.split :])
         return {"tpr": 32 if cols <= 1024 else 256}
     return {"block": 256}
 
@@ -902,11 +968,14 @@ def config_variants(grp: Group, backend: str) -> list[dict]:
     if backend == "cpu":
         # OpenMP pays a fork/join and a barrier per call: worth it only above some work size
         # (and a second OpenMP runtime next to PyTorch's competes for the same cores)
-        return [{"schedule": "static", "parallel_min": 1 << 20}, {"schedule": "static", "parallel_min": 1 << 15},
-                {"schedule": "static", "parallel_min": 1 << 62}]
+        return [
+            {"schedule": "static", "parallel_min": 1 << 20},
+            {"schedule": "static", "parallel_min": 1 << 15},
+            {"schedule": "static", "parallel_min": 1 << 62},
+        ]
     if grp.reductions:
-        cols = math.prod(grp.full[grp.split:])
-        rows = math.prod(grp.full[:grp.split])
+        cols = math.prod(grp.full[grp.split :])
+        rows = math.prod(grp.full[: grp.split])
         opts = [32, 128, 256] if cols <= 2048 else [256, 512, 1024]
         if rows < 264 and cols > 4096:
             opts = [1024, 512]

@@ -53,7 +53,11 @@ def lower(g: Graph) -> Graph:
         return Ref(n.name)
 
     def red(op: str, x: Ref, shape: list[int], dims: list[int], keep: bool = True, name: str | None = None) -> Ref:
-        oshape = [1 if i in dims else s for i, s in enumerate(shape)] if keep else [s for i, s in enumerate(shape) if i not in dims]
+        oshape = (
+            [1 if i in dims else s for i, s in enumerate(shape)]
+            if keep
+            else [s for i, s in enumerate(shape) if i not in dims]
+        )
         return emit(op, [x], oshape, {"dim": dims, "keepdim": keep}, name)
 
     for n in g.nodes:
@@ -81,8 +85,9 @@ def lower(g: Graph) -> Graph:
         elif n.op in ("softmax", "log_softmax"):
             d = n.attrs["dim"] % nd
             if d != nd - 1:
-                raise LoweringError(f"{n.name}: {n.op} over dim {d} of a {nd}-d tensor; the generator handles the last "
-                                    "dim only", n.name)
+                raise LoweringError(
+                    f"{n.name}: {n.op} over dim {d} of a {nd}-d tensor; the generator handles the last dim only", n.name
+                )
             x = n.args[0]
             m = red("amax", x, shape, [d])
             z = emit("sub", [x, m], shape)
@@ -131,8 +136,11 @@ def lower(g: Graph) -> Graph:
             ishape = g.node(x.name).shape
             dims = _norm_dims(n.attrs.get("dim"), len(ishape))
             if not _trailing(dims, len(ishape)):
-                raise LoweringError(f"{n.name}: logsumexp over dims {dims} of a {len(ishape)}-d tensor; the generator "
-                                    "reduces trailing dims only", n.name)
+                raise LoweringError(
+                    f"{n.name}: logsumexp over dims {dims} of a {len(ishape)}-d tensor; the generator "
+                    "reduces trailing dims only",
+                    n.name,
+                )
             rs = s_shape(ishape, dims)
             m = red("amax", x, ishape, dims)
             e = emit("exp", [emit("sub", [x, m], ishape)], ishape)
@@ -168,14 +176,20 @@ def lower(g: Graph) -> Graph:
         elif n.op == "identity":
             out.append(Node(n.name, "view", [n.args[0], Lit(list(shape))], {}, shape, n.dtype))
         elif n.op == "diag":
-            raise LoweringError(f"{n.name}: torch.diag builds a dense matrix; only its use in a product (a row or "
-                                "column scaling) is supported", n.name)
+            raise LoweringError(
+                f"{n.name}: torch.diag builds a dense matrix; only its use in a product (a row or "
+                "column scaling) is supported",
+                n.name,
+            )
         elif n.op in REDUCTIONS:
             dims = _norm_dims(n.attrs.get("dim"), len(g.node(n.args[0].name).shape))
             ishape = g.node(n.args[0].name).shape
             if not _trailing(dims, len(ishape)):
-                raise LoweringError(f"{n.name}: {n.op} over dims {dims} of a {len(ishape)}-d tensor; the generator "
-                                    "reduces trailing dims only", n.name)
+                raise LoweringError(
+                    f"{n.name}: {n.op} over dims {dims} of a {len(ishape)}-d tensor; the generator "
+                    "reduces trailing dims only",
+                    n.name,
+                )
             n.attrs = {"dim": dims, "keepdim": bool(n.attrs.get("keepdim"))}
             out.append(n)
         elif n.op in ELEMENTWISE and any(isinstance(a, Ref) for a in n.args):

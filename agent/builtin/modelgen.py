@@ -153,8 +153,9 @@ def _var(name: str) -> str:
 
 
 class _Emitter:
-    def __init__(self, plan: Plan, backend: str, sigs: dict[str, KernelSig], gemm: str = "cublas",
-                 torch_ops: str = "forbid"):
+    def __init__(
+        self, plan: Plan, backend: str, sigs: dict[str, KernelSig], gemm: str = "cublas", torch_ops: str = "forbid"
+    ):
         self.plan, self.backend, self.sigs, self.gemm, self.torch_ops = plan, backend, sigs, gemm, torch_ops
         self.g = plan.graph
         self.lines: list[str] = []
@@ -205,10 +206,12 @@ class _Emitter:
             self.emit(f"{v} = {self.val(a[0])}.{n.op}(*{self.val(a[1])})")
         elif n.op == "slice":
             at = n.attrs
-            self.emit(f"{v} = {self.val(a[0])}.narrow({at['dim']}, {at['start']}, {at['end'] - at['start']})"
-                      if at.get("step", 1) == 1 else
-                      f"{v} = torch.ops.aten.slice.Tensor({self.val(a[0])}, {at['dim']}, {at['start']}, {at['end']}, "
-                      f"{at['step']})")
+            self.emit(
+                f"{v} = {self.val(a[0])}.narrow({at['dim']}, {at['start']}, {at['end'] - at['start']})"
+                if at.get("step", 1) == 1
+                else f"{v} = torch.ops.aten.slice.Tensor({self.val(a[0])}, {at['dim']}, {at['start']}, {at['end']}, "
+                f"{at['step']})"
+            )
         elif n.op == "constant":
             flat = _flatten(n.attrs["value"])
             dt = f"torch.{n.attrs.get('dtype') or 'float32'}"
@@ -232,8 +235,10 @@ class _Emitter:
         elif n.op == "matmul_nt":
             x, w = self.val(a[0]), self.val(a[1])
             if self.backend == "cuda" and self.gemm == "aten":
-                self.emit(f"# {n.name}: GEMM x @ W^T through ATen (torch.mm: cuBLAS/cuBLASLt with PyTorch's workspace "
-                          "and heuristics), W read transposed in place")
+                self.emit(
+                    f"# {n.name}: GEMM x @ W^T through ATen (torch.mm: cuBLAS/cuBLASLt with PyTorch's workspace "
+                    "and heuristics), W read transposed in place"
+                )
                 self.emit(f"_x2 = {x}.reshape(-1, {x}.shape[-1])")
                 self.emit(f"{v} = torch.mm(_x2, {w}.t()).view(*{x}.shape[:-1], {w}.shape[0])")
             elif self.backend == "cuda":
@@ -252,10 +257,14 @@ class _Emitter:
             self.emit(f"{v} = torch.matmul({self.val(a[0])}, {self.val(a[1])})")
         elif n.op == "conv2d":
             at = n.attrs
-            self.emit(f"# {n.name}: library convolution ({'cuDNN' if self.backend == 'cuda' else 'oneDNN'}); its "
-                      "epilogue is fused into the next kernel")
-            self.emit(f"{v} = torch.nn.functional.conv2d({self.val(a[0])}, {self.val(a[1])}, None, "
-                      f"{', '.join(self.conv_geometry(at))})")
+            self.emit(
+                f"# {n.name}: library convolution ({'cuDNN' if self.backend == 'cuda' else 'oneDNN'}); its "
+                "epilogue is fused into the next kernel"
+            )
+            self.emit(
+                f"{v} = torch.nn.functional.conv2d({self.val(a[0])}, {self.val(a[1])}, None, "
+                f"{', '.join(self.conv_geometry(at))})"
+            )
         elif n.op == "derived":
             self.emit(f"{v} = _derived[{n.name!r}]")
         else:
@@ -283,8 +292,10 @@ class _Emitter:
             self.emit(f"{x} = {x} if {x}.is_contiguous() else {x}.contiguous()  # kernels assume contiguous memory")
         else:
             self.gathers += 1
-            self.emit(f"{x} = {x} if {x}.is_contiguous() else _kw_contig(lib, {x}, _stream)  # strided -> contiguous "
-                      "(kw_gather kernel)")
+            self.emit(
+                f"{x} = {x} if {x}.is_contiguous() else _kw_contig(lib, {x}, _stream)  # strided -> contiguous "
+                "(kw_gather kernel)"
+            )
         self.strided.discard(a.name)
 
     def torch_expr(self, n: Node) -> str:
@@ -294,11 +305,28 @@ class _Emitter:
         F = "torch.nn.functional"
         if op == "aten":
             return f"torch.ops.{at['target']}({self.call_args(n, at['call'])})"
-        simple = {"exp": "torch.exp", "log": "torch.log", "tanh": "torch.tanh", "sigmoid": "torch.sigmoid",
-                  "relu": "torch.relu", "rsqrt": "torch.rsqrt", "sqrt": "torch.sqrt", "abs": "torch.abs",
-                  "erf": "torch.erf", "sin": "torch.sin", "cos": "torch.cos", "neg": "torch.neg", "silu": f"{F}.silu",
-                  "square": "torch.square", "log1p": "torch.log1p", "expm1": "torch.expm1", "mish": f"{F}.mish",
-                  "hardswish": f"{F}.hardswish", "hardsigmoid": f"{F}.hardsigmoid", "relu6": f"{F}.relu6"}
+        simple = {
+            "exp": "torch.exp",
+            "log": "torch.log",
+            "tanh": "torch.tanh",
+            "sigmoid": "torch.sigmoid",
+            "relu": "torch.relu",
+            "rsqrt": "torch.rsqrt",
+            "sqrt": "torch.sqrt",
+            "abs": "torch.abs",
+            "erf": "torch.erf",
+            "sin": "torch.sin",
+            "cos": "torch.cos",
+            "neg": "torch.neg",
+            "silu": f"{F}.silu",
+            "square": "torch.square",
+            "log1p": "torch.log1p",
+            "expm1": "torch.expm1",
+            "mish": f"{F}.mish",
+            "hardswish": f"{F}.hardswish",
+            "hardsigmoid": f"{F}.hardsigmoid",
+            "relu6": f"{F}.relu6",
+        }
         if op in simple:
             return f"{simple[op]}({a[0]})"
         if op == "identity":
@@ -368,6 +396,7 @@ class _Emitter:
                 return f"float({v['expr']})"
             x = v["v"]
             return _num(x) if isinstance(x, float) else repr(x)
+
         parts = [dec(v) for v in call["args"]] + [f"{k}={dec(v)}" for k, v in call["kwargs"].items()]
         return ", ".join(parts)
 
@@ -387,7 +416,7 @@ class _Emitter:
                 shape = f"_D[:{sp}]"
             else:
                 aligned = [1] * (k - len(n.shape)) + list(n.shape)
-                dims = ["1" if aligned[i] == 1 else f"_D[{i}]" for i in range(k)][k - len(n.shape):]
+                dims = ["1" if aligned[i] == 1 else f"_D[{i}]" for i in range(k)][k - len(n.shape) :]
                 shape = "(" + "".join(d + ", " for d in dims) + ")"
             self.emit(f"{_var(o)} = torch.empty({shape}, device=_dev, dtype=torch.float32)")
             outs.append(_var(o))
@@ -412,26 +441,38 @@ class _Emitter:
         for st in plan.steps:
             if st.kind == "node" and st.node.name in hoisted:
                 self.node(st.node)
-        users = {r for st in plan.steps if not (st.kind == "node" and st.node.name in hoisted)
-                 for n in ([st.node] if st.kind == "node" else st.group.nodes) for r in n.refs()}
+        users = {
+            r
+            for st in plan.steps
+            if not (st.kind == "node" and st.node.name in hoisted)
+            for n in ([st.node] if st.kind == "node" else st.group.nodes)
+            for r in n.refs()
+        }
         users |= {a.name for a in self.g.output.args if isinstance(a, Ref)}
-        self.const_out = [h for h in (st.node.name for st in plan.steps if st.kind == "node") if h in hoisted and h in users]
+        self.const_out = [
+            h for h in (st.node.name for st in plan.steps if st.kind == "node") if h in hoisted and h in users
+        ]
         if self.torch_ops == "allow":  # contiguous once here rather than checked in every call
             for h in self.const_out:
                 self.contiguous(Ref(h))
         body, params = self.lines, self.used_params
         self.lines, self.used_params = saved_lines, saved_params
         paths = tuple(self.g.node(n).attrs["path"] for n in params)
-        L = ["    def _kw_consts(self, _dev):",
-             '        """Values that depend on no input (the shapes are the captured ones): computed once per device and',
-             '        per version of the parameters/buffers they read, then reused."""']
+        L = [
+            "    def _kw_consts(self, _dev):",
+            '        """Values that depend on no input (the shapes are the captured ones): computed once per device and',
+            '        per version of the parameters/buffers they read, then reused."""',
+        ]
         if paths:
             L.append(f'        vals = _read(self, "_kw_cslots", {paths!r})')
             L.append("        key = (str(_dev),) + tuple((t.data_ptr(), t._version) for t in vals)")
         else:
             L.append("        key = (str(_dev),)")
-        L += ['        cache = self.__dict__.get("_kw_const_cache")', "        if cache is not None and cache[0] == key:",
-              "            return cache[1]"]
+        L += [
+            '        cache = self.__dict__.get("_kw_const_cache")',
+            "        if cache is not None and cache[0] == key:",
+            "            return cache[1]",
+        ]
         if paths:
             L.append(f"        {', '.join(params.values())}, = vals")
         if any("lib." in line or "_stream" in line for line in body):  # a kernel of our own (a causal mask's tril)
@@ -445,19 +486,21 @@ class _Emitter:
         ders = [n for n in self.g.nodes if n.op == "derived"]
         if not ders:
             return []
-        L = ["    def _kw_derived(self, lib, dev, stream):",
-             '        """Weights computed from the loaded parameters by custom kernels (folded batch norm, summed',
-             '        weight rows); recomputed whenever a parameter\'s storage or version changes."""']
+        L = [
+            "    def _kw_derived(self, lib, dev, stream):",
+            '        """Weights computed from the loaded parameters by custom kernels (folded batch norm, summed',
+            '        weight rows); recomputed whenever a parameter\'s storage or version changes."""',
+        ]
         srcs = sorted({a.name for n in ders for a in n.args if isinstance(a, Ref)})
         paths = [self.g.node(s).attrs["path"] for s in srcs]
         scal = [a for n in ders for a in n.args if isinstance(a, Scalar) and a.runtime]
         simple = [a for a in scal if re.fullmatch(r"self(\.\w+|\[\d+\])+", a.expr)]
-        paths += list(dict.fromkeys(re.sub(r"\[(\d+)\]", r".\1", a.expr)[len("self."):] for a in simple))
+        paths += list(dict.fromkeys(re.sub(r"\[(\d+)\]", r".\1", a.expr)[len("self.") :] for a in simple))
         L.append(f'        vals = _read(self, "_kw_slots", {tuple(paths)!r})')
         other = "".join(f" + [{self.val(a)}]" for a in dict.fromkeys(scal) if a not in simple)
         L.append(f"        key = [(t.data_ptr(), t._version) for t in vals[:{len(srcs)}]] + vals[{len(srcs)}:]{other}")
         L.append('        cache = self.__dict__.get("_kw_cache")')
-        L.append('        if cache is not None and cache[0] == key:')
+        L.append("        if cache is not None and cache[0] == key:")
         L.append("            return cache[1]")
         L.append("        out = {}")
         done = set()
@@ -465,7 +508,9 @@ class _Emitter:
             r = n.attrs["recipe"]
             if r == "colsum":
                 src = self.params[n.args[0].name]
-                L.append(f"        # {n.name}: column sums of {n.attrs.get('of')} ({'summed weight rows' if n.shape != [1] else 'summed bias'})")
+                L.append(
+                    f"        # {n.name}: column sums of {n.attrs.get('of')} ({'summed weight rows' if n.shape != [1] else 'summed bias'})"
+                )
                 L.append(f"        _w = {src}.reshape({src}.shape[0], -1)")
                 L.append(f"        out[{n.name!r}] = torch.empty(_w.shape[1], device=dev, dtype=torch.float32)")
                 L.append(f"        lib.colsum(_w, out[{n.name!r}], _w.shape[0], _w.shape[1], stream)")
@@ -482,9 +527,11 @@ class _Emitter:
                 bexpr = P[b.name] if isinstance(b, Ref) else dummy
                 gexpr = P[gamma.name] if isinstance(gamma, Ref) else dummy
                 beexpr = P[beta.name] if isinstance(beta, Ref) else dummy
-                L.append(f"        lib.bn_fold(_w, {bexpr}, {P[mean.name]}, {P[var.name]}, {gexpr}, {beexpr}, _wf, _bf, "
-                         f"_w.shape[0], _w.numel() // _w.shape[0], {self.val(eps)}, {int(isinstance(b, Ref))}, "
-                         f"{int(isinstance(gamma, Ref))}, {int(isinstance(beta, Ref))}, stream)")
+                L.append(
+                    f"        lib.bn_fold(_w, {bexpr}, {P[mean.name]}, {P[var.name]}, {gexpr}, {beexpr}, _wf, _bf, "
+                    f"_w.shape[0], _w.numel() // _w.shape[0], {self.val(eps)}, {int(isinstance(b, Ref))}, "
+                    f"{int(isinstance(gamma, Ref))}, {int(isinstance(beta, Ref))}, stream)"
+                )
                 L.append(f"        out[{kk + '_w'!r}] = _wf")
                 L.append(f"        out[{kk + '_b'!r}] = _bf")
         L.append('        self.__dict__["_kw_cache"] = (key, out)')
@@ -539,8 +586,19 @@ def _kw_specialised(module):
 '''
 
 
-_NOT_CONSTANT = ("rand", "normal", "bernoulli", "uniform", "multinomial", "poisson", "exponential", "geometric",
-                 "cauchy", "dropout", "empty")
+_NOT_CONSTANT = (
+    "rand",
+    "normal",
+    "bernoulli",
+    "uniform",
+    "multinomial",
+    "poisson",
+    "exponential",
+    "geometric",
+    "cauchy",
+    "dropout",
+    "empty",
+)
 
 
 def _hoistable(plan: Plan) -> set[str]:
@@ -557,7 +615,9 @@ def _hoistable(plan: Plan) -> set[str]:
             continue  # a random draw or uninitialised memory is not a constant
         if all(r in base or r in ok for r in n.refs()):
             ok.add(n.name)
-    islands = {x for x in ok if g.node(x).op in ISLAND_OPS or g.node(x).op == "constant" or g.node(x).attrs.get("island")}
+    islands = {
+        x for x in ok if g.node(x).op in ISLAND_OPS or g.node(x).op == "constant" or g.node(x).attrs.get("island")
+    }
     if not islands:
         return set()
     # the islands and what they read (views of parameters), and views of them
@@ -578,8 +638,16 @@ def _hoistable(plan: Plan) -> set[str]:
     return keep
 
 
-def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[KernelSig], summary: str,
-                   gemm: str = "cublas", graph: bool = False, torch_ops: str = "forbid") -> str:
+def generate_model(
+    plan: Plan,
+    meta: dict[str, Any],
+    backend: str,
+    sigs: list[KernelSig],
+    summary: str,
+    gemm: str = "cublas",
+    graph: bool = False,
+    torch_ops: str = "forbid",
+) -> str:
     """gemm (cuda): "cublas" calls the .cu's gemm_nt (cublasSgemm), "aten" calls torch.mm.
     graph (cuda): forward replays a CUDA graph of the generated forward (`_graphed`).
 
@@ -593,8 +661,9 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     specialised = meta.get("capture") == "export"
     guarded = bool(meta.get("guard")) and bool(src.get("model_class"))
     if specialised and not src.get("model_class"):
-        raise ValueError("the reference Model class could not be copied (needed for the shapes the graph was not "
-                         "specialised to)")
+        raise ValueError(
+            "the reference Model class could not be copied (needed for the shapes the graph was not specialised to)"
+        )
     em = _Emitter(plan, backend, {s.name: s for s in sigs}, gemm, torch_ops)
     g = plan.graph
     inputs = g.inputs()
@@ -626,8 +695,12 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
         init = textwrap.indent(textwrap.dedent(init), "    ")
     parts = ['"""' + summary.strip().replace('"""', "'''") + '\n"""', ""]
     extra = (["import ctypes"] if em.gathers or em.own else []) + (["import math"] if em.own else [])
-    imports = list(dict.fromkeys(src.get("imports", []) + ["import functools", "import torch", "import torch.nn as nn",
-                                                           "import kwrt", *extra]))
+    imports = list(
+        dict.fromkeys(
+            src.get("imports", [])
+            + ["import functools", "import torch", "import torch.nn as nn", "import kwrt", *extra]
+        )
+    )
     parts += imports
     parts += [""] + src.get("assigns", [])
     for h in src.get("helpers", []):
@@ -642,22 +715,46 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
     if guarded:
         guard = meta.get("guard") or {}
         parts.append(_GUARD_HELPER)
-        parts += [f"_KW_STATE = {guard.get('state', {})!r}", f"_KW_ATTRS = {guard.get('attrs', {})!r}",
-                  f"_KW_MODULES = {guard.get('modules', [])!r}"]
+        parts += [
+            f"_KW_STATE = {guard.get('state', {})!r}",
+            f"_KW_ATTRS = {guard.get('attrs', {})!r}",
+            f"_KW_MODULES = {guard.get('modules', [])!r}",
+        ]
     if specialised:
-        parts += ["", "", src["model_class"], "", "", f"class ModelNew({REFERENCE_CLASS}):",
-                  '    """The reference Model (copied above as ' + REFERENCE_CLASS + ', constructor inherited); forward runs '
-                  'the generated kernels\n    for the shapes the graph was captured at, the reference\'s own forward '
-                  'otherwise."""', ""]
+        parts += [
+            "",
+            "",
+            src["model_class"],
+            "",
+            "",
+            f"class ModelNew({REFERENCE_CLASS}):",
+            '    """The reference Model (copied above as ' + REFERENCE_CLASS + ", constructor inherited); forward runs "
+            "the generated kernels\n    for the shapes the graph was captured at, the reference's own forward "
+            'otherwise."""',
+            "",
+        ]
     elif src.get("model_class"):
         # the whole reference class, so class attributes and helper methods come along with the constructor
-        parts += ["", "", src["model_class"], "", "", f"class ModelNew({REFERENCE_CLASS}):",
-                  '    """The reference Model (copied above as ' + REFERENCE_CLASS + ', constructor inherited); forward runs '
-                  'the generated kernels."""', ""]
+        parts += [
+            "",
+            "",
+            src["model_class"],
+            "",
+            "",
+            f"class ModelNew({REFERENCE_CLASS}):",
+            '    """The reference Model (copied above as ' + REFERENCE_CLASS + ", constructor inherited); forward runs "
+            'the generated kernels."""',
+            "",
+        ]
     else:
-        parts += ["", "class ModelNew(nn.Module):",
-                  '    """Same constructor as the reference Model (copied verbatim); forward runs the generated kernels."""',
-                  "", init.rstrip(), ""]
+        parts += [
+            "",
+            "class ModelNew(nn.Module):",
+            '    """Same constructor as the reference Model (copied verbatim); forward runs the generated kernels."""',
+            "",
+            init.rstrip(),
+            "",
+        ]
     parts += em.derived_method()
     if em.derived_method():
         parts.append("")
@@ -673,30 +770,35 @@ def generate_model(plan: Plan, meta: dict[str, Any], backend: str, sigs: list[Ke
             else:
                 conds.append(f"{_var(n.name)} != {spec.get('value')!r}")
         conds.append("not _kw_specialised(self)")
-        guard_lines = [f"        if {' or '.join(conds)}:",
-                       "            # not the " + ("shapes and " if specialised else "") + "module structure this forward "
-                       "was generated for: the reference's own computation",
-                       f"            return super().forward({args})"]
+        guard_lines = [
+            f"        if {' or '.join(conds)}:",
+            "            # not the " + ("shapes and " if specialised else "") + "module structure this forward "
+            "was generated for: the reference's own computation",
+            f"            return super().forward({args})",
+        ]
     if graph:
         # every parameter the forward or the derived weights read: a change recaptures the graph
         weights = tuple(n.attrs["path"] for n in g.nodes if n.op == "param")
         scalars = sorted({a.expr for n in g.nodes for a in n.args if isinstance(a, Scalar) and a.runtime})
         scal = "(" + "".join(f"{e}, " for e in scalars).rstrip() + ")"
-        parts += [f"    def forward(self, {args}):", *guard_lines,
-                  f"        return _graphed(self, self._kw_eager, ({args}{',' if len(inputs) == 1 else ''}), {weights!r}, {scal})", "",
-                  '    def _kw_eager(self, ' + args + '):',
-                  '        """The forward launched op by op: what the graph captures."""']
+        parts += [
+            f"    def forward(self, {args}):",
+            *guard_lines,
+            f"        return _graphed(self, self._kw_eager, ({args}{',' if len(inputs) == 1 else ''}), {weights!r}, {scal})",
+            "",
+            "    def _kw_eager(self, " + args + "):",
+            '        """The forward launched op by op: what the graph captures."""',
+        ]
     else:
         parts += [f"    def forward(self, {args}):", *guard_lines]
-    parts += ["        lib = _kernels()", f"        _dev = {dev_src}.device",
-              "        _stream = kwrt.stream(_dev)"]
+    parts += ["        lib = _kernels()", f"        _dev = {dev_src}.device", "        _stream = kwrt.stream(_dev)"]
     if em.used_params:
         # parameters through (dict, name) slots looked up once: each self.a.b is two
         # nn.Module.__getattr__ calls, microseconds of host time per call that a small kernel notices
         paths = tuple(g.node(n).attrs["path"] for n in em.used_params)
-        parts += [f"        {', '.join(em.used_params.values())}, = _read(self, \"_kw_pslots\", {paths!r})"]
+        parts += [f'        {", ".join(em.used_params.values())}, = _read(self, "_kw_pslots", {paths!r})']
     if em.used_attrs:
-        parts += [f"        {', '.join(em.used_attrs.values())}, = _read(self, \"_kw_aslots\", {tuple(em.used_attrs)!r})"]
+        parts += [f'        {", ".join(em.used_attrs.values())}, = _read(self, "_kw_aslots", {tuple(em.used_attrs)!r})']
     parts += em.lines
     return "\n".join(parts) + "\n"
 
@@ -718,8 +820,22 @@ def speed_of_light(g_original: Any) -> dict[str, float]:
         elif n.op == "conv2d":
             w = g.node(n.args[1].name).shape
             flops += 2.0 * numel * math.prod(w[1:])
-        elif n.op not in ("input", "param", "output", "view", "reshape", "flatten", "transpose", "permute", "t",
-                          "unsqueeze", "squeeze", "size", "shape", "derived"):
+        elif n.op not in (
+            "input",
+            "param",
+            "output",
+            "view",
+            "reshape",
+            "flatten",
+            "transpose",
+            "permute",
+            "t",
+            "unsqueeze",
+            "squeeze",
+            "size",
+            "shape",
+            "derived",
+        ):
             flops += numel
     bytes_ = 0.0
     for n in g.nodes:

@@ -20,10 +20,20 @@ from typing import Any
 
 from agent.builtin.graph import Graph, Node, Ref
 
-_POOL = {"max_pool1d": (1, 0), "max_pool2d": (2, 0), "max_pool3d": (3, 0), "avg_pool1d": (1, 1),
-         "avg_pool2d": (2, 1), "avg_pool3d": (3, 1), "adaptive_avg_pool1d": (1, 2), "adaptive_avg_pool2d": (2, 2),
-         "adaptive_avg_pool3d": (3, 2), "_adaptive_avg_pool2d": (2, 2), "_adaptive_avg_pool3d": (3, 2),
-         "adaptive_max_pool1d": (1, 3)}
+_POOL = {
+    "max_pool1d": (1, 0),
+    "max_pool2d": (2, 0),
+    "max_pool3d": (3, 0),
+    "avg_pool1d": (1, 1),
+    "avg_pool2d": (2, 1),
+    "avg_pool3d": (3, 1),
+    "adaptive_avg_pool1d": (1, 2),
+    "adaptive_avg_pool2d": (2, 2),
+    "adaptive_avg_pool3d": (3, 2),
+    "_adaptive_avg_pool2d": (2, 2),
+    "_adaptive_avg_pool3d": (3, 2),
+    "adaptive_max_pool1d": (1, 3),
+}
 _REDUCTION = {0: "none", 1: "mean", 2: "sum"}
 
 
@@ -102,11 +112,25 @@ def _ir_island(n: Node, g: Graph) -> dict[str, Any] | None:
     nd = len(_shape(g, x))
     if n.op in ("softmax", "log_softmax"):
         d = int(n.attrs["dim"]) % max(1, nd)
-        return {"kernel": "kw_softmax_mid", "inputs": [x], "runtime": (d, d + 1, None), "ints": [int(n.op == "log_softmax")],
-                "dtype": "float32"}
+        return {
+            "kernel": "kw_softmax_mid",
+            "inputs": [x],
+            "runtime": (d, d + 1, None),
+            "ints": [int(n.op == "log_softmax")],
+            "dtype": "float32",
+        }
     block = _dims(nd, n.attrs.get("dim"))
-    return None if block is None else {"kernel": "kw_reduce", "inputs": [x], "ints": [_REDUCE_OPS[n.op]],
-                                       "runtime": (*block, bool(n.attrs.get("keepdim"))), "dtype": "float32"}
+    return (
+        None
+        if block is None
+        else {
+            "kernel": "kw_reduce",
+            "inputs": [x],
+            "ints": [_REDUCE_OPS[n.op]],
+            "runtime": (*block, bool(n.attrs.get("keepdim"))),
+            "dtype": "float32",
+        }
+    )
 
 
 def _dims(nd: int, dims: Any) -> tuple[int, int] | None:
@@ -153,8 +177,12 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         x, m = _arg(n, 0), _arg(n, 1)
         if _float(g, m):
             x, m = m, x
-        if not (_float(g, x) and isinstance(m, Ref) and g.node(m.name).dtype == "bool"
-                and _shape(g, x) == _shape(g, m) == list(n.shape)):
+        if not (
+            _float(g, x)
+            and isinstance(m, Ref)
+            and g.node(m.name).dtype == "bool"
+            and _shape(g, x) == _shape(g, m) == list(n.shape)
+        ):
             return None
         return {"kernel": "kw_mask_mul", "inputs": [x, m], "ints": [math.prod(n.shape)], "dtype": "float32"}
     if op == "cat":
@@ -164,8 +192,12 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         shape = _shape(g, x)
         if not _float(g, x) or len(shape) < 2:
             return None
-        return {"kernel": "kw_tri", "inputs": [x], "ints": [math.prod(shape[:-2]), shape[-2], shape[-1],
-                                                            int(_arg(n, 1, 0)), int(op == "triu")], "dtype": "float32"}
+        return {
+            "kernel": "kw_tri",
+            "inputs": [x],
+            "ints": [math.prod(shape[:-2]), shape[-2], shape[-1], int(_arg(n, 1, 0)), int(op == "triu")],
+            "dtype": "float32",
+        }
     if op in ("linalg_vector_norm", "norm"):  # norm.ScalarOpt_dim(x, p, dim, keepdim): the same positions
         x, ord_ = _arg(n, 0), _kwarg(n, 1, "ord", 2) if op != "norm" else _kwarg(n, 1, "p", 2)
         block = _dim_block(_shape(g, x), _kwarg(n, 2, "dim"))
@@ -179,15 +211,19 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         red, log_target = _kwarg(n, 2, "reduction", 1), _kwarg(n, 3, "log_target", False)
         if not (_float(g, x) and _float(g, t)) or _shape(g, x) != _shape(g, t) or red not in _REDUCTION:
             return None
-        return {"kernel": "kw_kl_div", "inputs": [x, t], "ints": [math.prod(_shape(g, x)), red, int(bool(log_target))],
-                "dtype": "float32"}
+        return {
+            "kernel": "kw_kl_div",
+            "inputs": [x, t],
+            "ints": [math.prod(_shape(g, x)), red, int(bool(log_target))],
+            "dtype": "float32",
+        }
     return None
 
 
 def _around(shape: list[int], dim: int) -> tuple[int, int, int]:
     """outer, length, inner of a contiguous tensor around dim."""
     d = int(dim) % max(1, len(shape))
-    return math.prod(shape[:d]), (shape[d] if shape else 1), math.prod(shape[d + 1:])
+    return math.prod(shape[:d]), (shape[d] if shape else 1), math.prod(shape[d + 1 :])
 
 
 def _pool(n: Node, g: Graph, k: int, mode: int) -> dict[str, Any] | None:
@@ -219,8 +255,8 @@ def _pool(n: Node, g: Graph, k: int, mode: int) -> dict[str, Any] | None:
         div = int(_kwarg(n, 6, "divisor_override", None) or 0)
     if mode == 3 and n.attrs.get("tuple"):
         return None
-    pad3 = lambda s: [1] * (3 - k) + s[len(s) - k:]  # noqa: E731
-    ints = [math.prod(ins[:len(ins) - k]), *pad3(ins), *pad3(outs), *kern, *stride, *pad, *dil, mode, cip, div]
+    pad3 = lambda s: [1] * (3 - k) + s[len(s) - k :]  # noqa: E731
+    ints = [math.prod(ins[: len(ins) - k]), *pad3(ins), *pad3(outs), *kern, *stride, *pad, *dil, mode, cip, div]
     return {"kernel": "kw_pool", "inputs": [x], "ints": ints, "dtype": "float32"}
 
 
@@ -234,8 +270,13 @@ def _cat(n: Node, g: Graph) -> dict[str, Any] | None:
     pieces = [(x, math.prod(s[d:])) for x, s in zip(xs, shapes, strict=True) if len(s) == nd]  # legacy 1-d empties skip
     if len(pieces) != len(xs) and any(math.prod(s) for s in shapes):
         return None
-    return {"kernel": "kw_cat", "inputs": [p[0] for p in pieces], "ints": [math.prod(n.shape[:d]), math.prod(n.shape[d:])],
-            "sizes": [p[1] for p in pieces], "dtype": "float32"}
+    return {
+        "kernel": "kw_cat",
+        "inputs": [p[0] for p in pieces],
+        "ints": [math.prod(n.shape[:d]), math.prod(n.shape[d:])],
+        "sizes": [p[1] for p in pieces],
+        "dtype": "float32",
+    }
 
 
 def _cross_entropy(n: Node, g: Graph) -> dict[str, Any] | None:
@@ -250,7 +291,12 @@ def _cross_entropy(n: Node, g: Graph) -> dict[str, Any] | None:
     xs, ts = _shape(g, x), _shape(g, t)
     if len(xs) != 2 or ts != xs[:1] or g.node(t.name).dtype != "int64":
         return None
-    return {"kernel": "kw_cross_entropy", "inputs": [x, t], "ints": [xs[0], xs[1], red, int(ignore)], "dtype": "float32"}
+    return {
+        "kernel": "kw_cross_entropy",
+        "inputs": [x, t],
+        "ints": [xs[0], xs[1], red, int(ignore)],
+        "dtype": "float32",
+    }
 
 
 def emit_lines(call: dict[str, Any], out: str, shape: list[int], val) -> list[str]:
@@ -263,9 +309,11 @@ def emit_lines(call: dict[str, Any], out: str, shape: list[int], val) -> list[st
         a, b, keep = call["runtime"]
         x = ins[0]
         out_shape = f"{x}.shape" if keep is None else f"_kw_reduced({x}.shape, {a}, {b}, {keep})"
-        return lines + [f"{out} = torch.empty({out_shape}, device=_dev, dtype=torch.{call['dtype']})",
-                        f"lib.{k}({x}, {out}, *_kw_around({x}.shape, {a}, {b}), "
-                        f"{', '.join(str(i) for i in call['ints'])}, _stream)"]
+        return lines + [
+            f"{out} = torch.empty({out_shape}, device=_dev, dtype=torch.{call['dtype']})",
+            f"lib.{k}({x}, {out}, *_kw_around({x}.shape, {a}, {b}), "
+            f"{', '.join(str(i) for i in call['ints'])}, _stream)",
+        ]
     lines.append(f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})")
     if k == "kw_cat":
         outer, total = call["ints"]
@@ -456,7 +504,10 @@ KW_HD static inline double kw_kl_one(float x, float t, int64_t log_target) {
 """
 
 
-CPU_SOURCE = "\n#define KW_HD\n" + _COMMON + r"""
+CPU_SOURCE = (
+    "\n#define KW_HD\n"
+    + _COMMON
+    + r"""
 // kw_pool: every output element of a pooling (geometry as kw_pool_one reads it).
 extern "C" int kw_pool(const float* x, float* y, int64_t nc, int64_t id, int64_t ih, int64_t iw, int64_t od,
                        int64_t oh, int64_t ow, int64_t kd, int64_t kh, int64_t kw, int64_t sd, int64_t sh, int64_t sw,
@@ -567,9 +618,13 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     return 0;
 }
 """
+)
 
 
-CUDA_SOURCE = "\n#define KW_HD __host__ __device__\n" + _COMMON + r"""
+CUDA_SOURCE = (
+    "\n#define KW_HD __host__ __device__\n"
+    + _COMMON
+    + r"""
 #define KW_GRID(n) for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < (n); q += (int64_t)gridDim.x * blockDim.x)
 
 static unsigned kw_blocks(int64_t n) { int64_t b = (n + 255) / 256; return (unsigned)(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8); }
@@ -731,3 +786,4 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     return (int)cudaGetLastError();
 }
 """
+)

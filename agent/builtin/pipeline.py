@@ -73,8 +73,10 @@ def _scalar_inputs(g: Graph) -> None:
             continue
         for m in g.nodes:
             if m.op in ELEMENTWISE:
-                m.args = [Scalar(float(value), f"v_{n.name}") if isinstance(a, Ref) and a.name == n.name else a
-                          for a in m.args]
+                m.args = [
+                    Scalar(float(value), f"v_{n.name}") if isinstance(a, Ref) and a.name == n.name else a
+                    for a in m.args
+                ]
 
 
 def _expand_split_broadcasts(g: Graph) -> None:
@@ -86,8 +88,11 @@ def _expand_split_broadcasts(g: Graph) -> None:
     kernel boundary (by kw_gather under forbid)."""
     out: list[Node] = []
     for n in g.nodes:
-        full = next((a for a in n.args if isinstance(a, Ref) and g.node(a.name).shape == n.shape), None) \
-            if n.op in ELEMENTWISE and n.shape else None
+        full = (
+            next((a for a in n.args if isinstance(a, Ref) and g.node(a.name).shape == n.shape), None)
+            if n.op in ELEMENTWISE and n.shape
+            else None
+        )
         for j, a in enumerate(n.args if full is not None else []):
             s = g.node(a.name).shape if isinstance(a, Ref) else None
             if s is None or len(s) > len(n.shape):
@@ -96,16 +101,19 @@ def _expand_split_broadcasts(g: Graph) -> None:
             nz = [i for i in range(len(s)) if s[i] != 1]
             if nz and any(s[i] == 1 and n.shape[i] != 1 for i in range(nz[0], nz[-1] + 1)):
                 shape = Node(f"{full.name}_kwshape{len(out)}", "shape", [full])
-                e = Node(f"{a.name}_kwexp{len(out)}", "expand", [a, Ref(shape.name)], {}, list(n.shape),
-                         g.node(a.name).dtype)
+                e = Node(
+                    f"{a.name}_kwexp{len(out)}", "expand", [a, Ref(shape.name)], {}, list(n.shape), g.node(a.name).dtype
+                )
                 out += [shape, e]
                 n.args[j] = Ref(e.name)
         out.append(n)
     g.nodes[:] = out
 
 
-LONE_BIAS = ("its bias add would be a kernel of its own (a launch and a pass over the output for one add): the "
-             "library call adds it in its epilogue")
+LONE_BIAS = (
+    "its bias add would be a kernel of its own (a launch and a pass over the output for one add): the "
+    "library call adds it in its epilogue"
+)
 
 
 def _lone_bias_adds(g: Graph, p: Plan) -> list[str]:
@@ -130,9 +138,13 @@ def _has(g: Graph, name: str) -> bool:
 def library_parts(p: Plan) -> list[Node]:
     """The plan's nodes that run as library/ATen calls and compute something (not views); an ATen
     op that a kernel of our own computes (agent.builtin.ownkernels) is not one."""
-    return [st.node for st in p.steps if st.kind == "node" and (st.node.op in ISLAND_OPS or st.node.attrs.get("island")
-                                                                 or st.node.op in LIBRARY)
-            and not own_call(st.node, p.graph)]
+    return [
+        st.node
+        for st in p.steps
+        if st.kind == "node"
+        and (st.node.op in ISLAND_OPS or st.node.attrs.get("island") or st.node.op in LIBRARY)
+        and not own_call(st.node, p.graph)
+    ]
 
 
 def own_parts(p: Plan) -> list[tuple[Node, str]]:
@@ -160,12 +172,22 @@ def strided_operands(p: Plan) -> list[tuple[str, str]]:
     return out
 
 
-def build_candidate(g: Graph, meta: dict[str, Any], backend: str, configs: dict[str, dict] | None = None,
-                    note: str = "", gemm: str = "cublas", graph: bool = False, torch_ops: str = "forbid") -> Candidate:
+def build_candidate(
+    g: Graph,
+    meta: dict[str, Any],
+    backend: str,
+    configs: dict[str, dict] | None = None,
+    note: str = "",
+    gemm: str = "cublas",
+    graph: bool = False,
+    torch_ops: str = "forbid",
+) -> Candidate:
     p = make_plan(g)
     if not p.groups and not own_parts(p) and torch_ops != "allow":
-        raise GenerationError("after the rewrites nothing is left for a custom kernel (the forward is only library "
-                              "GEMM/convolution calls); the default torch-ops policy needs at least one custom kernel")
+        raise GenerationError(
+            "after the rewrites nothing is left for a custom kernel (the forward is only library "
+            "GEMM/convolution calls); the default torch-ops policy needs at least one custom kernel"
+        )
     cfg = {grp.name: dict(default_config(grp, backend)) for grp in p.groups}
     for k, v in (configs or {}).items():
         cfg[k] = dict(v)
@@ -190,5 +212,7 @@ def check_sizes(files: dict[str, str]) -> None:
     for name, text in files.items():
         size = len(text.encode())
         if size > MAX_FILE_BYTES:
-            raise GenerationError(f"the generated {name} would be {size} bytes, over the workspace's limit of "
-                                  f"{MAX_FILE_BYTES} bytes per file")
+            raise GenerationError(
+                f"the generated {name} would be {size} bytes, over the workspace's limit of "
+                f"{MAX_FILE_BYTES} bytes per file"
+            )

@@ -101,8 +101,15 @@ class BuiltinPolicy(Policy):
 
     name = "builtin"
 
-    def __init__(self, profile_best: bool = True, max_variants: int = 3, analysis_timeout_s: float = 300.0,
-                 try_unrewritten: bool = True, first_correct: bool = False, profile_reference: bool = True):
+    def __init__(
+        self,
+        profile_best: bool = True,
+        max_variants: int = 3,
+        analysis_timeout_s: float = 300.0,
+        try_unrewritten: bool = True,
+        first_correct: bool = False,
+        profile_reference: bool = True,
+    ):
         self.profile_best = profile_best
         self.first_correct = first_correct
         self.profile_reference = profile_reference
@@ -177,13 +184,16 @@ class BuiltinPolicy(Policy):
         backend = self.task.backend if self.task.backend in ("cpu", "cuda") else "cpu"
         self.backend = backend
         self.torch_ops = str((self.task.options or {}).get("torch_ops", "forbid"))
-        self.analysis = analyze_source(self.task.source, device=backend, profile=self.profile_reference,
-                                       timeout=self.analysis_timeout_s)
+        self.analysis = analyze_source(
+            self.task.source, device=backend, profile=self.profile_reference, timeout=self.analysis_timeout_s
+        )
         self.steps = [_Step("analyse")]
         if not self.analysis.ok:
             self.blockers = [f"the forward could not be captured ({_headline(self.analysis.error)})"]
-            self.failures.append(("the reference raises: " if self.analysis.data.get("task_fails") else "not captured: ")
-                                 + _headline(self.analysis.error))
+            self.failures.append(
+                ("the reference raises: " if self.analysis.data.get("task_fails") else "not captured: ")
+                + _headline(self.analysis.error)
+            )
             if self.torch_ops == "allow" and not self.analysis.data.get("task_fails"):
                 self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
             self.steps.append(_Step("finish"))
@@ -197,8 +207,11 @@ class BuiltinPolicy(Policy):
         self.final_graph = self.rewrites[-1].graph if self.rewrites else g
         try:
             self.final_plan = make_plan(self.final_graph)
-            n_variants = max(len(config_variants(grp, backend)) for grp in self.final_plan.groups) \
-                if self.final_plan.groups else 1
+            n_variants = (
+                max(len(config_variants(grp, backend)) for grp in self.final_plan.groups)
+                if self.final_plan.groups
+                else 1
+            )
         except GenerationError as e:
             self.final_plan, n_variants = None, 1
             self.blockers.append(f"the graph could not be planned: {e}")
@@ -206,22 +219,34 @@ class BuiltinPolicy(Policy):
         if self.analysis.data.get("capture") == "export" and self.torch_ops != "allow":
             preset = str((self.task.options or {}).get("preset", "default"))
             if preset != "kernelbench":
-                self.blockers.append("the exported graph is specialised to the shapes of get_inputs: at other shapes (the "
-                                     "sandbox's shape trial) the candidate runs the reference's own forward, which "
-                                     "torch-ops=forbid rejects (the kernelbench preset runs no shape trial)")
+                self.blockers.append(
+                    "the exported graph is specialised to the shapes of get_inputs: at other shapes (the "
+                    "sandbox's shape trial) the candidate runs the reference's own forward, which "
+                    "torch-ops=forbid rejects (the kernelbench preset runs no shape trial)"
+                )
         if self.final_plan is not None:
             self.library_parts = [_library_line(n, backend, self.final_plan) for n in library_parts(self.final_plan)]
-            self.own_parts = [f"{n.name}: {op_label(n)} by our own kernel {k}"
-                              for n, k in own_parts(self.final_plan)]
+            self.own_parts = [f"{n.name}: {op_label(n)} by our own kernel {k}" for n, k in own_parts(self.final_plan)]
             self.blockers += _forbid_blockers(self.final_plan)
             if not self.final_plan.groups and not self.own_parts:
-                self.blockers.append("no custom kernel is left: the forward is only library calls, and torch-ops=forbid "
-                                     "needs at least one kernel of the candidate's own")
-        if backend == "cuda" and self.final_plan is not None and any(
-                st.kind == "node" and st.node.op == "matmul_nt" for st in self.final_plan.steps):
+                self.blockers.append(
+                    "no custom kernel is left: the forward is only library calls, and torch-ops=forbid "
+                    "needs at least one kernel of the candidate's own"
+                )
+        if (
+            backend == "cuda"
+            and self.final_plan is not None
+            and any(st.kind == "node" and st.node.op == "matmul_nt" for st in self.final_plan.steps)
+        ):
             # which GEMM is faster depends on the shape: measure both, keep the faster
-            self.steps.append(_Step("candidate", "The same kernels with the GEMM through ATen (torch.mm)",
-                                    graph=self.final_graph, gemm="aten"))
+            self.steps.append(
+                _Step(
+                    "candidate",
+                    "The same kernels with the GEMM through ATen (torch.mm)",
+                    graph=self.final_graph,
+                    gemm="aten",
+                )
+            )
         for v in range(1, min(n_variants, self.max_variants)):
             self.steps.append(_Step("variant", f"launch configuration {v + 1}", graph=self.final_graph, variant=v))
         if backend == "cuda" and self.final_plan is not None and self.final_plan.groups:
@@ -250,9 +275,17 @@ class BuiltinPolicy(Policy):
                 r = e.result
                 step = self.steps[e.turn - 1] if 0 < e.turn <= len(self.steps) else None
                 label = step.title if step is not None and step.title else f"turn {e.turn}"
-                t = _Tried(label, {}, str(r.get("status")), int(r.get("reward", -1)),
-                           _median(r), r.get("speedup_vs_eager"), r.get("speedup_vs_compile"),
-                           graph=step.graph if step is not None else None, gemm=step.gemm if step is not None else "cublas")
+                t = _Tried(
+                    label,
+                    {},
+                    str(r.get("status")),
+                    int(r.get("reward", -1)),
+                    _median(r),
+                    r.get("speedup_vs_eager"),
+                    r.get("speedup_vs_compile"),
+                    graph=step.graph if step is not None else None,
+                    gemm=step.gemm if step is not None else "cublas",
+                )
                 _host_and_device(t, r)
                 self.tried.append(t)
         if best is not None:
@@ -291,8 +324,10 @@ class BuiltinPolicy(Policy):
                 self.tried.append(t)
                 self.pending = None
                 if not t.correct:
-                    self.failures.append(f"{'fallback' if t.graph is None else 'candidate'} {t.status}: "
-                                         + _headline("; ".join(t.reasons[:1]) or t.status))
+                    self.failures.append(
+                        f"{'fallback' if t.graph is None else 'candidate'} {t.status}: "
+                        + _headline("; ".join(t.reasons[:1]) or t.status)
+                    )
 
     # -- helpers ---------------------------------------------------------------------------
     def _call(self, name: str, **arguments: Any) -> ToolInvocation:
@@ -311,8 +346,10 @@ class BuiltinPolicy(Policy):
         if t is None:
             return ""
         if t.correct:
-            s = (f"Result of the previous step ({t.label}): correct, {_ms(t.median_ms)}, {_x(t.speedup_vs_eager)} vs "
-                 f"eager, {_x(t.speedup_vs_compile)} vs torch.compile (reward {t.reward})")
+            s = (
+                f"Result of the previous step ({t.label}): correct, {_ms(t.median_ms)}, {_x(t.speedup_vs_eager)} vs "
+                f"eager, {_x(t.speedup_vs_compile)} vs torch.compile (reward {t.reward})"
+            )
             if t.fraction_of_sol is not None:
                 s += f", {t.fraction_of_sol:.1%} of speed of light"
             return s + ".\n\n"
@@ -327,47 +364,73 @@ class BuiltinPolicy(Policy):
         assert self.task is not None and self.analysis is not None
         an = self.analysis
         if not an.ok and an.data.get("task_fails"):
-            msg = (f"Analysis of {self.task.name}: {_headline(an.error)}.\n\nThe task itself has to be fixed first: "
-                   "every candidate is checked against the reference's output, and the reference raises. Nothing was "
-                   "changed.")
+            msg = (
+                f"Analysis of {self.task.name}: {_headline(an.error)}.\n\nThe task itself has to be fixed first: "
+                "every candidate is checked against the reference's output, and the reference raises. Nothing was "
+                "changed."
+            )
             return Action(message=msg, tool_calls=[self._call("read_file", path="reference.py")])
         if not an.ok:
-            msg = (f"Analysis of {self.task.name}: the forward could not be captured as a graph (neither torch.fx nor "
-                   f"torch.export), so the built-in policy cannot generate kernels for it.\n\nReason: {an.error}\n\n")
+            msg = (
+                f"Analysis of {self.task.name}: the forward could not be captured as a graph (neither torch.fx nor "
+                f"torch.export), so the built-in policy cannot generate kernels for it.\n\nReason: {an.error}\n\n"
+            )
             if self.torch_ops == "allow":
-                msg += ("Plan: the reference's own computation as the candidate (a ModelNew that subclasses a verbatim "
-                        "copy of Model: every op stays the library/ATen call the reference makes), checked by the "
-                        "sandbox like any candidate. A model-driven run (an OpenAI-compatible endpoint) can still try "
-                        "to write kernels for this task.")
+                msg += (
+                    "Plan: the reference's own computation as the candidate (a ModelNew that subclasses a verbatim "
+                    "copy of Model: every op stays the library/ATen call the reference makes), checked by the "
+                    "sandbox like any candidate. A model-driven run (an OpenAI-compatible endpoint) can still try "
+                    "to write kernels for this task."
+                )
             else:
-                msg += ("Under torch-ops=forbid a candidate must compute with its own kernels (library GEMM/convolution "
-                        "allowed), and without a graph there is nothing to generate them from: blocked by the capture. "
-                        "Nothing was changed. Under torch-ops=allow the policy would submit the reference's own "
-                        "computation; a model-driven run can still try this task.")
+                msg += (
+                    "Under torch-ops=forbid a candidate must compute with its own kernels (library GEMM/convolution "
+                    "allowed), and without a graph there is nothing to generate them from: blocked by the capture. "
+                    "Nothing was changed. Under torch-ops=allow the policy would submit the reference's own "
+                    "computation; a model-driven run can still try this task."
+                )
             return Action(message=msg, tool_calls=[self._call("read_file", path="reference.py")])
         g = an.graph
         d = an.data
-        how = ("Captured the forward with torch.fx symbolic tracing (sizes stay symbolic); shapes and dtypes from "
-               "ShapeProp on the task's own inputs" if d.get("capture", "fx") == "fx" else
-               "Captured the forward with torch.export (torch.fx could not: " + str(d.get("fx_error", "")).rstrip(".")
-               + "): an ATen graph specialised to the task's own inputs; the candidate checks the input shapes and the "
-               "model's sizes before its generated path and runs the reference's own forward for any other")
-        lines = [f"Analysis of {self.task.name} ({self.backend} backend).", "",
-                 f"{how} ({', '.join(_fmt_in(i) for i in d.get('inputs', []))}):", "", g.summary(), ""]
+        how = (
+            "Captured the forward with torch.fx symbolic tracing (sizes stay symbolic); shapes and dtypes from "
+            "ShapeProp on the task's own inputs"
+            if d.get("capture", "fx") == "fx"
+            else "Captured the forward with torch.export (torch.fx could not: "
+            + str(d.get("fx_error", "")).rstrip(".")
+            + "): an ATen graph specialised to the task's own inputs; the candidate checks the input shapes and the "
+            "model's sizes before its generated path and runs the reference's own forward for any other"
+        )
+        lines = [
+            f"Analysis of {self.task.name} ({self.backend} backend).",
+            "",
+            f"{how} ({', '.join(_fmt_in(i) for i in d.get('inputs', []))}):",
+            "",
+            g.summary(),
+            "",
+        ]
         prof = d.get("eager_profile") or {}
         if prof.get("rows"):
-            lines.append(f"Eager per-op breakdown ({prof.get('device_name')}, forward {prof.get('forward_ms', 0):.3f} ms):")
+            lines.append(
+                f"Eager per-op breakdown ({prof.get('device_name')}, forward {prof.get('forward_ms', 0):.3f} ms):"
+            )
             for r in prof["rows"][:8]:
                 lines.append(f"  {r['name']:<34} {r['calls']:>3} call(s) {r['ms']:>9.4f} ms {r['share']:>6.1%}")
             lines.append("")
         sol = speed_of_light(g)
-        lines.append(f"Speed of light of the task as written: {sol['flops'] / 1e6:.3g} MFLOP, at least "
-                     f"{sol['bytes'] / 1e6:.3g} MB of memory traffic (inputs, parameters and outputs once).")
+        lines.append(
+            f"Speed of light of the task as written: {sol['flops'] / 1e6:.3g} MFLOP, at least "
+            f"{sol['bytes'] / 1e6:.3g} MB of memory traffic (inputs, parameters and outputs once)."
+        )
         nominal = _NOMINAL.get(self.backend)
         if nominal:
-            floor = max(sol["flops"] / (nominal["tflops"] * 1e12), sol["bytes"] / (nominal["bandwidth_gbs"] * 1e9)) * 1e3
-            lines.append(f"On the {nominal['device']} that is a floor of {floor:.4f} ms; the sandbox's measured "
-                         "ceilings follow from the profile.")
+            floor = (
+                max(sol["flops"] / (nominal["tflops"] * 1e12), sol["bytes"] / (nominal["bandwidth_gbs"] * 1e9)) * 1e3
+            )
+            lines.append(
+                f"On the {nominal['device']} that is a floor of {floor:.4f} ms; the sandbox's measured "
+                "ceilings follow from the profile."
+            )
         if self.final_graph is not None and self.rewrites:
             sol2 = speed_of_light(self.final_graph)
             lines.append(f"After the exact rewrites planned below the work drops to {sol2['flops'] / 1e6:.3g} MFLOP.")
@@ -380,8 +443,11 @@ class BuiltinPolicy(Policy):
             for r in self.rewrites:
                 lines.append(f"  - rewrite: {r.title}")
         else:
-            lines.append("  - no algebraic rewrite applies; the win is fusion" if self.final_plan is None or self.final_plan.groups
-                         else "  - no algebraic rewrite applies, and nothing is left to fuse: the forward is library calls")
+            lines.append(
+                "  - no algebraic rewrite applies; the win is fusion"
+                if self.final_plan is None or self.final_plan.groups
+                else "  - no algebraic rewrite applies, and nothing is left to fuse: the forward is library calls"
+            )
         if self.final_plan is not None:
             for grp in self.final_plan.groups:
                 lines.append(f"  - kernel {grp.name}: fuse [{grp.describe()}] over {grp.full}")
@@ -391,12 +457,18 @@ class BuiltinPolicy(Policy):
                 lines.append(f"  - {line}")
             for kname, value in strided_operands(self.final_plan):
                 how = "x.contiguous()" if self.torch_ops == "allow" else "our kw_gather kernel"
-                lines.append(f"  - {value} may be strided (a {self.final_plan.graph.node(value).op}): copied to contiguous "
-                             f"memory at the boundary of {kname} ({how}), which reads raw pointers")
+                lines.append(
+                    f"  - {value} may be strided (a {self.final_plan.graph.node(value).op}): copied to contiguous "
+                    f"memory at the boundary of {kname} ({how}), which reads raw pointers"
+                )
         if self.torch_ops != "allow" and self.blockers:
-            lines.append("  - under torch-ops=forbid these keep a candidate from being accepted: " + "; ".join(self.blockers))
+            lines.append(
+                "  - under torch-ops=forbid these keep a candidate from being accepted: " + "; ".join(self.blockers)
+            )
         if self.torch_ops == "allow":
-            lines.append("  - if no generated candidate is correct: the reference's own computation (library/ATen calls)")
+            lines.append(
+                "  - if no generated candidate is correct: the reference's own computation (library/ATen calls)"
+            )
         if self.final_plan is not None and self.final_plan.groups:
             lines.append("  - then a few launch configurations, keeping the fastest correct candidate")
         calls = [self._call("read_file", path="reference.py")]
@@ -406,9 +478,11 @@ class BuiltinPolicy(Policy):
         rf = self.roofline
         if not rf or not rf.get("floor_ms"):
             return ""
-        return (f"Measured ceilings ({rf.get('device')}): {rf.get('peak_bandwidth_gbs', 0):.0f} GB/s, "
-                f"{rf.get('peak_tflops', 0):.2f} TFLOP/s; the task is {rf.get('bound')}-bound with a floor of "
-                f"{rf.get('floor_ms', 0):.4f} ms.\n\n")
+        return (
+            f"Measured ceilings ({rf.get('device')}): {rf.get('peak_bandwidth_gbs', 0):.0f} GB/s, "
+            f"{rf.get('peak_tflops', 0):.2f} TFLOP/s; the task is {rf.get('bound')}-bound with a floor of "
+            f"{rf.get('floor_ms', 0):.4f} ms.\n\n"
+        )
 
     def _candidate_action(self, step: _Step) -> Action:
         assert self.analysis is not None
@@ -419,32 +493,45 @@ class BuiltinPolicy(Policy):
             cand = self._build(step.graph, note=f"Step: {step.title}.", gemm=step.gemm)
         except GenerationError as e:
             self.failures.append(f"not generated: {_headline(str(e))}")
-            msg = head + f"{step.title}: " + (step.rewrite.detail + "\n\n" if step.rewrite else "") + \
-                f"This graph cannot be generated yet: {e}. Moving on."
+            msg = (
+                head
+                + f"{step.title}: "
+                + (step.rewrite.detail + "\n\n" if step.rewrite else "")
+                + f"This graph cannot be generated yet: {e}. Moving on."
+            )
             return Action(message=msg, tool_calls=[self._call("list_files")])
         if self.torch_ops != "allow":
             blocked = _forbid_blockers(cand.plan)
             if blocked:
                 self.failures.append("blocked under forbid: " + "; ".join(blocked))
-                msg = head + (f"{step.title}: not evaluated. Under torch-ops=forbid the candidate may run only its own "
-                              "kernels and library GEMM/convolution, and these parts of the graph have no generator: "
-                              + "; ".join(blocked) + ".")
+                msg = head + (
+                    f"{step.title}: not evaluated. Under torch-ops=forbid the candidate may run only its own "
+                    "kernels and library GEMM/convolution, and these parts of the graph have no generator: "
+                    + "; ".join(blocked)
+                    + "."
+                )
                 return Action(message=msg, tool_calls=[self._call("list_files")])
         if step.graph is self.final_graph and step.gemm == "cublas":
             self.final_candidate = cand
         self.pending = _Tried(step.title, cand.files, graph=step.graph, gemm=step.gemm)
         parts = [head]
         if step.rewrite is not None:
-            parts.append(f"Rewrite: {step.rewrite.title}.\n{step.rewrite.detail}\n\nGraph after the rewrite:\n"
-                         f"{step.graph.summary()}\n")
+            parts.append(
+                f"Rewrite: {step.rewrite.title}.\n{step.rewrite.detail}\n\nGraph after the rewrite:\n"
+                f"{step.graph.summary()}\n"
+            )
         elif step.gemm == "aten":
-            parts.append(f"{step.title}: our GEMM calls cublasSgemm with cuBLAS's default workspace and heuristics; "
-                         "torch.mm reaches cuBLAS (or cuBLASLt) with PyTorch's workspace and its own algorithm choice, "
-                         "which is faster for some shapes. The fused epilogue kernels stay the same; the timing decides.\n")
+            parts.append(
+                f"{step.title}: our GEMM calls cublasSgemm with cuBLAS's default workspace and heuristics; "
+                "torch.mm reaches cuBLAS (or cuBLASLt) with PyTorch's workspace and its own algorithm choice, "
+                "which is faster for some shapes. The fused epilogue kernels stay the same; the timing decides.\n"
+            )
         elif not cand.plan.groups and not own_parts(cand.plan):
-            parts.append(f"{step.title}: nothing in this graph is left for a kernel of our own: the forward is library "
-                         "calls only (torch-ops=allow accepts that), so the candidate is the captured graph called op by "
-                         "op, without the reference's Python around it.\n")
+            parts.append(
+                f"{step.title}: nothing in this graph is left for a kernel of our own: the forward is library "
+                "calls only (torch-ops=allow accepts that), so the candidate is the captured graph called op by "
+                "op, without the reference's Python around it.\n"
+            )
         else:
             parts.append(f"{step.title}: generate one kernel per fusable group straight from the captured graph.\n")
         parts.append(_describe_candidate(cand, self.backend, step.gemm))
@@ -479,11 +566,16 @@ class BuiltinPolicy(Policy):
             return self._next_or_finish(head)
         if "model_new.py" in best.files:  # the forward does not depend on launch parameters
             cand.files["model_new.py"] = best.files["model_new.py"]
-        self.pending = _Tried(f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]", cand.files, graph=graph,
-                              gemm=best.gemm)
+        self.pending = _Tried(
+            f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]", cand.files, graph=graph, gemm=best.gemm
+        )
         changed = {p: c for p, c in cand.files.items() if best.files.get(p) != c}
-        msg = (head + f"Try {step.title}: " + "; ".join(desc) +
-               ". Same arithmetic, different launch parameters: only the kernel file changes.")
+        msg = (
+            head
+            + f"Try {step.title}: "
+            + "; ".join(desc)
+            + ". Same arithmetic, different launch parameters: only the kernel file changes."
+        )
         calls = self._write(changed or cand.files) + [self._call("compile"), self._call("evaluate")]
         return Action(message=msg, tool_calls=calls)
 
@@ -495,8 +587,12 @@ class BuiltinPolicy(Policy):
         if best is None or best.graph is None:
             return self._next_or_finish(head)
         try:
-            cand = self._build(best.graph, gemm=best.gemm, graph=True,
-                               note="The forward replays one CUDA graph of the generated kernels.")
+            cand = self._build(
+                best.graph,
+                gemm=best.gemm,
+                graph=True,
+                note="The forward replays one CUDA graph of the generated kernels.",
+            )
         except GenerationError as e:
             return self._next_or_finish(head + f"No CUDA graph: {e}.\n\n")
         launches = len(cand.plan.groups) + len(_library_calls(cand.plan))
@@ -507,11 +603,13 @@ class BuiltinPolicy(Policy):
         if "kw_copy" in best.files.get(kernel, ""):
             cand.files[kernel] = best.files[kernel]  # the best's launch configuration; only the forward changes
         self.pending = _Tried(f"{best.label.split(' [')[0]} [CUDA graph]", cand.files, graph=best.graph, gemm=best.gemm)
-        msg = (head + f"{self.steps[self.pos - 1].title}: the best candidate ('{best.label}') is host-bound: each call "
-               f"spends {_ms(best.host_ms)} on the host (Python, allocations and {launches} launches) against "
-               f"{_ms(best.device_ms)} of device work. Capture its forward once as a CUDA graph and replay it: one "
-               "launch per call, plus a copy into the graph's buffers per input and a copy of the result out, so every "
-               "call still computes afresh and returns a new tensor. The kernels are the same; the timing decides.")
+        msg = (
+            head + f"{self.steps[self.pos - 1].title}: the best candidate ('{best.label}') is host-bound: each call "
+            f"spends {_ms(best.host_ms)} on the host (Python, allocations and {launches} launches) against "
+            f"{_ms(best.device_ms)} of device work. Capture its forward once as a CUDA graph and replay it: one "
+            "launch per call, plus a copy into the graph's buffers per input and a copy of the result out, so every "
+            "call still computes afresh and returns a new tensor. The kernels are the same; the timing decides."
+        )
         calls = self._write({p: c for p, c in cand.files.items() if best.files.get(p) != c} or cand.files)
         return Action(message=msg, tool_calls=calls + [self._call("compile"), self._call("evaluate")])
 
@@ -531,14 +629,18 @@ class BuiltinPolicy(Policy):
         if an is not None and not an.ok:
             why.append(f"the forward could not be captured: {_headline(an.error)}")
         elif best is not None:
-            why.append(f"the generated candidates are correct but not faster than eager by more than 5% (best: "
-                       f"'{best.label}', {_x(best.speedup_vs_eager)}), so the reference's own computation is "
-                       "timed too and the faster of the two is kept")
+            why.append(
+                f"the generated candidates are correct but not faster than eager by more than 5% (best: "
+                f"'{best.label}', {_x(best.speedup_vs_eager)}), so the reference's own computation is "
+                "timed too and the faster of the two is kept"
+            )
         else:
             fails = [t for t in self.tried if not t.correct]
             if fails:
-                why.append(f"no generated candidate was correct (last: {fails[-1].label}: "
-                           f"{'; '.join(fails[-1].reasons[:1]) or fails[-1].status})")
+                why.append(
+                    f"no generated candidate was correct (last: {fails[-1].label}: "
+                    f"{'; '.join(fails[-1].reasons[:1]) or fails[-1].status})"
+                )
             else:
                 why.append("no candidate could be generated from the graph")
             why += self.library_parts
@@ -547,10 +649,13 @@ class BuiltinPolicy(Policy):
         except (ValueError, SyntaxError) as e:
             return self._next_or_finish(head + f"No fallback candidate: {e}.\n\n")
         self.pending = _Tried(self.steps[self.pos - 1].title, files)
-        msg = (head + "Fallback: the reference's own computation as the candidate (ModelNew subclasses a verbatim copy "
-               "of Model, so every op stays the library/ATen call the reference makes), because " + "; ".join(why[:1])
-               + ". It is checked and timed like any candidate: the run ends with a verified candidate and an "
-               "honest account of what was not generated.")
+        msg = (
+            head + "Fallback: the reference's own computation as the candidate (ModelNew subclasses a verbatim copy "
+            "of Model, so every op stays the library/ATen call the reference makes), because "
+            + "; ".join(why[:1])
+            + ". It is checked and timed like any candidate: the run ends with a verified candidate and an "
+            "honest account of what was not generated."
+        )
         calls = self._write(files) + [self._call("compile"), self._call("evaluate")]
         return Action(message=msg, tool_calls=calls)
 
@@ -588,7 +693,10 @@ class BuiltinPolicy(Policy):
             self.pos = len(self.steps) - 1
             return self._finish_action(head)
         calls: list[ToolInvocation] = []
-        msg = head + f"The best verified candidate is '{best.label}' ({_ms(best.median_ms)}, {_x(best.speedup_vs_eager)} vs eager)"
+        msg = (
+            head
+            + f"The best verified candidate is '{best.label}' ({_ms(best.median_ms)}, {_x(best.speedup_vs_eager)} vs eager)"
+        )
         if not in_place:
             msg += "; writing it back so the workspace ends on it"
             calls = self._write(best.files)
@@ -601,7 +709,11 @@ class BuiltinPolicy(Policy):
     def _finish_action(self, head: str | None = None) -> Action:
         self.pos = len(self.steps)
         if head is None:
-            head = self._report_last() if self.pending is None and self.tried and not getattr(self, "restored", False) else ""
+            head = (
+                self._report_last()
+                if self.pending is None and self.tried and not getattr(self, "restored", False)
+                else ""
+            )
         best = self._best()
         self.best_label = best.label if best is not None else None
         an = self.analysis
@@ -613,34 +725,48 @@ class BuiltinPolicy(Policy):
         if an is not None and not an.ok and best is None:
             summary = f"Not optimised: the forward could not be captured ({_headline(an.error)})."
             if self.torch_ops != "allow":
-                summary += (" Under torch-ops=forbid that blocks it: without a graph no kernel can be generated "
-                            "(under torch-ops=allow the reference's own computation would be the candidate).")
+                summary += (
+                    " Under torch-ops=forbid that blocks it: without a graph no kernel can be generated "
+                    "(under torch-ops=allow the reference's own computation would be the candidate)."
+                )
             elif self.tried:
-                summary += " The reference's own computation failed the check too: " + \
-                    ("; ".join(self.tried[-1].reasons[:1]) or self.tried[-1].status)
+                summary += " The reference's own computation failed the check too: " + (
+                    "; ".join(self.tried[-1].reasons[:1]) or self.tried[-1].status
+                )
             return Action(message=head + summary, tool_calls=[self._call("finish", summary=summary)])
         if best is None:
-            summary = ("No correct candidate was found; the reference (eager PyTorch) remains the best version. "
-                       + ("Last failure: " + "; ".join(self.tried[-1].reasons[:1]) if self.tried else ""))
+            summary = "No correct candidate was found; the reference (eager PyTorch) remains the best version. " + (
+                "Last failure: " + "; ".join(self.tried[-1].reasons[:1]) if self.tried else ""
+            )
             if self.torch_ops != "allow" and self.blockers:
                 summary += " Under torch-ops=forbid, blocked by: " + "; ".join(self.blockers) + "."
         else:
-            summary = (f"Best: '{best.label}', {_ms(best.median_ms)} — {_x(best.speedup_vs_eager)} vs eager"
-                       f" ({_ms(best.eager_ms)}), {_x(best.speedup_vs_compile)} vs torch.compile"
-                       f" ({_ms(best.compile_ms)}), reward {best.reward}.")
+            summary = (
+                f"Best: '{best.label}', {_ms(best.median_ms)} — {_x(best.speedup_vs_eager)} vs eager"
+                f" ({_ms(best.eager_ms)}), {_x(best.speedup_vs_compile)} vs torch.compile"
+                f" ({_ms(best.compile_ms)}), reward {best.reward}."
+            )
             if fallback:
                 g_best = max(generated, key=lambda t: t.key()) if generated else None
-                why = (f"the forward could not be captured ({_headline(an.error)})" if an is not None and not an.ok
-                       else f"the generated candidates were correct but slower than the reference's own computation "
-                            f"(best generated: '{g_best.label}', {_x(g_best.speedup_vs_eager)} vs eager)"
-                       if g_best is not None else "no generated candidate was correct")
-                summary = ("Not optimised: " + why + ". The candidate is the reference's own computation (every op "
-                           "the library/ATen call the reference makes), verified correct. " + summary)
+                why = (
+                    f"the forward could not be captured ({_headline(an.error)})"
+                    if an is not None and not an.ok
+                    else f"the generated candidates were correct but slower than the reference's own computation "
+                    f"(best generated: '{g_best.label}', {_x(g_best.speedup_vs_eager)} vs eager)"
+                    if g_best is not None
+                    else "no generated candidate was correct"
+                )
+                summary = (
+                    "Not optimised: " + why + ". The candidate is the reference's own computation (every op "
+                    "the library/ATen call the reference makes), verified correct. " + summary
+                )
             if best.fraction_of_sol is not None:
                 summary += f" {best.fraction_of_sol:.1%} of speed of light."
             if best.reward < 2 and not fallback:
-                summary += (" Nothing beat the eager baseline by more than 5%: the verified kernels are correct but "
-                            "not faster, so keep using the reference for speed.")
+                summary += (
+                    " Nothing beat the eager baseline by more than 5%: the verified kernels are correct but "
+                    "not faster, so keep using the reference for speed."
+                )
             elif best.reward < 3 and best.speedup_vs_compile is None and not fallback:
                 summary += " Faster than eager; the torch.compile baseline was not measured in this run."
             elif best.reward < 3 and not fallback:
@@ -648,12 +774,15 @@ class BuiltinPolicy(Policy):
             if self.library_parts and not fallback:
                 summary += " Library/ATen calls kept: " + "; ".join(self.library_parts) + "."
         if best is not None and best.fraction_of_sol is None and self.roofline and self.roofline.get("fraction_of_sol"):
-            summary += f" {self.roofline['fraction_of_sol']:.1%} of speed of light ({self.roofline.get('bound')}-bound)."
+            summary += (
+                f" {self.roofline['fraction_of_sol']:.1%} of speed of light ({self.roofline.get('bound')}-bound)."
+            )
         if self.ref_profile_text:
             head += "Profile of the best candidate:\n" + self.ref_profile_text.split("\nbest verified")[0] + "\n\n"
         steps = [t for t in self.tried]
-        table = "\n".join(f"  {t.label:<48} {t.status:<14} {_ms(t.median_ms):>12} {_x(t.speedup_vs_eager):>8}"
-                          for t in steps)
+        table = "\n".join(
+            f"  {t.label:<48} {t.status:<14} {_ms(t.median_ms):>12} {_x(t.speedup_vs_eager):>8}" for t in steps
+        )
         msg = head + "Summary of the candidates:\n" + table + "\n\n" + summary
         return Action(message=msg, tool_calls=[self._call("finish", summary=summary)])
 
@@ -662,7 +791,7 @@ def _headline(error: str, limit: int = 400) -> str:
     """An error as one line for a plan or a summary: its first line (a traceback or a dump of
     the failing node stays in the analysis data), at most `limit` characters."""
     line = (error.strip().splitlines() or [""])[0].rstrip(" .:")
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _library_line(n: Node, backend: str, plan: Plan | None = None) -> str:
@@ -671,8 +800,13 @@ def _library_line(n: Node, backend: str, plan: Plan | None = None) -> str:
     blas = "cuBLAS" if backend == "cuda" else "oneDNN/MKL"
     if n.op == "aten":
         op = n.attrs["target"].split(".")[1]
-        where = (f"a {lib}/ATen call" if "conv" in op else f"a {blas}/ATen call" if op in ("mm", "bmm", "addmm", "baddbmm")
-                 else "an ATen call")
+        where = (
+            f"a {lib}/ATen call"
+            if "conv" in op
+            else f"a {blas}/ATen call"
+            if op in ("mm", "bmm", "addmm", "baddbmm")
+            else "an ATen call"
+        )
         return f"{n.name}: {op} stays {where} (no generator for it)"
     if n.attrs.get("island"):
         return f"{n.name}: {n.op} stays a torch call ({str(n.attrs['island'])[:160]})"
@@ -689,8 +823,10 @@ def _forbid_blockers(plan: Plan) -> list[str]:
     try:
         from sandbox.audit import classify
     except ImportError:  # pragma: no cover - the sandbox is part of this repository
+
         def classify(op: str) -> str:
             return "compute"
+
     out = []
     for n in library_parts(plan):
         if n.op == "aten":
@@ -717,13 +853,17 @@ def _host_and_device(t: _Tried, res: dict[str, Any]) -> None:
 def _graph_skip_reason(best: _Tried, launches: int) -> str:
     """Why the best candidate gets no CUDA graph ('' when it should try one)."""
     if launches < 2:
-        return ("One launch per call: a CUDA graph would replace it with a graph launch and add the copies in and "
-                "out, so no CUDA graph.")
+        return (
+            "One launch per call: a CUDA graph would replace it with a graph launch and add the copies in and "
+            "out, so no CUDA graph."
+        )
     if best.host_ms is None or best.device_ms is None:
         return "No host and device times were measured for the best candidate, so no CUDA graph."
     if best.host_ms <= best.device_ms:
-        return (f"Launch overhead does not dominate the best candidate ({_ms(best.host_ms)} of host time per call "
-                f"against {_ms(best.device_ms)} on the device), so no CUDA graph.")
+        return (
+            f"Launch overhead does not dominate the best candidate ({_ms(best.host_ms)} of host time per call "
+            f"against {_ms(best.device_ms)} on the device), so no CUDA graph."
+        )
     return ""
 
 
@@ -743,8 +883,11 @@ def _fmt_in(i: dict[str, Any]) -> str:
 def _fmt_cfg(cfg: dict) -> str:
     if "tpr" in cfg:
         t = cfg["tpr"]
-        return (f"{t} threads per row" + (" (one warp per row)" if t == 32 else " (one block per row)" if t > 32 else "")
-                + (f", the row held in registers ({cfg['cache']} float4 per thread)" if cfg.get("cache") else ""))
+        return (
+            f"{t} threads per row"
+            + (" (one warp per row)" if t == 32 else " (one block per row)" if t > 32 else "")
+            + (f", the row held in registers ({cfg['cache']} float4 per thread)" if cfg.get("cache") else "")
+        )
     if "block" in cfg:
         return f"{cfg['block']} threads per block"
     pm = cfg.get("parallel_min", 0)
@@ -756,21 +899,31 @@ def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str
     for s in c.sigs:
         grp = next(g for g in c.plan.groups if g.name == s.name)
         red = [n.op for n in grp.reductions]
-        lines.append(f"  - {s.name}: {len(grp.nodes)} ops [{', '.join(s.ops)}]"
-                     + (f" with row reduction(s) {red}" if red else " (elementwise)")
-                     + f", {s.bytes_moved / 1e6:.2f} MB moved, config {_fmt_cfg(c.configs.get(s.name, {}))}")
+        lines.append(
+            f"  - {s.name}: {len(grp.nodes)} ops [{', '.join(s.ops)}]"
+            + (f" with row reduction(s) {red}" if red else " (elementwise)")
+            + f", {s.bytes_moved / 1e6:.2f} MB moved, config {_fmt_cfg(c.configs.get(s.name, {}))}"
+        )
     for st in c.plan.steps:
         if st.kind == "node" and st.node.op in LIBRARY:
-            nt = ("torch.mm (ATen's cuBLAS)" if gemm == "aten" else "cuBLAS gemm_nt from the .cu") if backend == "cuda" \
+            nt = (
+                ("torch.mm (ATen's cuBLAS)" if gemm == "aten" else "cuBLAS gemm_nt from the .cu")
+                if backend == "cuda"
                 else "torch.matmul (oneDNN/MKL)"
-            lib = {"matmul_nt": nt,
-                   "matmul": "torch.matmul (library GEMM)", "conv2d": "F.conv2d (cuDNN)" if backend == "cuda" else "F.conv2d (oneDNN)"}
+            )
+            lib = {
+                "matmul_nt": nt,
+                "matmul": "torch.matmul (library GEMM)",
+                "conv2d": "F.conv2d (cuDNN)" if backend == "cuda" else "F.conv2d (oneDNN)",
+            }
             lines.append(f"  - {st.node.name}: {lib[st.node.op]}")
         if st.kind == "node" and (st.node.op == "aten" or st.node.attrs.get("island")):
             lines.append(f"  - {_library_line(st.node, backend, c.plan)}")
         if st.kind == "node" and st.node.op == "derived":
-            lines.append(f"  - {st.node.name}: derived from the weights by a custom kernel ({st.node.attrs['recipe']}), "
-                         "recomputed when they change")
+            lines.append(
+                f"  - {st.node.name}: derived from the weights by a custom kernel ({st.node.attrs['recipe']}), "
+                "recomputed when they change"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -779,5 +932,6 @@ def _reference_as_candidate(source: str) -> str:
     by the torch-ops policy as a solution, which is the point: it measures eager PyTorch)."""
     import re
 
-    return ('"""The reference module copied as ModelNew, to profile eager PyTorch in the sandbox."""\n'
-            + re.sub(r"\bclass Model\(", "class ModelNew(", source).replace("super(Model, self)", "super()"))
+    return '"""The reference module copied as ModelNew, to profile eager PyTorch in the sandbox."""\n' + re.sub(
+        r"\bclass Model\(", "class ModelNew(", source
+    ).replace("super(Model, self)", "super()")

@@ -47,11 +47,21 @@ def remove_identities(g: Graph) -> Rewrite | None:
             src = None
             if n.op == "identity":
                 src = n.args[0]
-            elif n.op in ("mul", "div") and isinstance(n.args[1], Scalar) and not n.args[1].runtime and n.args[1].value == 1.0:
+            elif (
+                n.op in ("mul", "div")
+                and isinstance(n.args[1], Scalar)
+                and not n.args[1].runtime
+                and n.args[1].value == 1.0
+            ):
                 src = n.args[0]
             elif n.op == "mul" and isinstance(n.args[0], Scalar) and not n.args[0].runtime and n.args[0].value == 1.0:
                 src = n.args[1]
-            elif n.op in ("add", "sub") and isinstance(n.args[1], Scalar) and not n.args[1].runtime and n.args[1].value == 0.0:
+            elif (
+                n.op in ("add", "sub")
+                and isinstance(n.args[1], Scalar)
+                and not n.args[1].runtime
+                and n.args[1].value == 0.0
+            ):
                 src = n.args[0]
             elif n.op == "contiguous" and _is_contiguous(g, n.args[0]):
                 src = n.args[0]
@@ -67,9 +77,13 @@ def remove_identities(g: Graph) -> Rewrite | None:
     if not removed:
         return None
     g.remove_dead()
-    return Rewrite("remove_identities", "Remove ops that compute nothing",
-                   "Removed " + ", ".join(removed) + ": each is an identity on the values (an extra launch or copy "
-                   "in eager PyTorch, no arithmetic).", g)
+    return Rewrite(
+        "remove_identities",
+        "Remove ops that compute nothing",
+        "Removed " + ", ".join(removed) + ": each is an identity on the values (an extra launch or copy "
+        "in eager PyTorch, no arithmetic).",
+        g,
+    )
 
 
 def _tdims(n: Node) -> tuple:
@@ -105,9 +119,13 @@ def canonical_linear(g: Graph) -> Rewrite | None:
     if not done:
         return None
     g.remove_dead()
-    return Rewrite("canonical_linear", "x @ W.T is a linear layer",
-                   f"{', '.join(done)}: a product with a transposed weight parameter is a linear layer; cuBLAS reads "
-                   "W transposed in place, nothing is copied.", g)
+    return Rewrite(
+        "canonical_linear",
+        "x @ W.T is a linear layer",
+        f"{', '.join(done)}: a product with a transposed weight parameter is a linear layer; cuBLAS reads "
+        "W transposed in place, nothing is copied.",
+        g,
+    )
 
 
 def diag_to_row_scale(g: Graph) -> Rewrite | None:
@@ -124,16 +142,24 @@ def diag_to_row_scale(g: Graph) -> Rewrite | None:
             g.insert_before(n.name, col)
             n.op, n.args = "mul", [Ref(col.name), n.args[1]]
             g.remove_dead()
-            return Rewrite("diag_to_row_scale", "diag(d) @ X is a row scaling",
-                           f"{n.name} = diag(d) @ X builds a {a.shape[0]}x{a.shape[1]} matrix that is zero off the "
-                           f"diagonal and multiplies it in {2 * a.shape[0] * a.shape[1] * b.shape[1] / 1e9:.2f} GFLOP; "
-                           "(diag(d) @ X)[i, j] = d[i] * X[i, j] exactly (every other product is a zero), so it "
-                           "becomes one elementwise pass: out = d[:, None] * X.", g)
+            return Rewrite(
+                "diag_to_row_scale",
+                "diag(d) @ X is a row scaling",
+                f"{n.name} = diag(d) @ X builds a {a.shape[0]}x{a.shape[1]} matrix that is zero off the "
+                f"diagonal and multiplies it in {2 * a.shape[0] * a.shape[1] * b.shape[1] / 1e9:.2f} GFLOP; "
+                "(diag(d) @ X)[i, j] = d[i] * X[i, j] exactly (every other product is a zero), so it "
+                "becomes one elementwise pass: out = d[:, None] * X.",
+                g,
+            )
         if b is not None and b.op == "diag" and a is not None and _ndim(a) == 2:
             n.op, n.args = "mul", [n.args[0], b.args[0]]
             g.remove_dead()
-            return Rewrite("diag_to_col_scale", "X @ diag(d) is a column scaling",
-                           f"{n.name} = X @ diag(d): (X @ diag(d))[i, j] = X[i, j] * d[j], one elementwise pass.", g)
+            return Rewrite(
+                "diag_to_col_scale",
+                "X @ diag(d) is a column scaling",
+                f"{n.name} = X @ diag(d): (X @ diag(d))[i, j] = X[i, j] * d[j], one elementwise pass.",
+                g,
+            )
     return None
 
 
@@ -158,9 +184,13 @@ def scale_through_reduction(g: Graph) -> Rewrite | None:
         g.insert_before(n.name, red)
         n.op, n.args, n.attrs = m.op, [Ref(red.name), s], {}
         g.remove_dead()
-        return Rewrite("scale_through_reduction", f"Move the scalar {m.op} after the {red.op}",
-                       f"{red.op}(x {'*' if m.op == 'mul' else '/'} {_fmt(s)}) = {red.op}(x) {'*' if m.op == 'mul' else '/'} "
-                       f"{_fmt(s)}: the scaling now happens once per output instead of once per input element.", g)
+        return Rewrite(
+            "scale_through_reduction",
+            f"Move the scalar {m.op} after the {red.op}",
+            f"{red.op}(x {'*' if m.op == 'mul' else '/'} {_fmt(s)}) = {red.op}(x) {'*' if m.op == 'mul' else '/'} "
+            f"{_fmt(s)}: the scaling now happens once per output instead of once per input element.",
+            g,
+        )
     return None
 
 
@@ -214,8 +244,12 @@ def fold_scalar_chains(g: Graph) -> Rewrite | None:
             break
     if not folded:
         return None
-    return Rewrite("fold_scalar_chains", "Fold the chain of scalar multiplies and divides",
-                   "; ".join(folded) + ". Exact up to rounding of the folded constant.", g)
+    return Rewrite(
+        "fold_scalar_chains",
+        "Fold the chain of scalar multiplies and divides",
+        "; ".join(folded) + ". Exact up to rounding of the folded constant.",
+        g,
+    )
 
 
 def linear_sum_to_matvec(g: Graph) -> Rewrite | None:
@@ -235,21 +269,41 @@ def linear_sum_to_matvec(g: Graph) -> Rewrite | None:
             continue
         x, w, b = lin.args
         wn = g.node(w.name)
-        wsum = Node(g.fresh("w_rowsum"), "derived", [w], {"recipe": "colsum", "of": wn.attrs.get("path", w.name)},
-                    [wn.shape[1]], "float32")
+        wsum = Node(
+            g.fresh("w_rowsum"),
+            "derived",
+            [w],
+            {"recipe": "colsum", "of": wn.attrs.get("path", w.name)},
+            [wn.shape[1]],
+            "float32",
+        )
         g.insert_before(lin.name, wsum)
         prod = Node(g.fresh("xw"), "mul", [x, Ref(wsum.name)], {}, g.node(x.name).shape, "float32")
         g.insert_before(n.name, prod)
-        red = Node(g.fresh("matvec"), "sum", [Ref(prod.name)], {"dim": [-1], "keepdim": n.attrs.get("keepdim", False)},
-                   n.shape, "float32")
+        red = Node(
+            g.fresh("matvec"),
+            "sum",
+            [Ref(prod.name)],
+            {"dim": [-1], "keepdim": n.attrs.get("keepdim", False)},
+            n.shape,
+            "float32",
+        )
         g.insert_before(n.name, red)
-        detail = (f"{lin.name} is a GEMM [{', '.join(map(str, g.node(x.name).shape))}] x W^T{wn.shape[::-1]} "
-                  f"whose {wn.shape[0]} outputs are only summed by {n.name}. By linearity, sum_j (x W^T)_j = x . w "
-                  f"with w = W.sum(0) (length {wn.shape[1]}): a matrix-vector product, {wn.shape[0]}x fewer FLOPs. "
-                  "w is computed from the loaded weights by a column-sum kernel and recomputed when they change.")
+        detail = (
+            f"{lin.name} is a GEMM [{', '.join(map(str, g.node(x.name).shape))}] x W^T{wn.shape[::-1]} "
+            f"whose {wn.shape[0]} outputs are only summed by {n.name}. By linearity, sum_j (x W^T)_j = x . w "
+            f"with w = W.sum(0) (length {wn.shape[1]}): a matrix-vector product, {wn.shape[0]}x fewer FLOPs. "
+            "w is computed from the loaded weights by a column-sum kernel and recomputed when they change."
+        )
         if isinstance(b, Ref):
-            bsum = Node(g.fresh("b_sum"), "derived", [b], {"recipe": "colsum", "of": g.node(b.name).attrs.get("path")},
-                        [1], "float32")
+            bsum = Node(
+                g.fresh("b_sum"),
+                "derived",
+                [b],
+                {"recipe": "colsum", "of": g.node(b.name).attrs.get("path")},
+                [1],
+                "float32",
+            )
             g.insert_before(lin.name, bsum)
             n.op, n.args, n.attrs = "add", [Ref(red.name), Ref(bsum.name)], {}
             detail += " The bias sums to one scalar, added after the reduction."
@@ -257,8 +311,9 @@ def linear_sum_to_matvec(g: Graph) -> Rewrite | None:
             g.replace_uses(n.name, red.name)
             g.nodes.remove(n)
         g.remove_dead()
-        return Rewrite("linear_sum_to_matvec", "A linear layer summed over its outputs is a matrix-vector product",
-                       detail, g)
+        return Rewrite(
+            "linear_sum_to_matvec", "A linear layer summed over its outputs is a matrix-vector product", detail, g
+        )
     return None
 
 
@@ -280,7 +335,12 @@ def fold_batchnorm(g: Graph) -> Rewrite | None:
         _, mean, var, gamma, beta, eps = n.args
         wn = g.node(w.name)
         nfold = sum(1 for m in g.nodes if m.op == "derived" and m.attrs.get("part") == "weight")
-        common = {"recipe": "bn_fold", "key": f"fold_{nfold}", "bn": n.attrs.get("module"), "of": prod.attrs.get("module")}
+        common = {
+            "recipe": "bn_fold",
+            "key": f"fold_{nfold}",
+            "bn": n.attrs.get("module"),
+            "of": prod.attrs.get("module"),
+        }
         fargs = [w, b, mean, var, gamma, beta, eps]
         wf = Node(common["key"] + "_w", "derived", fargs, {**common, "part": "weight"}, wn.shape, "float32")
         bf = Node(common["key"] + "_b", "derived", fargs, {**common, "part": "bias"}, [wn.shape[0]], "float32")
@@ -294,11 +354,15 @@ def fold_batchnorm(g: Graph) -> Rewrite | None:
     if not folded:
         return None
     g.remove_dead()
-    return Rewrite("fold_batchnorm", "Fold eval-mode batch norm into the preceding layer",
-                   "Folded " + ", ".join(folded) + ": W' = W * g / sqrt(var + eps) per output channel, "
-                   "b' = (b - mean) * g / sqrt(var + eps) + beta. The batch-norm pass over the activations disappears; "
-                   "W', b' are computed from the loaded parameters by a small custom kernel and recomputed when any "
-                   "parameter changes (no outputs are cached).", g)
+    return Rewrite(
+        "fold_batchnorm",
+        "Fold eval-mode batch norm into the preceding layer",
+        "Folded " + ", ".join(folded) + ": W' = W * g / sqrt(var + eps) per output channel, "
+        "b' = (b - mean) * g / sqrt(var + eps) + beta. The batch-norm pass over the activations disappears; "
+        "W', b' are computed from the loaded parameters by a small custom kernel and recomputed when any "
+        "parameter changes (no outputs are cached).",
+        g,
+    )
 
 
 REWRITES: list[Callable[[Graph], Rewrite | None]] = [

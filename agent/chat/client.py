@@ -22,9 +22,20 @@ class ContextOverflow(Exception):
 
 
 class ChatClient:
-    def __init__(self, base_url: str, api_key: str, model: str, *, max_tokens: int, temperature: float | None,
-                 max_retries: int, backoff_base_s: float, backoff_max_s: float, timeout_s: float,
-                 extra_body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        *,
+        max_tokens: int,
+        temperature: float | None,
+        max_retries: int,
+        backoff_base_s: float,
+        backoff_max_s: float,
+        timeout_s: float,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
         import openai
 
         self.base_url, self.model, self.max_tokens, self.temperature = base_url, model, max_tokens, temperature
@@ -45,8 +56,9 @@ class ChatClient:
             kwargs["extra_body"] = self.extra_body
         return kwargs
 
-    def create(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-               may_switch: bool = False) -> Any:
+    def create(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, may_switch: bool = False
+    ) -> Any:
         """The endpoint's reply to `messages` (native tool calls with `tools`). With `may_switch`,
         an endpoint that rejects `tools` raises SwitchToText."""
         import openai
@@ -60,7 +72,9 @@ class ChatClient:
             except openai.BadRequestError as exc:
                 if self._adapted(_msg(exc), kwargs, may_switch):
                     continue
-                raise PolicyError("bad_request", f"the model endpoint refused the request (HTTP 400): {_msg(exc)}") from exc
+                raise PolicyError(
+                    "bad_request", f"the model endpoint refused the request (HTTP 400): {_msg(exc)}"
+                ) from exc
             except (openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError) as exc:
                 last = exc
             except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
@@ -69,7 +83,9 @@ class ChatClient:
                 if exc.status_code == 422 and may_switch and _rejects_tools(_msg(exc).lower()):
                     raise SwitchToText() from exc
                 if not (exc.status_code in (408, 409) or exc.status_code >= 500):
-                    raise PolicyError("bad_request", f"the model endpoint answered HTTP {exc.status_code}: {_msg(exc)}") from exc
+                    raise PolicyError(
+                        "bad_request", f"the model endpoint answered HTTP {exc.status_code}: {_msg(exc)}"
+                    ) from exc
                 last = exc
             if attempt < self.max_retries:
                 time.sleep(self.delay(attempt, last))
@@ -80,7 +96,11 @@ class ChatClient:
         """A 400 the request can be changed for: True when `kwargs` now differ (send again);
         raises ContextOverflow or SwitchToText; False when nothing helps."""
         text = message.lower()
-        if "context" in text and ("length" in text or "window" in text or "maximum" in text) or "too many tokens" in text:
+        if (
+            "context" in text
+            and ("length" in text or "window" in text or "maximum" in text)
+            or "too many tokens" in text
+        ):
             raise ContextOverflow(message)
         if may_switch and _rejects_tools(text):
             raise SwitchToText()
@@ -99,12 +119,18 @@ class ChatClient:
         import openai
 
         if isinstance(exc, openai.AuthenticationError):
-            return PolicyError("auth", f"the model endpoint {self.base_url} rejected the API key (HTTP 401): {_msg(exc)}. "
-                                       "Check --api-key / OPENAI_API_KEY.")
+            return PolicyError(
+                "auth",
+                f"the model endpoint {self.base_url} rejected the API key (HTTP 401): {_msg(exc)}. "
+                "Check --api-key / OPENAI_API_KEY.",
+            )
         if isinstance(exc, openai.PermissionDeniedError):
             return PolicyError("auth", f"the API key may not use model {self.model!r} (HTTP 403): {_msg(exc)}")
-        return PolicyError("model_not_found", f"model {self.model!r} was not found at {self.base_url} (HTTP 404: {_msg(exc)}). "
-                                              f"{self.available_models()}Also check that the base URL ends with /v1.")
+        return PolicyError(
+            "model_not_found",
+            f"model {self.model!r} was not found at {self.base_url} (HTTP 404: {_msg(exc)}). "
+            f"{self.available_models()}Also check that the base URL ends with /v1.",
+        )
 
     def _gave_up(self, last: Exception) -> PolicyError:
         import openai
@@ -113,10 +139,14 @@ class ChatClient:
         if isinstance(last, openai.RateLimitError):
             return PolicyError("rate_limited", f"still rate-limited (HTTP 429) after {tries} attempts: {_msg(last)}")
         if isinstance(last, openai.APITimeoutError):
-            return PolicyError("unreachable", f"the model endpoint {self.base_url} timed out on {tries} attempts "
-                                              f"(timeout {self.timeout_s:g} s)")
+            return PolicyError(
+                "unreachable",
+                f"the model endpoint {self.base_url} timed out on {tries} attempts (timeout {self.timeout_s:g} s)",
+            )
         if isinstance(last, openai.APIConnectionError):
-            return PolicyError("unreachable", f"cannot reach the model endpoint {self.base_url} after {tries} attempts: {_msg(last)}")
+            return PolicyError(
+                "unreachable", f"cannot reach the model endpoint {self.base_url} after {tries} attempts: {_msg(last)}"
+            )
         return PolicyError("server_error", f"the model endpoint kept failing after {tries} attempts: {_msg(last)}")
 
     def delay(self, attempt: int, exc: Exception | None) -> float:
@@ -134,15 +164,25 @@ class ChatClient:
     def available_models(self) -> str:
         try:
             ids = [m.id for m in self.openai.models.list()][:20]
-        except Exception:  # noqa: BLE001 - a hint only
+        except Exception:  # a hint only
             return ""
         return f"The endpoint serves: {', '.join(ids)}. " if ids else ""
 
 
 def _rejects_tools(text: str) -> bool:
     return ("tool" in text or "function" in text) and any(
-        w in text for w in ("not support", "unsupported", "does not support", "not supported", "unknown", "unrecognized",
-                            "not allowed", "invalid", "extra")
+        w in text
+        for w in (
+            "not support",
+            "unsupported",
+            "does not support",
+            "not supported",
+            "unknown",
+            "unrecognized",
+            "not allowed",
+            "invalid",
+            "extra",
+        )
     )
 
 

@@ -52,8 +52,12 @@ class History:
                 if owner is not None:
                     owner.results[e.call_id] = trim_for_model(e.content, limit_for(e.name))[0]
             elif isinstance(e, BestChanged):
-                self.best = {"version": e.version, "reward": e.reward, "speedup_vs_eager": e.speedup_vs_eager,
-                             "files": dict(e.files)}
+                self.best = {
+                    "version": e.version,
+                    "reward": e.reward,
+                    "speedup_vs_eager": e.speedup_vs_eager,
+                    "files": dict(e.files),
+                }
 
     def attach(self, observations: list[Observation]) -> None:
         """The tools' answers to the last turn's calls (and a new best, when one came)."""

@@ -89,7 +89,10 @@ def parse_text_tool_calls(text: str, turn: int) -> tuple[str, list[tuple[ToolInv
             raw = text[start : close if close >= 0 else len(text)].strip()
             pos = len(text) if close < 0 else close + len(closer)
             name_guess = re.search(r'"name"\s*:\s*"([^"]+)"', raw)
-            args = {INVALID_ARGUMENTS_KEY: raw, ARGUMENTS_ERROR_KEY: f"{exc.msg} at line {exc.lineno} column {exc.colno}"}
+            args = {
+                INVALID_ARGUMENTS_KEY: raw,
+                ARGUMENTS_ERROR_KEY: f"{exc.msg} at line {exc.lineno} column {exc.colno}",
+            }
             calls.append((ToolInvocation(name_guess.group(1) if name_guess else "invalid_tool_block", args, cid), raw))
             continue
         calls.append(_block_call(obj, raw, cid))

@@ -38,15 +38,15 @@ def text_protocol(specs: list[dict[str, Any]]) -> str:
     return proto.replace("{{tools}}", "\n".join(lines))
 
 
-def task_message(task: TaskInfo, dropped_turns: int = 0, compact_level: int = 0,
-                 best: dict[str, Any] | None = None) -> str:
+def task_message(
+    task: TaskInfo, dropped_turns: int = 0, compact_level: int = 0, best: dict[str, Any] | None = None
+) -> str:
     opts = ", ".join(f"{k}={v}" for k, v in sorted(task.options.items())) or "defaults"
     parts = [
         f"Task: {task.name} (backend: {task.backend}; sandbox options: {opts})",
         "The reference module (also readable as reference.py, which you cannot change):",
         f"```python\n{source_for_model(task.source).rstrip()}\n```",
-        "Write model_new.py with class ModelNew and your kernels, evaluate, then improve. "
-        "Start now by calling a tool.",
+        "Write model_new.py with class ModelNew and your kernels, evaluate, then improve. Start now by calling a tool.",
     ]
     if dropped_turns or compact_level:
         if dropped_turns:

@@ -32,7 +32,10 @@ def shorten(text: str, level: int, what: str) -> str:
     keep = {0: None, 1: 600, 2: 200}[level]
     if keep is None or len(text) <= keep:
         return text
-    return text[: keep // 2] + f"\n[... older {what} shortened to fit the context: {len(text) - keep // 2} chars dropped ...]"
+    return (
+        text[: keep // 2]
+        + f"\n[... older {what} shortened to fit the context: {len(text) - keep // 2} chars dropped ...]"
+    )
 
 
 def arguments(turn: Turn, call: ToolInvocation, level: int) -> str:

@@ -37,4 +37,6 @@ class ScriptPolicy(Policy):
             ToolInvocation(c["name"], dict(c.get("arguments", {})), f"s{self.index}_{i}")
             for i, c in enumerate(step.get("tool_calls") or [])
         ]
-        return Action(message=step.get("content", ""), reasoning=step.get("reasoning", ""), tool_calls=calls, usage=Usage())
+        return Action(
+            message=step.get("content", ""), reasoning=step.get("reasoning", ""), tool_calls=calls, usage=Usage()
+        )

@@ -76,8 +76,10 @@ def compile_fix_run() -> dict[str, Any]:
         "replies": [
             reply(*write_all(broken), content="First attempt."),
             reply(call("compile")),
-            reply(call("edit_file", path=k, old=COMPILE_BREAK[1] + "\n", new=COMPILE_BREAK[0] + "\n"),
-                  content="Missing semicolon; fixing."),
+            reply(
+                call("edit_file", path=k, old=COMPILE_BREAK[1] + "\n", new=COMPILE_BREAK[0] + "\n"),
+                content="Missing semicolon; fixing.",
+            ),
             reply(call("evaluate")),
             reply(call("finish", summary="fixed the compile error")),
         ]

@@ -179,7 +179,7 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b"{}"
             return json.loads(raw or b"{}")
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             path = self.path.split("?")[0].rstrip("/")
             if path == "/v1/models":
                 key = server.script.get("api_key")
@@ -196,7 +196,7 @@ def _handler_for(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(404, _error(f"no route {self.path}", "not_found"))
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             path = self.path.split("?")[0].rstrip("/")
             try:
                 body = self._body()
@@ -233,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
         script = SCENARIOS[args.scenario]()
     server = ScriptedServer(script, host=args.host, port=args.port)
-    print(f"scripted OpenAI server on http://{args.host}:{server.port}/v1 (models: {', '.join(server.models)})", flush=True)
+    print(
+        f"scripted OpenAI server on http://{args.host}:{server.port}/v1 (models: {', '.join(server.models)})",
+        flush=True,
+    )
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:

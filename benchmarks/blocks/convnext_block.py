@@ -1,5 +1,6 @@
 """A ConvNeXt block (facebookresearch/ConvNeXt): depthwise 7x7 convolution, then channels-last
 through a permute, LayerNorm, an inverted-bottleneck MLP, layer scale, permute back, residual."""
+
 import torch
 import torch.nn as nn
 

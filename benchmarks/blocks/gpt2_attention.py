@@ -1,6 +1,7 @@
 """GPT-2 style causal self-attention (nanoGPT's CausalSelfAttention without flash): one QKV
 projection split three ways, heads by view + transpose, the causal mask built in the forward
 from torch.ones(t, t) with t read from the input's size, masked_fill, softmax, output projection."""
+
 import math
 
 import torch

@@ -1,5 +1,6 @@
 """A MobileNetV2 inverted residual (torchvision's InvertedResidual): 1x1 expansion, 3x3
 depthwise, 1x1 linear projection, each with batch norm, ReLU6 between, identity shortcut."""
+
 import torch
 import torch.nn as nn
 

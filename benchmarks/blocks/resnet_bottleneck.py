@@ -1,5 +1,6 @@
 """A torchvision-style ResNet bottleneck (1x1 reduce, 3x3, 1x1 expand, projection shortcut),
 written as torchvision writes it: in-place ReLUs and `out += identity`."""
+
 import torch
 import torch.nn as nn
 
@@ -26,8 +27,9 @@ class Model(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.downsample = None
         if stride != 1 or inplanes != planes * self.expansion:
-            self.downsample = nn.Sequential(conv1x1(inplanes, planes * self.expansion, stride),
-                                            nn.BatchNorm2d(planes * self.expansion))
+            self.downsample = nn.Sequential(
+                conv1x1(inplanes, planes * self.expansion, stride), nn.BatchNorm2d(planes * self.expansion)
+            )
 
     def forward(self, x):
         identity = x

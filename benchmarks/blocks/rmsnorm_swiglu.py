@@ -1,4 +1,5 @@
 """A LLaMA-style RMSNorm (written by hand) followed by a SwiGLU MLP with a residual."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,12 +1,13 @@
 """Rotary position embeddings as LLaMA-style code writes them: cos/sin tables precomputed for a
 maximum length as buffers, sliced by the traced sequence length, rotate_half by slicing and cat."""
+
 import torch
 import torch.nn as nn
 
 
 def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
+    x2 = x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 

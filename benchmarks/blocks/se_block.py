@@ -1,5 +1,6 @@
 """A squeeze-and-excitation block as people write it: global average pool by `mean`, two
 linear layers, and the channel gate broadcast with `s[:, :, None, None]`."""
+
 import torch
 import torch.nn as nn
 

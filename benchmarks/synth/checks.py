@@ -37,7 +37,7 @@ class Dropped(Exception):
 
 def load(source: str) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "synthesised_task"}
-    exec(compile(source, "<synthesised task>", "exec"), namespace)  # noqa: S102 - our own generated code
+    exec(compile(source, "<synthesised task>", "exec"), namespace)  # our own generated code
     return namespace
 
 
@@ -58,7 +58,7 @@ def _run_eager(source: str, device: str):
         model, inputs = _build(ns, device)
         with torch.no_grad():
             out = model(*inputs)
-    except Exception as exc:  # noqa: BLE001 - a task that does not run is dropped, saying why
+    except Exception as exc:  # a task that does not run is dropped, saying why
         raise Dropped("eager", f"eager failed: {type(exc).__name__}: {str(exc)[:200]}") from exc
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise Dropped("eager", f"eager output is not a float tensor ({type(out).__name__})")
@@ -113,8 +113,10 @@ def _check_compile(model, inputs, out) -> float:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = torch.compile(model)(*inputs)
-    except Exception as exc:  # noqa: BLE001
-        raise Dropped("compile", f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from exc
+    except Exception as exc:
+        raise Dropped(
+            "compile", f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        ) from exc
     seconds = time.perf_counter() - t0
     if not torch.allclose(compiled, out, rtol=COMPILE_TOL, atol=COMPILE_TOL):
         err = float((compiled - out).abs().max())
@@ -122,7 +124,9 @@ def _check_compile(model, inputs, out) -> float:
     return seconds
 
 
-def check(source: str, device: str = "cpu", min_ms: float = 0.02, max_ms: float = 50.0, with_compile: bool = True) -> Verdict:
+def check(
+    source: str, device: str = "cpu", min_ms: float = 0.02, max_ms: float = 50.0, with_compile: bool = True
+) -> Verdict:
     verdict = Verdict()
     try:
         with warnings.catch_warnings():

@@ -44,14 +44,29 @@ class Program:
         lines = [HEADER.format(doc=f"Synthesised ({self.layout}): " + " -> ".join(self.steps) + ".")]
         if self.uses_transformers:
             lines.append("from transformers.activations import ACT2FN\n")
-        lines += ["", "class Model(nn.Module):", f"    def __init__(self, {', '.join(args)}):" if args else "    def __init__(self):",
-                  "        super().__init__()"]
+        lines += [
+            "",
+            "class Model(nn.Module):",
+            f"    def __init__(self, {', '.join(args)}):" if args else "    def __init__(self):",
+            "        super().__init__()",
+        ]
         lines += [f"        {ln}" for ln in self.init]
-        lines += ["", "    def forward(self, x):"] + [f"        {ln}" for ln in self.forward] + ["        return x", "", ""]
+        lines += (
+            ["", "    def forward(self, x):"] + [f"        {ln}" for ln in self.forward] + ["        return x", "", ""]
+        )
         lines += [f"{k} = {v}" for k, v in self.sizes.items()]
         tensors = ", ".join(f"torch.randn({shape})" for shape in self.inputs)
-        lines += ["", "", "def get_inputs():", f"    return [{tensors}]", "", "", "def get_init_inputs():",
-                  f"    return [{', '.join(args)}]", ""]
+        lines += [
+            "",
+            "",
+            "def get_inputs():",
+            f"    return [{tensors}]",
+            "",
+            "",
+            "def get_init_inputs():",
+            f"    return [{', '.join(args)}]",
+            "",
+        ]
         return "\n".join(lines)
 
 
@@ -75,8 +90,11 @@ class Composer:
 
     # -- the first layer, by layout ---------------------------------------------------------------------
     def _start_vec(self) -> Program:
-        sizes = {"batch_size": self.pick((16, 32, 64)), "in_features": self.pick((64, 128, 256)),
-                 "out_features": self.pick((64, 128, 256, 512))}
+        sizes = {
+            "batch_size": self.pick((16, 32, 64)),
+            "in_features": self.pick((64, 128, 256)),
+            "out_features": self.pick((64, 128, 256, 512)),
+        }
         prog = Program("vec", sizes, ["batch_size, in_features"])
         prog.init.append("self.linear = nn.Linear(in_features, out_features)")
         prog.forward.append("x = self.linear(x)")
@@ -86,8 +104,14 @@ class Composer:
 
     def _start_img(self) -> Program:
         k = self.pick((1, 3, 5))
-        sizes = {"batch_size": self.pick((4, 8)), "in_channels": self.pick((3, 8, 16)), "out_channels": self.pick((8, 16, 32)),
-                 "height": self.pick((16, 32)), "width": self.pick((16, 32)), "kernel_size": k}
+        sizes = {
+            "batch_size": self.pick((4, 8)),
+            "in_channels": self.pick((3, 8, 16)),
+            "out_channels": self.pick((8, 16, 32)),
+            "height": self.pick((16, 32)),
+            "width": self.pick((16, 32)),
+            "kernel_size": k,
+        }
         prog = Program("img", sizes, ["batch_size, in_channels, height, width"])
         prog.init.append("self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)")
         prog.forward.append("x = self.conv(x)")
@@ -112,7 +136,9 @@ class Composer:
 
     # -- the steps after it ----------------------------------------------------------------------------
     def _step(self, prog: Program, i: int, last: str) -> None:
-        kind = self.rng.choices(("unary", "module", "binary", "along_dim", "norm", "residual"), (35, 20, 15, 10, 10, 10))[0]
+        kind = self.rng.choices(
+            ("unary", "module", "binary", "along_dim", "norm", "residual"), (35, 20, 15, 10, 10, 10)
+        )[0]
         if kind == "unary" or (kind == "binary" and not last):
             name = self.pick(self.cat.unary)
             prog.forward.append(f"x = torch.{name}(x)")

@@ -23,7 +23,9 @@ class Catalogue:
     binary: list[str] = field(default_factory=list)  # torch.<f>(x, other), same shape
     along_dim: list[str] = field(default_factory=list)  # torch.<f>(x, dim=-1), same shape (softmax, cumsum)
     reducing: list[str] = field(default_factory=list)  # torch.<f>(x, dim=-1), the last dim removed
-    modules: list[str] = field(default_factory=list)  # "nn.GELU" or "transformers:gelu_new": a module() keeping the shape
+    modules: list[str] = field(
+        default_factory=list
+    )  # "nn.GELU" or "transformers:gelu_new": a module() keeping the shape
     sources: dict[str, str] = field(default_factory=dict)  # where each group came from, for the report
 
     def sizes(self) -> dict[str, int]:
@@ -75,7 +77,7 @@ def mine_torch(cat: Catalogue) -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 _classify(cat, name, f, required, x.clone(), y.clone())
-        except Exception:  # noqa: BLE001, S112 - a function that does not take this call is simply not kept
+        except Exception:  # a function that does not take this call is simply not kept
             continue
     cat.sources["torch"] = f"torch {torch.__version__}: torch.overrides.get_testing_overrides()"
 
@@ -91,7 +93,7 @@ def mine_modules(cat: Catalogue) -> None:
                 warnings.simplefilter("ignore")
                 if _same(getattr(activation, cls_name)()(x), x):
                     cat.modules.append(f"nn.{cls_name}")
-        except Exception:  # noqa: BLE001, S112 - needs arguments (MultiheadAttention, ...) or changes the shape
+        except Exception:  # needs arguments (MultiheadAttention, ...) or changes the shape
             continue
 
 
@@ -109,7 +111,7 @@ def mine_transformers(cat: Catalogue) -> None:
             module = cls[0](**cls[1]) if isinstance(cls, tuple) else cls()
             if _same(module(x), x):
                 cat.modules.append(f"transformers:{key}")
-        except Exception:  # noqa: BLE001, S112
+        except Exception:
             continue
     cat.sources["transformers"] = "transformers.activations.ACT2CLS"
 

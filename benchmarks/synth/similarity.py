@@ -19,22 +19,96 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ALIASES = {
-    "linear": "matmul", "mm": "matmul", "bmm": "matmul", "addmm": "matmul", "einsum": "matmul", "gemm": "matmul",
-    "divide": "div", "truediv": "div", "truedivide": "div", "multiply": "mul", "subtract": "sub", "rsub": "sub",
-    "absolute": "abs", "negative": "neg", "sgn": "sign", "clip": "clamp", "arccos": "acos", "arcsin": "asin",
-    "arctan": "atan", "arccosh": "acosh", "arcsinh": "asinh", "arctanh": "atanh", "arctan2": "atan2", "swish": "silu",
-    "fix": "trunc", "fmax": "maximum", "fmin": "minimum",
+    "linear": "matmul",
+    "mm": "matmul",
+    "bmm": "matmul",
+    "addmm": "matmul",
+    "einsum": "matmul",
+    "gemm": "matmul",
+    "divide": "div",
+    "truediv": "div",
+    "truedivide": "div",
+    "multiply": "mul",
+    "subtract": "sub",
+    "rsub": "sub",
+    "absolute": "abs",
+    "negative": "neg",
+    "sgn": "sign",
+    "clip": "clamp",
+    "arccos": "acos",
+    "arcsin": "asin",
+    "arctan": "atan",
+    "arccosh": "acosh",
+    "arcsinh": "asinh",
+    "arctanh": "atanh",
+    "arctan2": "atan2",
+    "swish": "silu",
+    "fix": "trunc",
+    "fmax": "maximum",
+    "fmin": "minimum",
 }
-MOVES_DATA = frozenset({
-    "view", "reshape", "permute", "transpose", "contiguous", "size", "flatten", "unsqueeze", "squeeze", "expand",
-    "expandas", "viewas", "to", "cuda", "cpu", "float", "half", "double", "type", "clone", "detach", "chunk", "split",
-    "cat", "stack", "narrow", "select", "repeat", "t", "super", "len", "range", "int", "list", "tuple", "getattr",
-    "isinstance", "print", "item", "dim", "numel", "zeroslike", "oneslike", "emptylike", "newzeros", "newones",
-})
+MOVES_DATA = frozenset(
+    {
+        "view",
+        "reshape",
+        "permute",
+        "transpose",
+        "contiguous",
+        "size",
+        "flatten",
+        "unsqueeze",
+        "squeeze",
+        "expand",
+        "expandas",
+        "viewas",
+        "to",
+        "cuda",
+        "cpu",
+        "float",
+        "half",
+        "double",
+        "type",
+        "clone",
+        "detach",
+        "chunk",
+        "split",
+        "cat",
+        "stack",
+        "narrow",
+        "select",
+        "repeat",
+        "t",
+        "super",
+        "len",
+        "range",
+        "int",
+        "list",
+        "tuple",
+        "getattr",
+        "isinstance",
+        "print",
+        "item",
+        "dim",
+        "numel",
+        "zeroslike",
+        "oneslike",
+        "emptylike",
+        "newzeros",
+        "newones",
+    }
+)
 CONTAINERS = frozenset({"sequential", "modulelist", "moduledict", "parameter", "append"})
 MAKERS = ("randn", "rand", "zeros", "ones", "tensor", "empty", "full", "arange")  # make parameters, compute nothing
-BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.MatMult: "matmul", ast.Pow: "pow",
-          ast.FloorDiv: "floordivide", ast.Mod: "remainder"}
+BINOPS = {
+    ast.Add: "add",
+    ast.Sub: "sub",
+    ast.Mult: "mul",
+    ast.Div: "div",
+    ast.MatMult: "matmul",
+    ast.Pow: "pow",
+    ast.FloorDiv: "floordivide",
+    ast.Mod: "remainder",
+}
 
 
 def canonical(name: str) -> str:
@@ -59,8 +133,14 @@ def _layer_names(node: ast.AST) -> Counter:
 def _modules(cls: ast.ClassDef) -> dict[str, Counter]:
     """self.<attr> -> the operators its module computes (nn.Sequential: each of its layers; one
     built from a list, `nn.Sequential(*layers)`: the layers appended to lists in __init__)."""
-    appended = sum((_layer_names(c) for c in ast.walk(cls) if isinstance(c, ast.Call)
-                    and isinstance(c.func, ast.Attribute) and c.func.attr == "append"), Counter())
+    appended = sum(
+        (
+            _layer_names(c)
+            for c in ast.walk(cls)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append"
+        ),
+        Counter(),
+    )
     out: dict[str, Counter] = {}
     for node in ast.walk(cls):
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):

@@ -1,4 +1,5 @@
 """Small scaled-dot-product attention written out: QK^T, scale, softmax, PV (bmm through matmul)."""
+
 import torch
 import torch.nn as nn
 
@@ -6,7 +7,7 @@ import torch.nn as nn
 class Model(nn.Module):
     def __init__(self, head_dim):
         super().__init__()
-        self.scale = head_dim ** -0.5
+        self.scale = head_dim**-0.5
 
     def forward(self, q, k, v):
         s = torch.matmul(q, k.transpose(-2, -1)) * self.scale

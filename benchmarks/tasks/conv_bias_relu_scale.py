@@ -1,4 +1,5 @@
 """Conv2d with bias, ReLU, a scale: the bias add and activation fuse into one epilogue pass."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Conv2d + BatchNorm2d (eval) + ReLU: batch norm folds into the convolution, ReLU fuses into its epilogue."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Conv2d + BatchNorm2d + a sigmoid self-gate (x * sigmoid(x))."""
+
 import torch
 import torch.nn as nn
 

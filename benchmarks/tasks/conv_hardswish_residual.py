@@ -1,4 +1,5 @@
 """1x1 Conv2d, hardswish, plus the input (same channels)."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
 """X @ diag(d): a column scaling written as a GEMM with a dense diagonal matrix."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Elementwise chain: leaky ReLU, hardswish, scale."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
 """Two-input elementwise: mish(x) + y."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

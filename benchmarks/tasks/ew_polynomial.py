@@ -1,4 +1,5 @@
 """A polynomial written as separate ops: 0.5 x^2 + 0.25 x - 1, then a sigmoid."""
+
 import torch
 import torch.nn as nn
 

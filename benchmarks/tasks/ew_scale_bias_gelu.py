@@ -1,4 +1,5 @@
 """Elementwise chain: scale, per-column bias, exact GELU (three eager kernels, one pass fused)."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

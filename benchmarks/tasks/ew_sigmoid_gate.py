@@ -1,4 +1,5 @@
 """A gated unit: a * sigmoid(b) * scale."""
+
 import torch
 import torch.nn as nn
 

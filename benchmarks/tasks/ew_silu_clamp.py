@@ -1,4 +1,5 @@
 """Elementwise chain: SiLU then clamp to a range."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

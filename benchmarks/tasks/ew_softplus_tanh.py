@@ -1,4 +1,5 @@
 """Elementwise chain: softplus then tanh then a residual."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
 """Three inputs: (x * y + z) / 3 then ReLU."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Linear + ReLU: a GEMM with a bias-and-activation epilogue."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Linear + BatchNorm1d (eval) + ReLU: the batch norm folds into the linear layer."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Linear + tanh-approximated GELU."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -10,7 +11,7 @@ class Model(nn.Module):
         self.fc = nn.Linear(in_features, out_features)
 
     def forward(self, x):
-        return F.gelu(self.fc(x), approximate='tanh')
+        return F.gelu(self.fc(x), approximate="tanh")
 
 
 batch = 4096

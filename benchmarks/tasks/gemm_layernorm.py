@@ -1,4 +1,5 @@
 """Linear followed by LayerNorm: a GEMM with a row-reduction epilogue."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Linear, sigmoid gate scaled, plus the input (a residual GEMM epilogue)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """matmul with a transposed weight, SiLU, plus a bias parameter."""
+
 import torch
 import torch.nn as nn
 

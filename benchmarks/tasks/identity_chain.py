@@ -1,4 +1,5 @@
 """Redundant ops: clone, contiguous, double transpose and a multiply by one around a tanh."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """A transformer MLP: Linear, GELU, Linear, residual."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

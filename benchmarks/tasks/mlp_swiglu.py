@@ -1,4 +1,5 @@
 """A SwiGLU MLP: silu(x W1) * (x W3), then W2."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

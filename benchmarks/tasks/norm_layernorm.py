@@ -1,4 +1,5 @@
 """LayerNorm over the last dim with affine parameters."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """LayerNorm followed by GELU."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
 """Log-softmax over the last dim."""
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,4 +1,5 @@
 """RMS norm with weight, plus a residual input."""
+
 import torch
 import torch.nn as nn
 

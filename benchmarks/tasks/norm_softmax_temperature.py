@@ -1,4 +1,5 @@
 """Softmax with a temperature: softmax(x / T)."""
+
 import torch
 import torch.nn as nn
 

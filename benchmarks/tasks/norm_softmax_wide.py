@@ -1,4 +1,5 @@
 """Softmax over a wide last dim."""
+
 import torch
 import torch.nn as nn
 

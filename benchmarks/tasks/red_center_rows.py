@@ -1,4 +1,5 @@
 """Row centering: x - mean(x) over the last dim."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Row L2 normalisation: x / sqrt(sum(x^2) + eps)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Row maximum (values only)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Mean of squares per row, scaled (a per-row statistic)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Row reduction: the sum of each row."""
+
 import torch
 import torch.nn as nn
 

@@ -41,8 +41,9 @@ _ArgumentError = ctypes.ArgumentError
 _ON_DEVICE = "is_cuda" if _ON_CUDA else "is_cpu"  # the tensor property a kernel argument must have
 # the types a signature's non-tensor argument may have on the fast path: what _convert passes on
 # (a one-element tensor would convert to its value in ctypes' argtypes, not to a pointer)
-_PLAIN = frozenset({bool, int, float, type(None), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float,
-                    ctypes.c_double})
+_PLAIN = frozenset(
+    {bool, int, float, type(None), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_float, ctypes.c_double}
+)
 
 
 def stream(device: torch.device | None = None) -> ctypes.c_void_p:
@@ -60,7 +61,9 @@ def _convert(name: str, index: int, value: Any) -> Any:
     """The ctypes value of one argument, or a KernelError that says what is wrong with it."""
     if isinstance(value, torch.Tensor):
         if not value.is_contiguous():
-            raise KernelError(f"{name}: argument {index} is a non-contiguous tensor (shape {tuple(value.shape)}, stride {value.stride()}); kernels get raw pointers and assume contiguous memory")
+            raise KernelError(
+                f"{name}: argument {index} is a non-contiguous tensor (shape {tuple(value.shape)}, stride {value.stride()}); kernels get raw pointers and assume contiguous memory"
+            )
         if not getattr(value, _ON_DEVICE):
             raise KernelError(f"{name}: argument {index} is on {value.device}, but the kernels run on {_BACKEND}")
         return ctypes.c_void_p(value.data_ptr())
@@ -74,7 +77,9 @@ def _convert(name: str, index: int, value: Any) -> Any:
         return ctypes.c_void_p(None)
     if isinstance(value, ctypes.c_void_p | ctypes.c_int64 | ctypes.c_int32 | ctypes.c_float | ctypes.c_double):
         return value
-    raise KernelError(f"{name}: argument {index} has unsupported type {type(value).__name__} (use tensors, int, float, bool, None)")
+    raise KernelError(
+        f"{name}: argument {index} has unsupported type {type(value).__name__} (use tensors, int, float, bool, None)"
+    )
 
 
 def _fast_source(name: str, key: tuple) -> str:
@@ -85,25 +90,29 @@ def _fast_source(name: str, key: tuple) -> str:
     of another ctypes type. Anything unexpected (another arity, a tensor where there was none or
     none where there was one, profiling) takes the slow path."""
     params = [f"a{i}" for i in range(len(key))]
-    check = " and ".join(f"isinstance({p}, _Tensor) and {p}.is_contiguous() and {p}.{_ON_DEVICE}" if k == "T"
-                         else f"type({p}) in _PLAIN" for p, k in zip(params, key, strict=True))
+    check = " and ".join(
+        f"isinstance({p}, _Tensor) and {p}.is_contiguous() and {p}.{_ON_DEVICE}" if k == "T" else f"type({p}) in _PLAIN"
+        for p, k in zip(params, key, strict=True)
+    )
     raw = ", ".join(f"{p}.data_ptr()" if k == "T" else p for p, k in zip(params, key, strict=True))
     unpack = f"        {', '.join(params)}, = args\n" if params else ""
-    return (f"def _make(_fn, _slow):\n"
-            f"    def call(*args):\n"
-            f"        if _profile or len(args) != {len(key)}:\n"
-            f"            return _slow(args)\n"
-            f"{unpack}"
-            f"        if not ({check or 'True'}):\n"
-            f"            return _slow(args)\n"
-            f"        try:\n"
-            f"            rc = _fn({raw})\n"
-            f"        except _ArgumentError:\n"
-            f"            return _slow(args)\n"
-            f"        _calls[{name!r}] = _calls.get({name!r}, 0) + 1\n"
-            f"        if rc != 0:\n"
-            f"            raise KernelError(f'kernel function {name} returned error code {{rc}}')\n"
-            f"    return call\n")
+    return (
+        f"def _make(_fn, _slow):\n"
+        f"    def call(*args):\n"
+        f"        if _profile or len(args) != {len(key)}:\n"
+        f"            return _slow(args)\n"
+        f"{unpack}"
+        f"        if not ({check or 'True'}):\n"
+        f"            return _slow(args)\n"
+        f"        try:\n"
+        f"            rc = _fn({raw})\n"
+        f"        except _ArgumentError:\n"
+        f"            return _slow(args)\n"
+        f"        _calls[{name!r}] = _calls.get({name!r}, 0) + 1\n"
+        f"        if rc != 0:\n"
+        f"            raise KernelError(f'kernel function {name} returned error code {{rc}}')\n"
+        f"    return call\n"
+    )
 
 
 class _Kernel:
@@ -125,7 +134,7 @@ class _Kernel:
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p if k == "T" else k for k in key]
             scope: dict[str, Any] = {}
-            exec(_fast_source(self.name, key), globals(), scope)  # noqa: S102 - our own template, names are C identifiers
+            exec(_fast_source(self.name, key), globals(), scope)  # our own template, names are C identifiers
             call = scope["_make"](fn, self.slow)
             call.__name__ = call.__qualname__ = self.name
             self._sigs[key] = (fn, call)
@@ -167,7 +176,7 @@ class _Library:
         try:
             getattr(self._cdll, name)
         except AttributeError:
-            raise AttributeError(f"the compiled kernels export no function {name!r} (declare it extern \"C\")") from None
+            raise AttributeError(f'the compiled kernels export no function {name!r} (declare it extern "C")') from None
         kernel = self._kernels[name] = _Kernel(self, name)
         self._publish(name, kernel.call)
         return kernel.call
@@ -183,7 +192,9 @@ def load() -> _Library:
     if _lib is None:
         path = os.environ.get("KWRT_LIB")
         if not path or not os.path.exists(path):
-            raise ImportError("kwrt.load(): this workspace has no compiled kernels (add kernels/*.cpp on cpu or kernels/*.cu on cuda)")
+            raise ImportError(
+                "kwrt.load(): this workspace has no compiled kernels (add kernels/*.cpp on cpu or kernels/*.cu on cuda)"
+            )
         _lib = _Library(path)
     return _lib
 

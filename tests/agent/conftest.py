@@ -33,7 +33,9 @@ def scripted() -> Iterator[Callable[[dict[str, Any]], ScriptedServer]]:
 def policy_for(server: ScriptedServer, **kw: Any) -> OpenAIPolicy:
     kw.setdefault("backoff_base_s", 0.001)
     kw.setdefault("max_retries", 3)
-    return OpenAIPolicy(base_url=server.url, api_key=kw.pop("api_key", "test-key"), model=kw.pop("model", "scripted-model"), **kw)
+    return OpenAIPolicy(
+        base_url=server.url, api_key=kw.pop("api_key", "test-key"), model=kw.pop("model", "scripted-model"), **kw
+    )
 
 
 @pytest.fixture

@@ -40,14 +40,31 @@ class Unused(nn.Module):
     def forward(self, x):
         return x
 '''
-FAST_EVAL = ["--backend", "cpu", "--policy", "builtin", "--no-compile-baseline", "--confirmations", "0",
-             "-O", "correctness_trials=2", "-O", "timing_budget_s=0.1"]
+FAST_EVAL = [
+    "--backend",
+    "cpu",
+    "--policy",
+    "builtin",
+    "--no-compile-baseline",
+    "--confirmations",
+    "0",
+    "-O",
+    "correctness_trials=2",
+    "-O",
+    "timing_budget_s=0.1",
+]
 
 
 def cli(*args: str, tmp_path: Path, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KERNELWRIGHT_CACHE": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "agent", "optimize", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "agent", "optimize", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 @pytest.fixture
@@ -57,18 +74,38 @@ def block(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    ([], "is not a KernelBench task (class Model, get_inputs(), get_init_inputs()); it defines nn.Module classes "
-         "GatedMLP, Unused: pick one with --class NAME --inputs SPEC"),
-    (["--class", "Gated", "--inputs", "float32[4,8]"], "'Gated' is not an nn.Module subclass of this file (found: GatedMLP, Unused)"),
-    (["--class", "GatedMLP", "--init", "[8, 16", "--inputs", "float32[4,8]"],
-     "constructor arguments are JSON, e.g. [64, 256] or {\"channels\": 64}: Expecting ',' delimiter at column 7"),
-    (["--class", "GatedMLP", "--init", "[8, 16]", "--inputs", "float32(4,8)"], "'float32(4,8)' is not an input spec: write DTYPE[DIMS]"),
-    (["--class", "GatedMLP", "--init", "[8, 16]", "--inputs", "int64[4,8] randn"], "randn makes floating-point values; an int64 input wants randint(LOW,HIGH)"),
-    (["--class", "GatedMLP", "--init", "[8, 16]", "--inputs", "float32[4,8]", "float32[4]"], "GatedMLP.forward(x) takes 1 input; 2 specs given"),
-    (["--class", "GatedMLP", "--init", "[8, 16]"], "--class GatedMLP needs --inputs"),
-    (["--inputs", "float32[4,8]"], "--init and --inputs describe the class given with --class NAME"),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            [],
+            "is not a KernelBench task (class Model, get_inputs(), get_init_inputs()); it defines nn.Module classes "
+            "GatedMLP, Unused: pick one with --class NAME --inputs SPEC",
+        ),
+        (
+            ["--class", "Gated", "--inputs", "float32[4,8]"],
+            "'Gated' is not an nn.Module subclass of this file (found: GatedMLP, Unused)",
+        ),
+        (
+            ["--class", "GatedMLP", "--init", "[8, 16", "--inputs", "float32[4,8]"],
+            "constructor arguments are JSON, e.g. [64, 256] or {\"channels\": 64}: Expecting ',' delimiter at column 7",
+        ),
+        (
+            ["--class", "GatedMLP", "--init", "[8, 16]", "--inputs", "float32(4,8)"],
+            "'float32(4,8)' is not an input spec: write DTYPE[DIMS]",
+        ),
+        (
+            ["--class", "GatedMLP", "--init", "[8, 16]", "--inputs", "int64[4,8] randn"],
+            "randn makes floating-point values; an int64 input wants randint(LOW,HIGH)",
+        ),
+        (
+            ["--class", "GatedMLP", "--init", "[8, 16]", "--inputs", "float32[4,8]", "float32[4]"],
+            "GatedMLP.forward(x) takes 1 input; 2 specs given",
+        ),
+        (["--class", "GatedMLP", "--init", "[8, 16]"], "--class GatedMLP needs --inputs"),
+        (["--inputs", "float32[4,8]"], "--init and --inputs describe the class given with --class NAME"),
+    ],
+)
 def test_a_module_file_that_cannot_make_a_task_says_why(block, tmp_path, args, expected):
     proc = cli(str(block), *args, "--out", str(tmp_path / "o"), tmp_path=tmp_path)
     assert proc.returncode == 2, proc.stderr
@@ -80,11 +117,17 @@ def test_a_damaged_pt2_is_refused_with_what_is_wrong(tmp_path, exported):
     not_zip = tmp_path / "notes.pt2"
     not_zip.write_text("a text file renamed to .pt2\n")
     proc = cli(str(not_zip), "--out", str(tmp_path / "o"), tmp_path=tmp_path)
-    assert proc.returncode == 2 and "not a .pt2 file: an ExportedProgram saved with torch.export.save is a zip archive" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "not a .pt2 file: an ExportedProgram saved with torch.export.save is a zip archive" in proc.stderr
+    )
     truncated = tmp_path / "truncated.pt2"
     truncated.write_bytes(exported.read_bytes()[:2000])
     proc = cli(str(truncated), "--out", str(tmp_path / "o"), tmp_path=tmp_path)
-    assert proc.returncode == 2 and "the .pt2 file is damaged (truncated or not written by torch.export.save)" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "the .pt2 file is damaged (truncated or not written by torch.export.save)" in proc.stderr
+    )
     proc = cli(str(exported), "--class", "Model", "--inputs", "float32[2]", tmp_path=tmp_path)
     assert proc.returncode == 2 and "a .pt2 file brings its module and example inputs" in proc.stderr
 
@@ -92,8 +135,22 @@ def test_a_damaged_pt2_is_refused_with_what_is_wrong(tmp_path, exported):
 @pytest.mark.slow
 def test_a_module_class_runs_as_a_kernelbench_task(block, tmp_path):
     out = tmp_path / "run"
-    proc = cli(str(block), "--class", "GatedMLP", "--init", "[32, 64]", "--inputs", "float32[16,32]",
-               "--max-turns", "2", "--out", str(out), *FAST_EVAL, tmp_path=tmp_path, timeout=600)
+    proc = cli(
+        str(block),
+        "--class",
+        "GatedMLP",
+        "--init",
+        "[32, 64]",
+        "--inputs",
+        "float32[16,32]",
+        "--max-turns",
+        "2",
+        "--out",
+        str(out),
+        *FAST_EVAL,
+        tmp_path=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode in (0, 3), proc.stderr + proc.stdout  # 3: ran, nothing verified
     assert "optimising GatedMLP on cpu with builtin" in proc.stderr
     traj = Trajectory.load(out / "trajectory.json")

@@ -29,8 +29,13 @@ def statuses(traj):
 def test_good_run_produces_a_verified_candidate_and_a_loadable_trajectory(scripted, softmax_task, evaluator, tmp_path):
     srv = scripted(S.good_run("cpu"))
     steps: list[str] = []
-    res = run(softmax_task, policy_for(srv), evaluator, Budgets(max_turns=10),
-              on_progress=lambda step, detail: steps.append(step))
+    res = run(
+        softmax_task,
+        policy_for(srv),
+        evaluator,
+        Budgets(max_turns=10),
+        on_progress=lambda step, detail: steps.append(step),
+    )
     traj = res.trajectory
     assert res.reason == "model_finished" and res.verified, traj.of_type(EvaluationEvent)
     assert res.best.files == S.candidate("cpu")

@@ -40,5 +40,7 @@ def test_scripted_cuda_run_is_verified(tmp_path):
     assert res.verified and res.best.files == S.candidate("cuda")
     ok = evals[-1].result
     assert ok["backend"] == "cuda" and ok["audit"]["custom_kernel_ran"]
-    print(f"cuda softmax: reward {res.best.reward}, {res.best.speedup_vs_eager}x vs eager, "
-          f"{res.best.speedup_vs_compile}x vs torch.compile on {ok['device']}")
+    print(
+        f"cuda softmax: reward {res.best.reward}, {res.best.speedup_vs_eager}x vs eager, "
+        f"{res.best.speedup_vs_compile}x vs torch.compile on {ok['device']}"
+    )

@@ -25,8 +25,9 @@ def sample_run(tmp_path: Path, name: str = "row softmax (synthetic)", turns: int
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agent", "export", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "agent", "export", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_sft_row_is_the_conversation_with_its_tool_calls(tmp_path):
@@ -64,8 +65,9 @@ def _speedup(low: float) -> Speedup:
 
 
 def test_the_reward_is_the_sandbox_rule_applied_to_the_evaluation():
-    fast = EvalResult(status=Status.OK, verdict=Verdict.PASS, reward=1,
-                      speed=Speed(vs_eager=_speedup(1.3), vs_compile=_speedup(1.2)))
+    fast = EvalResult(
+        status=Status.OK, verdict=Verdict.PASS, reward=1, speed=Speed(vs_eager=_speedup(1.3), vs_compile=_speedup(1.2))
+    )
     assert export.milestone(fast.to_dict()) == 3
     fast.speed.noisy = True
     assert export.milestone(fast.to_dict()) == 1
@@ -129,8 +131,12 @@ def test_a_real_run_exports_the_rewards_the_sandbox_gave(scripted, softmax_task,
 
     from .conftest import policy_for
 
-    res = run(softmax_task, policy_for(scripted(S.incorrect_then_correct_run("cpu"))),
-              LocalEvaluator(cache_dir=str(tmp_path / "cache")), Budgets(max_turns=10, confirmations=0))
+    res = run(
+        softmax_task,
+        policy_for(scripted(S.incorrect_then_correct_run("cpu"))),
+        LocalEvaluator(cache_dir=str(tmp_path / "cache")),
+        Budgets(max_turns=10, confirmations=0),
+    )
     traj = res.trajectory
     rows = list(export.rows([export.Run(traj, "real")], "rl"))
     evaluated = [r for r in rows if r["evaluation"] is not None]

@@ -56,8 +56,14 @@ def test_stop_request_is_honoured_between_turns(scripted, softmax_task):
     def on_event(e):
         seen.append(e)
 
-    res = run(softmax_task, policy_for(srv), None, Budgets(max_turns=30), on_event=on_event,
-              stop_requested=lambda: sum(isinstance(e, ToolResult) for e in seen) >= 2)
+    res = run(
+        softmax_task,
+        policy_for(srv),
+        None,
+        Budgets(max_turns=30),
+        on_event=on_event,
+        stop_requested=lambda: sum(isinstance(e, ToolResult) for e in seen) >= 2,
+    )
     assert res.reason == "stopped" and res.turns == 2
     # on_event saw every recorded event, in order, right as it was recorded
     assert [e.to_dict() for e in seen] == [e.to_dict() for e in res.trajectory.events]
@@ -81,11 +87,20 @@ def test_finish_ends_the_run_and_later_calls_in_the_turn_are_skipped(scripted, s
 
 
 def test_malformed_tool_calls_are_shown_to_the_model_and_the_run_goes_on(scripted, softmax_task):
-    srv = scripted({"replies": [
-        {"tool_calls": [{"name": "write_file", "arguments_raw": "{\"path\": "}, {"name": "nuke", "arguments": {}}]},
-        reply(call("write_file", path="model_new.py", content="x = 1\n")),
-        reply(call("finish")),
-    ]})
+    srv = scripted(
+        {
+            "replies": [
+                {
+                    "tool_calls": [
+                        {"name": "write_file", "arguments_raw": '{"path": '},
+                        {"name": "nuke", "arguments": {}},
+                    ]
+                },
+                reply(call("write_file", path="model_new.py", content="x = 1\n")),
+                reply(call("finish")),
+            ]
+        }
+    )
     res = run(softmax_task, policy_for(srv), None, Budgets(max_turns=5))
     assert res.reason == "model_finished"
     first = [r for r in res.trajectory.of_type(ToolResult) if r.turn == 1]
@@ -101,10 +116,14 @@ class Crash(Exception):
 
 def test_resume_after_a_crash_mid_tool_rebuilds_workspace_and_continues(scripted, softmax_task, tmp_path):
     journal = tmp_path / "run.jsonl"
-    srv = scripted({"replies": [
-        reply(call("write_file", path="model_new.py", content="v = 1\n")),
-        reply(call("edit_file", path="model_new.py", old="v = 1", new="v = 2"), call("list_files")),
-    ]})
+    srv = scripted(
+        {
+            "replies": [
+                reply(call("write_file", path="model_new.py", content="v = 1\n")),
+                reply(call("edit_file", path="model_new.py", old="v = 1", new="v = 2"), call("list_files")),
+            ]
+        }
+    )
 
     def crash_on_list(e):
         if isinstance(e, ToolCall) and e.name == "list_files":
@@ -116,8 +135,9 @@ def test_resume_after_a_crash_mid_tool_rebuilds_workspace_and_continues(scripted
     traj = Trajectory.load(journal)
     assert traj.finished() is None and [c.name for c in traj.pending_tool_calls()] == ["list_files"]
     srv2 = scripted({"replies": [reply(call("read_file", path="model_new.py")), reply(call("finish"))]})
-    res = run(task_from_trajectory(traj), policy_for(srv2), None, Budgets(max_turns=10), trajectory=traj,
-              journal=str(journal))
+    res = run(
+        task_from_trajectory(traj), policy_for(srv2), None, Budgets(max_turns=10), trajectory=traj, journal=str(journal)
+    )
     assert res.reason == "model_finished" and res.turns == 4
     # the interrupted call got an answer, and the resumed model saw the whole history
     interrupted = [r for r in res.trajectory.of_type(ToolResult) if r.name == "list_files"]

@@ -40,12 +40,16 @@ def test_first_request_carries_system_prompt_task_and_tools(scripted):
 
 
 def test_429_and_500_are_retried_then_succeed(scripted):
-    srv = scripted({"replies": [
-        {"status": 429, "error": "rate limited", "headers": {"retry-after": "0"}},
-        {"status": 500, "error": "boom"},
-        {"status": 503, "error": "overloaded"},
-        reply(call("list_files")),
-    ]})
+    srv = scripted(
+        {
+            "replies": [
+                {"status": 429, "error": "rate limited", "headers": {"retry-after": "0"}},
+                {"status": 500, "error": "boom"},
+                {"status": 503, "error": "overloaded"},
+                reply(call("list_files")),
+            ]
+        }
+    )
     action = started(policy_for(srv)).next_action([])
     assert [c.name for c in action.tool_calls] == ["list_files"]
     assert len(srv.requests) == 4
@@ -100,11 +104,19 @@ def test_timeouts_are_retried_then_reported(scripted):
 
 
 def test_malformed_arguments_and_unknown_tools_are_passed_on_not_raised(scripted):
-    srv = scripted({"replies": [{"tool_calls": [
-        {"name": "write_file", "arguments_raw": "{\"path\": \"a.py\", "},
-        {"name": "launch_missiles", "arguments": {}},
-        {"name": "read_file", "arguments_raw": "[1, 2]"},
-    ]}]})
+    srv = scripted(
+        {
+            "replies": [
+                {
+                    "tool_calls": [
+                        {"name": "write_file", "arguments_raw": '{"path": "a.py", '},
+                        {"name": "launch_missiles", "arguments": {}},
+                        {"name": "read_file", "arguments_raw": "[1, 2]"},
+                    ]
+                }
+            ]
+        }
+    )
     action = started(policy_for(srv)).next_action([])
     a, b, c = action.tool_calls
     assert a.name == "write_file" and INVALID_ARGUMENTS_KEY in a.arguments
@@ -124,10 +136,15 @@ def test_results_are_sent_back_as_tool_messages(scripted):
 
 
 def test_switches_to_text_protocol_when_the_endpoint_rejects_tools(scripted):
-    srv = scripted({"tools_supported": False, "replies": [
-        reply(call("write_file", path="model_new.py", content="x = '```'\n"), content="writing"),
-        reply(call("finish", summary="ok")),
-    ]})
+    srv = scripted(
+        {
+            "tools_supported": False,
+            "replies": [
+                reply(call("write_file", path="model_new.py", content="x = '```'\n"), content="writing"),
+                reply(call("finish", summary="ok")),
+            ],
+        }
+    )
     p = started(policy_for(srv))
     action = p.next_action([])
     assert p.mode == "text"
@@ -144,8 +161,10 @@ def test_switches_to_text_protocol_when_the_endpoint_rejects_tools(scripted):
 
 
 def test_text_block_parser_handles_backticks_in_strings_and_bad_json():
-    text = ('Plan.\n```tool\n{"name": "write_file", "arguments": {"path": "a.md", "content": "```py\\nx\\n```"}}\n```\n'
-            'and\n```tool\n{"name": "compile", "arguments": {oops}\n```\n<tool_call>{"name": "evaluate"}</tool_call>')
+    text = (
+        'Plan.\n```tool\n{"name": "write_file", "arguments": {"path": "a.md", "content": "```py\\nx\\n```"}}\n```\n'
+        'and\n```tool\n{"name": "compile", "arguments": {oops}\n```\n<tool_call>{"name": "evaluate"}</tool_call>'
+    )
     prose, calls = parse_text_tool_calls(text, 1)
     assert prose.startswith("Plan.") and "```" not in prose
     (w, _), (c, _), (e, _) = calls
@@ -177,7 +196,12 @@ def _history(turns: int, output_chars: int) -> list:
         ev += [
             TurnStarted(turn=t),
             ModelMessage(turn=t, content=f"turn {t}"),
-            ToolCall(turn=t, call_id=f"c{t}", name="write_file", arguments={"path": "k.cpp", "content": f"// v{t}\n" + "x" * output_chars}),
+            ToolCall(
+                turn=t,
+                call_id=f"c{t}",
+                name="write_file",
+                arguments={"path": "k.cpp", "content": f"// v{t}\n" + "x" * output_chars},
+            ),
             ToolResult(turn=t, call_id=f"c{t}", name="write_file", content=f"OUTPUT{t} " + "y" * output_chars),
         ]
     ev.append(BestChanged(turn=3, version=3, reward=2, files={"model_new.py": "BEST-CANDIDATE-MARKER"}))

@@ -13,14 +13,26 @@ from sandbox.schema import EvalResult, Round, Status, Verdict
 
 
 def result(eager_ratio: float, compile_ratio: float, noisy: bool = False) -> EvalResult:
-    rounds = [Round(order=["eager", "compile", "candidate"], eager_ms=1.0 * (1 + 0.01 * (i % 3)),
-                    compile_ms=compile_ratio / eager_ratio * (1 + 0.01 * (i % 2)), candidate_ms=1.0 / eager_ratio)
-              for i in range(10)]
+    rounds = [
+        Round(
+            order=["eager", "compile", "candidate"],
+            eager_ms=1.0 * (1 + 0.01 * (i % 3)),
+            compile_ms=compile_ratio / eager_ratio * (1 + 0.01 * (i % 2)),
+            candidate_ms=1.0 / eager_ratio,
+        )
+        for i in range(10)
+    ]
     if noisy:
         rounds[3].eager_ms *= 1.5
     speed, reward = judge_speed(rounds, ["eager", "compile", "candidate"], EvalOptions(backend="cpu"))
-    return EvalResult(status=Status.OK, verdict=Verdict.PASS, speed=speed, reward=reward,
-                      speedup_vs_eager=speed.vs_eager.ratio, speedup_vs_compile=speed.vs_compile.ratio)
+    return EvalResult(
+        status=Status.OK,
+        verdict=Verdict.PASS,
+        speed=speed,
+        reward=reward,
+        speedup_vs_eager=speed.vs_eager.ratio,
+        speedup_vs_compile=speed.vs_compile.ratio,
+    )
 
 
 def speed_lines(res: EvalResult) -> list[str]:

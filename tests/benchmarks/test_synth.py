@@ -19,12 +19,13 @@ from benchmarks.synth.similarity import KernelBenchIndex, jaccard, ops_of
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELBENCH = ROOT / ".kernelbench" / "KernelBench"
-needs_kernelbench = pytest.mark.skipif(not (KERNELBENCH / "KernelBench" / "level1").is_dir(),
-                                       reason="no KernelBench checkout at .kernelbench/KernelBench")
+needs_kernelbench = pytest.mark.skipif(
+    not (KERNELBENCH / "KernelBench" / "level1").is_dir(), reason="no KernelBench checkout at .kernelbench/KernelBench"
+)
 
 
 def task(forward: str, init: str = "", args: str = "", sizes: str = "n = 64") -> str:
-    return f'''import torch
+    return f"""import torch
 import torch.nn as nn
 
 
@@ -46,7 +47,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [{args}]
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_mining_probes_torch_and_its_activation_modules(catalogue):
 
 
 def test_similarity_reads_the_forward_with_aliases_folded():
-    kb = '''import torch
+    kb = """import torch
 import torch.nn as nn
 class Model(nn.Module):
     def __init__(self, a, b):
@@ -75,7 +76,7 @@ class Model(nn.Module):
     def forward(self, x):
         x = self.gemm(x).view(x.size(0), -1)
         return self.act(x * 2.0)
-'''
+"""
     ours = task("return torch.nn.functional.log_softmax(torch.mm(x, x.t()) * 3, dim=-1)")
     assert ops_of(kb) == Counter({"matmul": 1, "mul": 1, "logsoftmax": 1})
     assert ops_of(ours) == ops_of(kb)
@@ -103,14 +104,17 @@ def test_composed_tasks_are_kernelbench_format_and_run(catalogue):
     assert len({p.name(i) for i, p in enumerate(programs)}) == 12
 
 
-@pytest.mark.parametrize(("forward", "check", "words"), [
-    ("return torch.rand_like(x) + x", "deterministic", "two calls on the same inputs differ"),
-    ("return torch.log(x)", "finite", "non-finite"),
-    ("return torch.zeros_like(x) + 1.0", "trivial", "constant"),
-    ("return x.sum() * 0 + torch.ones(4, 4)", "trivial", "constant"),
-    ("return undefined_name(x)", "eager", "NameError"),
-    ("return (x > 0)", "eager", "not a float tensor"),
-])
+@pytest.mark.parametrize(
+    ("forward", "check", "words"),
+    [
+        ("return torch.rand_like(x) + x", "deterministic", "two calls on the same inputs differ"),
+        ("return torch.log(x)", "finite", "non-finite"),
+        ("return torch.zeros_like(x) + 1.0", "trivial", "constant"),
+        ("return x.sum() * 0 + torch.ones(4, 4)", "trivial", "constant"),
+        ("return undefined_name(x)", "eager", "NameError"),
+        ("return (x > 0)", "eager", "not a float tensor"),
+    ],
+)
 def test_each_filter_drops_with_its_reason(forward, check, words):
     verdict = checks.check(task(forward), with_compile=False)
     assert not verdict.kept and verdict.check == check and words in verdict.reason, verdict
@@ -124,17 +128,35 @@ def test_the_runtime_range_is_enforced():
 
 @pytest.mark.slow
 def test_torch_compile_is_checked_against_eager():
-    verdict = checks.check(task("return torch.tanh(self.lin(x)) * 2", init="self.lin = nn.Linear(n, n)", args="n"),
-                           min_ms=0.0)
+    verdict = checks.check(
+        task("return torch.tanh(self.lin(x)) * 2", init="self.lin = nn.Linear(n, n)", args="n"), min_ms=0.0
+    )
     assert verdict.kept and verdict.compile_s is not None and verdict.compile_s > 0
 
 
 @needs_kernelbench
 def test_cli_writes_the_kept_tasks_and_why_the_others_went(tmp_path):
     out = tmp_path / "synth"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.synthesize", "--count", "12", "--backend", "cpu",
-                           "--out", str(out), "--no-compile", "--seed", "1"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.synthesize",
+            "--count",
+            "12",
+            "--backend",
+            "cpu",
+            "--out",
+            str(out),
+            "--no-compile",
+            "--seed",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["count"] == 12 and len(report["candidates"]) == 12
@@ -144,6 +166,21 @@ def test_cli_writes_the_kept_tasks_and_why_the_others_went(tmp_path):
     assert all(c["similarity"] < report["similarity_threshold"] for c in kept)
     assert sum(report["dropped_by"].values()) == 12 - len(kept)
     assert "| dropped by | candidates |" in (out / "report.md").read_text()
-    bad = subprocess.run([sys.executable, "-m", "benchmarks.synthesize", "--count", "1", "--out", str(out),
-                          "--kernelbench", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.synthesize",
+            "--count",
+            "1",
+            "--out",
+            str(out),
+            "--kernelbench",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "no KernelBench problems" in bad.stderr

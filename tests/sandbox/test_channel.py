@@ -18,8 +18,15 @@ def _pipe():
 
 
 def _message() -> dict:
-    return {"big": torch.randn(600, 1000), "small": torch.arange(5), "nested": [(torch.ones(2, 3, dtype=torch.float16), "x")],
-            "empty": torch.empty(0, 7), "n": 3, "none": None, "flag": True}
+    return {
+        "big": torch.randn(600, 1000),
+        "small": torch.arange(5),
+        "nested": [(torch.ones(2, 3, dtype=torch.float16), "x")],
+        "empty": torch.empty(0, 7),
+        "n": 3,
+        "none": None,
+        "flag": True,
+    }
 
 
 def test_round_trip_keeps_structure_dtypes_and_bytes():
@@ -52,11 +59,14 @@ def _raw(w: int, tree, payload: bytes = b"") -> None:
     w.sendall(len(header).to_bytes(channel.HEADER, "little") + header + payload)
 
 
-@pytest.mark.parametrize("spec,match", [
-    ({"__tensor__": 0, "dtype": "object", "shape": [1]}, "dtype"),
-    ({"__tensor__": 0, "dtype": "float32", "shape": [-1]}, "negative dimension"),
-    ({"__tensor__": 3, "dtype": "float32", "shape": [1]}, "tensor indices"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ({"__tensor__": 0, "dtype": "object", "shape": [1]}, "dtype"),
+        ({"__tensor__": 0, "dtype": "float32", "shape": [-1]}, "negative dimension"),
+        ({"__tensor__": 3, "dtype": "float32", "shape": [1]}, "tensor indices"),
+    ],
+)
 def test_malformed_tensor_specs_are_refused(spec, match):
     r, w = _pipe()
     _raw(w, {"__dict__": {"x": spec}}, b"\0" * 4)

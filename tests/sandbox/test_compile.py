@@ -43,7 +43,9 @@ def test_different_kernels_get_different_entries(tmp_path):
 def test_parallel_builds_of_the_same_source_agree(tmp_path):
     files = candidate("scale_bias_cpp")
     results = []
-    threads = [threading.Thread(target=lambda: results.append(compile_candidate(files, opts(tmp_path)))) for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(compile_candidate(files, opts(tmp_path)))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -76,9 +78,11 @@ def test_paths_must_stay_in_the_workspace(tmp_path):
 
 
 def test_parse_gcc_and_nvcc_errors():
-    log = ("/tmp/b/src/kernels/a.cpp:12:5: error: expected ';' before '}' token\n"
-           "kernels/b.cu(33): error: identifier \"foo\" is undefined\n"
-           "/usr/bin/ld: a.o: in function `f': undefined reference to `g'\n")
+    log = (
+        "/tmp/b/src/kernels/a.cpp:12:5: error: expected ';' before '}' token\n"
+        'kernels/b.cu(33): error: identifier "foo" is undefined\n'
+        "/usr/bin/ld: a.o: in function `f': undefined reference to `g'\n"
+    )
     errs = parse_errors(log, ["/tmp/b/src"])
     got = {(e.file, e.line, e.column) for e in errs}
     assert ("kernels/a.cpp", 12, 5) in got and ("kernels/b.cu", 33, None) in got

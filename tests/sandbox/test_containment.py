@@ -22,8 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def contained_python(code: str, timeout: float = 60) -> tuple[int, str]:
     with tempfile.TemporaryDirectory(prefix="kw-test-") as d:
-        rc, log, _ = run_command([sys.executable, "-S", "-c", code], Path(d), Limits(wall_s=timeout),
-                                 EvalOptions(backend="cpu"))
+        rc, log, _ = run_command(
+            [sys.executable, "-S", "-c", code], Path(d), Limits(wall_s=timeout), EvalOptions(backend="cpu")
+        )
     return rc, log
 
 
@@ -39,9 +40,11 @@ def test_seccomp_denies_namespaces_and_ptrace_but_not_threads_or_processes():
         os.close(r)
         seccomp.install()
         libc = ctypes.CDLL(None, use_errno=True)
-        out = {"unshare": libc.unshare(0x10000000) == -1 and ctypes.get_errno(),
-               "ptrace": libc.syscall(101 if os.uname().machine == "x86_64" else 117, 16, os.getppid(), 0, 0) == -1
-               and ctypes.get_errno()}
+        out = {
+            "unshare": libc.unshare(0x10000000) == -1 and ctypes.get_errno(),
+            "ptrace": libc.syscall(101 if os.uname().machine == "x86_64" else 117, 16, os.getppid(), 0, 0) == -1
+            and ctypes.get_errno(),
+        }
         child = os.fork()
         if child == 0:
             os._exit(7)
@@ -55,14 +58,16 @@ def test_seccomp_denies_namespaces_and_ptrace_but_not_threads_or_processes():
 
 
 def test_a_contained_process_sees_only_itself_and_no_project_files():
-    code = ("import os, json, socket\n"
-            "out = {'uid': os.getuid(), 'pids': sorted(p for p in os.listdir('/proc') if p.isdigit())}\n"
-            f"out['repo'] = sorted(os.listdir({str(REPO)!r}))\n"
-            "try:\n    socket.create_connection(('127.0.0.1', 6379), timeout=2); out['net'] = 'connected'\n"
-            "except OSError as e:\n    out['net'] = e.errno\n"
-            f"try:\n    open({str(REPO / 'pwned')!r}, 'w'); out['write'] = 'ok'\n"
-            "except OSError as e:\n    out['write'] = e.errno\n"
-            "print(json.dumps(out))")
+    code = (
+        "import os, json, socket\n"
+        "out = {'uid': os.getuid(), 'pids': sorted(p for p in os.listdir('/proc') if p.isdigit())}\n"
+        f"out['repo'] = sorted(os.listdir({str(REPO)!r}))\n"
+        "try:\n    socket.create_connection(('127.0.0.1', 6379), timeout=2); out['net'] = 'connected'\n"
+        "except OSError as e:\n    out['net'] = e.errno\n"
+        f"try:\n    open({str(REPO / 'pwned')!r}, 'w'); out['write'] = 'ok'\n"
+        "except OSError as e:\n    out['write'] = e.errno\n"
+        "print(json.dumps(out))"
+    )
     rc, log = contained_python(code)
     out = json.loads(log.strip().splitlines()[-1])
     assert rc == 0
@@ -78,8 +83,10 @@ def test_a_contained_process_sees_only_itself_and_no_project_files():
 def test_the_device_lock_taken_inside_excludes_the_host():
     folder = devlock.prepare_dir()
     path = os.path.join(folder, "cpu.lock")
-    code = (f"import fcntl, time; fd = open({path!r}); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True);"
-            " time.sleep(3)")
+    code = (
+        f"import fcntl, time; fd = open({path!r}); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True);"
+        " time.sleep(3)"
+    )
     import threading
 
     result = {}

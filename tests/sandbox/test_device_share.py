@@ -61,9 +61,13 @@ def test_the_parent_forwards_device_handles_without_cuda():
         channel.send(b, msg)
         print("forwarded", flush=True)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code, str(parent_from_ref.fileno()), str(parent_to_cand.fileno())],
-                            pass_fds=(parent_from_ref.fileno(), parent_to_cand.fileno()), stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(parent_from_ref.fileno()), str(parent_to_cand.fileno())],
+        pass_fds=(parent_from_ref.fileno(), parent_to_cand.fileno()),
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     x = torch.randn(300, 300, device="cuda")
     channel.send(ref_side, {"inputs": [x]})
     got = channel.recv(cand_side, timeout=60, map=True)["inputs"][0]
@@ -74,10 +78,14 @@ def test_the_parent_forwards_device_handles_without_cuda():
 def _announce(sock, fd: int, nbytes: int) -> None:
     """A hand-made message announcing a float32 device tensor of `nbytes` in descriptor `fd`,
     an allocation of as many bytes."""
-    tree = {"__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], "__device__": 0, "offset": 0, "size": nbytes}}}
+    tree = {
+        "__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], "__device__": 0, "offset": 0, "size": nbytes}}
+    }
     header = json.dumps(tree).encode()
-    sock.sendmsg([len(header).to_bytes(channel.HEADER, "little") + header],
-                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    sock.sendmsg(
+        [len(header).to_bytes(channel.HEADER, "little") + header],
+        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+    )
 
 
 def test_a_pipe_a_memfd_or_a_short_allocation_is_refused():
@@ -99,7 +107,10 @@ def test_a_pipe_a_memfd_or_a_short_allocation_is_refused():
     fd, _, size = device_share.export([torch.ones(1 << 16, device="cuda")])
     tree = {"__dict__": {"x": {"dtype": "float32", "shape": [size // 2], "__device__": 0, "offset": 0, "size": size}}}
     header = json.dumps(tree).encode()  # a tensor larger than the allocation it claims to lie in
-    b.sendmsg([len(header).to_bytes(channel.HEADER, "little") + header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    b.sendmsg(
+        [len(header).to_bytes(channel.HEADER, "little") + header],
+        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+    )
     os.close(fd)
     with pytest.raises(shared.BadHandle, match="does not hold"):
         channel.recv(a, timeout=10)
@@ -138,7 +149,9 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_cuda_evaluation_keeps_its_trial_tensors_on_the_device(case, share, monkeypatch, cache_dir):
     monkeypatch.setenv("KERNELWRIGHT_DEVICE_SHARE", share)
-    opts = EvalOptions(backend="cuda", compile_baseline=False, timing_budget_s=0.1, timing_rounds=3, cache_dir=cache_dir)
+    opts = EvalOptions(
+        backend="cuda", compile_baseline=False, timing_budget_s=0.1, timing_rounds=3, cache_dir=cache_dir
+    )
     res = evaluate(*CASES[case](), opts)
     assert res.status.value == "ok", res.reasons
     memfd_mb, device_mb = _traffic(res)

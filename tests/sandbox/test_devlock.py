@@ -29,7 +29,9 @@ def _intervals(log: str) -> list[tuple[str, float, float]]:
     return [(m, float(a), float(b)) for m, a, b in rows]
 
 
-def _run(folder: str, log: str, modes: list[str], seconds: float = 0.3, together: bool = False) -> list[tuple[str, float, float]]:
+def _run(
+    folder: str, log: str, modes: list[str], seconds: float = 0.3, together: bool = False
+) -> list[tuple[str, float, float]]:
     # spawn, not fork: the test process has threads (a fork could inherit a held lock)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(modes)) if together else None
@@ -47,7 +49,7 @@ def test_exclusive_holders_never_overlap_anyone(tmp_path):
     rows = _run(folder, str(tmp_path / "log"), ["exclusive", "shared", "exclusive", "shared"])
     assert len(rows) == 4
     for i, (m1, a1, b1) in enumerate(rows):
-        for m2, a2, b2 in rows[i + 1:]:
+        for m2, a2, b2 in rows[i + 1 :]:
             if "exclusive" in (m1, m2):
                 assert b1 <= a2 + 1e-3 or b2 <= a1 + 1e-3, rows
 

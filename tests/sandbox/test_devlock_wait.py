@@ -83,13 +83,16 @@ def test_an_evaluation_whose_window_waits_for_another_says_so():
             holders.append(hold_exclusively(DeviceLock("cpu", prepare_dir()).path, 2.0))
 
     try:
-        res = evaluate(source, {"model_new.py": source.replace("class Model(", "class ModelNew(")},
-                       EvalOptions(backend="cpu", torch_ops="allow", compile_baseline=False, timing_budget_s=0.1),
-                       on_progress=progress)
+        res = evaluate(
+            source,
+            {"model_new.py": source.replace("class Model(", "class ModelNew(")},
+            EvalOptions(backend="cpu", torch_ops="allow", compile_baseline=False, timing_budget_s=0.1),
+            on_progress=progress,
+        )
     finally:
         for h in holders:
             h.wait(timeout=30)
     assert res.status.value == "ok", res.reasons
     assert holders and "device_wait" in steps, steps
-    after = steps[steps.index("device_wait") + 1:]
+    after = steps[steps.index("device_wait") + 1 :]
     assert "timing" in after, steps

@@ -16,7 +16,9 @@ from tests.sandbox.helpers import EXAMPLES, candidate, task
 
 def test_honest_softmax_is_ok_with_all_trial_kinds(quick):
     steps = []
-    res = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(), on_progress=lambda s, d: steps.append((s, d)))
+    res = evaluate(
+        task("softmax_tiny.py"), candidate("softmax_cpp"), quick(), on_progress=lambda s, d: steps.append((s, d))
+    )
     assert res.status == Status.OK, res.reasons
     assert res.verdict.value == "pass" and res.reward >= 1
     kinds = [t.kind for t in res.trials]
@@ -55,7 +57,9 @@ def test_library_gemm_is_allowed_under_forbid(quick):
 
 
 def test_torch_ops_allow_accepts_a_torch_candidate(quick):
-    files = {"model_new.py": "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n"}
+    files = {
+        "model_new.py": "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n"
+    }
     res = evaluate(task("softmax_tiny.py"), files, quick(torch_ops="allow"))
     assert res.status == Status.OK, res.reasons
     assert "aten::_softmax" in res.audit.torch_compute_ops
@@ -87,7 +91,9 @@ def test_missing_model_new_file(quick):
 
 
 def test_candidate_without_modelnew(quick):
-    res = evaluate(task("softmax_tiny.py"), {"model_new.py": "import torch\nclass Other(torch.nn.Module):\n    pass\n"}, quick())
+    res = evaluate(
+        task("softmax_tiny.py"), {"model_new.py": "import torch\nclass Other(torch.nn.Module):\n    pass\n"}, quick()
+    )
     assert res.status == Status.RUNTIME_ERROR and "defines no class ModelNew" in res.reasons[0]
 
 
@@ -99,14 +105,18 @@ def test_candidate_import_error_points_at_line(quick):
 
 def test_mismatched_parameter_names(quick):
     files = candidate("scale_bias_cpp")
-    files["model_new.py"] = files["model_new.py"].replace("self.bias =", "self.offset =").replace("self.bias,", "self.offset,")
+    files["model_new.py"] = (
+        files["model_new.py"].replace("self.bias =", "self.offset =").replace("self.bias,", "self.offset,")
+    )
     res = evaluate(task("scale_bias_tiny.py"), files, quick())
     assert res.status == Status.RUNTIME_ERROR
     assert "do not match Model's" in res.reasons[0] and "offset" in res.reasons[0]
 
 
 def test_forward_exception_is_a_runtime_error_with_trial(quick):
-    files = {"model_new.py": "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        raise RuntimeError('kernel launch failed')\n"}
+    files = {
+        "model_new.py": "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        raise RuntimeError('kernel launch failed')\n"
+    }
     res = evaluate(task("softmax_tiny.py"), files, quick(torch_ops="allow"))
     assert res.status == Status.RUNTIME_ERROR and "kernel launch failed" in res.reasons[0]
     assert "model_new.py:4" in res.reasons[0]
@@ -185,12 +195,16 @@ def test_timed_loops_run_on_the_timing_cpu(quick, tmp_path, monkeypatch):
 
     cpu = max(os.sched_getaffinity(0))
     threads = 2  # more than one thread: no CPU is chosen for the window (protocol._window_cpu)
-    unpinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), cpu_threads=threads))
+    unpinned = evaluate(
+        task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), cpu_threads=threads)
+    )
     assert unpinned.status == Status.OK, unpinned.reasons
     assert unpinned.timing.candidate.cpu is None and unpinned.timing.eager.cpu is None
     # the host's timing CPU comes from the environment `./kw run` gives each gpu worker
     monkeypatch.setenv("KERNELWRIGHT_TIMING_CPU", str(cpu))
-    pinned = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), cpu_threads=threads))
+    pinned = evaluate(
+        task("softmax_tiny.py"), candidate("softmax_cpp"), quick(cache_dir=str(tmp_path), cpu_threads=threads)
+    )
     assert pinned.status == Status.OK, pinned.reasons
     assert pinned.options["timing_cpu"] == cpu
     assert pinned.timing.candidate.cpu == cpu and pinned.timing.eager.cpu == cpu
@@ -219,8 +233,10 @@ def test_two_evaluations_in_parallel(quick):
     def run(name, tsk, cand):
         results[name] = evaluate(task(tsk), candidate(cand), quick())
 
-    threads = [threading.Thread(target=run, args=("a", "softmax_tiny.py", "softmax_cpp")),
-               threading.Thread(target=run, args=("b", "scale_bias_tiny.py", "scale_bias_cpp"))]
+    threads = [
+        threading.Thread(target=run, args=("a", "softmax_tiny.py", "softmax_cpp")),
+        threading.Thread(target=run, args=("b", "scale_bias_tiny.py", "scale_bias_cpp")),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -231,7 +247,12 @@ def test_two_evaluations_in_parallel(quick):
 
 def test_example_task_with_torch_candidate(quick):
     """An unmodified example task and a KernelBench-style single-file candidate."""
-    src = (EXAMPLES / "rmsnorm_swish.py").read_text().replace("rows = 4096", "rows = 64").replace("hidden = 2048", "hidden = 256")
+    src = (
+        (EXAMPLES / "rmsnorm_swish.py")
+        .read_text()
+        .replace("rows = 4096", "rows = 64")
+        .replace("hidden = 2048", "hidden = 256")
+    )
     cand = """import torch
 import torch.nn as nn
 
@@ -274,9 +295,12 @@ def test_children_use_their_own_temp_folder(quick):
 def test_compile_baseline_failure_from_a_sandbox_limit_says_so():
     from sandbox.worker import _compile_failure
 
-    gpp = ("C++ compile error\n\nCommand:\ng++ -x c++-header /tmp/x/precompiled_headers/c.h -O3 " + "-D X " * 400
-           + "\n\nOutput:\ng++: internal compiler error: File size limit exceeded signal terminated program cc1plus\n"
-           + "Please submit a full bug report\n\nSet TORCHDYNAMO_VERBOSE=1 ... set TORCH_LOGS=\"+dynamo\"")
+    gpp = (
+        "C++ compile error\n\nCommand:\ng++ -x c++-header /tmp/x/precompiled_headers/c.h -O3 "
+        + "-D X " * 400
+        + "\n\nOutput:\ng++: internal compiler error: File size limit exceeded signal terminated program cc1plus\n"
+        + 'Please submit a full bug report\n\nSet TORCHDYNAMO_VERBOSE=1 ... set TORCH_LOGS="+dynamo"'
+    )
     text, infra = _compile_failure(RuntimeError(gpp))
     assert infra and "file-size limit" in text and "not the task" in text
     assert "File size limit exceeded" in text.split("key lines:", 1)[1]
@@ -295,7 +319,10 @@ def test_spare_children_serve_the_next_evaluation_and_never_a_different_one(quic
     monkeypatch.setenv("KERNELWRIGHT_SPARES", "1")
     monkeypatch.setattr(isolation, "SPARES", isolation.Spares())
     spare_note = "started ahead as a spare"
-    runs = [evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(**kw)) for kw in ({}, {}, {"eval_timeout_s": 90}, {"eval_timeout_s": 90})]
+    runs = [
+        evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), quick(**kw))
+        for kw in ({}, {}, {"eval_timeout_s": 90}, {"eval_timeout_s": 90})
+    ]
     assert [r.status for r in runs] == [Status.OK] * 4, [r.reasons for r in runs]
     notes = [" ".join(f for f in r.audit.findings if f.startswith("isolation:")) for r in runs]
     assert [spare_note in n for n in notes] == [False, True, False, True]
@@ -326,13 +353,19 @@ def test_only_own_and_library_kernels_may_run_in_a_forward_that_replays_a_cuda_g
     from sandbox.audit import kernel_names
     from sandbox.protocol import _is_custom_cuda_kernel, _may_run_in_a_graph
 
-    own = kernel_names({"kernels/fused.cu": "template <int V, typename I>\n__global__ void __launch_bounds__(256)\n"
-                                            "fused_0_kernel(const float* x, float* y) {}\n",
-                        "model_new.py": 'src = """extern "C" __global__ void inline_k(float* x) {}"""'})
+    own = kernel_names(
+        {
+            "kernels/fused.cu": "template <int V, typename I>\n__global__ void __launch_bounds__(256)\n"
+            "fused_0_kernel(const float* x, float* y) {}\n",
+            "model_new.py": 'src = """extern "C" __global__ void inline_k(float* x) {}"""',
+        }
+    )
     assert own == {"fused_0_kernel", "inline_k"}
     warp_softmax = "void softmax_warp_forward<float, float, float, 8, false, false>(float*, float const*, int, int, int, bool const*, int, bool)"
-    cunn = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
-            "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)")
+    cunn = (
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+        "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)"
+    )
     fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
     ours = "void fused_0_kernel<4, unsigned int>(float const*, float*, unsigned int, unsigned int)"
     cudnn = "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize128x32x8_stage3_warpsize2x2x1_g1_ffma_aligna4_alignc4_execute_kernel__5x_cudnn"
@@ -340,9 +373,13 @@ def test_only_own_and_library_kernels_may_run_in_a_forward_that_replays_a_cuda_g
         assert _may_run_in_a_graph(name, own), name
     for name in (warp_softmax, cunn, "triton_poi_fused_add_0", ours.replace("fused_0", "fused_9")):
         assert not _may_run_in_a_graph(name, own), name
-    assert not _is_custom_cuda_kernel(warp_softmax) and not _is_custom_cuda_kernel(cunn) and _is_custom_cuda_kernel(ours)
+    assert (
+        not _is_custom_cuda_kernel(warp_softmax) and not _is_custom_cuda_kernel(cunn) and _is_custom_cuda_kernel(ours)
+    )
     # torch's namespaces are whole names: a candidate's own namespace that merely ends in "at" is its own
     flat = "void flat::inline_k<4>(float*)"
     assert _is_custom_cuda_kernel(flat) and _may_run_in_a_graph(flat, own)
     assert not _is_custom_cuda_kernel("void at::native::reduce_kernel<512, 1>(float*)")
-    assert not _is_custom_cuda_kernel("void fft_radix4_kernel(float2*)") and not _may_run_in_a_graph("void fft_radix4_kernel(float2*)", own)
+    assert not _is_custom_cuda_kernel("void fft_radix4_kernel(float2*)") and not _may_run_in_a_graph(
+        "void fft_radix4_kernel(float2*)", own
+    )

@@ -20,7 +20,9 @@ GPU_HACKS = sorted(p.name for p in GPU.iterdir() if (p / "expected.json").exists
 @pytest.fixture
 def cuda(cache_dir):
     def make(**kw) -> EvalOptions:
-        base = dict(backend="cuda", compile_baseline=False, timing_budget_s=0.2, cache_dir=cache_dir, eval_timeout_s=300)
+        base = dict(
+            backend="cuda", compile_baseline=False, timing_budget_s=0.2, cache_dir=cache_dir, eval_timeout_s=300
+        )
         base.update(kw)
         return EvalOptions(**base)
 
@@ -167,16 +169,22 @@ def test_a_child_creates_its_cuda_context_only_while_no_timed_loop_holds_the_gpu
     from sandbox.devlock import DeviceLock, device_lock_name
 
     lock = DeviceLock(device_lock_name("cuda"), str(tmp_path))
-    code = ("import time; from sandbox import worker; worker.early_device_init(); "
-            "import torch; print(torch.cuda.is_initialized(), time.time(), flush=True)")
+    code = (
+        "import time; from sandbox import worker; worker.early_device_init(); "
+        "import torch; print(torch.cuda.is_initialized(), time.time(), flush=True)"
+    )
     env = os.environ | {"KW_BACKEND": "cuda", "KW_LOCK_DIR": str(tmp_path)}
     with lock.exclusive():  # what a timed loop holds
         child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
         torch.zeros(1, device="cuda")  # this process's own context: shows that the listing below works
         time.sleep(5)  # a context takes 0.3-0.7 s on the H200 host: the child would be done by now
         assert child.poll() is None, "the child went on while the GPU was held exclusively"
-        listed = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                                capture_output=True, text=True, check=True).stdout.split()
+        listed = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         assert str(os.getpid()) in listed, listed
         assert str(child.pid) not in listed, "the child created its CUDA context before taking the lock"
         released = time.time()

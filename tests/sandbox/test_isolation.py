@@ -26,21 +26,27 @@ def assert_next_evaluation_works(quick) -> None:
 
 
 def test_segfault_is_a_runtime_error(quick):
-    res = evaluate(task("softmax_tiny.py"), body("import ctypes", "ctypes.string_at(0)", "return x"), quick(torch_ops="allow"))
+    res = evaluate(
+        task("softmax_tiny.py"), body("import ctypes", "ctypes.string_at(0)", "return x"), quick(torch_ops="allow")
+    )
     assert res.status == Status.RUNTIME_ERROR
     assert "SIGSEGV" in res.reasons[0]
     assert_next_evaluation_works(quick)
 
 
 def test_os_exit_is_a_runtime_error(quick):
-    res = evaluate(task("softmax_tiny.py"), body("getattr(__import__('o' + 's'), '_exit')(3)"), quick(torch_ops="allow"))
+    res = evaluate(
+        task("softmax_tiny.py"), body("getattr(__import__('o' + 's'), '_exit')(3)"), quick(torch_ops="allow")
+    )
     assert res.status == Status.RUNTIME_ERROR
     assert "exited with code 3" in res.reasons[0]
 
 
 def test_infinite_loop_is_a_timeout(quick):
     started = time.monotonic()
-    res = evaluate(task("softmax_tiny.py"), body("while True:", "    pass"), quick(torch_ops="allow", eval_timeout_s=10))
+    res = evaluate(
+        task("softmax_tiny.py"), body("while True:", "    pass"), quick(torch_ops="allow", eval_timeout_s=10)
+    )
     assert res.status == Status.TIMEOUT
     assert "did not finish" in res.reasons[0]
     assert time.monotonic() - started < 60
@@ -54,18 +60,35 @@ def test_reference_hang_is_reported_as_the_task(quick):
 
 
 def test_huge_print_is_cut_off(quick):
-    res = evaluate(task("softmax_tiny.py"), body("import sys", "chunk = 'x' * (1 << 20)", "for _ in range(10 * 1024):",
-                                                 "    sys.stdout.write(chunk)", "return x"), quick(torch_ops="allow", output_limit_mb=8))
+    res = evaluate(
+        task("softmax_tiny.py"),
+        body(
+            "import sys",
+            "chunk = 'x' * (1 << 20)",
+            "for _ in range(10 * 1024):",
+            "    sys.stdout.write(chunk)",
+            "return x",
+        ),
+        quick(torch_ops="allow", output_limit_mb=8),
+    )
     assert res.status == Status.RUNTIME_ERROR
     assert "SIGXFSZ" in res.reasons[0] and "8 MB" in res.reasons[0]
     assert_next_evaluation_works(quick)
 
 
-@pytest.mark.skipif(not (uid_drop_available() or cgroup_root() is not None or os.geteuid() != 0),
-                    reason="no enforceable process limit on this host (root without cgroups or uid drop)")
+@pytest.mark.skipif(
+    not (uid_drop_available() or cgroup_root() is not None or os.geteuid() != 0),
+    reason="no enforceable process limit on this host (root without cgroups or uid drop)",
+)
 def test_fork_bomb_is_contained(quick):
-    bomb = body("clone = getattr(__import__('o' + 's'), 'fo' + 'rk')", "while True:", "    try:", "        clone()",
-                "    except OSError:", "        pass")
+    bomb = body(
+        "clone = getattr(__import__('o' + 's'), 'fo' + 'rk')",
+        "while True:",
+        "    try:",
+        "        clone()",
+        "    except OSError:",
+        "        pass",
+    )
     res = evaluate(task("softmax_tiny.py"), bomb, quick(torch_ops="allow", eval_timeout_s=15, max_processes=64))
     assert res.status in (Status.TIMEOUT, Status.RUNTIME_ERROR), res.reasons
     root = cgroup_root()
@@ -83,8 +106,11 @@ def test_secrets_are_not_in_the_child_environment(quick, monkeypatch):
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
     monkeypatch.setenv("MY_SERVICE_TOKEN", "t")
     monkeypatch.setenv("DJANGO_SECRET_KEY", "k")
-    res = evaluate(task("softmax_tiny.py"), body("import os", "raise RuntimeError('ENV=' + ','.join(sorted(os.environ)))"),
-                   quick(torch_ops="allow"))
+    res = evaluate(
+        task("softmax_tiny.py"),
+        body("import os", "raise RuntimeError('ENV=' + ','.join(sorted(os.environ)))"),
+        quick(torch_ops="allow"),
+    )
     assert res.status == Status.RUNTIME_ERROR
     env_line = res.reasons[0]
     assert "ENV=" in env_line and "PATH" in env_line
@@ -101,8 +127,15 @@ def test_scrubbed_env_drops_secret_patterns(monkeypatch):
 
 @pytest.mark.skipif(not netns_available(), reason="this host does not allow a network namespace")
 def test_network_is_unreachable(quick):
-    res = evaluate(task("softmax_tiny.py"), body("import socket", "s = socket.create_connection(('127.0.0.1', 6379), timeout=2)",
-                                                 "raise RuntimeError('CONNECTED')"), quick(torch_ops="allow"))
+    res = evaluate(
+        task("softmax_tiny.py"),
+        body(
+            "import socket",
+            "s = socket.create_connection(('127.0.0.1', 6379), timeout=2)",
+            "raise RuntimeError('CONNECTED')",
+        ),
+        quick(torch_ops="allow"),
+    )
     assert res.status == Status.RUNTIME_ERROR
     assert "CONNECTED" not in res.reasons[0]
     assert "unreachable" in res.reasons[0].lower() or "refused" not in res.reasons[0].lower()
@@ -112,8 +145,11 @@ def test_network_is_unreachable(quick):
 def test_candidate_cannot_read_the_reference_child(quick):
     """Expected outputs live in the reference child and the parent; the candidate only sees its
     own folder. It cannot find the reference's folder (private, random name)."""
-    res = evaluate(task("softmax_tiny.py"), body("import glob", "raise RuntimeError('FOUND=' + repr(glob.glob('/tmp/kw-reference-*/task.py')))"),
-                   quick(torch_ops="allow"))
+    res = evaluate(
+        task("softmax_tiny.py"),
+        body("import glob", "raise RuntimeError('FOUND=' + repr(glob.glob('/tmp/kw-reference-*/task.py')))"),
+        quick(torch_ops="allow"),
+    )
     if uid_drop_available():
         assert "FOUND=[]" in res.reasons[0]
     else:
@@ -140,18 +176,25 @@ def test_a_paused_child_runs_nothing_not_even_its_own_threads(quick):
     opts = quick()
     child = Child("candidate", _limits(opts, "cpu"), opts, _child_env(opts, "cpu"))
     try:
-        child.write_files({"model_new.py": (
-            "import threading, time\n"
-            "def stamp():\n"
-            "    while True:\n"
-            "        with open('stamps.txt', 'a') as f:\n"
-            "            f.write(f'{time.time()}\\n')\n"
-            "        time.sleep(0.01)\n"
-            "threading.Thread(target=stamp, daemon=True).start()\n"
-            "import torch.nn as nn\n"
-            "class ModelNew(nn.Module):\n"
-            "    pass\n")})
-        child.send({"options": _opts_msg(opts), "backend": "cpu", "library": None, "inline_manifest": [], "inline_dir": None})
+        child.write_files(
+            {
+                "model_new.py": (
+                    "import threading, time\n"
+                    "def stamp():\n"
+                    "    while True:\n"
+                    "        with open('stamps.txt', 'a') as f:\n"
+                    "            f.write(f'{time.time()}\\n')\n"
+                    "        time.sleep(0.01)\n"
+                    "threading.Thread(target=stamp, daemon=True).start()\n"
+                    "import torch.nn as nn\n"
+                    "class ModelNew(nn.Module):\n"
+                    "    pass\n"
+                )
+            }
+        )
+        child.send(
+            {"options": _opts_msg(opts), "backend": "cpu", "library": None, "inline_manifest": [], "inline_dir": None}
+        )
         stamps = child.workdir / "stamps.txt"  # the child's cwd
         deadline = time.time() + 60
         while not (stamps.exists() and len(stamps.read_text().split()) > 5) and time.time() < deadline:

@@ -8,7 +8,7 @@ import pytest
 
 from sandbox import evaluate, protocol
 
-SWISH = '''import torch
+SWISH = """import torch
 import torch.nn as nn
 
 
@@ -27,7 +27,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def _honest(task: str) -> dict[str, str]:
@@ -49,8 +49,11 @@ def test_a_400_mb_task_evaluates_on_the_cpu_backend(quick):
 
 def test_a_forward_that_writes_to_its_input_faults(quick):
     task = SWISH.format(rows=256, cols=256)  # 256 KB: by memfd
-    files = {"model_new.py": task.replace("class Model(", "class ModelNew(").replace(
-        "return x * torch.sigmoid(x)", "x.mul_(torch.sigmoid(x))\n        return x.clone()")}
+    files = {
+        "model_new.py": task.replace("class Model(", "class ModelNew(").replace(
+            "return x * torch.sigmoid(x)", "x.mul_(torch.sigmoid(x))\n        return x.clone()"
+        )
+    }
     res = evaluate(task, files, quick(torch_ops="allow"))
     assert res.status.value == "runtime_error", res.reasons
     assert "SIGSEGV" in res.reasons[0] and "mapped read-only" in res.reasons[0]

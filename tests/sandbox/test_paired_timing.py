@@ -76,8 +76,10 @@ def test_the_milestone_reward_uses_the_intervals_lower_end():
 
 def _rounds(eager: list[float], cand: list[float], compiled: list[float] | None = None) -> list[Round]:
     names = ["eager", "candidate"] + (["compile"] if compiled else [])
-    return [Round(order=round_order(names, i), eager_ms=e, candidate_ms=c, compile_ms=compiled[i] if compiled else None)
-            for i, (e, c) in enumerate(zip(eager, cand, strict=True))]
+    return [
+        Round(order=round_order(names, i), eager_ms=e, candidate_ms=c, compile_ms=compiled[i] if compiled else None)
+        for i, (e, c) in enumerate(zip(eager, cand, strict=True))
+    ]
 
 
 def test_an_honest_copy_reads_no_measurable_difference():
@@ -93,7 +95,11 @@ def test_a_faster_candidate_earns_its_milestones_on_a_quiet_machine():
     eager = [2.0 + 0.01 * (i % 3) for i in range(12)]
     opts = EvalOptions(backend="cpu", window_spread=0.0)
     speed, reward = judge_speed(_rounds(eager, [1.0] * 12, [1.5] * 12), ["eager", "compile", "candidate"], opts)
-    assert speed.vs_eager.verdict == "faster" and speed.vs_eager.ci_low > 1.9 and speed.vs_compile.ci_low == pytest.approx(1.5)
+    assert (
+        speed.vs_eager.verdict == "faster"
+        and speed.vs_eager.ci_low > 1.9
+        and speed.vs_compile.ci_low == pytest.approx(1.5)
+    )
     assert reward == 3 and "reward 3" in speed.milestone
     assert "x faster than eager (95% interval" in speedup_words(speed.vs_eager)
 
@@ -103,7 +109,9 @@ def test_the_interval_is_widened_by_how_far_apart_separate_windows_land():
     still widens it, in log space, by 1.96 x spread on each side."""
     sp = paired_speedup([1.015] * 12, [1.0] * 12, spread=0.01)
     assert sp["ratio"] == pytest.approx(1.015)
-    assert sp["ci_low"] == pytest.approx(1.015 * math.exp(-0.0196)) and sp["ci_high"] == pytest.approx(1.015 * math.exp(0.0196))
+    assert sp["ci_low"] == pytest.approx(1.015 * math.exp(-0.0196)) and sp["ci_high"] == pytest.approx(
+        1.015 * math.exp(0.0196)
+    )
     assert sp["ci_low"] < 1.0 < sp["ci_high"]  # 1.5% within one window is not yet a measurable difference
     # in quadrature: a side already wider than the spread term grows by less than the term
     lo, hi = widen(2.0, 1.8, 2.1, 0.01)
@@ -118,7 +126,9 @@ def test_the_backends_spread_is_the_default_and_an_option_overrides_it():
         EvalOptions(window_spread=-0.1).validate()
     eager = [1.03] * 12
     wide, _ = judge_speed(_rounds(eager, [1.0] * 12), ["eager", "candidate"], EvalOptions(backend="cpu"))
-    narrow, _ = judge_speed(_rounds(eager, [1.0] * 12), ["eager", "candidate"], EvalOptions(backend="cpu", window_spread=0.0))
+    narrow, _ = judge_speed(
+        _rounds(eager, [1.0] * 12), ["eager", "candidate"], EvalOptions(backend="cpu", window_spread=0.0)
+    )
     assert wide.vs_eager.verdict == "no measurable difference" and narrow.vs_eager.verdict == "faster"
 
 
@@ -130,7 +140,9 @@ def test_a_noisy_machine_withholds_the_speed_milestone():
     assert speed.vs_eager.verdict == "faster" and speed.vs_eager.ci_low > 1.9  # measured, and said
     assert speed.noisy and speed.noise == pytest.approx(0.6) and reward == 1
     assert "withheld" in speed.milestone and "noisy" in speed.verdict
-    quiet, reward = judge_speed(_rounds(eager, cand), ["eager", "candidate"], EvalOptions(backend="cpu", noise_limit=0.7))
+    quiet, reward = judge_speed(
+        _rounds(eager, cand), ["eager", "candidate"], EvalOptions(backend="cpu", noise_limit=0.7)
+    )
     assert not quiet.noisy and reward == 2  # the threshold is the option's
 
 
@@ -144,7 +156,7 @@ def test_the_speed_fields_round_trip_through_the_schema():
 
 # ---- whole evaluations (cpu backend, one thread: protocol._window_cpu pins the window to one CPU) --
 
-SLOWER = '''
+SLOWER = """
 import torch
 import torch.nn as nn
 
@@ -154,7 +166,7 @@ class ModelNew(nn.Module):
         torch.softmax(x, dim=1)
         torch.softmax(x, dim=1)
         return torch.softmax(x, dim=1)  # the reference's work, three times
-'''
+"""
 
 
 def _honest() -> dict[str, str]:

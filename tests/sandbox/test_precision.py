@@ -9,7 +9,7 @@ import pytest
 from sandbox import evaluate
 from sandbox.options import EvalOptions
 
-TASK = '''import torch
+TASK = """import torch
 import torch.nn as nn
 
 
@@ -28,10 +28,10 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 # the candidate states the dtypes it was given, so the test can see what it ran with
-CANDIDATE = '''import torch
+CANDIDATE = """import torch
 import torch.nn as nn
 
 
@@ -44,11 +44,13 @@ class ModelNew(nn.Module):
         assert x.dtype == torch.{dtype} and self.lin.weight.dtype == torch.{dtype}, (x.dtype, self.lin.weight.dtype)
         assert idx.dtype == torch.int64  # integer inputs keep their dtype
         return self.lin(x).softmax(-1)[idx]
-'''
+"""
 
 
 def _opts(precision: str) -> EvalOptions:
-    return EvalOptions(backend="cpu", torch_ops="allow", compile_baseline=False, timing_budget_s=0.05, precision=precision)
+    return EvalOptions(
+        backend="cpu", torch_ops="allow", compile_baseline=False, timing_budget_s=0.05, precision=precision
+    )
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])

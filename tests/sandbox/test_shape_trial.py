@@ -10,7 +10,7 @@ from tests.sandbox.helpers import task
 
 # Computes only the top-left 512x512 tile of the product (the rest stays zero): exact at the
 # task's N = 512 and at any smaller N, wrong at 1024, where it covers a quarter of the output.
-TOP_LEFT_TILE = '''
+TOP_LEFT_TILE = """
 import torch
 import torch.nn as nn
 
@@ -22,7 +22,7 @@ class ModelNew(nn.Module):
         out = torch.zeros(n, m, dtype=A.dtype, device=A.device)
         out[:t, :u] = A[:t] @ B[:, :u]
         return out
-'''
+"""
 
 
 def test_a_kernel_that_computes_only_the_benchmarks_tile_fails_the_larger_shape(quick):
@@ -40,5 +40,7 @@ def test_the_result_says_which_shapes_were_checked(quick):
     assert res.status == Status.OK, res.reasons
     notes = [t.message for t in res.trials if t.kind == "shape"]
     assert any("N=512->384" in n for n in notes) and any("N=512->1024" in n for n in notes), notes
-    assert any(f.startswith("protocol: shapes checked: N=512 (benchmark, inputs 512x512, 512x512); N=512->384; N=512->1024")
-               for f in res.audit.findings), res.audit.findings
+    assert any(
+        f.startswith("protocol: shapes checked: N=512 (benchmark, inputs 512x512, 512x512); N=512->384; N=512->1024")
+        for f in res.audit.findings
+    ), res.audit.findings

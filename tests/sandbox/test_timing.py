@@ -42,8 +42,15 @@ def test_outputs_are_held_and_handed_to_the_hook_in_call_order():
     import torch
 
     seen = []
-    stats, _ = Timer("cpu").run(lambda x: torch.full((4,), x), [[1.0], [2.0], [3.0]], budget_s=0.01, min_calls=20,
-                                max_calls=20, warmup=3, after_call=lambda out, k: seen.append((float(out[0]), k)))
+    stats, _ = Timer("cpu").run(
+        lambda x: torch.full((4,), x),
+        [[1.0], [2.0], [3.0]],
+        budget_s=0.01,
+        min_calls=20,
+        max_calls=20,
+        warmup=3,
+        after_call=lambda out, k: seen.append((float(out[0]), k)),
+    )
     assert stats["trials"] == 20 and len(seen) >= 23
     assert all(value == k + 1 for value, k in seen)  # every output reached the hook, with its input set
 
@@ -58,8 +65,15 @@ def test_a_forward_that_rewrites_one_buffer_is_visible_to_the_hook():
         buf.fill_(x)  # returns the same tensor every call, rewritten: earlier outputs change
         return buf
 
-    Timer("cpu").run(fn, [[1.0], [2.0], [3.0]], budget_s=0.01, min_calls=20, max_calls=20, warmup=3,
-                     after_call=lambda out, k: seen.append((float(out[0]), k)))
+    Timer("cpu").run(
+        fn,
+        [[1.0], [2.0], [3.0]],
+        budget_s=0.01,
+        min_calls=20,
+        max_calls=20,
+        warmup=3,
+        after_call=lambda out, k: seen.append((float(out[0]), k)),
+    )
     assert any(value != k + 1 for value, k in seen)
 
 
@@ -77,8 +91,9 @@ def test_a_pinned_run_times_on_its_cpu_alone_and_gives_the_thread_its_cpus_back(
     before = os.sched_getaffinity(0)
     cpu = max(before)
     seen = []
-    stats, _ = Timer("cpu", cpu=cpu).run(lambda x: seen.append(os.sched_getaffinity(0)) or x, [[1]], budget_s=0.01,
-                                        min_calls=5, max_calls=10, warmup=1)
+    stats, _ = Timer("cpu", cpu=cpu).run(
+        lambda x: seen.append(os.sched_getaffinity(0)) or x, [[1]], budget_s=0.01, min_calls=5, max_calls=10, warmup=1
+    )
     assert seen and all(mask == {cpu} for mask in seen)  # warm-up and timed calls alike
     assert stats["cpu"] == cpu
     assert os.sched_getaffinity(0) == before

@@ -51,8 +51,10 @@ def _send_fd(sock, fd: int, nbytes: int, kind: str = "__shared__") -> None:
 
     tree = {"__dict__": {"x": {"dtype": "float32", "shape": [nbytes // 4], kind: 0, "offset": 0, "size": nbytes}}}
     header = json.dumps(tree).encode()
-    sock.sendmsg([len(header).to_bytes(channel.HEADER, "little") + header],
-                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    sock.sendmsg(
+        [len(header).to_bytes(channel.HEADER, "little") + header],
+        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+    )
 
 
 def test_an_unsealed_memfd_a_pipe_or_a_short_memfd_is_refused():

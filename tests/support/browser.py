@@ -11,8 +11,13 @@ from tests.support.processes import ROOT
 CHROMIUM = os.environ.get("KERNELWRIGHT_CHROMIUM", "/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps trying hosts a closed network refuses.
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--disable-quic",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
 ]
 SCREENSHOT_DIR = ROOT / "artifacts" / "screenshots"
 

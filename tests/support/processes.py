@@ -26,7 +26,9 @@ def wait_for(condition: Callable[[], object], timeout: float, interval: float = 
         except Exception as exc:  # keep polling; report the last error on timeout
             last_error = exc
         time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+    raise TimeoutError(
+        f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 @dataclass
@@ -40,8 +42,15 @@ class ManagedProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{name}.log"
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return cls(name, proc, log_path)
 
     @property

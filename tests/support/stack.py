@@ -34,21 +34,39 @@ def database_url(settings_dict: dict) -> str:
 
 def stack_env(database: str, redis: str, **extra: str) -> dict[str, str]:
     env = os.environ.copy()
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "webapp.settings",
-        "DATABASE_URL": database,
-        "REDIS_URL": redis,
-        "PYTHONUNBUFFERED": "1",
-        "KERNELWRIGHT_BACKEND": env.get("KERNELWRIGHT_TEST_BACKEND", "cpu"),
-    })
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "webapp.settings",
+            "DATABASE_URL": database,
+            "REDIS_URL": redis,
+            "PYTHONUNBUFFERED": "1",
+            "KERNELWRIGHT_BACKEND": env.get("KERNELWRIGHT_TEST_BACKEND", "cpu"),
+        }
+    )
     env.update(extra)
     return env
 
 
 def start_worker(queue: str, env: dict[str, str], log_dir: Path, node: str | None = None) -> ManagedProcess:
     node = node or QUEUE_WORKER_NAMES[queue]
-    argv = [sys.executable, "-m", "celery", "-A", "webapp.celery:app", "worker", "-Q", queue, "-n", f"{node}@%h",
-            "-c", "1", "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "webapp.celery:app",
+        "worker",
+        "-Q",
+        queue,
+        "-n",
+        f"{node}@%h",
+        "-c",
+        "1",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     return ManagedProcess.start(f"worker-{node}", argv, env, log_dir)
 
 

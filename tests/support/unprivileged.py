@@ -32,8 +32,17 @@ from pathlib import Path
 
 USER = "kw-escape"
 HOME_BASE = Path("/home")
-PASS_ENV = ("LANG", "LC_ALL", "TERM", "TZ", "REDIS_URL", "CUDA_VISIBLE_DEVICES", "KERNELWRIGHT_BACKEND",
-            "KERNELWRIGHT_FORCE_CPU", "KERNELWRIGHT_BWRAP")
+PASS_ENV = (
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "TZ",
+    "REDIS_URL",
+    "CUDA_VISIBLE_DEVICES",
+    "KERNELWRIGHT_BACKEND",
+    "KERNELWRIGHT_FORCE_CPU",
+    "KERNELWRIGHT_BWRAP",
+)
 
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_SLAVE = 2, 4, 4096, 16384, 1 << 19
@@ -56,8 +65,22 @@ def ensure_user(name: str = USER) -> pwd.struct_passwd:
         entry = pwd.getpwnam(name)
     except KeyError:
         home = HOME_BASE / name
-        subprocess.run(["useradd", "--system", "--user-group", "--create-home", "--home-dir", str(home),
-                        "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True, text=True)
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--create-home",
+                "--home-dir",
+                str(home),
+                "--shell",
+                "/usr/sbin/nologin",
+                name,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         entry = pwd.getpwnam(name)
     home = Path(entry.pw_dir)
     if not home.is_dir():
@@ -91,8 +114,9 @@ def reach_plan(paths: list[str], uid: int, gids: set[int]) -> dict[str, list[str
                 if path not in plan[str(folder)]:
                     plan[str(folder)].append(path)
                 break
-    return {folder: [p for p in ps if not any(p != q and p.startswith(q + "/") for q in ps)]
-            for folder, ps in plan.items()}
+    return {
+        folder: [p for p in ps if not any(p != q and p.startswith(q + "/") for q in ps)] for folder, ps in plan.items()
+    }
 
 
 def _check(rc: int, what: str) -> None:
@@ -129,8 +153,13 @@ def enter_private_view(plan: dict[str, list[str]]) -> None:
 def user_env(entry: pwd.struct_passwd, base: dict[str, str] | None = None) -> dict[str, str]:
     base = os.environ if base is None else base
     env = {k: base[k] for k in PASS_ENV if k in base}
-    env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name, PYTHONDONTWRITEBYTECODE="1",
-               PATH=os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin")
+    env.update(
+        HOME=entry.pw_dir,
+        USER=entry.pw_name,
+        LOGNAME=entry.pw_name,
+        PYTHONDONTWRITEBYTECODE="1",
+        PATH=os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin",
+    )
     return env
 
 

@@ -30,7 +30,11 @@ def api(owner) -> Client:
 
 
 def test_it_creates_a_job_with_a_token(api, owner):
-    resp = api.post("/api/jobs", {"name": "softmax", "source": TASK, "options": {"backend": "cpu", "max_turns": 4}}, content_type="application/json")
+    resp = api.post(
+        "/api/jobs",
+        {"name": "softmax", "source": TASK, "options": {"backend": "cpu", "max_turns": 4}},
+        content_type="application/json",
+    )
     assert resp.status_code == 201
     body = resp.json()
     job = Job.objects.get(pk=body["id"])
@@ -131,12 +135,20 @@ def test_evaluate_runs_on_the_gpu_queue_and_returns_the_sandbox_result(live_work
 
     _, key = ApiToken.issue(owner)
     api = Client(HTTP_AUTHORIZATION=f"Token {key}")
-    resp = api.post("/api/evaluate", {"task": TASK, "files": candidate("cpu"), "options": {"backend": "cpu"}}, content_type="application/json")
+    resp = api.post(
+        "/api/evaluate",
+        {"task": TASK, "files": candidate("cpu"), "options": {"backend": "cpu"}},
+        content_type="application/json",
+    )
     assert resp.status_code == 200, resp.content[:500]
     result = resp.json()
     assert result["schema"] == "kernelwright.eval/2" and result["backend"] == "cpu"
     assert result["status"] == "ok" and result["reward"] >= 1 and len(result["trials"]) >= 5
     broken = dict(candidate("cpu"))
-    broken["kernels/softmax.cpp"] = broken["kernels/softmax.cpp"].replace("const float inv = 1.0f / s;", "const float inv = 1.0f;")
-    bad = api.post("/api/evaluate", {"task": TASK, "files": broken, "options": {"backend": "cpu"}}, content_type="application/json").json()
+    broken["kernels/softmax.cpp"] = broken["kernels/softmax.cpp"].replace(
+        "const float inv = 1.0f / s;", "const float inv = 1.0f;"
+    )
+    bad = api.post(
+        "/api/evaluate", {"task": TASK, "files": broken, "options": {"backend": "cpu"}}, content_type="application/json"
+    ).json()
     assert bad["status"] == "incorrect" and bad["reward"] == -1

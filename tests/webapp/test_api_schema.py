@@ -17,10 +17,16 @@ from webapp.jobs.models import ApiToken
 from webapp.jobs.sample_trajectory import SOFTMAX_TASK, build
 
 pytestmark = pytest.mark.django_db
-BODIES = {("/api/jobs", "post"): requests.JobCreate, ("/api/evaluate", "post"): requests.EvaluateRequest,
-          ("/api/evaluations", "post"): requests.BatchCreate}
-QUERIES = {("/api/jobs/{job_id}/turns", "get"): requests.TurnsQuery,
-           ("/api/evaluations", "get"): requests.BatchQuery, ("/api/export", "get"): requests.ExportQuery}
+BODIES = {
+    ("/api/jobs", "post"): requests.JobCreate,
+    ("/api/evaluate", "post"): requests.EvaluateRequest,
+    ("/api/evaluations", "post"): requests.BatchCreate,
+}
+QUERIES = {
+    ("/api/jobs/{job_id}/turns", "get"): requests.TurnsQuery,
+    ("/api/evaluations", "get"): requests.BatchQuery,
+    ("/api/export", "get"): requests.ExportQuery,
+}
 
 
 @pytest.fixture
@@ -81,9 +87,15 @@ def test_options_are_documented_from_the_one_vocabulary(document):
 def test_the_views_json_fits_the_response_models(api):
     job = import_trajectory(api.owner, build(turns=3))
     base = f"/api/jobs/{job.pk}"
-    for url, model in ((base, responses.Job), ("/api/jobs", responses.JobList), (f"{base}/turns", responses.TurnPage),
-                       (f"{base}/turns/2", responses.Turn), (f"{base}/progress", responses.Progress),
-                       (f"{base}/artifacts", responses.Artifacts), (f"{base}/trajectory", responses.Trajectory)):
+    for url, model in (
+        (base, responses.Job),
+        ("/api/jobs", responses.JobList),
+        (f"{base}/turns", responses.TurnPage),
+        (f"{base}/turns/2", responses.Turn),
+        (f"{base}/progress", responses.Progress),
+        (f"{base}/artifacts", responses.Artifacts),
+        (f"{base}/trajectory", responses.Trajectory),
+    ):
         resp = api.get(url)
         assert resp.status_code == 200, url
         model.model_validate(resp.json())  # raises when a view's JSON lacks or mistypes a documented field
@@ -111,10 +123,15 @@ def test_a_job_the_schema_refuses_is_a_400_in_the_apis_words(api, body, says):
 
 
 def test_an_evaluation_the_schema_refuses_is_a_400_in_the_apis_words(api):
-    resp = api.post("/api/evaluate", {"task": SOFTMAX_TASK, "files": {"model_new.py": 1}}, content_type="application/json")
+    resp = api.post(
+        "/api/evaluate", {"task": SOFTMAX_TASK, "files": {"model_new.py": 1}}, content_type="application/json"
+    )
     assert resp.status_code == 400 and resp.json() == {"error": "`files` must be an object of relative path -> text"}
-    resp = api.post("/api/evaluate", {"task": SOFTMAX_TASK, "files": {"model_new.py": "x"}, "options": []},
-                    content_type="application/json")
+    resp = api.post(
+        "/api/evaluate",
+        {"task": SOFTMAX_TASK, "files": {"model_new.py": "x"}, "options": []},
+        content_type="application/json",
+    )
     assert resp.status_code == 400 and resp.json() == {"error": "`options` must be an object"}
 
 

@@ -52,7 +52,7 @@ class Hook:
         calls = self.calls = []
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
+            def do_POST(self):  # http.server's name
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
                 self.send_response(204)
@@ -78,7 +78,12 @@ def hook():
 
 
 def post(api: Client, n: int = 1, **extra):
-    body = {"task": TASK, "candidates": [{"files": candidate("cpu")} for _ in range(n)], "options": {"backend": "cpu"}, **extra}
+    body = {
+        "task": TASK,
+        "candidates": [{"files": candidate("cpu")} for _ in range(n)],
+        "options": {"backend": "cpu"},
+        **extra,
+    }
     return api.post("/api/evaluations", body, content_type="application/json")
 
 
@@ -87,14 +92,17 @@ def a_result(status: Status = Status.TIMEOUT) -> dict:
 
 
 @pytest.mark.django_db
-def test_a_post_answers_at_once_and_sends_only_as_many_as_the_user_has_gpu_places(api, gpu_places,
-                                                                                  django_capture_on_commit_callbacks):
+def test_a_post_answers_at_once_and_sends_only_as_many_as_the_user_has_gpu_places(
+    api, gpu_places, django_capture_on_commit_callbacks
+):
     started = time.monotonic()
     with django_capture_on_commit_callbacks(execute=True):
         resp = post(api, 3)
     assert resp.status_code == 202 and time.monotonic() - started < 10
     body = resp.json()
-    assert [e["state"] for e in body["evaluations"]] == ["queued"] * 3 and len({e["id"] for e in body["evaluations"]}) == 3
+    assert [e["state"] for e in body["evaluations"]] == ["queued"] * 3 and len(
+        {e["id"] for e in body["evaluations"]}
+    ) == 3
     rows = list(Evaluation.objects.order_by("index"))
     assert [bool(r.task_id) for r in rows] == [True, True, False]  # the third waits for a place
     listed = api.get(f"/api/evaluations?batch={body['batch']}").json()["evaluations"]
@@ -137,18 +145,36 @@ def test_the_daily_quota_is_per_token(api, owner, gpu_places, settings):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("body", "words"), [
-    ({"task": TASK}, "`candidates` must be a list"),
-    ({"task": TASK, "candidates": [{"files": {"../x.py": "1"}}]}, "stay inside the workspace"),
-    ({"task": TASK, "candidates": [{"nofiles": 1}]}, "candidate 0"),
-    ({"task": "x = 1", "candidates": [{"files": {"a.py": "1"}}]}, "invalid task"),
-    ({"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "options": {"backend": "tpu"}}, "invalid options"),
-    ({"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "ftp://example.org/x"}, "not an http(s) URL"),
-    ({"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "http://u:p@example.org/x"}, "credentials"),
-    ({"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "http://127.0.0.1:9/x"}, "private or reserved"),
-    ({"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "http://10.1.2.3/x"}, "private or reserved"),
-    ({"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "http://[::ffff:127.0.0.1]/x"}, "private or reserved"),
-])
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"task": TASK}, "`candidates` must be a list"),
+        ({"task": TASK, "candidates": [{"files": {"../x.py": "1"}}]}, "stay inside the workspace"),
+        ({"task": TASK, "candidates": [{"nofiles": 1}]}, "candidate 0"),
+        ({"task": "x = 1", "candidates": [{"files": {"a.py": "1"}}]}, "invalid task"),
+        ({"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "options": {"backend": "tpu"}}, "invalid options"),
+        (
+            {"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "ftp://example.org/x"},
+            "not an http(s) URL",
+        ),
+        (
+            {"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "http://u:p@example.org/x"},
+            "credentials",
+        ),
+        (
+            {"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "http://127.0.0.1:9/x"},
+            "private or reserved",
+        ),
+        (
+            {"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "http://10.1.2.3/x"},
+            "private or reserved",
+        ),
+        (
+            {"task": TASK, "candidates": [{"files": {"a.py": "1"}}], "webhook": "http://[::ffff:127.0.0.1]/x"},
+            "private or reserved",
+        ),
+    ],
+)
 def test_a_bad_batch_is_explained(api, body, words):
     resp = api.post("/api/evaluations", body, content_type="application/json")
     assert resp.status_code == 400 and words in json.dumps(resp.json()), resp.json()
@@ -174,8 +200,16 @@ def test_the_webhook_is_called_signed_when_loopback_is_allowed(api, gpu_places, 
     expected = "sha256=" + hmac.new(body["webhook_secret"].encode(), call["body"], hashlib.sha256).hexdigest()
     assert call["headers"]["X-Kernelwright-Signature"] == expected
     note = json.loads(call["body"])
-    assert note == {"id": ev_id, "batch": body["batch"], "index": 0, "state": "done", "status": "incorrect",
-                    "reward": -1, "reason": "", "href": f"/api/evaluations/{ev_id}"}
+    assert note == {
+        "id": ev_id,
+        "batch": body["batch"],
+        "index": 0,
+        "state": "done",
+        "status": "incorrect",
+        "reward": -1,
+        "reason": "",
+        "href": f"/api/evaluations/{ev_id}",
+    }
     assert api.get(f"/api/evaluations/{ev_id}").json()["webhook"]["status"] == "204"
 
 

@@ -67,7 +67,8 @@ def test_it_filters_by_task_reward_date_and_visibility(owner):
     best = {j.pk: j.best_reward for j in Job.objects.all()}
     top = max(best.values())
     assert {r["run"]["job"] for r in rows_of(api.get(f"/api/export?min_reward={top}"))} == {
-        pk for pk, r in best.items() if r >= top}
+        pk for pk, r in best.items() if r >= top
+    }
     assert rows_of(api.get("/api/export?since=2999-01-01")) == []
     today = a.created_at.date().isoformat()
     assert len(rows_of(api.get(f"/api/export?since={today}&until={today}"))) == 2
@@ -75,9 +76,13 @@ def test_it_filters_by_task_reward_date_and_visibility(owner):
 
 def test_it_explains_bad_filters(owner):
     api = token_client(owner)
-    for query, words in [("format=csv", "format must be"), ("min_reward=lots", "min_reward must be an integer"),
-                         ("since=yesterday", "ISO date"), ("visibility=secret", "visibility must be"),
-                         ("file=xlsx", "file must be")]:
+    for query, words in [
+        ("format=csv", "format must be"),
+        ("min_reward=lots", "min_reward must be an integer"),
+        ("since=yesterday", "ISO date"),
+        ("visibility=secret", "visibility must be"),
+        ("file=xlsx", "file must be"),
+    ]:
         resp = api.get(f"/api/export?{query}")
         assert resp.status_code == 400 and words in resp.json()["error"], query
 

@@ -24,8 +24,17 @@ def test_healthz_in_chromium_shows_every_part_green(live_asgi_server, browser_pa
     assert response.status == 200
     rows = page.locator("tr.part")
     names = [rows.nth(i).get_attribute("data-part") for i in range(rows.count())]
-    assert names == ["database", "redis", "channel_layer", "workers.agent", "workers.compile", "workers.gpu",
-                     "sandbox", "sandbox.containment", "model_endpoint"]
+    assert names == [
+        "database",
+        "redis",
+        "channel_layer",
+        "workers.agent",
+        "workers.compile",
+        "workers.gpu",
+        "sandbox",
+        "sandbox.containment",
+        "model_endpoint",
+    ]
     for i in range(rows.count()):
         assert rows.nth(i).get_attribute("class") == "part ok", rows.nth(i).inner_text()
     # Green as a person sees it, not only as a class name.

@@ -140,12 +140,25 @@ def test_a_worker_refuses_a_pickled_task_message_without_running_it(live_workers
     task_id = uuid.uuid4().hex
     with Connection(redis_url) as conn:
         Producer(conn).publish(
-            Planted(str(marker)), serializer="pickle", exchange=queue.exchange, routing_key="compile", declare=[queue],
-            headers={"task": "kernelwright.compile.ping", "id": task_id, "lang": "py", "argsrepr": "", "kwargsrepr": ""},
+            Planted(str(marker)),
+            serializer="pickle",
+            exchange=queue.exchange,
+            routing_key="compile",
+            declare=[queue],
+            headers={
+                "task": "kernelwright.compile.ping",
+                "id": task_id,
+                "lang": "py",
+                "argsrepr": "",
+                "kwargsrepr": "",
+            },
         )
 
     worker = live_workers["compile"]
-    wait_for(lambda: "Refusing to deserialize untrusted content of type pickle" in worker.log_tail(200_000), 30,
-             what="the worker to refuse the pickle")
+    wait_for(
+        lambda: "Refusing to deserialize untrusted content of type pickle" in worker.log_tail(200_000),
+        30,
+        what="the worker to refuse the pickle",
+    )
     assert not marker.exists()
     assert PING_TASKS[Queue.COMPILE].delay(payload="after").get(timeout=60)["payload"] == "after"

@@ -65,8 +65,14 @@ def test_every_job_task_is_named_for_its_queue_and_handed_back_when_its_worker_d
     import webapp.jobs.tasks  # noqa: F401 - registers the tasks on the app
     from webapp import queues
 
-    names = [queues.RUN_JOB_TASK, queues.BUILD_TASK, queues.EVALUATE_TASK, queues.PROFILE_TASK, queues.BACKEND_TASK,
-             queues.EVALUATE_CANDIDATE_TASK]
+    names = [
+        queues.RUN_JOB_TASK,
+        queues.BUILD_TASK,
+        queues.EVALUATE_TASK,
+        queues.PROFILE_TASK,
+        queues.BACKEND_TASK,
+        queues.EVALUATE_CANDIDATE_TASK,
+    ]
     for name in names:
         task = app.tasks[name]
         assert (task.acks_late, task.reject_on_worker_lost) == (True, True), name

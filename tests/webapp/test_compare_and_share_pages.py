@@ -72,7 +72,9 @@ def test_no_profile_says_which_versions_were_profiled():
     import json
     from pathlib import Path
 
-    data = json.loads((Path(__file__).resolve().parents[2] / "webapp/jobs/fixtures/gallery/basic_residual_block.json").read_text())
+    data = json.loads(
+        (Path(__file__).resolve().parents[2] / "webapp/jobs/fixtures/gallery/basic_residual_block.json").read_text()
+    )
     job = import_trajectory(None, data, origin=Job.Origin.GALLERY, gallery=True, name="residual")
     html = Client().get("/compare/", {"a": job.pk, "b": job.pk, "tb": 6}).content.decode()
     profiles = html.split('id="compare-profiles"')[1].split("</div>\n</div>")[0]
@@ -104,12 +106,17 @@ def test_in_the_browser(request, client, owner):
     services.revoke_share_link(a)
     cmp_tasks = f"/compare/?a={a.pk}&ta=1&b={b.pk}&tb=1"
     cmp_failed = f"/compare/?a={a.pk}&b={failed.pk}"
-    pages = {cmp_tasks: client.get(cmp_tasks).content, cmp_failed: client.get(cmp_failed).content,
-             f"/s/{token}/": Client().get(f"/s/{token}/").content}
+    pages = {
+        cmp_tasks: client.get(cmp_tasks).content,
+        cmp_failed: client.get(cmp_failed).content,
+        f"/s/{token}/": Client().get(f"/s/{token}/").content,
+    }
     page = request.getfixturevalue("browser_page")
     serve(page, pages)
     page.goto(ORIGIN + cmp_tasks)
-    assert page.locator("#compare-ratio").inner_text() == "B against A\tnot compared: the two sides solve different tasks"
+    assert (
+        page.locator("#compare-ratio").inner_text() == "B against A\tnot compared: the two sides solve different tasks"
+    )
     assert page.locator("#different-tasks").is_visible()
     page.goto(ORIGIN + cmp_failed)
     head = page.locator("#compare-table thead").inner_text()

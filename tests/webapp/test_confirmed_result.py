@@ -51,7 +51,7 @@ def text_of(html: bytes, element_id: str) -> str:
     """The text of the element with `element_id` (tags dropped, whitespace folded)."""
     body = html.decode()
     start = body.index(f'id="{element_id}"')
-    chunk = body[start: body.index("</span>\n", start) if element_id == "job-best" else start + 4000]
+    chunk = body[start : body.index("</span>\n", start) if element_id == "job-best" else start + 4000]
     return " ".join(re.sub(r"<[^>]+>", " ", chunk.split(">", 1)[1]).split())
 
 
@@ -76,7 +76,12 @@ def test_the_header_list_gallery_api_readme_and_chart_show_one_confirmed_number(
     assert api["result"]["text"] == words
     eager = api["result"]["vs_eager"]
     assert (eager["ratio"], eager["ci_low"], eager["ci_high"], eager["rounds"], eager["verdict"]) == (
-        final["speed"]["vs_eager"]["ratio"], final["speed"]["vs_eager"]["ci_low"], final["speed"]["vs_eager"]["ci_high"], 12, "faster")
+        final["speed"]["vs_eager"]["ratio"],
+        final["speed"]["vs_eager"]["ci_low"],
+        final["speed"]["vs_eager"]["ci_high"],
+        12,
+        "faster",
+    )
     assert client.get(f"/api/jobs/{job.pk}/progress").json()["best"] == api
 
     with zipfile.ZipFile(io.BytesIO(client.get(f"/jobs/{job.pk}/download/best.zip").content)) as zf:
@@ -178,7 +183,9 @@ def test_the_migration_fills_stored_rows(transactional_db):
     old = executor.loader.project_state([("jobs", "0003_job_scheduled")]).apps
     data = confirmed_run(eval2(2, 1.42, 1.2))
     source = data["events"][0]["source"]
-    job = old.get_model("jobs", "Job").objects.create(name="old", source=source, task_hash="plain", state="succeeded", best_version=2)
+    job = old.get_model("jobs", "Job").objects.create(
+        name="old", source=source, task_hash="plain", state="succeeded", best_version=2
+    )
     events = [e for e in data["events"] if e["turn"] == 2]
     old.get_model("jobs", "Turn").objects.create(job=job, index=2, events=events)
     executor = MigrationExecutor(connection)

@@ -21,7 +21,9 @@ from webapp.jobs.models import Job
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
-BEST_LINE = """el => { const t = el.data.find(d => d.name === "best verified vs eager"); return t.y[t.y.length - 1]; }"""
+BEST_LINE = (
+    """el => { const t = el.data.find(d => d.name === "best verified vs eager"); return t.y[t.y.length - 1]; }"""
+)
 
 
 @pytest.fixture

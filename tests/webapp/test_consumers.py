@@ -171,10 +171,19 @@ def test_a_turn_never_reaches_a_socket_whose_link_was_revoked_before_it_was_stor
 def test_an_update_too_big_to_push_leaves_the_fetch_to_the_page():
     huge = {"html": "x" * (MAX_UPDATE_BYTES + 1), "last_index": 3, "live": {}, "totals": {}, "charts": None}
     message = JobNotification(Kind.TURN_READY, 7, turn=3, update=huge).to_message()
-    assert json.loads(message["text"]) == {"kind": "turn.ready", "job_id": 7, "turn": 3, "step": "", "state": "", "reason": ""}
+    assert json.loads(message["text"]) == {
+        "kind": "turn.ready",
+        "job_id": 7,
+        "turn": 3,
+        "step": "",
+        "state": "",
+        "reason": "",
+    }
     small = JobNotification(Kind.TURN_READY, 7, turn=3, update=huge | {"html": "<article>"}).to_message()
     assert json.loads(small["text"])["update"]["html"] == "<article>"
-    charts = JobNotification(Kind.CHARTS, 7, turn=3, charts={"speedup": {"data": ["y" * MAX_UPDATE_BYTES]}}).to_message()
+    charts = JobNotification(
+        Kind.CHARTS, 7, turn=3, charts={"speedup": {"data": ["y" * MAX_UPDATE_BYTES]}}
+    ).to_message()
     assert "charts" not in json.loads(charts["text"])
 
 

@@ -53,7 +53,9 @@ def test_the_step_says_the_job_waits_for_the_device_while_another_times(tmp_path
 
     monkeypatch.setattr(worker, "DEVICE_PROBE_S", 0.1)
     folder = prepare_dir(str(tmp_path / "locks"))
-    job = services.start_job(services.create_job(User.objects.create_user("waiter"), "w", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False))
+    job = services.start_job(
+        services.create_job(User.objects.create_user("waiter"), "w", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False)
+    )
     task_id = str(uuid.uuid4())
     relay = Relay(job, task_id)
     report, state = progress.reporter(worker._redis(), task_id), worker.StepState()
@@ -78,7 +80,9 @@ def test_the_step_says_the_job_waits_for_the_device_while_another_times(tmp_path
 
 
 def test_a_report_is_relayed_once_and_counted_steps_read_as_counts():
-    job = services.start_job(services.create_job(User.objects.create_user("counter"), "c", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False))
+    job = services.start_job(
+        services.create_job(User.objects.create_user("counter"), "c", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False)
+    )
     task_id = str(uuid.uuid4())
     relay = Relay(job, task_id)
     progress.reporter(worker._redis(), task_id)("correctness", {"trial": 3, "of": 5})

@@ -38,7 +38,9 @@ def same_document(page) -> bool:
 def open_running_job(server, page, username: str) -> Job:
     """A running job (no worker runs it: the test stores its turns) open in the page, live."""
     owner = User.objects.create_user(username, password=PASSWORD)
-    job = services.start_job(services.create_job(owner, f"{username}'s softmax", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False))
+    job = services.start_job(
+        services.create_job(owner, f"{username}'s softmax", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False)
+    )
     log_in(page, server.url, username)
     page.goto(f"{server.url}/jobs/{job.pk}/")
     page.wait_for_function("document.body.dataset.ws === 'open'", timeout=15000)

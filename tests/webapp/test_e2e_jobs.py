@@ -39,7 +39,9 @@ def log_in(page, base: str, username: str) -> None:
 def test_turns_stream_live_into_the_job_page(live_asgi_server, browser_page, transactional_db):
     base, page = live_asgi_server.url, browser_page
     owner = User.objects.create_user("alice", password=PASSWORD)
-    job = services.start_job(services.create_job(owner, "softmax live", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False))
+    job = services.start_job(
+        services.create_job(owner, "softmax live", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False)
+    )
     turns = group_by_turn(build(turns=4)["events"])
     log_in(page, base, "alice")
     page.goto(f"{base}/jobs/{job.pk}/")
@@ -51,7 +53,9 @@ def test_turns_stream_live_into_the_job_page(live_asgi_server, browser_page, tra
     page.wait_for_selector("#turn-2", timeout=15000)
     assert page.locator("#timeline .tick").count() == 3
     services.set_step(job.pk, "checking correctness 3/5")
-    page.wait_for_function("document.getElementById('job-step').textContent === 'checking correctness 3/5'", timeout=15000)
+    page.wait_for_function(
+        "document.getElementById('job-step').textContent === 'checking correctness 3/5'", timeout=15000
+    )
     # model output stays text: the <script> in the synthetic message is shown, not run
     assert "<script>alert('x')</script>" in page.locator("#turn-1 .ev-msg pre").inner_text()
     page.screenshot(path=str(screenshot_path("job-live")), full_page=True)
@@ -100,7 +104,8 @@ def test_a_user_runs_a_job_and_shares_it(live_asgi_server, browser_page, chromiu
     page.wait_for_selector("article.turn[data-index='1']", timeout=300_000)
     page.screenshot(path=str(screenshot_path("job-running")), full_page=True)
     page.wait_for_function(
-        "['succeeded', 'failed', 'cancelled'].includes(document.getElementById('job-state').textContent)", timeout=600_000
+        "['succeeded', 'failed', 'cancelled'].includes(document.getElementById('job-state').textContent)",
+        timeout=600_000,
     )
     job.refresh_from_db()
     assert job.state == Job.State.SUCCEEDED, job.reason

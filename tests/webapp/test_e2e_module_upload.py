@@ -35,7 +35,9 @@ def test_a_module_upload_runs_as_a_kernelbench_task(live_asgi_server, browser_pa
     page.select_option("select[name=policy]", "builtin")
     page.fill("input[name=max_turns]", "2")  # turn 1 reads and plans, turn 2 writes and evaluates
     assert page.locator("#submit-job").is_enabled(), page.locator("#live-check").inner_text()
-    page.wait_for_function("!document.getElementById('new-job-form').dataset.checking && !document.getElementById('submit-job').disabled")
+    page.wait_for_function(
+        "!document.getElementById('new-job-form').dataset.checking && !document.getElementById('submit-job').disabled"
+    )
     # (no screenshot here: Chromium restores the scroll position a screenshot moved while the
     # click is under way, and the click lands beside the button)
     with page.expect_navigation(timeout=30000):
@@ -82,7 +84,9 @@ def test_a_pt2_upload_runs_from_the_file_alone(live_asgi_server, browser_page, t
     page.select_option("select[name=backend]", "cpu")
     page.select_option("select[name=policy]", "builtin")
     page.fill("input[name=max_turns]", "2")
-    page.wait_for_function("!document.getElementById('new-job-form').dataset.checking && !document.getElementById('submit-job').disabled")
+    page.wait_for_function(
+        "!document.getElementById('new-job-form').dataset.checking && !document.getElementById('submit-job').disabled"
+    )
     with page.expect_navigation(timeout=30000):
         page.click("#submit-job")
     assert re.search(r"/jobs/\d+/$", page.url), page.url

@@ -57,7 +57,10 @@ def test_a_second_user_is_not_starved_by_the_first_ones_pile_of_jobs(limits, cli
     assert state(a[1]).step == "queued: position 1 for a free agent slot"
     assert "all 2 agent slots are busy" in a[1].reason
     assert state(a[2]).step == "queued: waiting for one of your running jobs to end"
-    assert "alice already has 2 job(s) running" in a[2].reason and "KERNELWRIGHT_MAX_RUNNING_JOBS_PER_USER=2" in a[2].reason
+    assert (
+        "alice already has 2 job(s) running" in a[2].reason
+        and "KERNELWRIGHT_MAX_RUNNING_JOBS_PER_USER=2" in a[2].reason
+    )
 
     # The job page's data says the same (what the page and the API show).
     client.force_login(alice)
@@ -107,15 +110,37 @@ def test_evaluations_are_served_in_a_fair_order_between_users(redis_url, tmp_pat
         task_id = uuid.uuid4().hex
         priority = scheduler.reserve_gpu_slot(user, task_id, wait=False)
         sent.append((user, task_id))
-        app.send_task("kwtest.fair.record", args=[order_key, label], queue=fair_order_tasks.QUEUE, priority=priority,
-                      task_id=task_id)
+        app.send_task(
+            "kwtest.fair.record",
+            args=[order_key, label],
+            queue=fair_order_tasks.QUEUE,
+            priority=priority,
+            task_id=task_id,
+        )
     with pytest.raises(scheduler.TooManyEvaluations) as refused:
         scheduler.reserve_gpu_slot(alice, uuid.uuid4().hex, wait=False)
     assert "4 evaluations of yours are queued or running" in str(refused.value)
 
-    argv = [sys.executable, "-m", "celery", "-A", "webapp.celery:app", "worker", "-Q", fair_order_tasks.QUEUE,
-            "-n", "fair@%h", "-c", "1", "-I", "tests.webapp.fair_order_tasks", "--loglevel", "INFO",
-            "--without-gossip", "--without-mingle"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "webapp.celery:app",
+        "worker",
+        "-Q",
+        fair_order_tasks.QUEUE,
+        "-n",
+        "fair@%h",
+        "-c",
+        "1",
+        "-I",
+        "tests.webapp.fair_order_tasks",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     worker = ManagedProcess.start("worker-fair", argv, {**__import__("os").environ, "REDIS_URL": redis_url}, tmp_path)
     client = redis.Redis.from_url(redis_url)
     try:

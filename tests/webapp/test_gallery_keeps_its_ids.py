@@ -21,8 +21,9 @@ pytestmark = pytest.mark.slow
 
 def manage(db, *args: str) -> str:
     env = os.environ | {"DATABASE_URL": f"sqlite:///{db}", "DJANGO_SETTINGS_MODULE": "webapp.settings"}
-    proc = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -31,8 +32,10 @@ def rows(db) -> dict[str, tuple[int, list[int]]]:
     """gallery key -> (job id, its turns' ids)"""
     with sqlite3.connect(db) as conn:
         jobs = conn.execute("SELECT id, gallery_key FROM jobs_job WHERE gallery = 1").fetchall()
-        return {key: (pk, [t for (t,) in conn.execute("SELECT id FROM jobs_turn WHERE job_id = ? ORDER BY id", (pk,))])
-                for pk, key in jobs}
+        return {
+            key: (pk, [t for (t,) in conn.execute("SELECT id FROM jobs_turn WHERE job_id = ? ORDER BY id", (pk,))])
+            for pk, key in jobs
+        }
 
 
 def test_loading_twice_keeps_every_id_and_a_changed_case_is_updated_in_place(tmp_path) -> None:
@@ -65,7 +68,7 @@ def test_a_case_study_loaded_before_keys_existed_is_adopted_not_recreated(tmp_pa
     (cases / "softmax.json").write_text(json.dumps(build(turns=2, name="softmax case")))
     manage(db, "migrate", "--noinput")
     manage(db, "load_gallery", str(cases))
-    (pk, _), = rows(db).values()
+    ((pk, _),) = rows(db).values()
     with sqlite3.connect(db) as conn:  # as an older load left it
         conn.execute("UPDATE jobs_job SET gallery_key = NULL, gallery_digest = ''")
     out = manage(db, "load_gallery", str(cases))

@@ -81,8 +81,9 @@ def gpu_devices(backend, gpu_pins) -> dict[str, str]:
     (read here, independently of the sandbox)."""
     if backend == "cpu":
         return {node: "cpu" for node in GPU_NODES}
-    out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True, text=True, check=True
+    ).stdout
     uuid_of = {}
     for line in out.splitlines():
         index, uuid = (part.strip() for part in line.split(",", 1))
@@ -169,16 +170,30 @@ def save_runs(name: str, runs: list[TaskRun]) -> str:
     table = run_table(runs)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     origin = min(r.started for r in runs)
-    (ARTIFACTS / f"{name}.json").write_text(json.dumps([
-        {"task_id": r.task_id, "worker": r.worker, "cuda_visible_devices": r.cuda_visible_devices,
-         "device_id": r.device_id, "pid": r.pid, "start_s": round(r.started - origin, 3), "end_s": round(r.finished - origin, 3)}
-        for r in runs], indent=2))
+    (ARTIFACTS / f"{name}.json").write_text(
+        json.dumps(
+            [
+                {
+                    "task_id": r.task_id,
+                    "worker": r.worker,
+                    "cuda_visible_devices": r.cuda_visible_devices,
+                    "device_id": r.device_id,
+                    "pid": r.pid,
+                    "start_s": round(r.started - origin, 3),
+                    "end_s": round(r.finished - origin, 3),
+                }
+                for r in runs
+            ],
+            indent=2,
+        )
+    )
     (ARTIFACTS / f"{name}.txt").write_text(table + "\n")
     return table
 
 
-def check_runs(runs: list[TaskRun | None], workers, app, backend: str, gpu_pins: dict[str, str],
-               gpu_devices: dict[str, str]) -> list[TaskRun]:
+def check_runs(
+    runs: list[TaskRun | None], workers, app, backend: str, gpu_pins: dict[str, str], gpu_devices: dict[str, str]
+) -> list[TaskRun]:
     """Every evaluation has a complete record from the worker that Celery says ran it, pinned to
     that worker's GPU (none on cpu), and the evaluation itself reports having run on that GPU."""
     assert all(r is not None for r in runs), "a worker did not record an evaluation"
@@ -216,17 +231,20 @@ def run_at_once(work: dict[str, Callable[[], None]], timeout: float = 600) -> No
 
 
 def cross_worker_overlaps(runs: list[TaskRun]) -> int:
-    return sum(1 for i, a in enumerate(runs) for b in runs[i + 1:] if a.worker != b.worker and a.overlaps(b))
+    return sum(1 for i, a in enumerate(runs) for b in runs[i + 1 :] if a.worker != b.worker and a.overlaps(b))
 
 
 @pytest.mark.slow
 def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
-        backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published):
+    backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published
+):
     jobs = [new_job(owner, "softmax A", backend), new_job(owner, "softmax B", backend)]
     # Each job builds and evaluates its own new candidates in turn, as the agent loop does;
     # every third one is wrong, so each verdict also says the result belongs to its candidate.
-    streams = {job.pk: [(softmax_candidate(1000 * s + k, backend, correct=k != 1), k != 1) for k in range(3)]
-               for s, job in enumerate(jobs, start=1)}
+    streams = {
+        job.pk: [(softmax_candidate(1000 * s + k, backend, correct=k != 1), k != 1) for k in range(3)]
+        for s, job in enumerate(jobs, start=1)
+    }
     results: dict[int, list] = {job.pk: [] for job in jobs}
 
     def run_job_evaluations(job_id: int) -> None:
@@ -242,8 +260,9 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
         got = results[job.pk]
         assert [r.candidate_hash for r in got] == [files_hash(files) for files, _ in streams[job.pk]]
         assert {r.backend for r in got} == {backend}
-        assert [r.status for r in got] == [Status.OK if ok else Status.INCORRECT for _, ok in streams[job.pk]], \
-            [r.reasons for r in got]
+        assert [r.status for r in got] == [Status.OK if ok else Status.INCORRECT for _, ok in streams[job.pk]], [
+            r.reasons for r in got
+        ]
 
     assert len(published) == 6
     ids = [task_id for _, task_id in published]
@@ -260,12 +279,13 @@ def test_two_jobs_evaluations_spread_over_both_gpu_workers_and_never_share_one(
     for job in jobs:
         own = [r for (thread, _), r in zip(published, runs, strict=True) if thread == f"job-{job.pk}"]
         assert len(own) == 3
-        assert not any(a.overlaps(b) for i, a in enumerate(own) for b in own[i + 1:]), table
+        assert not any(a.overlaps(b) for i, a in enumerate(own) for b in own[i + 1 :]), table
 
 
 @pytest.mark.slow
 def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
-        backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published):
+    backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published
+):
     job = new_job(owner, "softmax batch", backend)
     expected_ok = [True, False, True, True, False]
     candidates = [softmax_candidate(5000 + i, backend, correct=ok) for i, ok in enumerate(expected_ok)]
@@ -276,8 +296,9 @@ def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
     batch = evaluate_batch(TASK, candidates, options, job_id=job.pk, app=pool_app, timeout=300)
 
     assert [r.candidate_hash for r in batch.results] == [files_hash(f) for f in candidates]
-    assert [r.status for r in batch.results] == [Status.OK if ok else Status.INCORRECT for ok in expected_ok], \
-        [r.reasons for r in batch.results]
+    assert [r.status for r in batch.results] == [Status.OK if ok else Status.INCORRECT for ok in expected_ok], [
+        r.reasons for r in batch.results
+    ]
     assert [task_id for _, task_id in published] == batch.task_ids
     assert {r.backend for r in batch.results} == {backend}
     runs = check_runs(task_runs(batch.task_ids, app=pool_app), pool_workers, pool_app, backend, gpu_pins, gpu_devices)
@@ -291,13 +312,13 @@ def test_a_batch_of_candidates_is_evaluated_in_parallel_and_returned_in_order(
 
 @pytest.mark.slow
 def test_two_jobs_and_a_batch_at_once_spread_over_both_gpus_and_never_share_one(
-        backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published):
+    backend, gpu_pins, gpu_devices, pool_workers, pool_app, options, owner, published
+):
     """What a team's pool sees: two agent runs evaluating their candidates one after another while
     a third job sends a batch of candidates, all at the same time."""
     jobs = [new_job(owner, "mixed A", backend), new_job(owner, "mixed B", backend)]
     batch_job = new_job(owner, "mixed batch", backend)
-    streams = {job.pk: [softmax_candidate(7000 + 100 * s + k, backend) for k in range(2)]
-               for s, job in enumerate(jobs)}
+    streams = {job.pk: [softmax_candidate(7000 + 100 * s + k, backend) for k in range(2)] for s, job in enumerate(jobs)}
     batch_candidates = [softmax_candidate(7500 + i, backend, correct=i != 2) for i in range(4)]
     builder = CeleryEvaluator(batch_job.pk, app=pool_app, timeouts={"compile": 300})
     for files in [*batch_candidates, *(f for stream in streams.values() for f in stream)]:
@@ -308,23 +329,33 @@ def test_two_jobs_and_a_batch_at_once_spread_over_both_gpus_and_never_share_one(
 
     def one_after_another(job_id: int) -> None:
         evaluator = CeleryEvaluator(job_id, app=pool_app, timeouts={"evaluate": 300})
-        results[f"job-{job_id}"] = [EvalResult.from_dict(evaluator.evaluate(TASK, files, options)) for files in streams[job_id]]
+        results[f"job-{job_id}"] = [
+            EvalResult.from_dict(evaluator.evaluate(TASK, files, options)) for files in streams[job_id]
+        ]
 
     def batch() -> None:
-        results["batch"] = evaluate_batch(TASK, batch_candidates, options, job_id=batch_job.pk, app=pool_app,
-                                          timeout=300).results
+        results["batch"] = evaluate_batch(
+            TASK, batch_candidates, options, job_id=batch_job.pk, app=pool_app, timeout=300
+        ).results
 
     run_at_once({**{f"job-{job.pk}": functools.partial(one_after_another, job.pk) for job in jobs}, "batch": batch})
 
     for job in jobs:
-        assert [r.status for r in results[f"job-{job.pk}"]] == [Status.OK, Status.OK], \
-            [r.reasons for r in results[f"job-{job.pk}"]]
+        assert [r.status for r in results[f"job-{job.pk}"]] == [Status.OK, Status.OK], [
+            r.reasons for r in results[f"job-{job.pk}"]
+        ]
     assert [r.status for r in results["batch"]] == [Status.OK, Status.OK, Status.INCORRECT, Status.OK]
     assert [r.candidate_hash for r in results["batch"]] == [files_hash(f) for f in batch_candidates]
 
     assert len(published) == 8
-    runs = check_runs(task_runs([task_id for _, task_id in published], app=pool_app), pool_workers, pool_app,
-                      backend, gpu_pins, gpu_devices)
+    runs = check_runs(
+        task_runs([task_id for _, task_id in published], app=pool_app),
+        pool_workers,
+        pool_app,
+        backend,
+        gpu_pins,
+        gpu_devices,
+    )
     table = save_runs(f"jobs-and-batch-{backend}", runs)
     print("\n" + table)
     assert {r.node for r in runs} == set(GPU_NODES), f"evaluations did not spread over both workers:\n{table}"
@@ -339,8 +370,17 @@ def test_two_jobs_and_a_batch_at_once_spread_over_both_gpus_and_never_share_one(
 
 
 def run(worker: str, devices: str, start: float, end: float | None) -> TaskRun:
-    return TaskRun(task_id=f"{worker}-{start}", task=EVALUATE_TASK, worker=worker, cuda_visible_devices=devices,
-                   backend="cuda", pid=1, started=start, finished=end, state="SUCCESS")
+    return TaskRun(
+        task_id=f"{worker}-{start}",
+        task=EVALUATE_TASK,
+        worker=worker,
+        cuda_visible_devices=devices,
+        backend="cuda",
+        pid=1,
+        started=start,
+        finished=end,
+        state="SUCCESS",
+    )
 
 
 def test_overlap_on_one_worker_or_one_gpu_is_a_violation():

@@ -8,8 +8,15 @@ import pytest
 
 from webapp.core.health import collect_health
 
-REQUIRED = {"database", "redis", "channel_layer", "workers.agent", "workers.compile", "workers.gpu",
-            "sandbox.containment"}
+REQUIRED = {
+    "database",
+    "redis",
+    "channel_layer",
+    "workers.agent",
+    "workers.compile",
+    "workers.gpu",
+    "sandbox.containment",
+}
 DEAD_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 
 
@@ -72,7 +79,12 @@ def test_healthz_shows_the_model_endpoint_but_never_the_key(client, settings, li
 
     assert b"sk-very-secret-value" not in response.content
     model = response.json()["parts"]["model_endpoint"]
-    assert model["detail"] == {"configured": True, "base_url": "http://127.0.0.1:9/v1", "model": "test-model", "api_key_set": True}
+    assert model["detail"] == {
+        "configured": True,
+        "base_url": "http://127.0.0.1:9/v1",
+        "model": "test-model",
+        "api_key_set": True,
+    }
 
 
 @pytest.mark.django_db

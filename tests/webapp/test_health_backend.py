@@ -42,4 +42,4 @@ def test_health_check_does_not_import_torch_in_the_web_process() -> None:
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=True)
-    assert out.stdout.split() [-1] == "False"
+    assert out.stdout.split()[-1] == "False"

@@ -65,13 +65,28 @@ def test_run_brings_every_part_up_and_ctrl_c_stops_every_process(tmp_path, redis
         env.pop("REDIS_URL", None)  # the launcher starts a redis-server of its own under var/
     log = open(tmp_path / "launcher.log", "wb")
     launcher = subprocess.Popen(
-        [sys.executable, "scripts/launcher.py", "run", "--port", str(port), "--agent-concurrency", "1",
-         "--compile-concurrency", "1"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "scripts/launcher.py",
+            "run",
+            "--port",
+            str(port),
+            "--agent-concurrency",
+            "1",
+            "--compile-concurrency",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        status, report = wait_for(lambda: (s := healthz(url))[0] == 200 and s, timeout=150, interval=1, what="a green /healthz")
+        status, report = wait_for(
+            lambda: (s := healthz(url))[0] == 200 and s, timeout=150, interval=1, what="a green /healthz"
+        )
         assert report["ok"] and all(p["ok"] for p in report["parts"].values()), report
         if "REDIS_URL" not in env:
             assert (tmp_path / "var" / "redis").is_dir()
@@ -98,8 +113,9 @@ def test_run_without_redis_says_exactly_what_to_install(tmp_path) -> None:
         "PATH": str(tmp_path),  # no redis-server on it
         "KERNELWRIGHT_VAR_DIR": str(tmp_path / "var"),
     }
-    proc = subprocess.run([sys.executable, "scripts/launcher.py", "run"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "scripts/launcher.py", "run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "apt-get install redis-server" in proc.stderr
     assert "REDIS_URL=redis://" in proc.stderr

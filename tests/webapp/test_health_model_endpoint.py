@@ -25,8 +25,8 @@ def test_an_unconfigured_endpoint_is_not_configured_in_the_json(client, no_endpo
 @pytest.mark.django_db
 def test_the_page_shows_not_configured_not_up(client, no_endpoint) -> None:
     html = client.get("/health/").content.decode()
-    row = html[html.index('data-part="model_endpoint"'):]
-    row = row[:row.index("</tr>")]
+    row = html[html.index('data-part="model_endpoint"') :]
+    row = row[: row.index("</tr>")]
     assert 'class="part off" data-part="model_endpoint"' in html
     assert '<td class="state">not configured</td>' in row and ">up<" not in row
 

@@ -41,7 +41,9 @@ def serve(page, pages: dict[str, bytes]) -> None:
         if path in pages:
             return route.fulfill(status=200, body=pages[path], headers={"Content-Type": "text/html; charset=utf-8"})
         if url.path == "/static/plotly/plotly.min.js":
-            return route.fulfill(status=200, body=PLOTLY.read_bytes(), headers={"Content-Type": "application/javascript"})
+            return route.fulfill(
+                status=200, body=PLOTLY.read_bytes(), headers={"Content-Type": "application/javascript"}
+            )
         file = STATIC / url.path.removeprefix("/static/jobs/")
         if url.path.startswith("/static/jobs/") and file.is_file():
             ctype = "text/css" if file.suffix == ".css" else "application/javascript"

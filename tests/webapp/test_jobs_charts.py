@@ -10,10 +10,19 @@ def stats(median: float, lo: float, hi: float) -> dict:
 
 
 def test_error_bars_are_the_rounds_interquartile_range_never_min_max():
-    rounds = [{"order": ["eager", "candidate"], "eager_ms": e, "candidate_ms": c} for e, c in
-              [(1.0, 0.5), (1.1, 0.52), (0.9, 0.48), (1.05, 0.51), (0.95, 0.49)]]
-    evaluation = {"timing": {"eager": stats(1.0, 0.8, 40.0), "candidate": stats(0.5, 0.4, 30.0), "rounds": rounds, "clock": "cuda_events"},
-                  "speed": {"verdict": "2x faster than eager (95% interval 1.9-2.1x, 5 rounds)"}}
+    rounds = [
+        {"order": ["eager", "candidate"], "eager_ms": e, "candidate_ms": c}
+        for e, c in [(1.0, 0.5), (1.1, 0.52), (0.9, 0.48), (1.05, 0.51), (0.95, 0.49)]
+    ]
+    evaluation = {
+        "timing": {
+            "eager": stats(1.0, 0.8, 40.0),
+            "candidate": stats(0.5, 0.4, 30.0),
+            "rounds": rounds,
+            "clock": "cuda_events",
+        },
+        "speed": {"verdict": "2x faster than eager (95% interval 1.9-2.1x, 5 rounds)"},
+    }
     fig = charts.best_vs_baselines(evaluation)
     bar = fig["data"][0]
     assert bar["x"] == ["eager", "best candidate"]

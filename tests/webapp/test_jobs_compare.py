@@ -70,7 +70,11 @@ def test_two_turns_side_by_side(client, owner):
     assert resp.status_code == 200 and "after turn 1" in html and "after turn 5" in html
     # the code: one modified file, in both layouts, highlighted; side by side is this page's default
     diffs = html.split('id="compare-diffs"')[1]
-    assert "fd-modified" in diffs and '<table class="diff split hl">' in diffs and '<table class="diff unified hl">' in diffs
+    assert (
+        "fd-modified" in diffs
+        and '<table class="diff split hl">' in diffs
+        and '<table class="diff unified hl">' in diffs
+    )
     assert '<td class="src s-del">' in diffs and "/* version 1 */" in diffs and "/* version 5 */" in diffs
     assert 'data-default="split"' in html
     # the numbers of each turn, from its own stored evaluation
@@ -126,7 +130,11 @@ def test_share_links_open_a_side_and_stop_when_revoked(client, owner, stranger):
     resp = client.get("/compare/", {"a": mine.pk, "b_link": f"http://testserver/s/{token}/", "tb": 7})
     assert resp.status_code == 302
     target = urlparse(resp["Location"])
-    assert target.path == "/compare/" and parse_qs(target.query) == {"a": [str(mine.pk)], "b": [str(theirs.pk)], "b_share": [token]}
+    assert target.path == "/compare/" and parse_qs(target.query) == {
+        "a": [str(mine.pk)],
+        "b": [str(theirs.pk)],
+        "b_share": [token],
+    }
     html = client.get(resp["Location"]).content.decode()
     assert "shared with me" in html and "Opened by share link" in html
     assert f'name="b_share" value="{token}"' in html and f"/jobs/{theirs.pk}/?share={token}" in html

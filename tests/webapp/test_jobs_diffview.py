@@ -49,14 +49,21 @@ def text_of(line) -> str:
 
 
 # -- highlighting ------------------------------------------------------------------------------
-@pytest.mark.parametrize(("path", "source"), [("model_new.py", PY), ("kernels/a.cpp", CPP), ("kernels/a.cu", CUDA), ("notes.txt", PY)])
+@pytest.mark.parametrize(
+    ("path", "source"), [("model_new.py", PY), ("kernels/a.cpp", CPP), ("kernels/a.cu", CUDA), ("notes.txt", PY)]
+)
 def test_highlighted_lines_give_back_exactly_the_input(path, source):
     lines = highlight_path(source, path)
     assert [text_of(line) for line in lines] == source.split("\n")
 
 
 def test_languages_and_token_classes():
-    assert (language_for("model_new.py"), language_for("k/a.CU"), language_for("k/a.cpp"), language_for("README")) == ("python", "cuda", "cpp", None)
+    assert (language_for("model_new.py"), language_for("k/a.CU"), language_for("k/a.cpp"), language_for("README")) == (
+        "python",
+        "cuda",
+        "cpp",
+        None,
+    )
     py = highlight_path(PY, "model_new.py")
     assert ("k", "def") in py[5] and ("nf", "f") in py[5]  # keyword, function name
     assert py[0][0][0] == "sd" and py[1][0][0] == "sd"  # the docstring stays a string on both of its lines
@@ -79,8 +86,16 @@ def test_model_markup_in_code_is_only_text():
 
 def test_the_static_stylesheet_covers_the_classes_the_highlighter_emits():
     css = (STATIC / "highlight.css").read_text()
-    assert css == stylesheet()  # regenerate with: python -m webapp.jobs.highlight > webapp/jobs/static/jobs/highlight.css
-    used = {cls for src, path in ((PY, "a.py"), (CPP, "a.cpp"), (CUDA, "a.cu")) for line in highlight_path(src, path) for cls, _ in line if cls}
+    assert (
+        css == stylesheet()
+    )  # regenerate with: python -m webapp.jobs.highlight > webapp/jobs/static/jobs/highlight.css
+    used = {
+        cls
+        for src, path in ((PY, "a.py"), (CPP, "a.cpp"), (CUDA, "a.cu"))
+        for line in highlight_path(src, path)
+        for cls, _ in line
+        if cls
+    }
     defined = set(re.findall(r"^\.hl \.([a-z0-9]+) ", css, re.M))
     assert {"k", "kn", "nf", "c1", "cm", "sd", "mf"} <= used & defined  # what makes code readable is styled
     assert "http" not in css and "@import" not in css
@@ -106,14 +121,22 @@ def test_unified_rows_match_difflib():
     assert unified_from(fd) == expected
     assert (fd.status, fd.added, fd.removed) == ("modified", 2, 1)
     first = fd.hunks[0].unified
-    assert [(r.kind, r.old_number, r.new_number) for r in first[:4]] == [("ctx", 1, 1), ("ctx", 2, 2), ("del", 3, None), ("add", None, 3)]
+    assert [(r.kind, r.old_number, r.new_number) for r in first[:4]] == [
+        ("ctx", 1, 1),
+        ("ctx", 2, 2),
+        ("del", 3, None),
+        ("add", None, 3),
+    ]
 
 
 def test_side_by_side_pairs_changed_lines_and_pads_the_rest():
     fd = file_diff("notes.txt", OLD, NEW)
     rows = [r for h in fd.hunks for r in h.split]
     changed = [r for r in rows if r.left.kind != "ctx"]
-    assert [(r.left.kind, r.left.number, text_of(r.left.segments), r.right.kind, r.right.number, text_of(r.right.segments)) for r in changed] == [
+    assert [
+        (r.left.kind, r.left.number, text_of(r.left.segments), r.right.kind, r.right.number, text_of(r.right.segments))
+        for r in changed
+    ] == [
         ("del", 3, "c", "add", 3, "C"),
         ("empty", None, "", "add", 11, "k"),
     ]
@@ -162,7 +185,9 @@ def evil_trajectory() -> dict:
         if e["type"] == "file_edit" and e["turn"] == 2:
             e["content"] = e["content"].replace("// softmax_rows", f"// {EVIL}\n// softmax_rows")
         if e["type"] == "tool_call" and e["name"] == "write_file" and e["turn"] == 2:
-            e["arguments"]["content"] = e["arguments"]["content"].replace("// softmax_rows", f"// {EVIL}\n// softmax_rows")
+            e["arguments"]["content"] = e["arguments"]["content"].replace(
+                "// softmax_rows", f"// {EVIL}\n// softmax_rows"
+            )
     return data
 
 
@@ -175,7 +200,10 @@ def test_the_viewer_shows_both_layouts_highlighted_and_escaped(client, owner):
     # turn 2 changed one line of turn 1's file and added the evil comment: the old text came from turn 1
     assert '<tr class="d-del"><td class="ln">3</td><td class="ln"></td>' in turn2
     assert "/* version 1 */" in turn2 and "/* version 2 */" in turn2
-    assert '<span class="c1">// &lt;/pre&gt;&lt;/td&gt;&lt;/table&gt;&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;' in turn2
+    assert (
+        '<span class="c1">// &lt;/pre&gt;&lt;/td&gt;&lt;/table&gt;&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;'
+        in turn2
+    )
     assert "<script>alert" not in html and "<img src=x" not in html
     assert '<span class="k">return</span>' in turn2  # C++ keywords highlighted in the diff
     # the file the turn wrote, in the tool call, is highlighted too; the reference module as Python
@@ -183,7 +211,11 @@ def test_the_viewer_shows_both_layouts_highlighted_and_escaped(client, owner):
     ref = html.split("Reference module")[1]
     assert '<span class="kn">import</span>' in ref
     # the layout toggle, its script and the stylesheet come from this server, nothing from elsewhere
-    assert 'name="diff-mode" value="split"' in html and "/static/jobs/diffmode.js" in html and "/static/jobs/highlight.css" in html
+    assert (
+        'name="diff-mode" value="split"' in html
+        and "/static/jobs/diffmode.js" in html
+        and "/static/jobs/highlight.css" in html
+    )
     assert not re.search(r"""<(script|link)[^>]+(src|href)=["']?(https?:)?//""", html)
 
 
@@ -212,7 +244,10 @@ def test_the_workspace_after_a_turn_is_cached_for_the_next(client, owner):
     cache.set(key, {"kernels/softmax.cpp": "planted old text\n"})
     cache.delete(turn_html._key(turns[3]))
     html = turn_html.turn_html(turns[3])
-    assert '<tr class="d-del"><td class="ln">1</td><td class="ln"></td><td class="src"><span class="n">planted</span> <span class="n">old</span>' in html
+    assert (
+        '<tr class="d-del"><td class="ln">1</td><td class="ln"></td><td class="src"><span class="n">planted</span> <span class="n">old</span>'
+        in html
+    )
 
 
 # -- the layout toggle in a real browser -------------------------------------------------------------

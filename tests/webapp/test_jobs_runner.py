@@ -42,7 +42,10 @@ def model_server(settings):
 
 def first_turns() -> list[dict]:
     files = candidate("cpu")
-    return [reply(call("read_file", path="reference.py"), content="Reading the task first."), reply(*write_all(files), content="A fused kernel.")]
+    return [
+        reply(call("read_file", path="reference.py"), content="Reading the task first."),
+        reply(*write_all(files), content="A fused kernel."),
+    ]
 
 
 def last_turns() -> list[dict]:
@@ -50,7 +53,9 @@ def last_turns() -> list[dict]:
 
 
 def new_job(owner, max_turns: int = 8) -> Job:
-    return services.create_job(owner, "softmax", TASK, {"backend": "cpu", "policy": "openai", "max_turns": max_turns}, enqueue=False)
+    return services.create_job(
+        owner, "softmax", TASK, {"backend": "cpu", "policy": "openai", "max_turns": max_turns}, enqueue=False
+    )
 
 
 class Listener(threading.Thread):
@@ -121,7 +126,9 @@ def test_a_job_resumes_from_its_stored_turns_after_a_lost_worker(live_workers, m
     assert sorted(kept) == [0, 1, 2]
     kept[2] = [e for e in kept[2] if e["type"] not in ("error", "finished")]  # as if it died before the end
     job.turns.filter(index=2).update(events=kept[2])
-    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, finished_at=None, reason="", options={**job.options, "max_turns": 8})
+    Job.objects.filter(pk=job.pk).update(
+        state=Job.State.RUNNING, finished_at=None, reason="", options={**job.options, "max_turns": 8}
+    )
 
     model_server.set_script({"replies": last_turns(), "when_exhausted": "error"})
     runner.run_job(job.pk)
@@ -144,7 +151,9 @@ def test_a_job_lost_too_often_fails_with_a_reason(owner):
     Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, attempts=runner.MAX_ATTEMPTS)
     runner.run_job(job.pk)
     job.refresh_from_db()
-    assert job.state == Job.State.FAILED and job.reason == "the worker running this job died 3 times; the job was stopped"
+    assert (
+        job.state == Job.State.FAILED and job.reason == "the worker running this job died 3 times; the job was stopped"
+    )
 
 
 def test_a_cancelled_job_is_not_started(owner):
@@ -168,8 +177,9 @@ def test_a_job_asking_for_auto_runs_on_the_backend_its_gpu_worker_resolves(live_
     # The gpu worker of the stack runs with KERNELWRIGHT_BACKEND=cpu: "auto" is that worker's
     # answer, not this (agent-side) process's guess, and the job shows it once known.
     model_server.set_script({"replies": [reply(call("finish", summary="nothing to do"))], "when_exhausted": "error"})
-    job = services.create_job(owner, "softmax", TASK, {"backend": "auto", "policy": "openai", "max_turns": 2},
-                              enqueue=False)
+    job = services.create_job(
+        owner, "softmax", TASK, {"backend": "auto", "policy": "openai", "max_turns": 2}, enqueue=False
+    )
     runner.run_job(job.pk)
 
     job.refresh_from_db()

@@ -32,7 +32,14 @@ def make_job(owner, **kw) -> Job:
 def test_it_creates_a_job_with_normalized_options(owner):
     job = make_job(owner)
     assert job.state == Job.State.QUEUED
-    assert job.options == {"backend": "cpu", "policy": "builtin", "preset": "default", "torch_ops": "forbid", "precision": "task", "max_turns": 10}
+    assert job.options == {
+        "backend": "cpu",
+        "policy": "builtin",
+        "preset": "default",
+        "torch_ops": "forbid",
+        "precision": "task",
+        "max_turns": 10,
+    }
     assert len(job.task_hash) == 64
 
 
@@ -169,7 +176,9 @@ def test_retry_makes_a_new_job_only_for_failed_or_cancelled(owner):
         services.retry_job(job)
     services.finish_job(job, Job.State.FAILED, "boom")
     new = services.retry_job(job)
-    assert new.pk != job.pk and new.source == job.source and new.options == job.options and new.state == Job.State.QUEUED
+    assert (
+        new.pk != job.pk and new.source == job.source and new.options == job.options and new.state == Job.State.QUEUED
+    )
 
 
 def test_share_links_are_unguessable_and_revocable(owner):
@@ -192,7 +201,10 @@ def test_import_builds_a_finished_job_from_a_trajectory(owner):
     assert "max_turns" in job.reason
 
 
-@pytest.mark.parametrize("data", [{"schema": "other/1", "events": []}, [], {"schema": "kernelwright.trajectory/1", "events": [{"type": "nope"}]}])
+@pytest.mark.parametrize(
+    "data",
+    [{"schema": "other/1", "events": []}, [], {"schema": "kernelwright.trajectory/1", "events": [{"type": "nope"}]}],
+)
 def test_import_refuses_what_is_not_a_trajectory(owner, data):
     with pytest.raises(ImportRefused):
         import_trajectory(owner, data)

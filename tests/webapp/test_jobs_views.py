@@ -43,7 +43,9 @@ def job(owner) -> Job:
 
 def test_signup_logs_in_and_logout_logs_out():
     c = Client()
-    resp = c.post("/accounts/signup/", {"username": "newbie", "password1": "a-Long-pass-123", "password2": "a-Long-pass-123"})
+    resp = c.post(
+        "/accounts/signup/", {"username": "newbie", "password1": "a-Long-pass-123", "password2": "a-Long-pass-123"}
+    )
     assert resp.status_code == 302
     assert c.get("/").context["user"].username == "newbie"
     c.post("/accounts/logout/")
@@ -58,7 +60,18 @@ def test_login_page_logs_in(owner):
 
 def test_new_job_from_an_uploaded_file(client, owner):
     upload = SimpleUploadedFile("row_softmax_small.py", TASK.encode(), content_type="text/x-python")
-    resp = client.post("/jobs/new/", {"file": upload, "backend": "cpu", "policy": "builtin", "max_turns": "3", "preset": "default", "torch_ops": "forbid", "name": ""})
+    resp = client.post(
+        "/jobs/new/",
+        {
+            "file": upload,
+            "backend": "cpu",
+            "policy": "builtin",
+            "max_turns": "3",
+            "preset": "default",
+            "torch_ops": "forbid",
+            "name": "",
+        },
+    )
     job = Job.objects.get(owner=owner)
     assert resp.status_code == 302 and resp["Location"] == f"/jobs/{job.pk}/"
     assert job.source == TASK and job.name == "row_softmax_small"
@@ -66,7 +79,18 @@ def test_new_job_from_an_uploaded_file(client, owner):
 
 
 def test_new_job_from_pasted_source(client, owner):
-    resp = client.post("/jobs/new/", {"source": TASK, "name": "pasted", "backend": "auto", "policy": "builtin", "max_turns": "5", "preset": "kernelbench", "torch_ops": "allow"})
+    resp = client.post(
+        "/jobs/new/",
+        {
+            "source": TASK,
+            "name": "pasted",
+            "backend": "auto",
+            "policy": "builtin",
+            "max_turns": "5",
+            "preset": "kernelbench",
+            "torch_ops": "allow",
+        },
+    )
     assert resp.status_code == 302
     assert Job.objects.get(owner=owner).options["preset"] == "kernelbench"
 
@@ -139,7 +163,9 @@ def test_the_zip_holds_the_best_candidate_readme_and_evaluation(client, job):
 
 def test_single_file_and_trajectory_downloads(client, job):
     kernel = client.get(f"/jobs/{job.pk}/download/files/kernels/softmax.cpp")
-    assert kernel.status_code == 200 and b"softmax_rows" in b"".join(kernel.streaming_content if kernel.streaming else [kernel.content])
+    assert kernel.status_code == 200 and b"softmax_rows" in b"".join(
+        kernel.streaming_content if kernel.streaming else [kernel.content]
+    )
     assert client.get(f"/jobs/{job.pk}/download/files/nope.py").status_code == 404
     traj = json.loads(client.get(f"/jobs/{job.pk}/download/trajectory.json").content)
     assert traj["schema"] == "kernelwright.trajectory/1"
@@ -243,7 +269,12 @@ def test_long_jobs_fold_older_turns_and_serve_them_on_demand(client, owner):
 
     job = import_trajectory(owner, build(turns=FULL_TURNS + 5))
     html = client.get(f"/jobs/{job.pk}/").content.decode()
-    folded = [i for i in range(FULL_TURNS + 6) if f'id="turn-{i}" data-index="{i}"' in html and 'data-stub="1"' in html.split(f'id="turn-{i}"')[1].split(">")[0]]
+    folded = [
+        i
+        for i in range(FULL_TURNS + 6)
+        if f'id="turn-{i}" data-index="{i}"' in html
+        and 'data-stub="1"' in html.split(f'id="turn-{i}"')[1].split(">")[0]
+    ]
     assert folded == list(range(0, 6))  # setup + the 5 oldest turns: header only
     assert html.count("<article") == FULL_TURNS + 6
     assert "fuse the row max" in html.split(f'id="turn-{FULL_TURNS + 5}"')[1]
@@ -274,18 +305,25 @@ def test_bundled_gallery_holds_the_five_h200_case_studies():
 def test_a_turn_shows_the_host_time_and_why_the_floor_is_the_memory_floor(client, owner):
     """The diag case study (H200): its candidate beats the task's FLOP floor (an algebraic
     rewrite) and is host-bound; both are said where its evaluation is shown."""
-    fixture = Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    fixture = (
+        Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    )
     job = import_trajectory(owner, json.loads(fixture.read_text()))
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "computes fewer FLOPs than the reference, so it is measured against the memory floor" in html
-    assert "host-bound: called back to back it takes" in html and "so the forward&#x27;s Python, allocations and launches" in html
+    assert (
+        "host-bound: called back to back it takes" in html
+        and "so the forward&#x27;s Python, allocations and launches" in html
+    )
     assert '<th title="host time of the call itself' in html
 
 
 def test_a_turn_shows_device_time_and_the_back_to_back_floor(client, owner):
     """An evaluation under the head-start timer (cuda) carries the device median and the
     back-to-back time per call; the turn's timing table shows both next to the host time."""
-    fixture = Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    fixture = (
+        Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    )
     data = json.loads(fixture.read_text())
     marked = 0
     for e in data["events"]:
@@ -303,7 +341,9 @@ def test_a_turn_shows_device_time_and_the_back_to_back_floor(client, owner):
 def test_a_turn_says_when_its_kernels_ran_from_a_cuda_graph(client, owner):
     """linear_gelu_residual's case study (H200) tried its forward as one CUDA graph; that turn's
     kernel list says the kernels were launched from a graph replay, the other turns do not."""
-    fixture = Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "linear_gelu_residual.json"
+    fixture = (
+        Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "linear_gelu_residual.json"
+    )
     job = import_trajectory(owner, json.loads(fixture.read_text()))
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert html.count("launched from 1 CUDA graph replay per forward") == 1
@@ -313,13 +353,18 @@ def test_a_turn_says_when_its_kernels_ran_from_a_cuda_graph(client, owner):
 def test_the_last_turn_shows_the_confirmations_and_which_evaluation_is_the_result(client, owner):
     """After the last turn the loop evaluates the best twice more and repeats the median one as
     the result (agent.loop._Run.confirm); the job's best is that one, and the page says so."""
-    fixture = Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    fixture = (
+        Path(__file__).resolve().parents[2] / "webapp" / "jobs" / "fixtures" / "gallery" / "diag_scale_matmul.json"
+    )
     data = json.loads(fixture.read_text())
     best = [e for e in data["events"] if e["type"] == "best_changed"][-1]
     first = next(e for e in data["events"] if e["type"] == "evaluation" and e["version"] == best["version"])
     last_turn = max(e["turn"] for e in data["events"])
     draws = []
-    for scale in (1.02, 1.10):  # the candidate medians are then 1.00, 1.02, 1.10 x: the first confirmation is the median
+    for scale in (
+        1.02,
+        1.10,
+    ):  # the candidate medians are then 1.00, 1.02, 1.10 x: the first confirmation is the median
         again = json.loads(json.dumps(first["result"]))
         again["timing"]["candidate"]["median_ms"] *= scale
         again["speedup_vs_eager"] = again["timing"]["eager"]["median_ms"] / again["timing"]["candidate"]["median_ms"]
@@ -329,12 +374,30 @@ def test_the_last_turn_shows_the_confirmations_and_which_evaluation_is_the_resul
     finished = next(e for e in data["events"] if e["type"] == "finished")
     data["events"].remove(finished)
     data["events"] += [
-        {"type": "evaluation", "turn": last_turn, "ts": 0, "version": best["version"], "result": d, "purpose": "confirmation",
-         "draws_ms": []} for d in draws]
+        {
+            "type": "evaluation",
+            "turn": last_turn,
+            "ts": 0,
+            "version": best["version"],
+            "result": d,
+            "purpose": "confirmation",
+            "draws_ms": [],
+        }
+        for d in draws
+    ]
     data["events"] += [
-        {"type": "evaluation", "turn": last_turn, "ts": 0, "version": best["version"], "result": chosen, "purpose": "final",
-         "draws_ms": ms},
-        {**best, "turn": last_turn, "speedup_vs_eager": chosen["speedup_vs_eager"]}, finished]
+        {
+            "type": "evaluation",
+            "turn": last_turn,
+            "ts": 0,
+            "version": best["version"],
+            "result": chosen,
+            "purpose": "final",
+            "draws_ms": ms,
+        },
+        {**best, "turn": last_turn, "speedup_vs_eager": chosen["speedup_vs_eager"]},
+        finished,
+    ]
     job = import_trajectory(owner, data)
     html = client.get(f"/jobs/{job.pk}/").content.decode()
     assert html.count("confirmation: evaluation v") == 2

@@ -44,9 +44,18 @@ launcher = load_launcher()
 
 
 # -- which child gets which secret (no processes) -------------------------------------------------
-ENV = {"PATH": "/usr/bin", "OPENAI_API_KEY": MODEL_KEY, "OPENAI_BASE_URL": "http://model/v1", "SECRET_KEY": WEB_SECRET,
-       "HF_TOKEN": OTHER_TOKEN, "AWS_SECRET_ACCESS_KEY": "aws", "DATABASE_URL": "postgres://u@h/db", "PGPASSWORD": "pg",
-       "REDIS_URL": "redis://:pw@127.0.0.1:1/0", "KERNELWRIGHT_BACKEND": "cpu"}
+ENV = {
+    "PATH": "/usr/bin",
+    "OPENAI_API_KEY": MODEL_KEY,
+    "OPENAI_BASE_URL": "http://model/v1",
+    "SECRET_KEY": WEB_SECRET,
+    "HF_TOKEN": OTHER_TOKEN,
+    "AWS_SECRET_ACCESS_KEY": "aws",
+    "DATABASE_URL": "postgres://u@h/db",
+    "PGPASSWORD": "pg",
+    "REDIS_URL": "redis://:pw@127.0.0.1:1/0",
+    "KERNELWRIGHT_BACKEND": "cpu",
+}
 
 
 def test_workers_that_run_untrusted_code_get_no_secret_they_do_not_need() -> None:
@@ -125,6 +134,7 @@ def green(url: str) -> dict:
     def ok():
         status, report = healthz(url)
         return status == 200 and report
+
     return wait_for(ok, timeout=150, interval=1, what="a green /healthz")
 
 
@@ -157,9 +167,24 @@ def launched(tmp_path_factory):
     log = tmp / "launcher.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "scripts/launcher.py", "run", "--port", str(port), "--agent-concurrency", "1",
-             "--compile-concurrency", "1", "--web-processes", "1"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "scripts/launcher.py",
+                "run",
+                "--port",
+                str(port),
+                "--agent-concurrency",
+                "1",
+                "--compile-concurrency",
+                "1",
+                "--web-processes",
+                "1",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     launched = Launched(proc, f"http://127.0.0.1:{port}", log, tmp / "var")
     try:
@@ -196,7 +221,9 @@ def test_the_private_redis_wants_a_password_and_listens_on_loopback_only(launche
     assert url.hostname == "127.0.0.1" and url.password and len(url.password) >= 32
     # On no command line, in no file left behind.
     assert not any(url.password in " ".join(p.argv) for p in processes().values())
-    assert not [f for f in (launched.var / "redis").rglob("*") if f.is_file() and url.password.encode() in f.read_bytes()]
+    assert not [
+        f for f in (launched.var / "redis").rglob("*") if f.is_file() and url.password.encode() in f.read_bytes()
+    ]
     assert (launched.var / "redis").stat().st_mode & 0o077 == 0
 
     with socket.create_connection(("127.0.0.1", url.port), timeout=5) as s:
@@ -217,6 +244,7 @@ def wait_replaced(launched: Launched, role: str, old_pid: int) -> Proc:
     def replaced():
         new = children(launched.proc.pid).get(role)
         return new if new and new.pid != old_pid else None
+
     return wait_for(replaced, timeout=60, interval=0.3, what=f"a new {role}")
 
 

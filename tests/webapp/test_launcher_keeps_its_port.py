@@ -44,8 +44,14 @@ def hold(port: int) -> socket.socket:
 def test_a_busy_port_is_an_error_that_says_why_and_nothing_starts(tmp_path) -> None:
     port = free_port()
     with hold(port):
-        proc = subprocess.run([sys.executable, "scripts/launcher.py", "run", "--port", str(port)], cwd=ROOT,
-                              env=launcher_env(tmp_path), capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "scripts/launcher.py", "run", "--port", str(port)],
+            cwd=ROOT,
+            env=launcher_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert f"cannot listen on 127.0.0.1:{port}: address already in use by pid {os.getpid()}" in out
@@ -62,9 +68,27 @@ def test_with_wait_for_port_it_waits_then_listens_on_that_very_port(tmp_path) ->
     log = tmp_path / "launcher.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "scripts/launcher.py", "run", "--port", str(port), "--wait-for-port", "60",
-             "--web-processes", "1", "--agent-concurrency", "1", "--compile-concurrency", "1"],
-            cwd=ROOT, env=launcher_env(tmp_path), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "scripts/launcher.py",
+                "run",
+                "--port",
+                str(port),
+                "--wait-for-port",
+                "60",
+                "--web-processes",
+                "1",
+                "--agent-concurrency",
+                "1",
+                "--compile-concurrency",
+                "1",
+            ],
+            cwd=ROOT,
+            env=launcher_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_for(lambda: f"port {port} on 127.0.0.1 is busy" in log.read_text(), 60, what="the waiting message")
         time.sleep(1)

@@ -38,7 +38,9 @@ def server(live_stack_env, tmp_path_factory):
 def job() -> Job:
     """A public running job with turns 0 and 1 stored (anyone may watch it)."""
     owner = User.objects.create_user("owner", password="pw-owner-123")
-    job = services.start_job(services.create_job(owner, "watched live", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False))
+    job = services.start_job(
+        services.create_job(owner, "watched live", SOFTMAX_TASK, {"backend": "cpu"}, enqueue=False)
+    )
     Job.objects.filter(pk=job.pk).update(visibility=Job.Visibility.PUBLIC)
     for index in (0, 1):
         services.store_turn(job, index, TURNS[index])

@@ -52,17 +52,29 @@ class Service:
 
     def manage(self, code: str) -> str:
         env = os.environ | {"DATABASE_URL": f"sqlite:///{self.db}", "DJANGO_SETTINGS_MODULE": "webapp.settings"}
-        out = subprocess.run([sys.executable, "manage.py", "shell", "--no-imports", "-c", code], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr
         return (out.stdout.strip().splitlines() or [""])[-1]
 
     def job(self, pk: int) -> dict:
         with sqlite3.connect(self.db, timeout=20) as conn:
             conn.row_factory = sqlite3.Row
-            row = dict(conn.execute("SELECT state, step, reason, attempts FROM jobs_job WHERE id = ?", (pk,)).fetchone())
-            row["turns"] = {i: json.loads(e) for i, e in conn.execute(
-                "SELECT \"index\", events FROM jobs_turn WHERE job_id = ? ORDER BY \"index\"", (pk,))}
+            row = dict(
+                conn.execute("SELECT state, step, reason, attempts FROM jobs_job WHERE id = ?", (pk,)).fetchone()
+            )
+            row["turns"] = {
+                i: json.loads(e)
+                for i, e in conn.execute(
+                    'SELECT "index", events FROM jobs_turn WHERE job_id = ? ORDER BY "index"', (pk,)
+                )
+            }
         return row
 
     def get(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
@@ -76,9 +88,15 @@ class Service:
 def script() -> dict:
     files = candidate("cpu")
     evaluate = [reply(call("evaluate"), content="Measuring again.") for _ in range(9)]
-    return {"replies": [reply(call("read_file", path="reference.py")), reply(*write_all(files)), reply(call("compile")),
-                        *evaluate],
-            "when_exhausted": "finish"}
+    return {
+        "replies": [
+            reply(call("read_file", path="reference.py")),
+            reply(*write_all(files)),
+            reply(call("compile")),
+            *evaluate,
+        ],
+        "when_exhausted": "finish",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +120,25 @@ def service(tmp_path_factory):
     log = tmp / "launcher.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "scripts/launcher.py", "run", "--port", str(port), "--web-processes", "1",
-             "--agent-concurrency", "1", "--compile-concurrency", "1"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "scripts/launcher.py",
+                "run",
+                "--port",
+                str(port),
+                "--web-processes",
+                "1",
+                "--agent-concurrency",
+                "1",
+                "--compile-concurrency",
+                "1",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     service = Service(proc, f"http://127.0.0.1:{port}", tmp / "app.sqlite3", log)
     try:
         wait_for(lambda: service.get("/healthz")[0] == 200, 180, interval=1, what="a green /healthz")
@@ -117,10 +151,19 @@ def service(tmp_path_factory):
 
 
 def post_job(service: Service, token: str) -> int:
-    body = json.dumps({"name": "softmax under fire", "source": TASK,
-                       "options": {"backend": "cpu", "policy": "openai", "max_turns": 6}}).encode()
-    req = urllib.request.Request(service.url + "/api/jobs", data=body, method="POST",
-                                 headers={"Authorization": f"Token {token}", "Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "name": "softmax under fire",
+            "source": TASK,
+            "options": {"backend": "cpu", "policy": "openai", "max_turns": 6},
+        }
+    ).encode()
+    req = urllib.request.Request(
+        service.url + "/api/jobs",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         return json.loads(resp.read())["id"]
 
@@ -135,13 +178,14 @@ def assert_kept(before: dict[int, list], after: dict[int, list]) -> None:
     """No stored turn lost: each is still there, its events as before (a late event may follow)."""
     for index, events in before.items():
         assert index in after, f"turn {index} was lost"
-        assert after[index][:len(events)] == events, f"turn {index} was rewritten"
+        assert after[index][: len(events)] == events, f"turn {index} was rewritten"
 
 
 def test_kill_each_worker_and_redis_during_a_live_job(service: Service, chromium_browser) -> None:
     token = service.manage(
         "from django.contrib.auth.models import User; from webapp.jobs.models import ApiToken\n"
-        "u = User.objects.create_user('victim', password='pw-victim-123'); print(ApiToken.issue(u)[1])")
+        "u = User.objects.create_user('victim', password='pw-victim-123'); print(ApiToken.issue(u)[1])"
+    )
     pk = post_job(service, token)
     service.manage(f"from webapp.jobs.models import Job; Job.objects.filter(pk={pk}).update(visibility='public')")
     page = chromium_browser.new_page()
@@ -149,32 +193,51 @@ def test_kill_each_worker_and_redis_during_a_live_job(service: Service, chromium
     page.wait_for_selector("body[data-ws='open']", timeout=30000)
 
     # 1. The gpu worker, in the middle of an evaluation.
-    wait_for(lambda: "checking correctness" in service.job(pk)["step"] or "timing" in service.job(pk)["step"], 300,
-             interval=0.2, what="an evaluation under way")
+    wait_for(
+        lambda: "checking correctness" in service.job(pk)["step"] or "timing" in service.job(pk)["step"],
+        300,
+        interval=0.2,
+        what="an evaluation under way",
+    )
     before = service.job(pk)
     gpu_pool = [p.pid for p in processes().values() if p.ppid == children(service.proc.pid)["gpu0"].pid]
     kill(service, "gpu0")
     # Its pool process (running the evaluation) goes with it, so the evaluation stops.
-    wait_for(lambda: not any(pid in processes() for pid in gpu_pool), 20, what="the dead gpu worker's pool process to end")
+    wait_for(
+        lambda: not any(pid in processes() for pid in gpu_pool), 20, what="the dead gpu worker's pool process to end"
+    )
     step_at_kill = service.job(pk)["step"]
     # The agent sees the evaluation lost and sends it again to the restarted worker.
-    wait_for(lambda: "the worker running evaluate" in service.output() or service.job(pk)["step"] != step_at_kill,
-             120, interval=0.5, what="the evaluation sent again")
+    wait_for(
+        lambda: "the worker running evaluate" in service.output() or service.job(pk)["step"] != step_at_kill,
+        120,
+        interval=0.5,
+        what="the evaluation sent again",
+    )
     assert_kept(before["turns"], service.job(pk)["turns"])
 
     # 2. The agent worker: the job goes back to the queue with the reason, then resumes.
     wait_for(lambda: len(service.job(pk)["turns"]) >= 5, 300, interval=0.5, what="a few more turns")
     before = service.job(pk)
     kill(service, "agent")
+
     def taken_back():
         j = service.job(pk)
-        return j if j["attempts"] > before["attempts"] or (j["state"] == "queued" and "stopped answering" in j["reason"]) else None
+        return (
+            j
+            if j["attempts"] > before["attempts"] or (j["state"] == "queued" and "stopped answering" in j["reason"])
+            else None
+        )
 
     requeued = wait_for(taken_back, 90, interval=0.2, what="the job taken back from the dead worker")
     assert requeued["attempts"] > before["attempts"] or "resumes from its" in requeued["reason"]
     assert "agent worker stopped answering" in service.output() or requeued["state"] == "queued"
-    wait_for(lambda: service.job(pk)["attempts"] == before["attempts"] + 1 and service.job(pk)["state"] == "running",
-             120, interval=0.5, what="the job resumed on the restarted agent worker")
+    wait_for(
+        lambda: service.job(pk)["attempts"] == before["attempts"] + 1 and service.job(pk)["state"] == "running",
+        120,
+        interval=0.5,
+        what="the job resumed on the restarted agent worker",
+    )
     assert_kept(before["turns"], service.job(pk)["turns"])
 
     # 3. The compile worker (between builds): the job goes on; the service is whole again.
@@ -194,8 +257,9 @@ def test_kill_each_worker_and_redis_during_a_live_job(service: Service, chromium
         page.wait_for_selector("body[data-ws='open']", timeout=60000)
 
     # The end: succeeded, or failed with a reason, and no stored turn lost.
-    final = wait_for(lambda: (j := service.job(pk))["state"] in ("succeeded", "failed") and j, 900, interval=1,
-                     what="the job to end")
+    final = wait_for(
+        lambda: (j := service.job(pk))["state"] in ("succeeded", "failed") and j, 900, interval=1, what="the job to end"
+    )
     assert final["state"] == "succeeded" or final["reason"], final
     assert_kept(before["turns"], final["turns"])
     assert final["attempts"] >= 2

@@ -32,30 +32,36 @@ def test_classes_are_found_without_importing():
         find_module_classes("class (:")
 
 
-@pytest.mark.parametrize("text, spec", [
-    ("float32[8,64,28,28]", InputSpec("float32", (8, 64, 28, 28), "randn")),
-    ("int64[8,128] randint(0,50257)", InputSpec("int64", (8, 128), "randint", (0, 50257))),
-    (" bf16[ 4 , 4 ]  uniform(-1, 1) ", InputSpec("bfloat16", (4, 4), "uniform", (-1, 1))),
-    ("torch.float16[16]", InputSpec("float16", (16,), "randn")),
-    ("int32[3]", InputSpec("int32", (3,), "randint", (0, 100))),
-    ("bool[2,2]", InputSpec("bool", (2, 2), "bernoulli", (0.5,))),
-    ("float64[]", InputSpec("float64", (), "randn")),
-])
+@pytest.mark.parametrize(
+    "text, spec",
+    [
+        ("float32[8,64,28,28]", InputSpec("float32", (8, 64, 28, 28), "randn")),
+        ("int64[8,128] randint(0,50257)", InputSpec("int64", (8, 128), "randint", (0, 50257))),
+        (" bf16[ 4 , 4 ]  uniform(-1, 1) ", InputSpec("bfloat16", (4, 4), "uniform", (-1, 1))),
+        ("torch.float16[16]", InputSpec("float16", (16,), "randn")),
+        ("int32[3]", InputSpec("int32", (3,), "randint", (0, 100))),
+        ("bool[2,2]", InputSpec("bool", (2, 2), "bernoulli", (0.5,))),
+        ("float64[]", InputSpec("float64", (), "randn")),
+    ],
+)
 def test_input_specs(text, spec):
     assert parse_input_spec(text) == spec
 
 
-@pytest.mark.parametrize("text, words", [
-    ("float32", "not an input spec"),
-    ("complex64[3]", "unknown dtype"),
-    ("float32[8,x]", "whole numbers"),
-    ("float32[0]", "positive"),
-    ("int64[8] randn", "floating-point"),
-    ("int64[8] randint(5,5)", "LOW < HIGH"),
-    ("float32[8] gamma(1)", "unknown distribution"),
-    ("float32[8] uniform(1)", "takes 2 arguments"),
-    ("float32[100000,100000]", "more than one input"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("float32", "not an input spec"),
+        ("complex64[3]", "unknown dtype"),
+        ("float32[8,x]", "whole numbers"),
+        ("float32[0]", "positive"),
+        ("int64[8] randn", "floating-point"),
+        ("int64[8] randint(5,5)", "LOW < HIGH"),
+        ("float32[8] gamma(1)", "unknown distribution"),
+        ("float32[8] uniform(1)", "takes 2 arguments"),
+        ("float32[100000,100000]", "more than one input"),
+    ],
+)
 def test_bad_input_specs_say_why(text, words):
     with pytest.raises(SpecError, match=words):
         parse_input_spec(text)

@@ -32,7 +32,13 @@ READ_API = [
     "/api/jobs/{id}/artifacts/files/model_new.py",
     "/api/jobs/{id}/trajectory",
 ]
-CHANGE_PAGES = ["/jobs/{id}/cancel/", "/jobs/{id}/retry/", "/jobs/{id}/visibility/", "/jobs/{id}/share/", "/jobs/{id}/share/revoke/"]
+CHANGE_PAGES = [
+    "/jobs/{id}/cancel/",
+    "/jobs/{id}/retry/",
+    "/jobs/{id}/visibility/",
+    "/jobs/{id}/share/",
+    "/jobs/{id}/share/revoke/",
+]
 
 
 @pytest.fixture

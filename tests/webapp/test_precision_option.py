@@ -26,8 +26,19 @@ def client() -> Client:
 def test_the_form_offers_every_precision_and_the_job_shows_the_chosen_one(client):
     form = client.get("/jobs/new/").content.decode()
     assert all(f'<option value="{p}"' in form for p in PRECISIONS)
-    resp = client.post("/jobs/new/", {"source": TASK, "name": "half", "backend": "cpu", "policy": "builtin", "max_turns": "2",
-                                      "preset": "default", "torch_ops": "allow", "precision": "bfloat16"})
+    resp = client.post(
+        "/jobs/new/",
+        {
+            "source": TASK,
+            "name": "half",
+            "backend": "cpu",
+            "policy": "builtin",
+            "max_turns": "2",
+            "preset": "default",
+            "torch_ops": "allow",
+            "precision": "bfloat16",
+        },
+    )
     assert resp.status_code == 302, resp.content.decode()[:500]
     job = Job.objects.get(name="half")
     assert job.options["precision"] == "bfloat16"
@@ -39,7 +50,11 @@ def test_the_form_offers_every_precision_and_the_job_shows_the_chosen_one(client
 
 
 def test_an_unknown_precision_is_refused_with_the_choices(client):
-    resp = client.post("/jobs/new/", {"source": TASK, "name": "bad", "backend": "cpu", "policy": "builtin", "max_turns": "2",
-                                      "precision": "int4"})
-    assert resp.status_code == 400 and "precision must be one of task, float32, bfloat16, float16" in resp.content.decode()
+    resp = client.post(
+        "/jobs/new/",
+        {"source": TASK, "name": "bad", "backend": "cpu", "policy": "builtin", "max_turns": "2", "precision": "int4"},
+    )
+    assert (
+        resp.status_code == 400 and "precision must be one of task, float32, bfloat16, float16" in resp.content.decode()
+    )
     assert not Job.objects.filter(name="bad").exists()

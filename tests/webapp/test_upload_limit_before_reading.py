@@ -27,15 +27,26 @@ def start(tmp_path, redis_url: str, module: str) -> tuple[ManagedProcess, int]:
     import os
 
     port = free_port()
-    env = os.environ | {"DJANGO_SETTINGS_MODULE": "webapp.settings", "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-                        "REDIS_URL": redis_url, "KERNELWRIGHT_BACKEND": "cpu", "PYTHONUNBUFFERED": "1"}
-    proc = ManagedProcess.start(module, [sys.executable, "-m", module, "-b", "127.0.0.1", "-p", str(port),
-                                         "webapp.asgi:application"], env, tmp_path)
+    env = os.environ | {
+        "DJANGO_SETTINGS_MODULE": "webapp.settings",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "REDIS_URL": redis_url,
+        "KERNELWRIGHT_BACKEND": "cpu",
+        "PYTHONUNBUFFERED": "1",
+    }
+    proc = ManagedProcess.start(
+        module,
+        [sys.executable, "-m", module, "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+        env,
+        tmp_path,
+    )
 
     def answers() -> bool:
         if not proc.alive:
             raise RuntimeError(proc.log_tail())
-        return request(port, b"GET /api/openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")[0] == 200
+        return (
+            request(port, b"GET /api/openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")[0] == 200
+        )
 
     wait_for(answers, 60, interval=0.3, what=module)
     return proc, port
@@ -102,8 +113,10 @@ def server(tmp_path_factory, redis_url):
 
 
 def test_a_50_mb_upload_is_refused_from_its_length_without_being_read(server) -> None:
-    head = (f"POST /jobs/new/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=x\r\n"
-            f"Content-Length: {BIG}\r\n\r\n").encode()
+    head = (
+        f"POST /jobs/new/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+        f"Content-Length: {BIG}\r\n\r\n"
+    ).encode()
     status, headers, body, sent, elapsed = push_body(server, head)
     print(f"50 MB POST /jobs/new/: 413 after {elapsed * 1000:.0f} ms, {sent / 1e6:.1f} MB of the body sent")
     assert status == 413
@@ -113,8 +126,9 @@ def test_a_50_mb_upload_is_refused_from_its_length_without_being_read(server) ->
 
 
 def test_expect_100_continue_gets_the_refusal_instead_of_continue(server) -> None:
-    head = (f"POST /jobs/import/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {BIG}\r\n"
-            f"Expect: 100-continue\r\n\r\n").encode()
+    head = (
+        f"POST /jobs/import/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {BIG}\r\nExpect: 100-continue\r\n\r\n"
+    ).encode()
     status, _, body = request(server, head)
     assert status == 413  # not 100: not a byte of the body is asked for
     assert "a trajectory import may be at most" in body.decode()
@@ -131,8 +145,12 @@ def test_a_chunked_body_is_refused_once_it_passes_the_limit(server) -> None:
 
 def test_a_body_under_the_limit_reaches_the_view_and_the_server_goes_on(server) -> None:
     payload = json.dumps({"name": "x", "source": "y" * 1000}).encode()
-    status, _, body = request(server, b"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                              + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
+    status, _, body = request(
+        server,
+        b"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+        + payload,
+    )
     assert status == 401 and "authentication required" in json.loads(body)["error"]  # the view answered
 
 
@@ -140,8 +158,12 @@ def test_under_plain_daphne_the_asgi_guard_refuses_before_django(tmp_path, redis
     proc, port = start(tmp_path, redis_url, "daphne")
     try:
         payload = b"x" * (2 * 1024 * 1024)
-        status, _, body = request(port, b"POST /jobs/check/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                  + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode() + payload)
+        status, _, body = request(
+            port,
+            b"POST /jobs/check/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+            + payload,
+        )
         assert status == 413 and "a task check may be at most 1048576 bytes" in body.decode()
     finally:
         proc.stop()

@@ -51,8 +51,10 @@ def embedded(source: str) -> bytes:
 
 
 def test_a_job_from_a_pt2_carries_the_file_in_its_task(client, exported):
-    resp = client.post("/jobs/new/", {"file": pt2("scorer.pt2", exported.read_bytes()), "backend": "cpu", "policy": "builtin",
-                                      "max_turns": 1})
+    resp = client.post(
+        "/jobs/new/",
+        {"file": pt2("scorer.pt2", exported.read_bytes()), "backend": "cpu", "policy": "builtin", "max_turns": 1},
+    )
     assert resp.status_code == 302, resp.content.decode()[:2000]
     job = Job.objects.get(owner__username="pt2-owner")
     assert job.name == "scorer" and EXPORTED_MARK in job.source and embedded(job.source) == exported.read_bytes()
@@ -70,11 +72,17 @@ def test_the_check_lists_the_recorded_inputs(client, exported):
     assert data["exported"]["bytes"] == exported.stat().st_size
 
 
-@pytest.mark.parametrize(("data", "expected"), [
-    (b"PK\x03\x04" + b"\0" * 64, "the .pt2 file is damaged (truncated or not written by torch.export.save)"),
-    (b"print('a python file named .pt2')\n", "not a .pt2 file: an ExportedProgram saved with torch.export.save is a zip archive"),
-    (b"PK\x03\x04" + b"\0" * MAX_EXPORTED_BYTES, f"the limit is {MAX_EXPORTED_BYTES} bytes"),
-])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"PK\x03\x04" + b"\0" * 64, "the .pt2 file is damaged (truncated or not written by torch.export.save)"),
+        (
+            b"print('a python file named .pt2')\n",
+            "not a .pt2 file: an ExportedProgram saved with torch.export.save is a zip archive",
+        ),
+        (b"PK\x03\x04" + b"\0" * MAX_EXPORTED_BYTES, f"the limit is {MAX_EXPORTED_BYTES} bytes"),
+    ],
+)
 def test_a_bad_pt2_is_refused_with_what_is_wrong(client, data, expected):
     check = client.post("/jobs/check/", {"file": pt2("model.pt2", data)}).json()
     assert check["ok"] is False and expected in check["errors"][0], check
@@ -95,11 +103,15 @@ def test_the_form_in_the_browser(request, client, exported, live_server):
     """Against Django's live server (a browser's request interception drops a multipart body's
     file content, so the file must reach a real server)."""
     page = request.getfixturevalue("browser_page")
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
+    page.context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}]
+    )
     page.goto(live_server.url + "/jobs/new/")
     assert page.locator("#id_file").count() == 1 and page.locator("#exported-note").is_hidden()
     page.set_input_files("#id_file", str(exported))
-    page.wait_for_selector("#live-check li.ok >> text=recorded inputs: x: int64[4,6]; scale: float32[4,6,1]", timeout=15000)
+    page.wait_for_selector(
+        "#live-check li.ok >> text=recorded inputs: x: int64[4,6]; scale: float32[4,6,1]", timeout=15000
+    )
     note = page.locator("#exported-note")
     assert note.is_visible() and "random values of the recorded shapes and dtypes" in note.inner_text()
     assert page.locator("#id_source").is_disabled() and page.locator("#module-pick").is_hidden()

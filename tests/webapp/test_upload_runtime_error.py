@@ -11,7 +11,7 @@ import pytest
 
 from webapp.jobs.task_check import error_that_matters
 
-MISFIT = '''import torch
+MISFIT = """import torch
 from torch import nn
 
 
@@ -22,7 +22,7 @@ class Head(nn.Module):
 
     def forward(self, x):
         return torch.relu(self.proj(x))
-'''
+"""
 EXPECTED = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x16 and 32x8) (task.py, line 11, in forward)"
 
 
@@ -39,7 +39,7 @@ def head(tmp_path):
 def failure(fn) -> str:
     try:
         fn()
-    except Exception:  # noqa: BLE001 - the traceback is what is tested
+    except Exception:  # the traceback is what is tested
         return traceback.format_exc()
     raise AssertionError("it ran")
 
@@ -61,5 +61,7 @@ def test_a_plain_call_says_the_same(head):
 
 
 def test_a_message_without_a_traceback_is_kept():
-    assert error_that_matters("task: Model(*get_init_inputs()) failed\nmore") == "task: Model(*get_init_inputs()) failed"
+    assert (
+        error_that_matters("task: Model(*get_init_inputs()) failed\nmore") == "task: Model(*get_init_inputs()) failed"
+    )
     assert error_that_matters("") == ""

@@ -28,9 +28,26 @@ TASK = (Path(__file__).parent / "data" / "row_softmax_small.py").read_text()
 
 @pytest.fixture(scope="module")
 def dying_worker(live_stack_env, redis_url, tmp_path_factory):
-    argv = [sys.executable, "-m", "celery", "-A", "webapp.celery:app", "worker", "-Q", deaths.QUEUE,
-            "-n", "deaths@%h", "-c", "1", "-I", "tests.webapp.worker_death_tasks", "--loglevel", "INFO",
-            "--without-gossip", "--without-mingle"]
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "webapp.celery:app",
+        "worker",
+        "-Q",
+        deaths.QUEUE,
+        "-n",
+        "deaths@%h",
+        "-c",
+        "1",
+        "-I",
+        "tests.webapp.worker_death_tasks",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     proc = ManagedProcess.start("worker-deaths", argv, live_stack_env, tmp_path_factory.mktemp("deaths"))
 
     def answers() -> bool:
@@ -80,8 +97,9 @@ def test_a_task_that_kills_its_worker_every_time_runs_three_times_then_fails(dyi
     assert len(pids) == MAX_DELIVERIES and len(set(pids)) == MAX_DELIVERIES  # three pool processes, each killed
     assert dying_worker.alive  # the worker itself lives on, and serves the next task
     assert raw_redis.get(DELIVERY_KEY.format(task_id=result.id, retries=0)) is None  # nothing left behind
-    assert "not run again" in wait_for(lambda: (t := dying_worker.log_tail(20000)) and "not run again" in t and t,
-                                       10, what="the worker's log line")
+    assert "not run again" in wait_for(
+        lambda: (t := dying_worker.log_tail(20000)) and "not run again" in t and t, 10, what="the worker's log line"
+    )
 
 
 def test_a_task_whose_worker_died_twice_still_gets_its_third_run(dying_worker, raw_redis) -> None:
@@ -96,7 +114,9 @@ def test_a_task_can_say_what_it_returns_when_stopped(dying_worker, raw_redis) ->
     key = f"kwtest:runs:{uuid.uuid4().hex}"
     result = send("kwtest.deaths.die_until_with_hook", key, survive_on_run=99)
 
-    assert result.get(timeout=120) == {"stopped": "the worker running this test task died 3 times; the test task was stopped"}
+    assert result.get(timeout=120) == {
+        "stopped": "the worker running this test task died 3 times; the test task was stopped"
+    }
     assert len(runs(raw_redis, key)) == MAX_DELIVERIES
 
 
@@ -111,8 +131,9 @@ def test_an_evaluation_whose_worker_kept_dying_is_an_error_result_for_the_agent(
     from sandbox.schema import EvalResult, Status, Verdict
 
     task_id = at_the_limit(raw_redis)
-    data = app.send_task("kernelwright.gpu.evaluate", task_id=task_id,
-                         kwargs={"task_source": "never run", "files": {}, "options": {}}).get(timeout=60)
+    data = app.send_task(
+        "kernelwright.gpu.evaluate", task_id=task_id, kwargs={"task_source": "never run", "files": {}, "options": {}}
+    ).get(timeout=60)
 
     result = EvalResult.from_dict(data)  # as the agent loop's tools rebuild what CeleryEvaluator hands them
     assert (result.status, result.verdict) == (Status.RUNTIME_ERROR, Verdict.FAIL)
@@ -122,7 +143,9 @@ def test_an_evaluation_whose_worker_kept_dying_is_an_error_result_for_the_agent(
 
 def test_a_build_whose_worker_kept_dying_is_a_failed_build(live_workers, raw_redis) -> None:
     task_id = at_the_limit(raw_redis)
-    data = app.send_task("kernelwright.compile.build", task_id=task_id, kwargs={"files": {}, "options": {}}).get(timeout=60)
+    data = app.send_task("kernelwright.compile.build", task_id=task_id, kwargs={"files": {}, "options": {}}).get(
+        timeout=60
+    )
     assert data["ok"] is False and data["log"] == worker_died_reason("build")
 
 

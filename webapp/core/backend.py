@@ -46,7 +46,9 @@ class BackendInfo:
 
 def probe_torch(timeout: float = 120.0) -> dict:
     """Ask a child Python what torch sees (the parent never imports torch)."""
-    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"torch probe failed: {proc.stderr.strip()[-500:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -34,8 +34,11 @@ def _tolerant(fallback):
                 return method(self, *args, **kwargs)
             except DOWN as exc:
                 if time.monotonic() >= _breaker["until"]:
-                    logger.warning("cache: Redis does not answer (%s): serving without the cache for %.0f s",
-                                   type(exc).__name__, BREAK_S)
+                    logger.warning(
+                        "cache: Redis does not answer (%s): serving without the cache for %.0f s",
+                        type(exc).__name__,
+                        BREAK_S,
+                    )
                 _breaker["until"] = time.monotonic() + BREAK_S
                 return fallback(*args, **kwargs)
 

@@ -71,7 +71,7 @@ class Down(Exception):
         self.summary, self.detail = summary, detail or {}
 
 
-class NotConfigured(Exception):  # noqa: N818 - a finding, like Down
+class NotConfigured(Exception):  # a finding, like Down
     """An optional part this deployment did not set up: neither up nor a failure."""
 
     def __init__(self, summary: str, detail: dict) -> None:
@@ -179,8 +179,15 @@ def worker_parts(timeout: float) -> list[PartStatus]:
         ok = bool(workers)
         summary = f"{len(workers)} live: {', '.join(workers)}" if ok else "no live worker"
         parts.append(
-            PartStatus(f"workers.{queue.value}", ok, True, summary, {"queue": queue.value, "workers": workers},
-                       error if error else (None if ok else f"no worker answered on queue {queue.value!r}"), elapsed)
+            PartStatus(
+                f"workers.{queue.value}",
+                ok,
+                True,
+                summary,
+                {"queue": queue.value, "workers": workers},
+                error if error else (None if ok else f"no worker answered on queue {queue.value!r}"),
+                elapsed,
+            )
         )
     return parts
 
@@ -206,8 +213,14 @@ def check_containment() -> tuple[str, dict, str | None]:
     if not st.ok:
         raise Down(f"{st.detail}. To enable: {st.how_to_enable}", f"{st.mode}: untrusted code will not run", detail)
     if st.mode == "uncontained":
-        return "UNCONTAINED", detail, (f"{st.detail}. Untrusted code (uploads, candidates) runs with this "
-                                       "service's own rights: only for one person's own machine.")
+        return (
+            "UNCONTAINED",
+            detail,
+            (
+                f"{st.detail}. Untrusted code (uploads, candidates) runs with this "
+                "service's own rights: only for one person's own machine."
+            ),
+        )
     return st.mode, detail, None
 
 
@@ -216,10 +229,16 @@ def check_model_endpoint() -> tuple[str, dict]:
     Unset, it is not configured: jobs then run the built-in policy, which needs no endpoint."""
     base_url = settings.OPENAI_BASE_URL or ("https://api.openai.com/v1" if settings.OPENAI_API_KEY else "")
     configured = bool(base_url)
-    detail = {"configured": configured, "base_url": base_url or None, "model": settings.KERNELWRIGHT_MODEL,
-              "api_key_set": bool(settings.OPENAI_API_KEY)}
+    detail = {
+        "configured": configured,
+        "base_url": base_url or None,
+        "model": settings.KERNELWRIGHT_MODEL,
+        "api_key_set": bool(settings.OPENAI_API_KEY),
+    }
     if not configured:
-        raise NotConfigured("not configured: jobs run the built-in offline policy (set OPENAI_BASE_URL to use a model)", detail)
+        raise NotConfigured(
+            "not configured: jobs run the built-in offline policy (set OPENAI_BASE_URL to use a model)", detail
+        )
     return f"{settings.KERNELWRIGHT_MODEL} at {base_url}", detail
 
 

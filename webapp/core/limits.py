@@ -27,8 +27,10 @@ class BodyLimit:
 
     def message(self, size: int | None) -> str:
         got = f"{size} bytes" if size is not None else "more than that"
-        return (f"Request body too large: {self.what} may be at most {self.limit} bytes "
-                f"({self.limit / 1024 / 1024:.2f} MiB); this one is {got}.")
+        return (
+            f"Request body too large: {self.what} may be at most {self.limit} bytes "
+            f"({self.limit / 1024 / 1024:.2f} MiB); this one is {got}."
+        )
 
 
 def body_limit(path: str) -> BodyLimit:

@@ -80,10 +80,20 @@ class BoundedRequest(http_protocol.WebRequest):
         self.requestHeaders.removeHeader(b"Expect")
         kind, body = too_large_response(self.path_only, self.body_limit, size)
         transport = self.channel.transport
-        transport.write(b"HTTP/1.1 413 Content Too Large\r\nContent-Type: " + kind
-                        + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
-        logger.warning("refused a %s-byte body for %s (limit %d)", size if size is not None else "chunked",
-                       self.path_only, self.body_limit.limit)
+        transport.write(
+            b"HTTP/1.1 413 Content Too Large\r\nContent-Type: "
+            + kind
+            + b"\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\nConnection: close\r\n\r\n"
+            + body
+        )
+        logger.warning(
+            "refused a %s-byte body for %s (limit %d)",
+            size if size is not None else "chunked",
+            self.path_only,
+            self.body_limit.limit,
+        )
         try:
             transport.pauseProducing()  # stop reading: the rest of the body stays with the client
         except AttributeError:

@@ -65,9 +65,13 @@ def _lookup(path: str, query: str, job_id: int) -> tuple[str | None, dict | None
     from webapp.jobs.permissions import can_view
 
     try:
-        job = Job.objects.filter(pk=job_id).only("id", "owner_id", "visibility", "gallery", "share_token", "updated_at", *PAGE_FIELDS).first()
+        job = (
+            Job.objects.filter(pk=job_id)
+            .only("id", "owner_id", "visibility", "gallery", "share_token", "updated_at", *PAGE_FIELDS)
+            .first()
+        )
         version = _page_version(job) if job is not None and PAGE.match(path) else None
-    except Exception:  # noqa: BLE001 - a connection gone stale in this thread: Django's path answers
+    except Exception:  # a connection gone stale in this thread: Django's path answers
         connection.close()
         return None, None
     token = (parse_qs(query).get("share") or [None])[0]
@@ -125,7 +129,7 @@ class SharedViewerCache:
         if hit is None and key in self.inflight:
             try:
                 hit = await asyncio.wait_for(asyncio.shield(self.inflight[key]), 10)
-            except Exception:  # noqa: BLE001 - the leader failed or took too long: ask Django ourselves
+            except Exception:  # the leader failed or took too long: ask Django ourselves
                 hit = None
         if hit is not None:
             return await self._replay(send, hit)
@@ -136,8 +140,11 @@ class SharedViewerCache:
         async def capture(message):
             if message["type"] == "http.response.start":
                 captured["status"] = message["status"]
-                captured["headers"] = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in message.get("headers", [])
-                                       if k.lower() not in SKIP_HEADERS]
+                captured["headers"] = [
+                    [k.decode("latin-1"), v.decode("latin-1")]
+                    for k, v in message.get("headers", [])
+                    if k.lower() not in SKIP_HEADERS
+                ]
                 captured["cookie"] = any(k.lower() == b"set-cookie" for k, _ in message.get("headers", []))
             elif message["type"] == "http.response.body":
                 captured["body"].append(message.get("body", b""))
@@ -155,7 +162,7 @@ class SharedViewerCache:
             if answer is not None:
                 try:
                     await sync_to_async(_store, thread_sensitive=False)(key, answer)
-                except Exception:  # noqa: BLE001 - only slower next time
+                except Exception:  # only slower next time
                     logger.warning("could not keep a viewer answer", exc_info=True)
         finally:
             self.inflight.pop(key, None)
@@ -165,7 +172,9 @@ class SharedViewerCache:
     @staticmethod
     async def _replay(send, hit: dict) -> None:
         body = hit.get("bytes") or hit["body"].encode("utf-8")
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in hit["headers"] if k.lower() != "content-length"]
+        headers = [
+            (k.encode("latin-1"), v.encode("latin-1")) for k, v in hit["headers"] if k.lower() != "content-length"
+        ]
         headers += [(b"content-length", str(len(body)).encode()), (b"x-kernelwright-cache", b"viewer")]
         await send({"type": "http.response.start", "status": hit["status"], "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -14,7 +14,12 @@ from webapp.jobs.results import BestResult
 
 # No width anywhere: the figure takes its grid cell's width (autosize) and follows it (the page
 # draws with `responsive: true`); only the height is fixed.
-LAYOUT = {"autosize": True, "margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 360, "legend": {"orientation": "h", "y": -0.25}}
+LAYOUT = {
+    "autosize": True,
+    "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+    "height": 360,
+    "legend": {"orientation": "h", "y": -0.25},
+}
 # A log axis labelled at every power of ten as a plain number: without a dtick plotly labels the
 # minor ticks too ("5 2 1 5" between decades).
 LOG_AXIS = {"type": "log", "dtick": 1, "tickformat": "~g", "minor": {"ticks": "inside", "showgrid": False}}
@@ -49,7 +54,13 @@ def speedup_over_turns(turns: list[Turn], result: BestResult | None = None) -> d
     best = best_line(points, result)
     eager = result.speed.vs_eager if result else None
     data = [
-        {"type": "scatter", "mode": "lines+markers", "name": "vs eager", "x": xs, "y": [t.speedup_eager for t in points]},
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "vs eager",
+            "x": xs,
+            "y": [t.speedup_eager for t in points],
+        },
         {
             "type": "scatter",
             "mode": "lines+markers",
@@ -57,20 +68,40 @@ def speedup_over_turns(turns: list[Turn], result: BestResult | None = None) -> d
             "x": xs,
             "y": [t.speedup_compile for t in points],
         },
-        {"type": "scatter", "mode": "lines", "name": "best verified vs eager", "x": xs, "y": best, "line": {"dash": "dot"}},
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "best verified vs eager",
+            "x": xs,
+            "y": best,
+            "line": {"dash": "dot"},
+        },
     ]
     if eager is not None:  # the header's number, with its interval as whiskers
-        marker: dict[str, Any] = {"type": "scatter", "mode": "markers", "name": f"result: {eager.text()}"[:120], "x": [xs[-1]], "y": [eager.ratio],
-                                  "marker": {"size": 11, "symbol": "star"}, "meta": "result"}
+        marker: dict[str, Any] = {
+            "type": "scatter",
+            "mode": "markers",
+            "name": f"result: {eager.text()}"[:120],
+            "x": [xs[-1]],
+            "y": [eager.ratio],
+            "marker": {"size": 11, "symbol": "star"},
+            "meta": "result",
+        }
         if eager.has_interval:
-            marker["error_y"] = {"type": "data", "symmetric": False, "array": [eager.ci_high - eager.ratio],
-                                 "arrayminus": [eager.ratio - eager.ci_low]}
+            marker["error_y"] = {
+                "type": "data",
+                "symmetric": False,
+                "array": [eager.ci_high - eager.ratio],
+                "arrayminus": [eager.ratio - eager.ci_low],
+            }
         data.append(marker)
     layout = _layout(
         "Speedup per turn (>1 is faster)",
         xaxis={"title": {"text": "turn"}, "dtick": 1},
         yaxis={"title": {"text": "speedup (x)"}},
-        shapes=[{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"dash": "dash", "width": 1}}],
+        shapes=[
+            {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": 1, "y1": 1, "line": {"dash": "dash", "width": 1}}
+        ],
     )
     return {"data": data, "layout": layout}
 
@@ -103,7 +134,10 @@ def _spread_of(timing: dict[str, Any], key: str, stats: dict[str, Any]) -> tuple
 
 def best_vs_baselines(evaluation: dict[str, Any] | None) -> dict[str, Any] | None:
     timing = (evaluation or {}).get("timing") or {}
-    bars = [(label, key, timing.get(key)) for label, key in (("eager", "eager"), ("torch.compile", "compile"), ("best candidate", "candidate"))]
+    bars = [
+        (label, key, timing.get(key))
+        for label, key in (("eager", "eager"), ("torch.compile", "compile"), ("best candidate", "candidate"))
+    ]
     bars = [(label, key, s) for label, key, s in bars if isinstance(s, dict) and s.get("median_ms") is not None]
     if not bars:
         return None
@@ -123,16 +157,25 @@ def best_vs_baselines(evaluation: dict[str, Any] | None) -> dict[str, Any] | Non
         bar["error_y"] = {
             "type": "data",
             "symmetric": False,
-            "array": [max(0.0, iqr[1] - s["median_ms"]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads, strict=True)],
-            "arrayminus": [max(0.0, s["median_ms"] - iqr[0]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads, strict=True)],
+            "array": [
+                max(0.0, iqr[1] - s["median_ms"]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads, strict=True)
+            ],
+            "arrayminus": [
+                max(0.0, s["median_ms"] - iqr[0]) if iqr else 0 for (_, _, s), iqr in zip(bars, spreads, strict=True)
+            ],
         }
     whiskers = "whiskers: interquartile range over the rounds" if any(spreads) else "no whiskers: no per-round times"
     speed = (evaluation or {}).get("speed")
     # plotly reads a few tags in titles: the verdict (the sandbox's words) goes in as plain text
-    verdict = str(speed.get("verdict") or "")[:90].replace("<", "‹").replace(">", "›") if isinstance(speed, dict) else ""
+    verdict = (
+        str(speed.get("verdict") or "")[:90].replace("<", "‹").replace(">", "›") if isinstance(speed, dict) else ""
+    )
     note = f"median ms, {whiskers}; clock {timing.get('clock') or '?'}" + (f"<br>{verdict}" if verdict else "")
-    layout = _layout("Best candidate vs baselines", yaxis={"title": {"text": "median (ms)"}},
-                     xaxis={"title": {"text": note, "font": {"size": 11}}})
+    layout = _layout(
+        "Best candidate vs baselines",
+        yaxis={"title": {"text": "median (ms)"}},
+        xaxis={"title": {"text": note, "font": {"size": 11}}},
+    )
     return {"data": [bar], "layout": layout}
 
 
@@ -150,7 +193,12 @@ def time_per_kernel(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             "hovertext": [f"{r.get('calls', 0)} calls, {100 * r.get('share', 0.0):.1f}%" for r in rows],
         }
     ]
-    return {"data": data, "layout": _layout("Time per kernel of the best candidate", xaxis={"title": {"text": "ms"}}, yaxis={"automargin": True})}
+    return {
+        "data": data,
+        "layout": _layout(
+            "Time per kernel of the best candidate", xaxis={"title": {"text": "ms"}}, yaxis={"automargin": True}
+        ),
+    }
 
 
 def _short(name: str, limit: int = 40) -> str:
@@ -174,19 +222,38 @@ def roofline(roof: dict[str, Any] | None, evaluation: dict[str, Any] | None) -> 
     ridge = peak * 1e3 / bw  # FLOP/byte where the roofs meet (TFLOP/s vs GB/s)
     xs = [min(intensity, ridge) / 100, ridge, max(intensity, ridge) * 100]
     roof_y = [min(peak_rate, x * bw * 1e9 / per_unit) for x in xs]
-    data = [{"type": "scatter", "mode": "lines", "name": f"roof ({_num(bw)} GB/s, {_num(peak_rate)} {unit}, measured)", "x": xs, "y": roof_y}]
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": f"roof ({_num(bw)} GB/s, {_num(peak_rate)} {unit}, measured)",
+            "x": xs,
+            "y": roof_y,
+        }
+    ]
     timing = (evaluation or {}).get("timing") or {}
     for label, key in (("eager", "eager"), ("torch.compile", "compile"), ("best candidate", "candidate")):
         stats = timing.get(key)
         if isinstance(stats, dict) and stats.get("median_ms"):
             achieved = flops / (stats["median_ms"] * 1e-3) / per_unit
-            data.append({"type": "scatter", "mode": "markers", "name": f"{label} ({_num(achieved)} {unit})", "x": [intensity], "y": [achieved], "marker": {"size": 12}})
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": f"{label} ({_num(achieved)} {unit})",
+                    "x": [intensity],
+                    "y": [achieved],
+                    "marker": {"size": 12},
+                }
+            )
     layout = _layout(
         f"Roofline on {roof.get('device') or 'the device'} ({roof.get('bound') or '?'}-bound)",
         xaxis={**LOG_AXIS, "title": {"text": "arithmetic intensity (FLOP/byte)"}},
         yaxis={**LOG_AXIS, "title": {"text": unit}},
         # four legend rows below the axis title
-        height=460, margin={"l": 60, "r": 20, "t": 40, "b": 150}, legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
+        height=460,
+        margin={"l": 60, "r": 20, "t": 40, "b": 150},
+        legend={"orientation": "h", "y": -0.3, "yanchor": "top"},
     )
     return {"data": data, "layout": layout}
 

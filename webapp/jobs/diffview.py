@@ -164,4 +164,4 @@ def diff_html(fd_old: str | None, fd_new: str | None, path: str) -> SafeString:
     if html is None:
         html = render_to_string("jobs/_diff.html", {"fd": file_diff(path, fd_old, fd_new)})
         cache.set(key, html, TTL_S)
-    return mark_safe(html)  # noqa: S308 - the autoescaped output of jobs/_diff.html, see the docstring
+    return mark_safe(html)  # the autoescaped output of jobs/_diff.html, see the docstring

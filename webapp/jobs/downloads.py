@@ -29,11 +29,16 @@ def result_lines(job: Job) -> list[str]:
     result = job.result()
     if result is None:
         return ["- result: no verified candidate"]
-    how = ("confirmed: the median of the best candidate's evaluations after the last turn" if result.confirmed
-           else "not confirmed by re-evaluation (the best evaluation so far)")
-    lines = [f"- result ({how}): reward {result.reward} "
-             "(-1 incorrect, 1 correct, 2 >5% faster than eager, 3 >5% faster than eager and torch.compile, "
-             "'faster' judged on the interval's lower end)"]
+    how = (
+        "confirmed: the median of the best candidate's evaluations after the last turn"
+        if result.confirmed
+        else "not confirmed by re-evaluation (the best evaluation so far)"
+    )
+    lines = [
+        f"- result ({how}): reward {result.reward} "
+        "(-1 incorrect, 1 correct, 2 >5% faster than eager, 3 >5% faster than eager and torch.compile, "
+        "'faster' judged on the interval's lower end)"
+    ]
     lines += [f"- speedup: {part}" for part in result.speed.parts()]
     if result.speed.milestone:
         lines.append(f"- reward: {result.speed.milestone}")
@@ -70,7 +75,7 @@ def readme(job: Job) -> str:
         _stats_line("eager", timing.get("eager")),
         _stats_line("torch.compile", timing.get("compile")),
         f"- options: {json.dumps(ev.get('options') or job.options, sort_keys=True)}",
-        f"- task hash: {job.task_hash} (of task.py: `python -c \"from sandbox.cache import sha256_text; "
+        f'- task hash: {job.task_hash} (of task.py: `python -c "from sandbox.cache import sha256_text; '
         f"print(sha256_text(open('task.py').read()))\"`), candidate hash: {ev.get('candidate_hash') or '?'}",
         "",
         f"`evaluation.json` holds the full result (schema {ev.get('schema') or 'unknown'}); `task.py` the reference.",

@@ -76,7 +76,11 @@ class Submission:
 # -- the POST ------------------------------------------------------------------------------------------
 def files_problem(files: Any) -> str:
     """Why these candidate files cannot be evaluated, or ""."""
-    if not isinstance(files, dict) or not files or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+    if (
+        not isinstance(files, dict)
+        or not files
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+    ):
         return "`files` must be an object of relative path -> text"
     if sum(len(v.encode()) for v in files.values()) > MAX_FILES_BYTES:
         return f"the candidate files exceed {MAX_FILES_BYTES} bytes"
@@ -95,9 +99,12 @@ def parse(body: dict[str, Any]) -> Submission:
         raise Refused(400, "invalid task", check.errors)
     most = int(limit("KERNELWRIGHT_EVALUATION_BATCH_MAX"))
     if not isinstance(candidates, list) or not 1 <= len(candidates) <= most:
-        raise Refused(400, f"`candidates` must be a list of 1 to {most} objects {{\"files\": {{path: text}}}}")
-    errors = [f"candidate {i}: {why}" for i, c in enumerate(candidates)
-              if (why := files_problem(c.get("files") if isinstance(c, dict) else None))]
+        raise Refused(400, f'`candidates` must be a list of 1 to {most} objects {{"files": {{path: text}}}}')
+    errors = [
+        f"candidate {i}: {why}"
+        for i, c in enumerate(candidates)
+        if (why := files_problem(c.get("files") if isinstance(c, dict) else None))
+    ]
     if errors:
         raise Refused(400, "invalid candidates", errors)
     try:
@@ -127,28 +134,48 @@ def check_rate(token: ApiToken, count: int) -> None:
                 posts, _ = pipe.incr(key).expire(key, 120).execute()
         finally:
             client.close()
-    except Exception as exc:  # noqa: BLE001 - nothing can be queued without Redis either
+    except Exception as exc:  # nothing can be queued without Redis either
         raise Refused(503, "the evaluation queue does not answer; try again shortly", retry_after=5) from exc
     per_minute = int(limit("KERNELWRIGHT_EVALUATION_POSTS_PER_MINUTE"))
     if per_minute > 0 and posts > per_minute:
-        raise Refused(429, f"more than {per_minute} evaluation requests in a minute with this token "
-                           "(KERNELWRIGHT_EVALUATION_POSTS_PER_MINUTE)", retry_after=max(1, math.ceil(60 - now % 60)))
+        raise Refused(
+            429,
+            f"more than {per_minute} evaluation requests in a minute with this token "
+            "(KERNELWRIGHT_EVALUATION_POSTS_PER_MINUTE)",
+            retry_after=max(1, math.ceil(60 - now % 60)),
+        )
     since = timezone.now() - timedelta(days=1)
     recent = Evaluation.objects.filter(token=token, created_at__gte=since)
     used = recent.count()
     if used + count > per_day:
         oldest = recent.order_by("created_at").values_list("created_at", flat=True).first() or timezone.now()
         wait = max(1, math.ceil((oldest + timedelta(days=1) - timezone.now()).total_seconds()))
-        raise Refused(429, f"this token has {used} evaluations in the last 24 hours; {count} more would pass its "
-                           f"daily quota of {per_day} (KERNELWRIGHT_EVALUATIONS_PER_DAY)", retry_after=wait)
+        raise Refused(
+            429,
+            f"this token has {used} evaluations in the last 24 hours; {count} more would pass its "
+            f"daily quota of {per_day} (KERNELWRIGHT_EVALUATIONS_PER_DAY)",
+            retry_after=wait,
+        )
 
 
 def submit(user, token: ApiToken | None, sub: Submission) -> list[Evaluation]:
     """Store the batch's rows; they are dispatched once the transaction commits."""
     batch, secret = uuid.uuid4().hex, secrets.token_hex(16) if sub.webhook else ""
-    rows = [Evaluation(owner=user, token=token, batch=batch, index=i, task_source=sub.task, task_hash=task_hash(sub.task),
-                       files=files, options=sub.options, webhook_url=sub.webhook, webhook_secret=secret)
-            for i, files in enumerate(sub.candidates)]
+    rows = [
+        Evaluation(
+            owner=user,
+            token=token,
+            batch=batch,
+            index=i,
+            task_source=sub.task,
+            task_hash=task_hash(sub.task),
+            files=files,
+            options=sub.options,
+            webhook_url=sub.webhook,
+            webhook_secret=secret,
+        )
+        for i, files in enumerate(sub.candidates)
+    ]
     with transaction.atomic():
         Evaluation.objects.bulk_create(rows)
         transaction.on_commit(lambda: dispatch_quietly(user.pk))
@@ -163,9 +190,12 @@ def dispatch(user_id: Any) -> int:
     message still come, `run` ignores it (the row no longer carries its id)."""
     lost = timezone.now() - timedelta(seconds=float(getattr(settings, "CELERY_GPU_TIME_LIMIT", 1800)) + 600)
     Evaluation.objects.filter(owner_id=user_id, state=Evaluation.State.QUEUED, dispatched_at__lt=lost).update(
-        task_id="", dispatched_at=None)
+        task_id="", dispatched_at=None
+    )
     sent = 0
-    for pk in Evaluation.objects.filter(owner_id=user_id, state=Evaluation.State.QUEUED, task_id="").values_list("pk", flat=True):
+    for pk in Evaluation.objects.filter(owner_id=user_id, state=Evaluation.State.QUEUED, task_id="").values_list(
+        "pk", flat=True
+    ):
         task_id = uuid.uuid4().hex
         try:
             priority = scheduler.reserve_gpu_slot(user_id, task_id, wait=False)
@@ -187,7 +217,7 @@ def dispatch(user_id: Any) -> int:
 def dispatch_quietly(user_id: Any) -> None:
     try:
         dispatch(user_id)
-    except Exception:  # noqa: BLE001 - Redis away: the next poll or finished evaluation dispatches again
+    except Exception:  # Redis away: the next poll or finished evaluation dispatches again
         logger.exception("could not dispatch the evaluations of user %s", user_id)
 
 
@@ -195,14 +225,15 @@ def run(evaluation_id: int, task_id: str) -> None:
     """In the gpu worker: evaluate the row sent as `task_id` (again, if a worker died on it)."""
     from webapp.jobs.run.worker import evaluate_for_job
 
-    claimed = Evaluation.objects.filter(pk=evaluation_id, task_id=task_id,
-                                        state__in=(Evaluation.State.QUEUED, Evaluation.State.RUNNING))
+    claimed = Evaluation.objects.filter(
+        pk=evaluation_id, task_id=task_id, state__in=(Evaluation.State.QUEUED, Evaluation.State.RUNNING)
+    )
     if not claimed.update(state=Evaluation.State.RUNNING, started_at=timezone.now()):
         return  # finished already (a late redelivery), or not this task's row
     ev = Evaluation.objects.get(pk=evaluation_id)
     try:
         data = evaluate_for_job(ev.task_source, ev.files, ev.options, None, None, task_id)
-    except Exception as exc:  # noqa: BLE001 - recorded on the row; the sandbox itself failed
+    except Exception as exc:  # recorded on the row; the sandbox itself failed
         logger.exception("evaluation %s failed", evaluation_id)
         finish(evaluation_id, Evaluation.State.FAILED, reason=f"the evaluation failed: {type(exc).__name__}: {exc}")
         return
@@ -216,8 +247,9 @@ def worker_died(evaluation_id: int) -> None:
 def finish(evaluation_id: int, state: str, result: dict[str, Any] | None = None, reason: str = "") -> None:
     """Store the outcome, give the gpu place back, send the user's next rows, call the webhook."""
     reward = result.get("reward") if result else None
-    Evaluation.objects.filter(pk=evaluation_id).update(state=state, result=result, reward=reward, reason=reason,
-                                                       finished_at=timezone.now())
+    Evaluation.objects.filter(pk=evaluation_id).update(
+        state=state, result=result, reward=reward, reason=reason, finished_at=timezone.now()
+    )
     ev = Evaluation.objects.get(pk=evaluation_id)
     if ev.task_id:
         scheduler.release_gpu_slot(ev.owner_id, ev.task_id)
@@ -238,8 +270,16 @@ def href(ev: Evaluation) -> str:
 
 def notification(ev: Evaluation) -> dict[str, Any]:
     status = (ev.result or {}).get("status")
-    return {"id": ev.pk, "batch": ev.batch, "index": ev.index, "state": ev.state, "status": status,
-            "reward": ev.reward, "reason": ev.reason, "href": href(ev)}
+    return {
+        "id": ev.pk,
+        "batch": ev.batch,
+        "index": ev.index,
+        "state": ev.state,
+        "status": status,
+        "reward": ev.reward,
+        "reason": ev.reason,
+        "href": href(ev),
+    }
 
 
 def _allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
@@ -266,8 +306,10 @@ def check_webhook(url: str) -> tuple[str, str, int, str]:
     addresses = sorted({info[4][0] for info in infos})
     bad = [a for a in addresses if not _allowed(ipaddress.ip_address(a.split("%")[0]))]
     if bad:
-        raise WebhookRefused(f"{parts.hostname} resolves to a private or reserved address ({', '.join(bad)}); "
-                             "only public addresses are called unless KERNELWRIGHT_WEBHOOK_ALLOWED_NETWORKS lists it")
+        raise WebhookRefused(
+            f"{parts.hostname} resolves to a private or reserved address ({', '.join(bad)}); "
+            "only public addresses are called unless KERNELWRIGHT_WEBHOOK_ALLOWED_NETWORKS lists it"
+        )
     return parts.scheme, parts.hostname, port, addresses[0]
 
 
@@ -285,6 +327,7 @@ def _pinned_connection(scheme: str, host: str, port: int, ip: str, timeout: floa
 
         def connect() -> None:
             conn.sock = socket.create_connection((ip, port), timeout)
+
     conn.connect = connect  # type: ignore[method-assign]
     return conn
 
@@ -298,9 +341,16 @@ def deliver(url: str, payload: dict[str, Any], secret: str) -> str:
         parts = urlsplit(url)
         conn = _pinned_connection(scheme, host, port, ip, float(limit("KERNELWRIGHT_WEBHOOK_TIMEOUT_S")))
         try:
-            conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body, headers={
-                "Content-Type": "application/json", "User-Agent": "kernelwright-webhook",
-                "X-Kernelwright-Signature": signature})
+            conn.request(
+                "POST",
+                (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+                body=body,
+                headers={
+                    "Content-Type": "application/json",
+                    "User-Agent": "kernelwright-webhook",
+                    "X-Kernelwright-Signature": signature,
+                },
+            )
             return str(conn.getresponse().status)
         finally:
             conn.close()

@@ -20,7 +20,17 @@ from pygments.token import STANDARD_TYPES, Token, _TokenType
 Segment = tuple[str, str]  # (css class or "", text)
 Line = list[Segment]
 
-LANGUAGES = {".py": "python", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".c": "cpp", ".h": "cpp", ".hpp": "cpp", ".cu": "cuda", ".cuh": "cuda"}
+LANGUAGES = {
+    ".py": "python",
+    ".cpp": "cpp",
+    ".cc": "cpp",
+    ".cxx": "cpp",
+    ".c": "cpp",
+    ".h": "cpp",
+    ".hpp": "cpp",
+    ".cu": "cuda",
+    ".cuh": "cuda",
+}
 # Lexing is regex work: a huge file (or a pathological one) is shown as plain text instead.
 MAX_HIGHLIGHT_CHARS = 200_000
 

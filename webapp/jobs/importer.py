@@ -31,8 +31,15 @@ def parse(data: Any) -> Trajectory:
 
 
 @transaction.atomic
-def import_trajectory(owner, data: Any, *, origin: str = Job.Origin.IMPORTED, gallery: bool = False, name: str = "",
-                      into: Job | None = None) -> Job:
+def import_trajectory(
+    owner,
+    data: Any,
+    *,
+    origin: str = Job.Origin.IMPORTED,
+    gallery: bool = False,
+    name: str = "",
+    into: Job | None = None,
+) -> Job:
     """A new read-only job from the trajectory, or with `into` that job updated in place (same id,
     so the same URL: the gallery's case studies), its turns replaced by the trajectory's."""
     traj = parse(data)
@@ -47,7 +54,11 @@ def import_trajectory(owner, data: Any, *, origin: str = Job.Origin.IMPORTED, ga
         name=(name or task.name or "imported trajectory")[:200],
         source=task.source,
         task_hash=task.task_hash or task_hash(task.source),
-        options={**(task.options or {}), "backend": task.backend or (task.options or {}).get("backend", ""), "policy": task.policy},
+        options={
+            **(task.options or {}),
+            "backend": task.backend or (task.options or {}).get("backend", ""),
+            "policy": task.policy,
+        },
         origin=origin,
         gallery=gallery,
         visibility=Job.Visibility.PUBLIC if gallery else Job.Visibility.PRIVATE,

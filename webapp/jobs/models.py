@@ -42,7 +42,9 @@ class Job(models.Model):
 
     TERMINAL = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
 
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs"
+    )
     name = models.CharField(max_length=200)
     source = models.TextField()
     task_hash = models.CharField(max_length=64, db_index=True)
@@ -110,9 +112,13 @@ class Job(models.Model):
         if self.best_version is None:
             return None
         ev = self.best_evaluation if isinstance(self.best_evaluation, dict) else None
-        return BestResult(self.best_version, self.best_reward, self.best_confirmed,
-                          SpeedReport.of(ev, self.best_speedup_eager, self.best_speedup_compile),
-                          str((ev or {}).get("schema") or ""))
+        return BestResult(
+            self.best_version,
+            self.best_reward,
+            self.best_confirmed,
+            SpeedReport.of(ev, self.best_speedup_eager, self.best_speedup_compile),
+            str((ev or {}).get("schema") or ""),
+        )
 
     def new_share_token(self) -> str:
         self.share_token = secrets.token_urlsafe(24)
@@ -127,8 +133,12 @@ class Turn(models.Model):
     evaluation = models.JSONField(null=True, blank=True)  # the turn's last EvalResult dict
     speedup_eager = models.FloatField(null=True, blank=True)
     speedup_compile = models.FloatField(null=True, blank=True)
-    speed = models.JSONField(null=True, blank=True)  # the `speed` (intervals) of the evaluation those speedups came from
-    best_speedup_eager = models.FloatField(null=True, blank=True)  # the turn's last new best, vs eager (the chart's best line)
+    speed = models.JSONField(
+        null=True, blank=True
+    )  # the `speed` (intervals) of the evaluation those speedups came from
+    best_speedup_eager = models.FloatField(
+        null=True, blank=True
+    )  # the turn's last new best, vs eager (the chart's best line)
     has_error = models.BooleanField(default=False)
     improved = models.BooleanField(default=False)  # the best candidate changed in this turn
     prompt_tokens = models.IntegerField(default=0)

@@ -17,6 +17,18 @@ from agent.module_task import (
     wrapper_source,
 )
 
-__all__ = ["MAX_EXPORTED_BYTES", "WRAPPER_MARK", "InputSpec", "SpecError", "exported_task_source", "find_module_classes",
-           "looks_exported", "parse_init_args", "parse_input_spec", "parse_input_specs", "read_exported",
-           "task_from_module", "wrapper_source"]
+__all__ = [
+    "MAX_EXPORTED_BYTES",
+    "WRAPPER_MARK",
+    "InputSpec",
+    "SpecError",
+    "exported_task_source",
+    "find_module_classes",
+    "looks_exported",
+    "parse_init_args",
+    "parse_input_spec",
+    "parse_input_specs",
+    "read_exported",
+    "task_from_module",
+    "wrapper_source",
+]

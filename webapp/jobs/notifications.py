@@ -112,5 +112,5 @@ def announce(note: JobNotification) -> None:
         return
     try:
         _announcer.run(layer.group_send(group_name(note.job_id), note.to_message()), ANNOUNCE_TIMEOUT_S)
-    except Exception:  # noqa: BLE001 - a lost notification is recovered by the page's HTTP fetch
+    except Exception:  # a lost notification is recovered by the page's HTTP fetch
         logger.exception("could not announce %s for job %s", note.kind.value, note.job_id)

@@ -37,7 +37,9 @@ class SpeedupView:
         if isinstance(speedup, dict) and _number(speedup.get("ratio")) is not None:
             low, high = _number(speedup.get("ci_low")), _number(speedup.get("ci_high"))
             if low is not None and high is not None:
-                return cls(baseline, float(speedup["ratio"]), low, high, _int(speedup.get("rounds")), verdict_of(low, high))
+                return cls(
+                    baseline, float(speedup["ratio"]), low, high, _int(speedup.get("rounds")), verdict_of(low, high)
+                )
         value = _number(ratio)
         return None if value is None else cls(baseline, value)
 
@@ -76,17 +78,25 @@ class SpeedReport:
     milestone: str = ""  # the sandbox's reason for the reward (why it was withheld, on a noisy machine)
 
     @classmethod
-    def of(cls, evaluation: dict[str, Any] | None, speedup_eager: Any = None, speedup_compile: Any = None,
-           speed: dict[str, Any] | None = None) -> SpeedReport:
+    def of(
+        cls,
+        evaluation: dict[str, Any] | None,
+        speedup_eager: Any = None,
+        speedup_compile: Any = None,
+        speed: dict[str, Any] | None = None,
+    ) -> SpeedReport:
         """From an EvalResult dict (its `speed`, else its bare speedups) or from `speed` and the
         bare speedups stored next to it (a turn's summary columns)."""
         ev = evaluation if isinstance(evaluation, dict) else {}
         speed = speed if isinstance(speed, dict) else ev.get("speed") if isinstance(ev.get("speed"), dict) else {}
         eager = ev.get("speedup_vs_eager") if ev else speedup_eager
         compiled = ev.get("speedup_vs_compile") if ev else speedup_compile
-        return cls(SpeedupView.of("eager", speed.get("vs_eager"), eager),
-                   SpeedupView.of("compile", speed.get("vs_compile"), compiled),
-                   bool(speed.get("noisy")), str(speed.get("milestone") or ""))
+        return cls(
+            SpeedupView.of("eager", speed.get("vs_eager"), eager),
+            SpeedupView.of("compile", speed.get("vs_compile"), compiled),
+            bool(speed.get("noisy")),
+            str(speed.get("milestone") or ""),
+        )
 
     @property
     def measured(self) -> bool:
@@ -140,8 +150,14 @@ class BestResult:
         return "confirmed" if self.confirmed else "not confirmed"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "reward": self.reward, "confirmed": self.confirmed, "schema": self.schema,
-                **self.speed.to_dict(), "text": self.text()}
+        return {
+            "version": self.version,
+            "reward": self.reward,
+            "confirmed": self.confirmed,
+            "schema": self.schema,
+            **self.speed.to_dict(),
+            "text": self.text(),
+        }
 
 
 def _number(value: Any) -> float | None:

@@ -91,7 +91,7 @@ def agent_slots() -> int | None:
             return sum(int(v) for v in client.mget(keys) if v is not None) if keys else 0
         finally:
             client.close()
-    except Exception:  # noqa: BLE001 - Redis down: nothing can be sent anyway
+    except Exception:  # Redis down: nothing can be sent anyway
         logger.warning("agent slots unknown: Redis does not answer")
         return None
 
@@ -135,13 +135,17 @@ def plan(queued: list[Job], active_by_owner: dict[Any, int], free: int | None, s
         elif slots == 0:
             why = "no agent worker is running (see /health/); the job starts when one is"
         else:
-            why = (f"all {slots} agent slots are busy; {position - 1} job(s) are ahead of it in the fair order "
-                   "between users (whoever has the fewest jobs running goes first)")
+            why = (
+                f"all {slots} agent slots are busy; {position - 1} job(s) are ahead of it in the fair order "
+                "between users (whoever has the fewest jobs running goes first)"
+            )
         waits[job.pk] = (f"queued: position {position} for a free agent slot", why)
     for job in held:
-        waits[job.pk] = ("queued: waiting for one of your running jobs to end",
-                         f"{_owner_label(job)} already has {limit} job(s) running, the most one user may run at once "
-                         f"(KERNELWRIGHT_MAX_RUNNING_JOBS_PER_USER={limit}); it starts when one of them ends")
+        waits[job.pk] = (
+            "queued: waiting for one of your running jobs to end",
+            f"{_owner_label(job)} already has {limit} job(s) running, the most one user may run at once "
+            f"(KERNELWRIGHT_MAX_RUNNING_JOBS_PER_USER={limit}); it starts when one of them ends",
+        )
     return Plan(send, waits)
 
 
@@ -152,11 +156,16 @@ def dispatch() -> int:
 
     slots = agent_slots()
     with transaction.atomic():
-        queued = list(Job.objects.select_for_update(of=("self",)).filter(state=Job.State.QUEUED, cancel_requested=False, scheduled=True,
-                                                             dispatched_at__isnull=True).select_related("owner"))
+        queued = list(
+            Job.objects.select_for_update(of=("self",))
+            .filter(state=Job.State.QUEUED, cancel_requested=False, scheduled=True, dispatched_at__isnull=True)
+            .select_related("owner")
+        )
         if not queued:
             return 0
-        active_rows = Job.objects.filter(Q(state=Job.State.RUNNING) | Q(state=Job.State.QUEUED, dispatched_at__isnull=False))
+        active_rows = Job.objects.filter(
+            Q(state=Job.State.RUNNING) | Q(state=Job.State.QUEUED, dispatched_at__isnull=False)
+        )
         active_by_owner: dict[Any, int] = {}
         for owner_id in active_rows.values_list("owner_id", flat=True):
             active_by_owner[owner_id] = active_by_owner.get(owner_id, 0) + 1
@@ -164,8 +173,12 @@ def dispatch() -> int:
         result = plan(queued, active_by_owner, free, slots)
         now = timezone.now()
         for job in result.send:
-            Job.objects.filter(pk=job.pk).update(dispatched_at=now, step="queued: handed to the agent queue",
-                                                 reason="a worker takes it in a moment", updated_at=now)
+            Job.objects.filter(pk=job.pk).update(
+                dispatched_at=now,
+                step="queued: handed to the agent queue",
+                reason="a worker takes it in a moment",
+                updated_at=now,
+            )
         for job in queued:
             if job.pk in result.waits:
                 step, reason = result.waits[job.pk]
@@ -175,7 +188,7 @@ def dispatch() -> int:
         try:
             services.celery_app().send_task(RUN_JOB_TASK, args=[job.pk])
             sent += 1
-        except Exception:  # noqa: BLE001 - Redis down: the job goes back to waiting, sent again later
+        except Exception:  # Redis down: the job goes back to waiting, sent again later
             logger.exception("could not hand job %s to the agent queue", job.pk)
             Job.objects.filter(pk=job.pk, state=Job.State.QUEUED).update(dispatched_at=None)
     for job in result.send:
@@ -186,7 +199,7 @@ def dispatch() -> int:
 def dispatch_quietly() -> None:
     try:
         dispatch()
-    except Exception:  # noqa: BLE001 - the monitor dispatches again in a few seconds
+    except Exception:  # the monitor dispatches again in a few seconds
         logger.exception("dispatch failed")
 
 
@@ -197,11 +210,20 @@ def claim(job_id: int) -> Job | None:
     now = timezone.now()
     stale = now - timedelta(seconds=stale_s())
     changed = Job.objects.filter(
-        Q(state=Job.State.QUEUED) | Q(state=Job.State.RUNNING, heartbeat_at__isnull=True)
+        Q(state=Job.State.QUEUED)
+        | Q(state=Job.State.RUNNING, heartbeat_at__isnull=True)
         | Q(state=Job.State.RUNNING, heartbeat_at__lt=stale),
-        pk=job_id, cancel_requested=False,
-    ).update(state=Job.State.RUNNING, attempts=F("attempts") + 1, heartbeat_at=now, dispatched_at=None,
-             step="starting", reason="", updated_at=now)
+        pk=job_id,
+        cancel_requested=False,
+    ).update(
+        state=Job.State.RUNNING,
+        attempts=F("attempts") + 1,
+        heartbeat_at=now,
+        dispatched_at=None,
+        step="starting",
+        reason="",
+        updated_at=now,
+    )
     if not changed:
         return None
     return Job.objects.get(pk=job_id)
@@ -209,8 +231,9 @@ def claim(job_id: int) -> Job | None:
 
 def beat(job_id: int, attempt: int) -> bool:
     """This attempt is alive; False when it no longer owns the job (superseded, ended)."""
-    return bool(Job.objects.filter(pk=job_id, attempts=attempt, state=Job.State.RUNNING)
-                .update(heartbeat_at=timezone.now()))
+    return bool(
+        Job.objects.filter(pk=job_id, attempts=attempt, state=Job.State.RUNNING).update(heartbeat_at=timezone.now())
+    )
 
 
 def is_current(job_id: int, attempt: int) -> bool:
@@ -244,9 +267,11 @@ class Heartbeat:
                 try:
                     if not beat(self.job_id, self.attempt):
                         self.lost = True
-                        logger.warning("job %s: attempt %s no longer owns the job; stopping it", self.job_id, self.attempt)
+                        logger.warning(
+                            "job %s: attempt %s no longer owns the job; stopping it", self.job_id, self.attempt
+                        )
                         return
-                except Exception:  # noqa: BLE001 - a database hiccup: try again next beat
+                except Exception:  # a database hiccup: try again next beat
                     logger.exception("job %s: heartbeat failed", self.job_id)
         finally:
             connection.close()
@@ -266,17 +291,25 @@ def reap() -> list[int]:
         last = job.heartbeat_at.strftime("%H:%M:%S UTC")
         turns = job.turns.count()
         if job.attempts >= MAX_ATTEMPTS:
-            reason = (f"the worker running this job stopped answering (last heartbeat {last}), "
-                      f"the {job.attempts}th start to end that way; the job was stopped")
+            reason = (
+                f"the worker running this job stopped answering (last heartbeat {last}), "
+                f"the {job.attempts}th start to end that way; the job was stopped"
+            )
             if Job.objects.filter(pk=job.pk, state=Job.State.RUNNING, heartbeat_at=job.heartbeat_at).exists():
                 services.finish_job(job, Job.State.FAILED, reason)
                 changed.append(job.pk)
             continue
-        reason = (f"its agent worker stopped answering (last heartbeat {last}); it resumes from its "
-                  f"{turns} stored turn(s) (start {job.attempts + 1} of at most {MAX_ATTEMPTS})")
+        reason = (
+            f"its agent worker stopped answering (last heartbeat {last}); it resumes from its "
+            f"{turns} stored turn(s) (start {job.attempts + 1} of at most {MAX_ATTEMPTS})"
+        )
         if Job.objects.filter(pk=job.pk, state=Job.State.RUNNING, heartbeat_at=job.heartbeat_at).update(
-                state=Job.State.QUEUED, dispatched_at=None, step="queued: resuming after a lost worker", reason=reason,
-                updated_at=now):
+            state=Job.State.QUEUED,
+            dispatched_at=None,
+            step="queued: resuming after a lost worker",
+            reason=reason,
+            updated_at=now,
+        ):
             logger.warning("job %s: %s", job.pk, reason)
             services.announce_state(job.pk, Job.State.QUEUED, reason)
             changed.append(job.pk)
@@ -309,7 +342,7 @@ class Monitor:
         for step in (lambda: register_slots(self.hostname, self.concurrency, 3 * self.interval_s + 5), reap, dispatch):
             try:
                 step()
-            except Exception:  # noqa: BLE001 - next tick
+            except Exception:  # next tick
                 logger.exception("monitor step failed")
 
     def _run(self) -> None:
@@ -329,8 +362,10 @@ def default_hostname() -> str:
 # -- the gpu queue: fair order and a per-user bound -----------------------------------------------------
 class TooManyEvaluations(Exception):
     def __init__(self, outstanding: int, limit: int) -> None:
-        super().__init__(f"{outstanding} evaluations of yours are queued or running, the most one user may have "
-                         f"(KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER={limit}); try again when one has finished")
+        super().__init__(
+            f"{outstanding} evaluations of yours are queued or running, the most one user may have "
+            f"(KERNELWRIGHT_MAX_QUEUED_EVALUATIONS_PER_USER={limit}); try again when one has finished"
+        )
         self.outstanding, self.limit = outstanding, limit
 
 
@@ -377,5 +412,5 @@ def release_gpu_slot(user_id: Any, task_id: str) -> None:
             client.zrem(OUTSTANDING_KEY + str(user_id if user_id is not None else "anonymous"), task_id)
         finally:
             client.close()
-    except Exception:  # noqa: BLE001 - the entry ages out
+    except Exception:  # the entry ages out
         logger.warning("could not release gpu slot of task %s", task_id)

@@ -123,8 +123,12 @@ def start_job(job: Job) -> Job:
     webapp.jobs.scheduler.claim, which does the same only when no live attempt holds the job."""
     now = timezone.now()
     Job.objects.filter(pk=job.pk).update(
-        state=Job.State.RUNNING, attempts=F("attempts") + 1, step="starting", reason="", dispatched_at=None,
-        updated_at=now
+        state=Job.State.RUNNING,
+        attempts=F("attempts") + 1,
+        step="starting",
+        reason="",
+        dispatched_at=None,
+        updated_at=now,
     )  # no heartbeat: a job run by hand is never taken for lost
     return started(job)
 
@@ -141,8 +145,11 @@ def tell_waiting(job: Job, step: str, reason: str) -> None:
     """Where a queued job waits and why (the job page's step and reason). Announced as a state
     notice, after which the page fetches both."""
     step = step[:200]
-    if Job.objects.filter(pk=job.pk, state=Job.State.QUEUED).exclude(step=step, reason=reason).update(
-            step=step, reason=reason, updated_at=timezone.now()):
+    if (
+        Job.objects.filter(pk=job.pk, state=Job.State.QUEUED)
+        .exclude(step=step, reason=reason)
+        .update(step=step, reason=reason, updated_at=timezone.now())
+    ):
         _after_commit(JobNotification(Kind.STATE, job.pk, state=Job.State.QUEUED, reason=reason, step=step))
 
 
@@ -195,14 +202,14 @@ def announce_turn(job_id: int, index: int) -> None:
     try:
         job = Job.objects.get(pk=job_id)
         update = live.update(job, since=index - 1, with_charts=False)
-    except Exception:  # noqa: BLE001 - the pages fetch it instead; never fail a store for it
+    except Exception:  # the pages fetch it instead; never fail a store for it
         logger.exception("could not build the update of turn %s of job %s", index, job_id)
         announce(JobNotification(Kind.TURN_READY, job_id, turn=index))
         return
     announce(JobNotification(Kind.TURN_READY, job_id, turn=index, update=update))
     try:
         announce(JobNotification(Kind.CHARTS, job_id, turn=index, charts=live.charts_of(job)))
-    except Exception:  # noqa: BLE001 - the next fetch or turn brings them
+    except Exception:  # the next fetch or turn brings them
         logger.exception("could not build the charts of job %s after turn %s", job_id, index)
 
 
@@ -231,13 +238,20 @@ def _apply_best(job: Job, best: dict[str, Any], events: list[dict[str, Any]]) ->
     if files:
         Artifact.objects.filter(job=job).delete()
         Artifact.objects.bulk_create(
-            [Artifact(job=job, path=path, content=content, version=version or 0) for path, content in sorted(files.items())]
+            [
+                Artifact(job=job, path=path, content=content, version=version or 0)
+                for path, content in sorted(files.items())
+            ]
         )
 
 
 def clear_best(job: Job) -> None:
     if Job.objects.filter(pk=job.pk, best_version__isnull=False).update(
-        best_version=None, best_reward=None, best_speedup_eager=None, best_speedup_compile=None, best_evaluation=None,
+        best_version=None,
+        best_reward=None,
+        best_speedup_eager=None,
+        best_speedup_compile=None,
+        best_evaluation=None,
         best_confirmed=False,
     ):
         Artifact.objects.filter(job=job).delete()
@@ -259,8 +273,14 @@ def finish_job(job: Job, state: str, reason: str = "", summary: str = "") -> Job
     if state not in Job.TERMINAL:
         raise ValueError(f"{state!r} is not a terminal state")
     Job.objects.filter(pk=job.pk).update(
-        state=state, reason=reason[:10000], summary=summary or job.summary, step="", finished_at=timezone.now(),
-        updated_at=timezone.now(), heartbeat_at=None, dispatched_at=None,  # no attempt lives on
+        state=state,
+        reason=reason[:10000],
+        summary=summary or job.summary,
+        step="",
+        finished_at=timezone.now(),
+        updated_at=timezone.now(),
+        heartbeat_at=None,
+        dispatched_at=None,  # no attempt lives on
     )
     job.refresh_from_db()
     _after_commit(JobNotification(Kind.STATE, job.pk, state=state, reason=job.reason))

@@ -53,24 +53,37 @@ def run_job(job_id: int) -> None:
 
 
 @shared_task(name=BUILD_TASK, on_worker_died_too_often=_failed_build, bind=True)
-def build(self: Any, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
-          attempt: int | None = None) -> dict[str, Any]:
+def build(
+    self: Any, files: dict[str, str], options: dict[str, Any], job_id: int | None = None, attempt: int | None = None
+) -> dict[str, Any]:
     from webapp.jobs.run.worker import build_for_job
 
     return build_for_job(files, options, job_id, attempt, self.request.id)
 
 
 @shared_task(name=EVALUATE_TASK, on_worker_died_too_often=_failed_evaluation, bind=True)
-def evaluate(self: Any, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
-             attempt: int | None = None) -> dict[str, Any]:
+def evaluate(
+    self: Any,
+    task_source: str,
+    files: dict[str, str],
+    options: dict[str, Any],
+    job_id: int | None = None,
+    attempt: int | None = None,
+) -> dict[str, Any]:
     from webapp.jobs.run.worker import evaluate_for_job
 
     return evaluate_for_job(task_source, files, options, job_id, attempt, self.request.id)
 
 
 @shared_task(name=PROFILE_TASK, on_worker_died_too_often=_failed_evaluation, bind=True)
-def profile(self: Any, task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None = None,
-            attempt: int | None = None) -> dict[str, Any]:
+def profile(
+    self: Any,
+    task_source: str,
+    files: dict[str, str],
+    options: dict[str, Any],
+    job_id: int | None = None,
+    attempt: int | None = None,
+) -> dict[str, Any]:
     from webapp.jobs.run.worker import profile_for_job
 
     return profile_for_job(task_source, files, options, job_id, attempt, self.request.id)

@@ -56,7 +56,11 @@ def files_before(turn: Turn) -> dict[str, str]:
     files = cache.get(key)
     if files is None:
         files = {}
-        rows = Turn.objects.filter(job_id=turn.job_id, index__lt=turn.index).order_by("index").values_list("events", flat=True)
+        rows = (
+            Turn.objects.filter(job_id=turn.job_id, index__lt=turn.index)
+            .order_by("index")
+            .values_list("events", flat=True)
+        )
         for events in rows.iterator():
             apply_edits(files, events)
         cache.set(key, files, TTL_S)
@@ -81,7 +85,7 @@ def turn_html(turn: Turn, before: dict[str, str] | None = None) -> SafeString:
     if html is None:
         html, _ = _render(turn, before)
         cache.set(key, html, TTL_S)
-    return mark_safe(html)  # noqa: S308 - the autoescaped output of jobs/_turn.html, see the docstring
+    return mark_safe(html)  # the autoescaped output of jobs/_turn.html, see the docstring
 
 
 def turns_html(turns: Iterable[Turn]) -> SafeString:
@@ -99,4 +103,4 @@ def turns_html(turns: Iterable[Turn]) -> SafeString:
         elif files is not None:
             files = apply_edits(files, t.events)
         parts.append(html)
-    return mark_safe("".join(parts))  # noqa: S308 - as above
+    return mark_safe("".join(parts))  # as above

@@ -85,7 +85,9 @@ def evaluation_behind(events: list[dict[str, Any]], at: int) -> dict[str, Any] |
     """The evaluation event that a best_changed or reward event at `at` came from: the last
     evaluation of its version before it (a later evaluation of that version did not make it)."""
     version = events[at].get("version")
-    return next((e for e in reversed(events[:at]) if e.get("type") == "evaluation" and e.get("version") == version), None)
+    return next(
+        (e for e in reversed(events[:at]) if e.get("type") == "evaluation" and e.get("version") == version), None
+    )
 
 
 def group_by_turn(events: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:

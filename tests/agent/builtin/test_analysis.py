@@ -6,7 +6,7 @@ from agent.builtin.graph import analyze_source
 
 from .conftest import task_source
 
-CONTROL_FLOW = '''
+CONTROL_FLOW = """
 import torch
 import torch.nn as nn
 
@@ -24,11 +24,14 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-UNKNOWN_OP = CONTROL_FLOW.replace('''        if x.sum() > 0:
+UNKNOWN_OP = CONTROL_FLOW.replace(
+    """        if x.sum() > 0:
             return x * 2
-        return x''', "        return torch.cumsum(x, dim=1)")
+        return x""",
+    "        return torch.cumsum(x, dim=1)",
+)
 
 CRASHING = CONTROL_FLOW.replace("class Model(nn.Module):", "import os\nos._exit(3)\n\nclass Model(nn.Module):")
 

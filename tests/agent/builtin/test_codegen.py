@@ -34,8 +34,22 @@ def _candidate(src: str, backend: str, configs=None):
 def _gxx(code: str, tmp_path: Path) -> None:
     src = tmp_path / "fused.cpp"
     src.write_text(code)
-    r = subprocess.run(["g++", "-O3", "-march=native", "-fopenmp", "-Wall", "-shared", "-fPIC", str(src), "-o",
-                        str(tmp_path / "fused.so")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            "g++",
+            "-O3",
+            "-march=native",
+            "-fopenmp",
+            "-Wall",
+            "-shared",
+            "-fPIC",
+            str(src),
+            "-o",
+            str(tmp_path / "fused.so"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
 
 
@@ -66,8 +80,10 @@ def _suite_analyses() -> list:
 def test_every_suite_task_generates_compilable_cpp(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    codes = {name: build_candidate(rw[-1].graph if rw else an.graph, an.data, "cpu").files["kernels/fused.cpp"]
-             for name, an, rw in _suite_analyses()}
+    codes = {
+        name: build_candidate(rw[-1].graph if rw else an.graph, an.data, "cpu").files["kernels/fused.cpp"]
+        for name, an, rw in _suite_analyses()
+    }
     for name in codes:
         (tmp_path / name).mkdir()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # g++ -O3 is the slow part: one per core
@@ -105,10 +121,15 @@ def test_kernels_say_what_they_fuse_and_the_bytes_they_move():
 
 
 def test_forward_uses_only_allocation_views_library_ops_and_kernels():
-    model = _candidate(task_source("basic_residual_block", batch=2, cin=8, cout=16, size=12), "cpu").files["model_new.py"]
+    model = _candidate(task_source("basic_residual_block", batch=2, cin=8, cout=16, size=12), "cpu").files[
+        "model_new.py"
+    ]
     fwd = model.split("class ModelNew", 1)[1].split("def forward", 1)[1]
-    calls = {c for c in ("torch.empty", "torch.nn.functional.conv2d", "lib.fused_", "torch.relu", "torch.add",
-                         "batch_norm") if c in fwd}
+    calls = {
+        c
+        for c in ("torch.empty", "torch.nn.functional.conv2d", "lib.fused_", "torch.relu", "torch.add", "batch_norm")
+        if c in fwd
+    }
     assert calls == {"torch.empty", "torch.nn.functional.conv2d", "lib.fused_"}
     assert "lib.bn_fold" in model  # the folded weights come from a custom kernel, outside the hot path
 
@@ -132,7 +153,7 @@ def test_cpu_rows_keep_a_costly_value_in_the_output_instead_of_recomputing_it(na
 
     src = shrink_source(task_source(name), 16)
     code = _candidate(src, "cpu").files["kernels/fused.cpp"]
-    final_loop = code[code.index("#pragma omp simd\n"):code.index("return 0;")]
+    final_loop = code[code.index("#pragma omp simd\n") : code.index("return 0;")]
     assert ("kept for the final loop" in code) == kept
     if kept:
         assert "kw_expf" not in final_loop and "in0[" not in final_loop
@@ -159,14 +180,31 @@ def test_cpu_selects_with_computing_branches_vectorise_and_stay_exact(name, tmp_
     assert "kw_pick(-(int32_t)(" in code and "kw_log1pf(kw_expf(" in code
     src = tmp_path / "fused.cpp"
     src.write_text(code)
-    build = subprocess.run(["g++", "-O3", "-march=native", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-fopt-info-vec-optimized",
-                            str(src), "-o", str(tmp_path / "fused.so")], capture_output=True, text=True)
+    build = subprocess.run(
+        [
+            "g++",
+            "-O3",
+            "-march=native",
+            "-fopenmp",
+            "-std=c++17",
+            "-shared",
+            "-fPIC",
+            "-fopt-info-vec-optimized",
+            str(src),
+            "-o",
+            str(tmp_path / "fused.so"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stderr
     fused = code.index('extern "C" int fused_0(')
-    loop = code[:code.index("for (int64_t i = 0; i < n; ++i)", fused)].count("\n") + 1
+    loop = code[: code.index("for (int64_t i = 0; i < n; ++i)", fused)].count("\n") + 1
     # GCC names an outlined `omp parallel for simd` loop by its first body line
-    assert any("loop vectorized" in line and (f"fused.cpp:{loop}:" in line or f"fused.cpp:{loop + 1}:" in line)
-               for line in build.stderr.splitlines()), build.stderr
+    assert any(
+        "loop vectorized" in line and (f"fused.cpp:{loop}:" in line or f"fused.cpp:{loop + 1}:" in line)
+        for line in build.stderr.splitlines()
+    ), build.stderr
     lib = ctypes.CDLL(str(tmp_path / "fused.so"))
     x = torch.cat([torch.randn(4000) * 8, torch.tensor([30.0, -30.0, 20.0, 19.99, 0.0, -0.0, 1e-8, -100.0])])
     y = torch.randn_like(x)
@@ -209,19 +247,25 @@ def test_register_cached_rows_read_the_row_once_and_keep_what_later_loops_reuse(
     """Softmax with a temperature: the first loop loads x and keeps x / T, the second keeps
     exp(x / T - max), the final loop divides; longer rows than the registers hold take the
     uncached loops (a shape trial with wider rows stays correct)."""
-    src = task_source("norm_softmax_temperature", rows=64)  # the plan depends on the row length; fewer rows capture faster
+    src = task_source(
+        "norm_softmax_temperature", rows=64
+    )  # the plan depends on the row length; fewer rows capture faster
     grp = _candidate(src, "cuda").plan.groups[0]
     variants = config_variants(grp, "cuda")
     assert variants[1] == {"tpr": 256, "cache": 4}  # 4096 columns: 4 float4 per thread at 256 threads
     code = _candidate(src, "cuda", {grp.name: variants[1]}).files["kernels/fused.cu"]
-    kernel = code[code.index("// fused_0:"):code.index('extern "C" int fused_0(')]
+    kernel = code[code.index("// fused_0:") : code.index('extern "C" int fused_0(')]
     cached = [part.split("} else", 1)[0] for part in kernel.split("if constexpr (VEC == 4 && NC > 0) {")[1:]]
     assert len(cached) == 3  # the max loop, the sum loop, the final loop
     assert [c.count("reinterpret_cast<const float4*>(in0") for c in cached] == [1, 0, 0]
-    assert "kv_truediv[j] = make_float4" in cached[0] and "expf(" in cached[1] and "kv_exp_0[j] = make_float4" in cached[1]
+    assert (
+        "kv_truediv[j] = make_float4" in cached[0] and "expf(" in cached[1] and "kv_exp_0[j] = make_float4" in cached[1]
+    )
     assert "expf(" not in cached[2] and "/ s0" not in cached[2]
     assert "if (vec && cols <= 4096) fused_0_kernel<4, 4>" in code and "else if (vec) fused_0_kernel<4, 0>" in code
-    wide = config_variants(_candidate(task_source("norm_softmax_temperature", rows=64, cols=1 << 16), "cuda").plan.groups[0], "cuda")
+    wide = config_variants(
+        _candidate(task_source("norm_softmax_temperature", rows=64, cols=1 << 16), "cuda").plan.groups[0], "cuda"
+    )
     assert not any(v.get("cache") for v in wide)  # 65536 columns do not fit
 
 
@@ -237,12 +281,17 @@ def test_generated_cuda_passes_nvcc(tmp_path):
         src = shrink_source(task_source(name), 16)
         base = _candidate(src, "cuda")
         cached = {g.name: v for g in base.plan.groups for v in config_variants(g, "cuda") if v.get("cache")}
-        codes = [base.files["kernels/fused.cu"]] + ([_candidate(src, "cuda", cached).files["kernels/fused.cu"]] if cached else [])
+        codes = [base.files["kernels/fused.cu"]] + (
+            [_candidate(src, "cuda", cached).files["kernels/fused.cu"]] if cached else []
+        )
         for i, code in enumerate(codes):
             path = tmp_path / f"{name}_{i}.cu"
             path.write_text(code)
-            r = subprocess.run(["nvcc", "-O3", "-arch=sm_90", f"-I{include}", "-c", str(path), "-o", str(tmp_path / "o.o")],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                ["nvcc", "-O3", "-arch=sm_90", f"-I{include}", "-c", str(path), "-o", str(tmp_path / "o.o")],
+                capture_output=True,
+                text=True,
+            )
             assert r.returncode == 0, f"{name} ({'register-cached' if i else 'default'}): {r.stderr[-3000:]}"
 
 
@@ -252,7 +301,9 @@ def test_an_inexpressible_graph_says_why():
     dim: kw_softmax_mid, agent/builtin/ownkernels.py), under either torch-ops policy."""
     from agent.builtin.pipeline import make_plan
 
-    src = task_source("row_softmax_small", rows=8, cols=16).replace("torch.softmax(x, dim=1)", "torch.softmax(x, dim=0)")
+    src = task_source("row_softmax_small", rows=8, cols=16).replace(
+        "torch.softmax(x, dim=1)", "torch.softmax(x, dim=0)"
+    )
     an = analyze_source(src, profile=False)
     with pytest.raises(GenerationError, match="last dim"):
         make_plan(an.graph, islands=False)
@@ -294,7 +345,9 @@ def test_folded_weights_are_recomputed_when_a_source_changes_and_only_then():
     looked up once, and still notices an in-place update, a replaced buffer and a changed eps."""
     import torch
 
-    model_src = _candidate(task_source("basic_residual_block", batch=2, cin=8, cout=16, size=12), "cpu").files["model_new.py"]
+    model_src = _candidate(task_source("basic_residual_block", batch=2, cin=8, cout=16, size=12), "cpu").files[
+        "model_new.py"
+    ]
     assert 'vals = _read(self, "_kw_slots", (' in model_src and ".running_var._version" not in model_src
 
     class Lib:
@@ -369,7 +422,7 @@ def test_a_cuda_graph_forward_wraps_the_same_forward():
     body = plain.files["model_new.py"].split("def forward(self, v_x):\n", 1)[1]
     guard = "".join(body.splitlines(keepends=True)[:3])
     assert "_kw_specialised(self)" in guard and "super().forward(v_x)" in guard  # in forward, before the graph
-    body = body[len(guard):]
+    body = body[len(guard) :]
     g_src = graphed.files["model_new.py"]
     assert g_src.split("def forward(self, v_x):\n", 1)[1].startswith(guard)
     assert g_src.split('"""The forward launched op by op: what the graph captures."""\n', 1)[1] == body
@@ -399,8 +452,21 @@ def test_cpu_elementwise_loops_below_the_parallel_threshold_stay_vectorised(tmp_
     libs = {}
     for name, src in (("vec", code), ("scalar", code.replace("if(parallel: ", "if("))):
         (tmp_path / f"{name}.cpp").write_text(src)
-        subprocess.run(["g++", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", str(tmp_path / f"{name}.cpp"),
-                        "-o", str(tmp_path / f"{name}.so")], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "g++",
+                "-O3",
+                "-march=native",
+                "-fopenmp",
+                "-shared",
+                "-fPIC",
+                str(tmp_path / f"{name}.cpp"),
+                "-o",
+                str(tmp_path / f"{name}.so"),
+            ],
+            check=True,
+            capture_output=True,
+        )
         libs[name] = ctypes.CDLL(str(tmp_path / f"{name}.so"))
     x, y = torch.randn(16384), torch.randn(16384)
     out = torch.empty_like(x)

@@ -10,7 +10,7 @@ from agent.builtin.pipeline import build_candidate, library_parts, own_parts
 from agent.builtin.policy import _forbid_blockers
 from tests.agent.builtin.test_export_capture import _analysis, _check_candidate
 
-SCALAR_INPUT = '''
+SCALAR_INPUT = """
 import torch
 import torch.nn as nn
 
@@ -29,7 +29,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_a_number_passed_to_forward_is_a_runtime_scalar_of_the_kernel(tmp_path):
@@ -42,7 +42,7 @@ def test_a_number_passed_to_forward_is_a_runtime_scalar_of_the_kernel(tmp_path):
     _check_candidate(SCALAR_INPUT, c.files, tmp_path, other_inputs=[[torch.randn(16, 12), -0.75]])
 
 
-COMPOSITES = '''
+COMPOSITES = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -66,7 +66,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_einsum_instance_norm_and_triplet_loss_become_ops_the_generator_has(tmp_path):
@@ -81,7 +81,7 @@ def test_einsum_instance_norm_and_triplet_loss_become_ops_the_generator_has(tmp_
     _check_candidate(COMPOSITES, c.files, tmp_path)
 
 
-RMS_OVER_CHANNELS = '''
+RMS_OVER_CHANNELS = """
 import torch
 import torch.nn as nn
 
@@ -102,7 +102,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [1e-5]
-'''
+"""
 
 
 def test_reductions_over_channels_and_their_split_broadcast_stay_right_at_other_shapes(tmp_path):
@@ -118,7 +118,7 @@ def test_reductions_over_channels_and_their_split_broadcast_stay_right_at_other_
     _check_candidate(RMS_OVER_CHANNELS, c.files, tmp_path, other_inputs=[[torch.randn(3, 4, 2, 9)]])
 
 
-INT_DIVISOR = '''
+INT_DIVISOR = """
 import torch
 import torch.nn as nn
 
@@ -139,7 +139,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [8, 2]
-'''
+"""
 
 
 def test_an_int_attribute_in_arithmetic_is_read_at_run_time(tmp_path):

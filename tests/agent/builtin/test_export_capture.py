@@ -47,7 +47,7 @@ SE = _block("se_block", batch=2, channels=16, size=6)
 GPT2 = _block("gpt2_attention", batch=2, seq=8, n_embd=32, n_head=2)
 ROTARY = _block("rotary_embedding", batch=2, heads=2, seq=8, head_dim=16)
 
-ATAN_GELU = '''
+ATAN_GELU = """
 import torch
 import torch.nn as nn
 
@@ -68,9 +68,9 @@ def get_inputs():
 
 def get_init_inputs():
     return [0.5]
-'''
+"""
 
-PERMUTE_LN = '''
+PERMUTE_LN = """
 import torch
 import torch.nn as nn
 
@@ -92,11 +92,17 @@ def get_inputs():
 
 def get_init_inputs():
     return [8]
-'''
+"""
 
 
-@pytest.mark.parametrize("src, islands", [(SE, []), (GPT2, ["aten.ones.default", "aten.tril.default", "aten.eq.Scalar",
-                                                             "aten._to_copy.default"]), (ROTARY, ["aten.cat.default"])])
+@pytest.mark.parametrize(
+    "src, islands",
+    [
+        (SE, []),
+        (GPT2, ["aten.ones.default", "aten.tril.default", "aten.eq.Scalar", "aten._to_copy.default"]),
+        (ROTARY, ["aten.cat.default"]),
+    ],
+)
 def test_modules_fx_cannot_trace_are_captured_by_export(src, islands):
     an = _analysis(src, profile=False)
     assert an.ok, an.error
@@ -110,8 +116,12 @@ def test_modules_fx_cannot_trace_are_captured_by_export(src, islands):
 def test_se_block_gate_broadcast_is_a_view_and_the_mean_a_reduction():
     an = _analysis(SE, profile=False)
     g = an.graph
-    assert [n.op for n in g.nodes if n.op in ("unsqueeze", "mean", "sigmoid")] == ["mean", "sigmoid", "unsqueeze",
-                                                                                   "unsqueeze"]
+    assert [n.op for n in g.nodes if n.op in ("unsqueeze", "mean", "sigmoid")] == [
+        "mean",
+        "sigmoid",
+        "unsqueeze",
+        "unsqueeze",
+    ]
     assert g.node("mean").attrs["dim"] == [2, 3]
 
 
@@ -154,14 +164,16 @@ def test_unlowerable_nodes_become_islands_and_the_rest_is_still_fused():
 def _compile(code: str, tmp_path: Path) -> str:
     src, so = tmp_path / "k.cpp", tmp_path / "k.so"
     src.write_text(code)
-    r = subprocess.run(["g++", "-O1", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(so)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["g++", "-O1", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(so)], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return str(so)
 
 
-def _check_candidate(task_src: str, files: dict[str, str], tmp_path: Path, *, other_inputs=None,
-                     equal_nan: bool = False) -> None:
+def _check_candidate(
+    task_src: str, files: dict[str, str], tmp_path: Path, *, other_inputs=None, equal_nan: bool = False
+) -> None:
     """model_new.py next to the reference, in this process, on the task's inputs (and others)."""
     kernel = next((p for p in files if p.startswith("kernels/")), None)
     if kernel:
@@ -212,7 +224,9 @@ def test_strided_operands_are_made_contiguous_at_the_kernel_boundary(tmp_path):
     an = _analysis(PERMUTE_LN, profile=False)
     assert an.ok, an.error
     allow = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
-    assert "v_permute = v_permute if v_permute.is_contiguous() else v_permute.contiguous()" in allow.files["model_new.py"]
+    assert (
+        "v_permute = v_permute if v_permute.is_contiguous() else v_permute.contiguous()" in allow.files["model_new.py"]
+    )
     _check_candidate(PERMUTE_LN, allow.files, tmp_path)
     forbid = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
     assert "_kw_contig(lib, v_permute, _stream)" in forbid.files["model_new.py"]
@@ -290,7 +304,7 @@ def test_under_forbid_the_plan_names_what_blocks_it():
     assert "torch-ops=forbid" in fin and "eq (eq)" in fin
 
 
-GEMM_GN_MIN_BIAS = '''
+GEMM_GN_MIN_BIAS = """
 import torch
 import torch.nn as nn
 
@@ -314,7 +328,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_a_broadcast_whose_split_is_chosen_late_reads_each_operand_where_it_varies(tmp_path):
@@ -332,8 +346,10 @@ def test_a_broadcast_whose_split_is_chosen_late_reads_each_operand_where_it_vari
 def test_a_per_channel_operand_splits_the_iteration_space_into_long_rows():
     """A conv bias over NCHW: N*C rows of H*W columns (one long vector loop per row), not N*C*H
     rows of W."""
-    src = PERMUTE_LN.replace("y = x.permute(0, 2, 3, 1)\n        y = self.norm(y)\n        return torch.relu(y).permute(0, 3, 1, 2) * 2.0",
-                             "return torch.relu(x + self.norm.weight.view(-1, 1, 1))")
+    src = PERMUTE_LN.replace(
+        "y = x.permute(0, 2, 3, 1)\n        y = self.norm(y)\n        return torch.relu(y).permute(0, 3, 1, 2) * 2.0",
+        "return torch.relu(x + self.norm.weight.view(-1, 1, 1))",
+    )
     an = _analysis(src, profile=False)
     assert an.ok, an.error
     (grp,) = make_plan(an.graph).groups

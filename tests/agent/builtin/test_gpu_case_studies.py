@@ -6,8 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
+]
 
 from agent.builtin import BuiltinPolicy  # noqa: E402
 from benchmarks.case_studies import CASES  # noqa: E402

@@ -17,14 +17,21 @@ from sandbox import EvalOptions, evaluate  # noqa: E402
 from .conftest import task_source  # noqa: E402
 
 
-@pytest.mark.parametrize("name,sizes", [("basic_residual_block", {"batch": 4, "cin": 16, "cout": 32, "size": 16}),
-                                        ("linear_gelu_residual", {"batch": 64, "features": 256})])
+@pytest.mark.parametrize(
+    "name,sizes",
+    [
+        ("basic_residual_block", {"batch": 4, "cin": 16, "cout": 32, "size": 16}),
+        ("linear_gelu_residual", {"batch": 64, "features": 256}),
+    ],
+)
 def test_graphed_forward_passes_the_sandbox(name, sizes, tmp_path):
     src = task_source(name, **sizes)
     an = analyze_source(src, profile=False)
     rw = all_rewrites(an.graph)
     g = rw[-1].graph if rw else an.graph
-    opts = EvalOptions(backend="cuda", compile_baseline=False, timing_budget_s=0.2, cache_dir=str(tmp_path), eval_timeout_s=300)
+    opts = EvalOptions(
+        backend="cuda", compile_baseline=False, timing_budget_s=0.2, cache_dir=str(tmp_path), eval_timeout_s=300
+    )
     plain = evaluate(src, build_candidate(g, an.data, "cuda").files, opts)
     graphed = evaluate(src, build_candidate(g, an.data, "cuda", graph=True).files, opts)
     assert plain.status.value == "ok", plain.reasons
@@ -33,5 +40,7 @@ def test_graphed_forward_passes_the_sandbox(name, sizes, tmp_path):
     assert any(k.startswith("void fused_0_kernel") for k in graphed.audit.kernels), graphed.audit.kernels
     assert not graphed.audit.torch_compute_ops, graphed.audit.torch_compute_ops
     c, p = graphed.timing.candidate, plain.timing.candidate
-    print(f"{name}: op by op {p.median_ms:.4f} ms (host {p.host_median_ms:.4f}), graph {c.median_ms:.4f} ms "
-          f"(host {c.host_median_ms:.4f}), eager {plain.timing.eager.median_ms:.4f} ms")
+    print(
+        f"{name}: op by op {p.median_ms:.4f} ms (host {p.host_median_ms:.4f}), graph {c.median_ms:.4f} ms "
+        f"(host {c.host_median_ms:.4f}), eager {plain.timing.eager.median_ms:.4f} ms"
+    )

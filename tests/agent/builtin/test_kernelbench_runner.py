@@ -9,8 +9,17 @@ from benchmarks.kernelbench import coverage_table, failure_class, format_table, 
 
 
 def _row(name, vs, low, label="Fuse the captured graph as it is", correct=True, reward=1):
-    return {"name": name, "capture": "fx", "correct": correct, "evaluations": 2, "speedup_vs_eager": vs,
-            "ci_low_vs_eager": low, "speedup_vs_compile": None, "reward": reward, "best_label": label}
+    return {
+        "name": name,
+        "capture": "fx",
+        "correct": correct,
+        "evaluations": 2,
+        "speedup_vs_eager": vs,
+        "ci_low_vs_eager": low,
+        "speedup_vs_compile": None,
+        "reward": reward,
+        "best_label": label,
+    }
 
 
 def test_sizes_shrink_by_one_power_of_two_and_small_ints_stay():
@@ -21,8 +30,12 @@ def test_sizes_shrink_by_one_power_of_two_and_small_ints_stay():
 
 
 def test_faster_counts_the_interval_low_end_and_names_a_fallback_artefact():
-    rows = [_row("a", 1.4, 1.2), _row("b", 1.3, 0.9), _row("c", 9.0, 7.0, "The reference's own computation (x)"),
-            _row("d", None, None, correct=False)]
+    rows = [
+        _row("a", 1.4, 1.2),
+        _row("b", 1.3, 0.9),
+        _row("c", 9.0, 7.0, "The reference's own computation (x)"),
+        _row("d", None, None, correct=False),
+    ]
     table = format_table(rows)
     assert "low end above 1.05x: 2/4 (1 of them the reference's own computation: a timing artefact)" in table
     assert "correct 3/4" in table and "| a | fx | yes | 2 | 1.40x (1.20x) |" in table
@@ -35,20 +48,33 @@ def test_merge_prints_one_table_of_every_shard(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| a |" in out and "| b |" in out and "correct 2/2" in out
     (tmp_path / "rerun.json").write_text(json.dumps({"tasks": [_row("b", None, None, correct=False)]}))
-    assert main(["--merge", str(tmp_path / "shard0.json"), str(tmp_path / "shard1.json"), str(tmp_path / "rerun.json")]) == 0
+    assert (
+        main(["--merge", str(tmp_path / "shard0.json"), str(tmp_path / "shard1.json"), str(tmp_path / "rerun.json")])
+        == 0
+    )
     assert "correct 1/2" in capsys.readouterr().out
 
 
 def _cov(name, capture="export", gen=True, correct=True, failure=None, blockers=()):
-    return {"name": name, "capture": capture, "correct": correct, "generated_correct": gen, "ran": capture != "no",
-            "first_failure": failure, "forbid_blockers": list(blockers)}
+    return {
+        "name": name,
+        "capture": capture,
+        "correct": correct,
+        "generated_correct": gen,
+        "ran": capture != "no",
+        "first_failure": failure,
+        "forbid_blockers": list(blockers),
+    }
 
 
 def test_coverage_table_counts_per_level_and_classes_first_failures():
-    rows = [_cov("L1/1_a"), _cov("L1/2_b", blockers=["v3 (cumsum)"]),
-            _cov("L1/3_c", gen=False, failure="candidate incorrect: max abs error 0.5 at output 0"),
-            _cov("L1/4_d", gen=False, failure="candidate incorrect: max abs error 0.25 at output 0"),
-            _cov("L2/1_e", capture="no", gen=False, correct=False, failure="the reference raises: line 12: boom")]
+    rows = [
+        _cov("L1/1_a"),
+        _cov("L1/2_b", blockers=["v3 (cumsum)"]),
+        _cov("L1/3_c", gen=False, failure="candidate incorrect: max abs error 0.5 at output 0"),
+        _cov("L1/4_d", gen=False, failure="candidate incorrect: max abs error 0.25 at output 0"),
+        _cov("L2/1_e", capture="no", gen=False, correct=False, failure="the reference raises: line 12: boom"),
+    ]
     table = coverage_table(rows)
     assert "| L1 | 4 | 4 | 4 | 2 | 1 | 4 |" in table
     assert "| L2 | 1 | 0 | 0 | 0 | 0 | 0 |" in table and "| all | 5 | 4 | 4 | 2 | 1 | 4 |" in table
@@ -62,11 +88,16 @@ def test_coverage_table_counts_per_level_and_classes_first_failures():
 def test_a_lower_floor_shrinks_the_sizes_below_64_by_the_same_factor():
     src = "out_channels = 64\ndepth, height, width = 16, 32, 32\nkernel_size = (3, 3, 3)\n"
     assert shrink_ints(src, 32) == "out_channels = 32\ndepth, height, width = 16, 32, 32\nkernel_size = (3, 3, 3)\n"
-    assert shrink_ints(src, 32, floor=16) == "out_channels = 32\ndepth, height, width = 8, 16, 16\nkernel_size = (3, 3, 3)\n"
+    assert (
+        shrink_ints(src, 32, floor=16)
+        == "out_channels = 32\ndepth, height, width = 8, 16, 16\nkernel_size = (3, 3, 3)\n"
+    )
 
 
 def test_batch_size_apart_keeps_the_ratios_of_the_other_sizes():
     src = "batch_size = 32768\nin_features = 1024\nout_features = 4096\nnum_groups = 64\n"
     assert shrink_ints(src, 32) == "batch_size = 32\nin_features = 8\nout_features = 8\nnum_groups = 8\n"
-    assert shrink_ints(src, 32, floor=16, batch_apart=True) == \
-        "batch_size = 8\nin_features = 8\nout_features = 32\nnum_groups = 8\n"
+    assert (
+        shrink_ints(src, 32, floor=16, batch_apart=True)
+        == "batch_size = 8\nin_features = 8\nout_features = 32\nnum_groups = 8\n"
+    )

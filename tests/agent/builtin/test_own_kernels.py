@@ -15,7 +15,7 @@ from agent.builtin.pipeline import build_candidate, library_parts, own_parts
 from agent.builtin.policy import _forbid_blockers
 from tests.agent.builtin.test_export_capture import _analysis, _check_candidate
 
-TEMPLATE = '''
+TEMPLATE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -36,7 +36,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def task(body: str, inputs: str, init: str = "        pass", args: str = "x") -> str:
@@ -48,32 +48,73 @@ X3 = "torch.randn(2, 4, 13)"
 X5 = "torch.randn(2, 3, 7, 6, 9)"
 # one task per family (one capture and one compile each): every output is checked
 CASES = {
-    "pool2d": (task("(self.a(x), self.b(x), F.avg_pool2d(x, 2, divisor_override=3), self.c(x))", X4,
-                    "        self.a = nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True)\n"
-                    "        self.b = nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False)\n"
-                    "        self.c = nn.AdaptiveAvgPool2d((3, 4))"), {"kw_pool"}),
-    "pool1d_3d": (task("(self.a(x), self.b(x), self.c(z), self.d(z))", f"{X3}, {X5}",
-                       "        self.a = nn.MaxPool1d(4, 3, 2)\n        self.b = nn.AvgPool1d(3, 1, 1)\n"
-                       "        self.c = nn.MaxPool3d(3, 2, 1)\n        self.d = nn.AvgPool3d(2, 2)", args="x, z"), {"kw_pool"}),
-    "scans": (task("(torch.cumsum(x, dim=1), torch.cumprod(torch.sigmoid(x) + 0.5, dim=-1), "
-                   "torch.cumsum(x.flip(1), 1).flip(1), "
-                   "torch.cumsum(torch.cat((torch.zeros_like(x[:, :1]), x), dim=1)[:, :-1], dim=1), "
-                   "torch.cumsum(x * m, dim=2))", f"{X3}, torch.rand(2, 4, 13) > 0.5", args="x, m"),
-              {"kw_scan", "kw_flip", "kw_cat", "kw_mask_mul"}),
-    "arg_and_cat": (task("(torch.argmax(x, dim=1), torch.argmin(x, dim=2, keepdim=True), "
-                         "torch.relu(torch.cat([x, x * 2, y], dim=1)))", "torch.randn(2, 3, 5), torch.randn(2, 4, 5)",
-                         args="x, y"), {"kw_argreduce", "kw_cat"}),
-    "losses": (task("(F.cross_entropy(x, t), F.cross_entropy(x, t, reduction='sum'), "
-                    "F.kl_div(torch.log(p), q, reduction='batchmean'))",
-                    "torch.randn(16, 10), torch.randint(0, 10, (16,)), torch.rand(6, 9).softmax(-1), "
-                    "torch.rand(6, 9).softmax(-1)", args="x, t, p, q"), {"kw_cross_entropy", "kw_kl_div"}),
-    "reductions_not_last": (task("(torch.sum(x, dim=1), torch.mean(x, dim=(1, 2), keepdim=True), torch.amax(x, dim=0), "
-                                 "torch.min(x, dim=1)[0], torch.softmax(x, dim=1), torch.log_softmax(x, dim=0), "
-                                 "torch.norm(x, p='fro'), torch.norm(x, p=1, dim=1), torch.logsumexp(x, dim=1))",
-                                 "torch.randn(2, 3, 4, 5)"),
-                            {"kw_reduce", "kw_softmax_mid"}),
-    "triangular": (task("(torch.tril(torch.matmul(a, b)), torch.triu(a, diagonal=1))", "torch.randn(6, 6), torch.randn(6, 6)",
-                        args="a, b"), {"kw_tri"}),
+    "pool2d": (
+        task(
+            "(self.a(x), self.b(x), F.avg_pool2d(x, 2, divisor_override=3), self.c(x))",
+            X4,
+            "        self.a = nn.MaxPool2d(3, 2, 1, dilation=2, ceil_mode=True)\n"
+            "        self.b = nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False)\n"
+            "        self.c = nn.AdaptiveAvgPool2d((3, 4))",
+        ),
+        {"kw_pool"},
+    ),
+    "pool1d_3d": (
+        task(
+            "(self.a(x), self.b(x), self.c(z), self.d(z))",
+            f"{X3}, {X5}",
+            "        self.a = nn.MaxPool1d(4, 3, 2)\n        self.b = nn.AvgPool1d(3, 1, 1)\n"
+            "        self.c = nn.MaxPool3d(3, 2, 1)\n        self.d = nn.AvgPool3d(2, 2)",
+            args="x, z",
+        ),
+        {"kw_pool"},
+    ),
+    "scans": (
+        task(
+            "(torch.cumsum(x, dim=1), torch.cumprod(torch.sigmoid(x) + 0.5, dim=-1), "
+            "torch.cumsum(x.flip(1), 1).flip(1), "
+            "torch.cumsum(torch.cat((torch.zeros_like(x[:, :1]), x), dim=1)[:, :-1], dim=1), "
+            "torch.cumsum(x * m, dim=2))",
+            f"{X3}, torch.rand(2, 4, 13) > 0.5",
+            args="x, m",
+        ),
+        {"kw_scan", "kw_flip", "kw_cat", "kw_mask_mul"},
+    ),
+    "arg_and_cat": (
+        task(
+            "(torch.argmax(x, dim=1), torch.argmin(x, dim=2, keepdim=True), "
+            "torch.relu(torch.cat([x, x * 2, y], dim=1)))",
+            "torch.randn(2, 3, 5), torch.randn(2, 4, 5)",
+            args="x, y",
+        ),
+        {"kw_argreduce", "kw_cat"},
+    ),
+    "losses": (
+        task(
+            "(F.cross_entropy(x, t), F.cross_entropy(x, t, reduction='sum'), "
+            "F.kl_div(torch.log(p), q, reduction='batchmean'))",
+            "torch.randn(16, 10), torch.randint(0, 10, (16,)), torch.rand(6, 9).softmax(-1), "
+            "torch.rand(6, 9).softmax(-1)",
+            args="x, t, p, q",
+        ),
+        {"kw_cross_entropy", "kw_kl_div"},
+    ),
+    "reductions_not_last": (
+        task(
+            "(torch.sum(x, dim=1), torch.mean(x, dim=(1, 2), keepdim=True), torch.amax(x, dim=0), "
+            "torch.min(x, dim=1)[0], torch.softmax(x, dim=1), torch.log_softmax(x, dim=0), "
+            "torch.norm(x, p='fro'), torch.norm(x, p=1, dim=1), torch.logsumexp(x, dim=1))",
+            "torch.randn(2, 3, 4, 5)",
+        ),
+        {"kw_reduce", "kw_softmax_mid"},
+    ),
+    "triangular": (
+        task(
+            "(torch.tril(torch.matmul(a, b)), torch.triu(a, diagonal=1))",
+            "torch.randn(6, 6), torch.randn(6, 6)",
+            args="a, b",
+        ),
+        {"kw_tri"},
+    ),
 }
 
 
@@ -93,7 +134,9 @@ def test_our_kernels_compute_the_ops_under_forbid(name, tmp_path):
 
 
 def test_a_form_our_kernels_do_not_handle_stays_the_aten_call_and_a_named_blocker():
-    src = task("F.cross_entropy(x, t, label_smoothing=0.1)", "torch.randn(8, 5), torch.randint(0, 5, (8,))", args="x, t")
+    src = task(
+        "F.cross_entropy(x, t, label_smoothing=0.1)", "torch.randn(8, 5), torch.randint(0, 5, (8,))", args="x, t"
+    )
     an = _analysis(src, profile=False)
     c = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
     assert not own_parts(c.plan) and "torch.ops.aten.cross_entropy_loss.default" in c.files["model_new.py"]
@@ -101,8 +144,11 @@ def test_a_form_our_kernels_do_not_handle_stays_the_aten_call_and_a_named_blocke
 
 
 def test_nan_propagates_through_max_pooling_and_argmax_picks_it(tmp_path):
-    src = task("(self.pool(x), torch.argmax(x.flatten(1), dim=1))", "torch.where(torch.rand(2, 3, 8, 8) < 0.05, "
-               "float('nan'), torch.randn(2, 3, 8, 8))", "        self.pool = nn.MaxPool2d(2)")
+    src = task(
+        "(self.pool(x), torch.argmax(x.flatten(1), dim=1))",
+        "torch.where(torch.rand(2, 3, 8, 8) < 0.05, float('nan'), torch.randn(2, 3, 8, 8))",
+        "        self.pool = nn.MaxPool2d(2)",
+    )
     an = _analysis(src, profile=False)
     c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
     assert {k for _, k in own_parts(c.plan)} == {"kw_pool", "kw_argreduce"}

@@ -63,7 +63,8 @@ def test_batch_norm_folding_passes_the_sandbox_with_reinit_and_shape_trials():
 
 def test_an_uncapturable_task_finishes_with_a_plain_explanation():
     src = task_source("row_softmax_small", rows=8, cols=16).replace(
-        "return torch.softmax(x, dim=1)", "return x if x.sum() > 0 else -x")
+        "return torch.softmax(x, dim=1)", "return x if x.sum() > 0 else -x"
+    )
     task = task_from_source(src, "control_flow", "cpu", dict(FAST))
     res = run(task, BuiltinPolicy(), LocalEvaluator(), Budgets(max_turns=5))
     assert res.reason == "model_finished" and res.best is None
@@ -85,7 +86,9 @@ def test_on_cuda_a_task_with_a_gemm_also_tries_the_aten_gemm(monkeypatch):
         pol.reset(TaskInfo(name, task_source(name, **SMALL[name]), "cuda"), [], [])
         steps[name] = [(s.kind, s.gemm) for s in pol.steps]
     assert ("candidate", "aten") in steps["linear_gelu_residual"]
-    assert steps["linear_gelu_residual"].index(("candidate", "aten")) < steps["linear_gelu_residual"].index(("restore", "cublas"))
+    assert steps["linear_gelu_residual"].index(("candidate", "aten")) < steps["linear_gelu_residual"].index(
+        ("restore", "cublas")
+    )
     assert all(g == "cublas" for _, g in steps["rmsnorm_swish"])  # no GEMM, no such step
 
 
@@ -112,8 +115,12 @@ def test_the_cpu_plan_has_no_graph_turn():
 def _evaluated(reward: int, median_ms: float, vs_eager: float):
     from agent.policy import Observation
 
-    res = {"status": "ok", "reward": reward, "speedup_vs_eager": vs_eager,
-           "timing": {"candidate": {"median_ms": median_ms}, "eager": {"median_ms": median_ms * vs_eager}}}
+    res = {
+        "status": "ok",
+        "reward": reward,
+        "speedup_vs_eager": vs_eager,
+        "timing": {"candidate": {"median_ms": median_ms}, "eager": {"median_ms": median_ms * vs_eager}},
+    }
     return [Observation("x", "evaluate", "evaluated", data={"evaluation": res})]
 
 
@@ -157,7 +164,8 @@ def test_a_task_whose_forward_raises_says_so_in_one_line():
     from agent.policy import TaskInfo
 
     src = task_source("row_softmax_small", rows=8, cols=16).replace(
-        "return torch.softmax(x, dim=1)", "return torch.softmax(x @ torch.ones(3, 3), dim=1)")
+        "return torch.softmax(x, dim=1)", "return torch.softmax(x @ torch.ones(3, 3), dim=1)"
+    )
     pol = BuiltinPolicy()
     pol.reset(TaskInfo("broken", src, "cpu", options={"torch_ops": "allow"}), [], [])
     assert [s.kind for s in pol.steps] == ["analyse", "finish"]
@@ -196,4 +204,6 @@ def test_a_step_that_fails_inside_the_policy_moves_on_instead_of_ending_the_run(
     monkeypatch.setattr(pol, "_candidate_action", broken)
     action = pol.next_action([])
     assert "Step candidate failed inside the built-in policy (TypeError: a generator bug)" in action.message
-    assert pol.pos > next(i for i, st in enumerate(pol.steps) if st.kind == "candidate")  # the run went on past the step
+    assert pol.pos > next(
+        i for i, st in enumerate(pol.steps) if st.kind == "candidate"
+    )  # the run went on past the step

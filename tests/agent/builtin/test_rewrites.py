@@ -15,7 +15,12 @@ from .conftest import SMALL, load_module, task_source
 CASES = {
     "diag_scale_matmul": ["diag_to_row_scale"],
     "diag_right_scale": ["diag_to_col_scale"],
-    "gemm_divide_sum_scale": ["canonical_linear", "scale_through_reduction", "fold_scalar_chains", "linear_sum_to_matvec"],
+    "gemm_divide_sum_scale": [
+        "canonical_linear",
+        "scale_through_reduction",
+        "fold_scalar_chains",
+        "linear_sum_to_matvec",
+    ],
     "basic_residual_block": ["fold_batchnorm"],
     "gemm_bn_relu": ["fold_batchnorm"],
     "identity_chain": ["remove_identities"],

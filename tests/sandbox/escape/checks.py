@@ -47,9 +47,16 @@ def _runtime_names_under(folder: str) -> set[str]:
 
 
 def read_files_cfg(planted: dict[str, Path]) -> dict:
-    return {"read": {label: str(path) for label, path in planted.items()},
-            "list": {"repo": str(REPO), "var": str(REPO / "var"), "home": str(Path.home()), "root": "/root",
-                     "tmp": tempfile.gettempdir()}}
+    return {
+        "read": {label: str(path) for label, path in planted.items()},
+        "list": {
+            "repo": str(REPO),
+            "var": str(REPO / "var"),
+            "home": str(Path.home()),
+            "root": "/root",
+            "tmp": tempfile.gettempdir(),
+        },
+    }
 
 
 def read_files(rep: dict, texts: list[str], secret: str, cfg: dict) -> None:
@@ -67,19 +74,29 @@ def read_files(rep: dict, texts: list[str], secret: str, cfg: dict) -> None:
             extra = set(listing[label]) - _runtime_names_under(cfg["list"][label])
             assert not extra, f"the {label} folder {cfg['list'][label]} is visible: {sorted(extra)}"
     if isinstance(listing["tmp"], list):
-        assert not [n for n in listing["tmp"] if n.startswith("kw-escape-")], f"the host's /tmp is visible: {listing['tmp']}"
+        assert not [n for n in listing["tmp"] if n.startswith("kw-escape-")], (
+            f"the host's /tmp is visible: {listing['tmp']}"
+        )
 
 
 def write_files_cfg(token: str) -> dict:
     import torch
 
     tmp, home = Path(tempfile.gettempdir()), Path.home()
-    create = {"repo": REPO / f"kw-escape-{token}-w", "sandbox_pkg": REPO / "sandbox" / f"kw_escape_{token}.py",
-              "var": REPO / "var" / f"kw-escape-{token}-w", "home": home / f".kw-escape-{token}-w",
-              "tmp": tmp / f"kw-escape-{token}-w", "site_packages": Path(sysconfig.get_paths()["purelib"]) / f"kw_escape_{token}.txt",
-              "stdlib": Path(sysconfig.get_paths()["stdlib"]) / f"kw_escape_{token}.txt"}
-    existing = {"sandbox_init": REPO / "sandbox" / "__init__.py", "torch_init": Path(torch.__file__),
-                "stdlib_os": Path(os.__file__)}
+    create = {
+        "repo": REPO / f"kw-escape-{token}-w",
+        "sandbox_pkg": REPO / "sandbox" / f"kw_escape_{token}.py",
+        "var": REPO / "var" / f"kw-escape-{token}-w",
+        "home": home / f".kw-escape-{token}-w",
+        "tmp": tmp / f"kw-escape-{token}-w",
+        "site_packages": Path(sysconfig.get_paths()["purelib"]) / f"kw_escape_{token}.txt",
+        "stdlib": Path(sysconfig.get_paths()["stdlib"]) / f"kw_escape_{token}.txt",
+    }
+    existing = {
+        "sandbox_init": REPO / "sandbox" / "__init__.py",
+        "torch_init": Path(torch.__file__),
+        "stdlib_os": Path(os.__file__),
+    }
     return {"create": {k: str(v) for k, v in create.items()}, "open": {k: str(v) for k, v in existing.items()}}
 
 
@@ -94,8 +111,11 @@ def written_files(rep: dict, cfg: dict) -> None:
 
 
 def daemon_cfg(token: str) -> dict:
-    return {"name": ("kwd" + token)[:15], "heartbeat": str(Path(tempfile.gettempdir()) / f"kw-escape-hb-{token}"),
-            "lifetime": 60}
+    return {
+        "name": ("kwd" + token)[:15],
+        "heartbeat": str(Path(tempfile.gettempdir()) / f"kw-escape-hb-{token}"),
+        "lifetime": 60,
+    }
 
 
 def no_survivor(rep: dict, cfg: dict, listener: Listener, ended: float) -> None:
@@ -108,7 +128,9 @@ def no_survivor(rep: dict, cfg: dict, listener: Listener, ended: float) -> None:
         calls = [a for a in listener.arrivals(0.5) if "KWDAEMON" in a]
         assert not alive, f"processes {alive} started by the evaluation still run after it ended ({rep})"
         assert not late, f"a process kept writing {heartbeat} after the evaluation ended"
-        assert not calls, f"a process started by the evaluation called the test's listener {len(calls)} times: {calls[:2]}"
+        assert not calls, (
+            f"a process started by the evaluation called the test's listener {len(calls)} times: {calls[:2]}"
+        )
     finally:
         kill_pids(alive)
         heartbeat.unlink(missing_ok=True)

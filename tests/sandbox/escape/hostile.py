@@ -169,7 +169,7 @@ def _finish(rep):
 
 # ---- the attacks ---------------------------------------------------------------------------
 
-IDENTITY = r'''
+IDENTITY = r"""
 def _attack():
     r = {'uid': _o.getuid(), 'euid': _o.geteuid(), 'gid': _o.getgid(), 'egid': _o.getegid()}
     tries = (('setuid', lambda: _o.setuid(0)), ('setresuid', lambda: _o.setresuid(0, 0, 0)),
@@ -189,10 +189,10 @@ def _attack():
     except OSError as exc:
         r['status'] = _e(exc)
     return r
-'''
+"""
 
 # The environment of every process it can see: its parent, the ancestors, PID 1, all of them.
-ENVIRONMENT = r'''
+ENVIRONMENT = r"""
 _NAMES = ('OPENAI_API_KEY', 'KW_TEST_SECRET_TOKEN', 'SECRET_KEY', 'DJANGO_SECRET_KEY', 'REDIS_URL',
           'DATABASE_URL', 'ANTHROPIC_API_KEY')
 
@@ -217,11 +217,11 @@ def _attack():
             if k in _NAMES and not any(x.endswith(':' + k) and found[x] == v[:60] for x in found):
                 found[str(pid) + ':' + k] = v[:60]
     return {'found': found, 'read': read, 'errors': errors, 'ancestors': _ancestors()}
-'''
+"""
 
 # The ancestors' memory, through the mem file and through process_vm_readv, for the API key
 # that sits at the top of their stacks (the environment they were started with).
-MEMORY = r'''
+MEMORY = r"""
 class _IOV(_ct.Structure):
     _fields_ = [('base', _ct.c_void_p), ('len', _ct.c_size_t)]
 
@@ -295,17 +295,17 @@ def _attack():
         if hit:
             rep['hits'].append(hit)
     return rep
-'''
+"""
 
-NETWORK = r'''
+NETWORK = r"""
 def _attack():
     tag = b'KWESCAPE ' + _CFG['token'].encode() + b'\n'
     return {'listener': _tcp(_CFG['port'], tag), 'redis': _tcp(_CFG['redis_port'], b'PING\r\n'),
             'unix': _unix(_CFG['unix'], tag)}
-'''
+"""
 
 # Join the network namespace of its parent (or of any process it can see), then call home.
-JOIN_NETWORK = r'''
+JOIN_NETWORK = r"""
 def _join():
     out = {'tried': 0, 'errors': {}, 'joined': []}
     for pid in _uniq([_o.getppid(), 1] + _ancestors() + _pids())[:64]:
@@ -333,10 +333,10 @@ def _join():
 
 def _attack():
     return _in_child(_join)
-'''
+"""
 
 # Namespaces, mounts, tracing, eBPF, keyrings: every call must fail (errno reported).
-SYSCALLS = r'''
+SYSCALLS = r"""
 _FLAGS = {'user': 0x10000000, 'mnt': 0x00020000, 'net': 0x40000000, 'pid': 0x20000000, 'uts': 0x04000000,
           'ipc': 0x08000000, 'cgroup': 0x02000000}
 
@@ -404,9 +404,9 @@ def _attack():
     m = _in_child(_mount_here)
     rep.update({'mount:' + k: v for k, v in m.items()})
     return rep
-'''
+"""
 
-READ_FILES = r'''
+READ_FILES = r"""
 def _attack():
     rep = {'read': {}, 'list': {}}
     for label, path in _CFG['read'].items():
@@ -420,9 +420,9 @@ def _attack():
         except OSError as exc:
             rep['list'][label] = _e(exc)
     return rep
-'''
+"""
 
-WRITE_FILES = r'''
+WRITE_FILES = r"""
 def _attack():
     rep = {'create': {}, 'open': {}}
     for label, path in _CFG['create'].items():
@@ -439,9 +439,9 @@ def _attack():
         except OSError as exc:
             rep['open'][label] = _e(exc)
     return rep
-'''
+"""
 
-_CGROUP_MOVE = r'''
+_CGROUP_MOVE = r"""
 def _move_to_root():
     out = {}
     for path in ('/sys/fs/cgroup/cgroup.procs', '/sys/fs/cgroup/pids/cgroup.procs',
@@ -453,9 +453,11 @@ def _move_to_root():
         except OSError as exc:
             out[path] = _e(exc)[:40]
     return out
-'''
+"""
 
-CGROUP = _CGROUP_MOVE + r'''
+CGROUP = (
+    _CGROUP_MOVE
+    + r"""
 
 def _attack():
     rep = {'moves': _move_to_root()}
@@ -464,11 +466,14 @@ def _attack():
     except OSError as exc:
         rep['now'] = _e(exc)
     return rep
-'''
+"""
+)
 
 # A new session, a double fork, the root cgroup, a name of its own, then a loop that keeps a
 # heartbeat file fresh and calls the test's listener: it must not outlive the evaluation.
-DAEMON = _CGROUP_MOVE + r'''
+DAEMON = (
+    _CGROUP_MOVE
+    + r"""
 
 def _attack():
     rd, wr = _o.pipe()
@@ -502,9 +507,10 @@ def _attack():
         data = _o.read(rd, 4096)
     _o.close(rd)
     return {'daemon': _js.loads(data) if data else 'no word from the daemon'}
-'''
+"""
+)
 
-KILL_PARENT = r'''
+KILL_PARENT = r"""
 def _attack():
     ppid = _o.getppid()
     rep = {'ppid': ppid}
@@ -516,11 +522,11 @@ def _attack():
             rep['kill'] = _e(exc)
     _tm.sleep(1)
     return rep
-'''
+"""
 
 # Every ancestor, the zygote, the evaluator, the other child: anything whose command line
 # says it belongs to the sandbox.
-KILL_FAMILY = r'''
+KILL_FAMILY = r"""
 def _attack():
     me = _o.getpid()
     targets = _ancestors()
@@ -542,11 +548,11 @@ def _attack():
             rep[str(pid)] = _e(exc)[:30]
     _tm.sleep(1)
     return {'killed': rep}
-'''
+"""
 
 # kill(-1): every process it may signal. The guard keeps a misconfigured test from signalling
 # the host's processes: it refuses to run in the PID namespace the test itself runs in.
-KILL_ALL = r'''
+KILL_ALL = r"""
 def _attack():
     try:
         if _o.stat(_P + '/self/ns/pid').st_ino == _CFG['host_pidns']:
@@ -560,10 +566,10 @@ def _attack():
         rep = {'kill': _e(exc)}
     _tm.sleep(1)
     return rep
-'''
+"""
 
 # Fail-closed: the first thing it does, at import, is leave a mark on the host.
-MARKER = r'''
+MARKER = r"""
 def _mark(where):
     try:
         with open(_CFG['marker'], 'a') as f:
@@ -578,13 +584,23 @@ _mark('import')
 def _attack():
     _mark('call')
     return {'ran': True}
-'''
+"""
 
 ATTACKS = {
-    "identity": IDENTITY, "environment": ENVIRONMENT, "memory": MEMORY, "network": NETWORK,
-    "join_network": JOIN_NETWORK, "syscalls": SYSCALLS, "read_files": READ_FILES, "write_files": WRITE_FILES,
-    "cgroup": CGROUP, "daemon": DAEMON, "kill_parent": KILL_PARENT, "kill_family": KILL_FAMILY,
-    "kill_all": KILL_ALL, "marker": MARKER,
+    "identity": IDENTITY,
+    "environment": ENVIRONMENT,
+    "memory": MEMORY,
+    "network": NETWORK,
+    "join_network": JOIN_NETWORK,
+    "syscalls": SYSCALLS,
+    "read_files": READ_FILES,
+    "write_files": WRITE_FILES,
+    "cgroup": CGROUP,
+    "daemon": DAEMON,
+    "kill_parent": KILL_PARENT,
+    "kill_family": KILL_FAMILY,
+    "kill_all": KILL_ALL,
+    "marker": MARKER,
 }
 
 RAISE = "raise RuntimeError('KWREPORT' + _finish(_attack()) + 'KWEND')\n"
@@ -596,9 +612,13 @@ def _code(attack: str, cfg: dict) -> str:
 
 def candidate(attack: str, cfg: dict) -> dict[str, str]:
     """A candidate whose forward runs the attack and raises with its report."""
-    return {"model_new.py": _code(attack, cfg) + (
-        "\n\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        "
-        + RAISE)}
+    return {
+        "model_new.py": _code(attack, cfg)
+        + (
+            "\n\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        "
+            + RAISE
+        )
+    }
 
 
 def task(attack: str, cfg: dict) -> str:

@@ -25,8 +25,15 @@ from tests.sandbox.helpers import candidate, task
 from . import hostile
 
 REPO = Path(__file__).resolve().parents[3]
-QUICK = dict(backend="cpu", compile_baseline=False, timing_budget_s=0.05, min_timed_calls=20, warmup_calls=2,
-             eval_timeout_s=120, torch_ops="allow")
+QUICK = dict(
+    backend="cpu",
+    compile_baseline=False,
+    timing_budget_s=0.05,
+    min_timed_calls=20,
+    warmup_calls=2,
+    eval_timeout_s=120,
+    torch_ops="allow",
+)
 SECRET_NAMES = ("KW_TEST_SECRET_TOKEN", "OPENAI_API_KEY", "REDIS_URL")
 SIDES = ("candidate", "reference")
 CONTAINMENT_SWITCHES = ("KERNELWRIGHT_UNCONTAINED", "KERNELWRIGHT_BWRAP")
@@ -93,8 +100,13 @@ class Listener:
 
 
 def base_cfg(token: str, listener: Listener) -> dict:
-    return {"token": token, "port": listener.port, "unix": listener.unix_path, "redis_port": redis_port(),
-            "host_pidns": host_pidns()}
+    return {
+        "token": token,
+        "port": listener.port,
+        "unix": listener.unix_path,
+        "redis_port": redis_port(),
+        "host_pidns": host_pidns(),
+    }
 
 
 def hostile_pair(side: str, attack: str, cfg: dict) -> tuple[str, dict[str, str]]:
@@ -150,8 +162,15 @@ def shield() -> list[str] | None:
     if os.geteuid() == 0:
         argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
     else:
-        argv = ["unshare", f"--map-user={os.geteuid()}", f"--map-group={os.getegid()}", "--pid", "--fork",
-                "--mount-proc", "--kill-child"]
+        argv = [
+            "unshare",
+            f"--map-user={os.geteuid()}",
+            f"--map-group={os.getegid()}",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+        ]
     try:
         ok = subprocess.run(argv + ["true"], capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.SubprocessError):
@@ -162,12 +181,16 @@ def shield() -> list[str] | None:
 def secret_env() -> tuple[str, dict[str, str]]:
     """A fresh secret and the variables that carry it (a worker's environment)."""
     value = "kwsecret" + secrets.token_hex(12)
-    return value, {"KW_TEST_SECRET_TOKEN": value, "OPENAI_API_KEY": "sk-" + value,
-                   "REDIS_URL": f"redis://:{value}@127.0.0.1:{redis_port()}/0"}
+    return value, {
+        "KW_TEST_SECRET_TOKEN": value,
+        "OPENAI_API_KEY": "sk-" + value,
+        "REDIS_URL": f"redis://:{value}@127.0.0.1:{redis_port()}/0",
+    }
 
 
-def run_evaluator(spec: dict, env_extra: dict[str, str] | None = None, *, timeout: float = 300,
-                  need_shield: bool = True) -> dict:
+def run_evaluator(
+    spec: dict, env_extra: dict[str, str] | None = None, *, timeout: float = 300, need_shield: bool = True
+) -> dict:
     """Run tests.sandbox.escape.runner on `spec` in a subprocess started with `env_extra` in its
     environment (exec-time environment: what /proc/PID/environ shows) and inside `shield()`.
     Returns the runner's output plus `rc`, `wall_s` and `log`; `finished` is False when the
@@ -185,12 +208,28 @@ def run_evaluator(spec: dict, env_extra: dict[str, str] | None = None, *, timeou
         (work / "spec.json").write_text(json.dumps(spec))
         env = {k: v for k, v in os.environ.items() if k not in CONTAINMENT_SWITCHES}
         env.update({"PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}, **(env_extra or {}))
-        cmd = argv + [sys.executable, "-S", "-c", _INIT, sys.executable, "-m", "tests.sandbox.escape.runner",
-                      str(work / "spec.json"), str(work / "out.json")]
+        cmd = argv + [
+            sys.executable,
+            "-S",
+            "-c",
+            _INIT,
+            sys.executable,
+            "-m",
+            "tests.sandbox.escape.runner",
+            str(work / "spec.json"),
+            str(work / "out.json"),
+        ]
         started = time.monotonic()
         with open(work / "log", "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -239,8 +278,12 @@ def assert_next_analysis_works() -> None:
 def outcome(out: dict) -> dict:
     """The hostile run's result (EvalResult.to_dict() or the Analysis) from run_evaluator,
     failing if the evaluating process raised, died or hung instead."""
-    assert "raised" not in out or "result" in out, f"the evaluating process raised instead of returning:\n{out['raised']}"
-    assert "result" in out, f"the evaluating process itself was killed or hung (rc {out['rc']}, {out['wall_s']:.0f} s):\n{out['log']}"
+    assert "raised" not in out or "result" in out, (
+        f"the evaluating process raised instead of returning:\n{out['raised']}"
+    )
+    assert "result" in out, (
+        f"the evaluating process itself was killed or hung (rc {out['rc']}, {out['wall_s']:.0f} s):\n{out['log']}"
+    )
     return out["result"]
 
 
@@ -250,6 +293,7 @@ def finished(out: dict) -> EvalResult:
 
 def honest_after(out: dict) -> None:
     """The honest evaluation (or analysis) that the runner did after the hostile one succeeded."""
-    assert out["finished"], f"the evaluating process did not get through the next evaluation (rc {out['rc']}): " \
-        + (out.get("raised") or out["log"])
+    assert out["finished"], f"the evaluating process did not get through the next evaluation (rc {out['rc']}): " + (
+        out.get("raised") or out["log"]
+    )
     assert out["honest"]["ok"], f"the next evaluation failed: {out['honest']['detail']}"

@@ -18,8 +18,10 @@ from tests.sandbox.test_isolation import assert_next_evaluation_works
 from . import hostile
 from .support import analysis_spec, assert_next_analysis_works, evaluator_spec, outcome, run_evaluator
 
-UNAVAILABLE = re.compile(r"(sandbox|containment|bubblewrap|bwrap)\b.*\bunavailable|unavailable\b.*\b(sandbox|containment|bubblewrap|bwrap)",
-                         re.I | re.S)
+UNAVAILABLE = re.compile(
+    r"(sandbox|containment|bubblewrap|bwrap)\b.*\bunavailable|unavailable\b.*\b(sandbox|containment|bubblewrap|bwrap)",
+    re.I | re.S,
+)
 MISSING_BWRAP = {"KERNELWRIGHT_BWRAP": "/nonexistent"}
 
 
@@ -37,7 +39,9 @@ def test_without_bubblewrap_nothing_runs(cache_dir, cfg, marker, quick):
     result = outcome(out)
     assert not marker.exists(), f"untrusted code ran without containment: {marker.read_text()!r}"
     assert result["status"] != Status.OK.value
-    assert UNAVAILABLE.search(" ".join(result["reasons"])), f"the error does not say containment is unavailable: {result['reasons']}"
+    assert UNAVAILABLE.search(" ".join(result["reasons"])), (
+        f"the error does not say containment is unavailable: {result['reasons']}"
+    )
     assert_next_evaluation_works(quick)
 
 

@@ -33,8 +33,12 @@ def planted(token, var_dir):
     """A secret in a file (mode 0644) in the tree, var/ (as a SQLite file), the home folder and
     the host's /tmp, wherever this user may write. (secret, label -> path)."""
     secret = "kwsecret" + secrets.token_hex(12)
-    places = {"repo": REPO / f"kw-escape-{token}.txt", "var": var_dir / f"kw-escape-{token}.sqlite3",
-              "home": Path.home() / f".kw-escape-{token}", "tmp": Path(tempfile.gettempdir()) / f"kw-escape-{token}"}
+    places = {
+        "repo": REPO / f"kw-escape-{token}.txt",
+        "var": var_dir / f"kw-escape-{token}.sqlite3",
+        "home": Path.home() / f".kw-escape-{token}",
+        "tmp": Path(tempfile.gettempdir()) / f"kw-escape-{token}",
+    }
     made = {}
     for label, path in places.items():
         try:

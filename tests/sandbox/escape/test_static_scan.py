@@ -10,8 +10,21 @@ from sandbox import audit
 
 from . import hostile
 
-CFG = {"token": "0" * 12, "port": 9, "unix": "/tmp/x", "redis_port": 6379, "host_pidns": 1, "marker": "/tmp/x",
-       "name": "kwd", "heartbeat": "/tmp/x", "lifetime": 1, "read": {}, "list": {}, "create": {}, "open": {}}
+CFG = {
+    "token": "0" * 12,
+    "port": 9,
+    "unix": "/tmp/x",
+    "redis_port": 6379,
+    "host_pidns": 1,
+    "marker": "/tmp/x",
+    "name": "kwd",
+    "heartbeat": "/tmp/x",
+    "lifetime": 1,
+    "read": {},
+    "list": {},
+    "create": {},
+    "open": {},
+}
 GREPPED = ("/proc", "os.fork", "fork(", "setns", "environ", "ptrace", "process_vm", "subprocess", "os.system")
 
 

@@ -10,9 +10,18 @@ from tests.sandbox.test_isolation import assert_next_evaluation_works
 
 from .support import SIDES, evaluate_hostile
 
-NAMES = {"tr": "ptrace(PTRACE_SEIZE)", "vr": "process_vm_readv", "vw": "process_vm_writev", "bp": "bpf(BPF_MAP_CREATE)",
-         "kc": "keyctl(KEYCTL_GET_KEYRING_ID)", "ak": "add_key", "cr": "chroot", "us": "unshare", "sn": "setns",
-         "mount": "mount"}
+NAMES = {
+    "tr": "ptrace(PTRACE_SEIZE)",
+    "vr": "process_vm_readv",
+    "vw": "process_vm_writev",
+    "bp": "bpf(BPF_MAP_CREATE)",
+    "kc": "keyctl(KEYCTL_GET_KEYRING_ID)",
+    "ak": "add_key",
+    "cr": "chroot",
+    "us": "unshare",
+    "sn": "setns",
+    "mount": "mount",
+}
 
 
 def _succeeded(rep: dict) -> dict[str, list]:

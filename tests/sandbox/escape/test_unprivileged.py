@@ -29,8 +29,21 @@ def _run_as_user(*pytest_args: str) -> None:
     why = unprivileged.why_unavailable()
     if why:
         pytest.skip(why)
-    argv = unprivileged.command([sys.executable, "-m", "pytest", *pytest_args, "-k", "not unprivileged",
-                                 "-p", "no:cacheprovider", "-q", "-rfE", "--tb=short"])
+    argv = unprivileged.command(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *pytest_args,
+            "-k",
+            "not unprivileged",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rfE",
+            "--tb=short",
+        ]
+    )
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=3000)
     assert proc.returncode == 0, f"as user {unprivileged.USER}:\n{proc.stdout[-12000:]}\n{proc.stderr[-3000:]}"
 

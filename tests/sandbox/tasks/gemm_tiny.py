@@ -1,5 +1,6 @@
 """A plain GEMM: everything is a library call, so only a profiler can tell whether a custom
 kernel really ran."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """C = A @ B, 512x512 fp32: a size a kernel can hard-code (issue 17, item 2)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """A Linear layer followed by ReLU: the GEMM may be a library call, the epilogue must be a kernel."""
+
 import torch
 import torch.nn as nn
 

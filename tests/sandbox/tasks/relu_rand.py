@@ -1,5 +1,6 @@
 """ReLU on torch.rand inputs: all inputs are positive, so `return x` would pass without the
 wide-distribution trial."""
+
 import torch
 import torch.nn as nn
 

@@ -1,5 +1,6 @@
 """y = x * weight + bias with learned per-feature parameters: exercises the state_dict copy,
 the reinit trial and the shape trial (features changes the parameter shapes)."""
+
 import torch
 import torch.nn as nn
 

@@ -1,4 +1,5 @@
 """Row softmax, tiny: the quickest task for CPU tests."""
+
 import torch
 import torch.nn as nn
 

@@ -1,5 +1,6 @@
 """A squeeze-and-excitation block as people write it: its own class names and constructor, no
 KernelBench functions, a helper class and a module-level constant."""
+
 import torch
 from torch import nn
 

@@ -73,10 +73,13 @@ class ModuleChoice(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
     class_: str = Field(alias="class", min_length=1, description="the class name, e.g. SEBlock")
     init: list[Any] | dict[str, Any] | None = Field(
-        None, description="constructor arguments: an array (positional) or an object (keyword); default none")
+        None, description="constructor arguments: an array (positional) or an object (keyword); default none"
+    )
     inputs: list[str] | str | None = Field(
-        None, description="one spec per input of forward() (or one string, one spec a line): DTYPE[DIMS] "
-        "[DISTRIBUTION], e.g. float32[8,64,28,28] or int64[8,128] randint(0,50257)")
+        None,
+        description="one spec per input of forward() (or one string, one spec a line): DTYPE[DIMS] "
+        "[DISTRIBUTION], e.g. float32[8,64,28,28] or int64[8,128] randint(0,50257)",
+    )
 
     @field_validator("class_")
     @classmethod
@@ -100,14 +103,19 @@ class JobCreate(Request):
         "options": "`options` must be an object",
     }
     name: str = Field("", description="default: the module docstring's first line, the class name, or 'exported'")
-    source: str = Field("", description="a KernelBench-format module (Model, get_inputs, get_init_inputs), or with "
-                        "`module` any Python file with nn.Module subclasses; at most 256 KiB")
+    source: str = Field(
+        "",
+        description="a KernelBench-format module (Model, get_inputs, get_init_inputs), or with "
+        "`module` any Python file with nn.Module subclasses; at most 256 KiB",
+    )
     exported_program: str | None = Field(
-        None, json_schema_extra={"format": "byte"},
+        None,
+        json_schema_extra={"format": "byte"},
         description=f"an ExportedProgram saved with torch.export.save (a .pt2 file), base64 (line breaks allowed), "
         f"at most {MAX_EXPORTED_BYTES} bytes decoded; not with `source` or `module`. The server reads only the "
         "archive's table of contents and JSON graph; the file is loaded only inside the sandbox, and the task's "
-        "inputs are random values of the recorded example inputs' shapes and dtypes (not the example values).")
+        "inputs are random values of the recorded example inputs' shapes and dtypes (not the example values).",
+    )
     module: ModuleChoice | None = None
     options: dict[str, Any] | None = None  # checked by services.normalize_options; documented as Options
 
@@ -121,17 +129,20 @@ class JobCreate(Request):
     def _one_kind(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("exported_program") is not None:
             if data.get("source", "") or data.get("module") is not None:
-                raise refused("give `exported_program` alone: the task comes from the file, not from `source` or "
-                              "`module`")
+                raise refused(
+                    "give `exported_program` alone: the task comes from the file, not from `source` or `module`"
+                )
         return data
 
 
 class EvaluateRequest(Request):
     """POST /api/evaluate: one candidate against a task."""
 
-    INVALID = {"task": "`task` must be the reference module source",
-               "files": evaluations.files_problem(None),  # the message of files of the wrong shape
-               "options": "`options` must be an object"}
+    INVALID = {
+        "task": "`task` must be the reference module source",
+        "files": evaluations.files_problem(None),  # the message of files of the wrong shape
+        "options": "`options` must be an object",
+    }
     task: str = Field(description="the reference module: at most 256 KiB, or a task made from a .pt2 (its size limit)")
     files: FILES = Field(description="relative path -> text (model_new.py, kernels/*.cu|*.cpp)")
     options: dict[str, Any] | None = None  # checked by services.normalize_options; documented as Options

@@ -43,8 +43,10 @@ class Options(Answer):
     preset: Literal[tuple(PRESETS)] = "default"  # type: ignore[valid-type]
     torch_ops: Literal[TORCH_OPS] = "forbid"  # type: ignore[valid-type]
     precision: Literal[PRECISIONS] = Field(  # type: ignore[valid-type]
-        "task", description="task keeps the task's dtypes; otherwise floating parameters, buffers and inputs are "
-        "cast to it in the reference and the candidate")
+        "task",
+        description="task keeps the task's dtypes; otherwise floating parameters, buffers and inputs are "
+        "cast to it in the reference and the candidate",
+    )
 
 
 class Speedup(Answer):
@@ -75,8 +77,9 @@ class EvalResult(Answer):
 
     schema_: Literal[EVAL_SCHEMA] = Field(alias="schema", json_schema_extra={"enum": [EVAL_SCHEMA]})  # type: ignore[valid-type]
     status: Literal[EVAL_STATUSES]  # type: ignore[valid-type]
-    reward: int = Field(description="-1, 1, 2, 3; 'faster' judged on the intervals' lower ends against 1.05; 1 on "
-                        "a noisy window")
+    reward: int = Field(
+        description="-1, 1, 2, 3; 'faster' judged on the intervals' lower ends against 1.05; 1 on a noisy window"
+    )
     task_hash: str = Field(description="sandbox.cache.sha256_text of the task source; the same as the job's task_hash")
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
@@ -88,13 +91,15 @@ class SpeedupView(Answer):
 
     baseline: Literal["eager", "compile"]
     ratio: float = Field(description="median over the rounds of baseline / candidate (above 1: faster)")
-    ci_low: float | None = Field(description="bootstrap 95% interval, lower end (null: no interval recorded, a result "
-                                 "before eval/2)")
+    ci_low: float | None = Field(
+        description="bootstrap 95% interval, lower end (null: no interval recorded, a result before eval/2)"
+    )
     ci_high: float | None
     rounds: int | None
     verdict: Literal[(*VERDICTS, "")] = Field(  # type: ignore[valid-type]
         description="faster only when ci_low > 1; an interval holding 1.0 is 'no measurable difference'; '' without "
-        "an interval")
+        "an interval"
+    )
     text: str = Field(description="e.g. '1.42x vs eager (95% interval 1.37-1.48x, 12 paired rounds)'")
 
 
@@ -121,11 +126,13 @@ class Best(Answer):
 
     version: int | None
     reward: int | None
-    speedup_vs_eager: float | None = Field(description="the median per-round paired ratio (eval/2); an older "
-                                           "result's bare ratio")
+    speedup_vs_eager: float | None = Field(
+        description="the median per-round paired ratio (eval/2); an older result's bare ratio"
+    )
     speedup_vs_compile: float | None
-    confirmed: bool = Field(description="the evaluation is the loop's final one (the median of the best's "
-                            "evaluations after the last turn)")
+    confirmed: bool = Field(
+        description="the evaluation is the loop's final one (the median of the best's evaluations after the last turn)"
+    )
     result: Result | None
 
 
@@ -232,8 +239,9 @@ class Evaluation(Answer):
 class Batch(Answer):
     batch: str
     evaluations: list[Evaluation]
-    webhook_secret: str | None = Field(None, description="shown once, on the POST with a webhook: verifies "
-                                       "X-Kernelwright-Signature")
+    webhook_secret: str | None = Field(
+        None, description="shown once, on the POST with a webhook: verifies X-Kernelwright-Signature"
+    )
 
 
 class Queued(Answer):

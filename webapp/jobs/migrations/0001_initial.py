@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,100 +14,154 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, default='', max_length=100)),
-                ('key_hash', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(blank=True, default="", max_length=100)),
+                ("key_hash", models.CharField(max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='BaselineCache',
+            name="BaselineCache",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('task_hash', models.CharField(max_length=64)),
-                ('device', models.CharField(max_length=200)),
-                ('torch_version', models.CharField(max_length=64)),
-                ('options_key', models.CharField(max_length=64)),
-                ('timing', models.JSONField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("task_hash", models.CharField(max_length=64)),
+                ("device", models.CharField(max_length=200)),
+                ("torch_version", models.CharField(max_length=64)),
+                ("options_key", models.CharField(max_length=64)),
+                ("timing", models.JSONField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('task_hash', 'device', 'torch_version', 'options_key'), name='unique_baseline')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("task_hash", "device", "torch_version", "options_key"), name="unique_baseline"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('source', models.TextField()),
-                ('task_hash', models.CharField(db_index=True, max_length=64)),
-                ('options', models.JSONField(default=dict)),
-                ('origin', models.CharField(choices=[('run', 'Run'), ('imported', 'Imported'), ('gallery', 'Gallery')], default='run', max_length=16)),
-                ('state', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], db_index=True, default='queued', max_length=16)),
-                ('reason', models.TextField(blank=True, default='')),
-                ('step', models.CharField(blank=True, default='', max_length=200)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('visibility', models.CharField(choices=[('private', 'Private'), ('public', 'Public')], default='private', max_length=16)),
-                ('gallery', models.BooleanField(default=False)),
-                ('share_token', models.CharField(blank=True, max_length=64, null=True, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('best_version', models.IntegerField(blank=True, null=True)),
-                ('best_reward', models.IntegerField(blank=True, null=True)),
-                ('best_speedup_eager', models.FloatField(blank=True, null=True)),
-                ('best_speedup_compile', models.FloatField(blank=True, null=True)),
-                ('best_evaluation', models.JSONField(blank=True, null=True)),
-                ('summary', models.TextField(blank=True, default='')),
-                ('owner', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                ("source", models.TextField()),
+                ("task_hash", models.CharField(db_index=True, max_length=64)),
+                ("options", models.JSONField(default=dict)),
+                (
+                    "origin",
+                    models.CharField(
+                        choices=[("run", "Run"), ("imported", "Imported"), ("gallery", "Gallery")],
+                        default="run",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True, default="")),
+                ("step", models.CharField(blank=True, default="", max_length=200)),
+                ("cancel_requested", models.BooleanField(default=False)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                (
+                    "visibility",
+                    models.CharField(
+                        choices=[("private", "Private"), ("public", "Public")], default="private", max_length=16
+                    ),
+                ),
+                ("gallery", models.BooleanField(default=False)),
+                ("share_token", models.CharField(blank=True, max_length=64, null=True, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("best_version", models.IntegerField(blank=True, null=True)),
+                ("best_reward", models.IntegerField(blank=True, null=True)),
+                ("best_speedup_eager", models.FloatField(blank=True, null=True)),
+                ("best_speedup_compile", models.FloatField(blank=True, null=True)),
+                ("best_evaluation", models.JSONField(blank=True, null=True)),
+                ("summary", models.TextField(blank=True, default="")),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Artifact',
+            name="Artifact",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('path', models.CharField(max_length=300)),
-                ('content', models.TextField()),
-                ('version', models.IntegerField(default=0)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='artifacts', to='jobs.job')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("path", models.CharField(max_length=300)),
+                ("content", models.TextField()),
+                ("version", models.IntegerField(default=0)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="artifacts", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['job', 'path'],
-                'constraints': [models.UniqueConstraint(fields=('job', 'path'), name='unique_artifact_path')],
+                "ordering": ["job", "path"],
+                "constraints": [models.UniqueConstraint(fields=("job", "path"), name="unique_artifact_path")],
             },
         ),
         migrations.CreateModel(
-            name='Turn',
+            name="Turn",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.IntegerField()),
-                ('events', models.JSONField(default=list)),
-                ('reward', models.IntegerField(blank=True, null=True)),
-                ('evaluation', models.JSONField(blank=True, null=True)),
-                ('speedup_eager', models.FloatField(blank=True, null=True)),
-                ('speedup_compile', models.FloatField(blank=True, null=True)),
-                ('has_error', models.BooleanField(default=False)),
-                ('improved', models.BooleanField(default=False)),
-                ('prompt_tokens', models.IntegerField(default=0)),
-                ('completion_tokens', models.IntegerField(default=0)),
-                ('cost_usd', models.FloatField(default=0.0)),
-                ('revision', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='turns', to='jobs.job')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("index", models.IntegerField()),
+                ("events", models.JSONField(default=list)),
+                ("reward", models.IntegerField(blank=True, null=True)),
+                ("evaluation", models.JSONField(blank=True, null=True)),
+                ("speedup_eager", models.FloatField(blank=True, null=True)),
+                ("speedup_compile", models.FloatField(blank=True, null=True)),
+                ("has_error", models.BooleanField(default=False)),
+                ("improved", models.BooleanField(default=False)),
+                ("prompt_tokens", models.IntegerField(default=0)),
+                ("completion_tokens", models.IntegerField(default=0)),
+                ("cost_usd", models.FloatField(default=0.0)),
+                ("revision", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "job",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="turns", to="jobs.job"),
+                ),
             ],
             options={
-                'ordering': ['job', 'index'],
-                'constraints': [models.UniqueConstraint(fields=('job', 'index'), name='unique_turn_index')],
+                "ordering": ["job", "index"],
+                "constraints": [models.UniqueConstraint(fields=("job", "index"), name="unique_turn_index")],
             },
         ),
     ]

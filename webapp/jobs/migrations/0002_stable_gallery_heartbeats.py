@@ -4,30 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0001_initial'),
+        ("jobs", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='dispatched_at',
+            model_name="job",
+            name="dispatched_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='job',
-            name='gallery_digest',
-            field=models.CharField(blank=True, default='', max_length=64),
+            model_name="job",
+            name="gallery_digest",
+            field=models.CharField(blank=True, default="", max_length=64),
         ),
         migrations.AddField(
-            model_name='job',
-            name='gallery_key',
+            model_name="job",
+            name="gallery_key",
             field=models.CharField(blank=True, max_length=200, null=True, unique=True),
         ),
         migrations.AddField(
-            model_name='job',
-            name='heartbeat_at',
+            model_name="job",
+            name="heartbeat_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0002_stable_gallery_heartbeats'),
+        ("jobs", "0002_stable_gallery_heartbeats"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='scheduled',
+            model_name="job",
+            name="scheduled",
             field=models.BooleanField(default=True),
         ),
     ]

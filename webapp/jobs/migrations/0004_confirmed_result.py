@@ -40,8 +40,14 @@ def forwards(apps, schema_editor):
             events = turn.events or []
             at = max((i for i, e in enumerate(events) if e.get("type") == "best_changed"), default=None)
             if at is not None:
-                ev = next((e for e in reversed(events[:at]) if e.get("type") == "evaluation"
-                           and e.get("version") == events[at].get("version")), {})
+                ev = next(
+                    (
+                        e
+                        for e in reversed(events[:at])
+                        if e.get("type") == "evaluation" and e.get("version") == events[at].get("version")
+                    ),
+                    {},
+                )
                 Job.objects.filter(pk=job.pk).update(best_confirmed=ev.get("purpose") == "final")
                 break
     for job in Job.objects.filter(state__in=TERMINAL).only("pk", "source").iterator(chunk_size=100):
@@ -49,25 +55,24 @@ def forwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0003_job_scheduled'),
+        ("jobs", "0003_job_scheduled"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='best_confirmed',
+            model_name="job",
+            name="best_confirmed",
             field=models.BooleanField(default=False),
         ),
         migrations.AddField(
-            model_name='turn',
-            name='best_speedup_eager',
+            model_name="turn",
+            name="best_speedup_eager",
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='turn',
-            name='speed',
+            model_name="turn",
+            name="speed",
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.RunPython(forwards, migrations.RunPython.noop),

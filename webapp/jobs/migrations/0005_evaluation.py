@@ -6,41 +6,64 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0004_confirmed_result'),
+        ("jobs", "0004_confirmed_result"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Evaluation',
+            name="Evaluation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('batch', models.CharField(db_index=True, max_length=32)),
-                ('index', models.PositiveIntegerField(default=0)),
-                ('task_source', models.TextField()),
-                ('task_hash', models.CharField(max_length=64)),
-                ('files', models.JSONField(default=dict)),
-                ('options', models.JSONField(default=dict)),
-                ('state', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], db_index=True, default='queued', max_length=16)),
-                ('reason', models.TextField(blank=True, default='')),
-                ('task_id', models.CharField(blank=True, default='', max_length=64)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('reward', models.IntegerField(blank=True, null=True)),
-                ('webhook_url', models.CharField(blank=True, default='', max_length=500)),
-                ('webhook_secret', models.CharField(blank=True, default='', max_length=64)),
-                ('webhook_status', models.CharField(blank=True, default='', max_length=300)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('dispatched_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='evaluations', to=settings.AUTH_USER_MODEL)),
-                ('token', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='evaluations', to='jobs.apitoken')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("batch", models.CharField(db_index=True, max_length=32)),
+                ("index", models.PositiveIntegerField(default=0)),
+                ("task_source", models.TextField()),
+                ("task_hash", models.CharField(max_length=64)),
+                ("files", models.JSONField(default=dict)),
+                ("options", models.JSONField(default=dict)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("queued", "Queued"), ("running", "Running"), ("done", "Done"), ("failed", "Failed")],
+                        db_index=True,
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True, default="")),
+                ("task_id", models.CharField(blank=True, default="", max_length=64)),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("reward", models.IntegerField(blank=True, null=True)),
+                ("webhook_url", models.CharField(blank=True, default="", max_length=500)),
+                ("webhook_secret", models.CharField(blank=True, default="", max_length=64)),
+                ("webhook_status", models.CharField(blank=True, default="", max_length=300)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("dispatched_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="evaluations",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "token",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="evaluations",
+                        to="jobs.apitoken",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
-                'indexes': [models.Index(fields=['owner', 'state', 'task_id'], name='evaluation_dispatch')],
+                "ordering": ["created_at", "id"],
+                "indexes": [models.Index(fields=["owner", "state", "task_id"], name="evaluation_dispatch")],
             },
         ),
     ]

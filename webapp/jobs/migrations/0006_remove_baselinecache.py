@@ -4,13 +4,12 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0005_evaluation'),
+        ("jobs", "0005_evaluation"),
     ]
 
     operations = [
         migrations.DeleteModel(
-            name='BaselineCache',
+            name="BaselineCache",
         ),
     ]

@@ -71,7 +71,7 @@ def reporter(client: Any, task_id: str) -> Report:
         body = json.dumps({"n": count[0], "step": step, "detail": _plain(detail)})
         try:
             client.set(progress_key(task_id), body, ex=TTL_S)
-        except Exception as exc:  # noqa: BLE001 - Redis restarting: the next report tries again
+        except Exception as exc:  # Redis restarting: the next report tries again
             logger.warning("progress of task %s not reported (%s)", task_id, type(exc).__name__)
 
     return report
@@ -91,4 +91,6 @@ def read(raw: bytes | str | None) -> tuple[int, str, dict[str, Any]] | None:
 
 def _plain(detail: dict[str, Any] | None) -> dict[str, Any]:
     """The detail as JSON can carry it (the sandbox's details are numbers and words)."""
-    return {str(k): v if isinstance(v, str | int | float | bool) or v is None else str(v) for k, v in (detail or {}).items()}
+    return {
+        str(k): v if isinstance(v, str | int | float | bool) or v is None else str(v) for k, v in (detail or {}).items()
+    }

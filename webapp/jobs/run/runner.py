@@ -118,7 +118,9 @@ def run_job(job_id: int) -> None:
     claimed = scheduler.claim(job_id)
     if claimed is None:
         # A live attempt holds it (a redelivered message of a worker thought lost), or it ended.
-        logger.info("job %s: not claimed (a live attempt holds it, or it has ended): this delivery does nothing", job_id)
+        logger.info(
+            "job %s: not claimed (a live attempt holds it, or it has ended): this delivery does nothing", job_id
+        )
         return
     job = services.started(claimed)
     attempt = job.attempts
@@ -130,7 +132,7 @@ def run_job(job_id: int) -> None:
             if not heartbeat.lost:
                 services.finish_job(job, Job.State.FAILED, str(exc))
             return
-        except Exception as exc:  # noqa: BLE001 - any failure must end the job with a reason
+        except Exception as exc:  # any failure must end the job with a reason
             if heartbeat.lost:
                 return  # another attempt owns the job now
             logger.exception("job %s failed", job_id)
@@ -152,14 +154,22 @@ def stop_lost_job(job_id: int) -> None:
         services.finish_job(job, Job.State.FAILED, worker_died_reason("job"))
 
 
-def _run_loop(job: Job, recorder: TurnRecorder, resumed: bool, attempt: int | None = None,
-              heartbeat: scheduler.Heartbeat | None = None) -> Any:
+def _run_loop(
+    job: Job,
+    recorder: TurnRecorder,
+    resumed: bool,
+    attempt: int | None = None,
+    heartbeat: scheduler.Heartbeat | None = None,
+) -> Any:
     evaluator = CeleryEvaluator(job.pk, attempt=attempt, owner_id=job.owner_id)
     if job.options.get("backend", "auto") == "auto":
         job = services.record_backend(job, evaluator.backend(), attempt)
     sandbox_options = {k: job.options[k] for k in SANDBOX_OPTION_KEYS if k in job.options}
     task = TaskInfo(
-        name=job.name, source=job.source, backend=job.options["backend"], options=sandbox_options,
+        name=job.name,
+        source=job.source,
+        backend=job.options["backend"],
+        options=sandbox_options,
         task_hash=job.task_hash,
     )
     history = recorder.history()

@@ -57,8 +57,14 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 
 class CeleryEvaluator:
-    def __init__(self, job_id: int | None = None, app: Any = None, timeouts: dict[str, float] | None = None,
-                 attempt: int | None = None, owner_id: Any = None) -> None:
+    def __init__(
+        self,
+        job_id: int | None = None,
+        app: Any = None,
+        timeouts: dict[str, float] | None = None,
+        attempt: int | None = None,
+        owner_id: Any = None,
+    ) -> None:
         self.job_id, self.attempt, self.owner_id = job_id, attempt, owner_id
         self.app = app or services.celery_app()
         self.timeouts = {**WAIT_S, **(timeouts or {})}
@@ -81,9 +87,17 @@ class CeleryEvaluator:
             task_id = uuid()
             priority = None
             if gpu:
-                priority = self._retrying(functools.partial(
-                    scheduler.reserve_gpu_slot, self.owner_id, task_id, wait=True, on_wait=self._tell, deadline=deadline),
-                    deadline)
+                priority = self._retrying(
+                    functools.partial(
+                        scheduler.reserve_gpu_slot,
+                        self.owner_id,
+                        task_id,
+                        wait=True,
+                        on_wait=self._tell,
+                        deadline=deadline,
+                    ),
+                    deadline,
+                )
             try:
                 self._retrying(functools.partial(self._send, name, kwargs, task_id, priority, deadline), deadline)
                 outcome = self._wait(task_id, deadline, on_progress)
@@ -92,8 +106,14 @@ class CeleryEvaluator:
                     scheduler.release_gpu_slot(self.owner_id, task_id)
             if outcome is not LOST:
                 return outcome
-            logger.warning("job %s: the worker running %s %s died (send %d of %d)", self.job_id, what, task_id,
-                           delivery, MAX_DELIVERIES)
+            logger.warning(
+                "job %s: the worker running %s %s died (send %d of %d)",
+                self.job_id,
+                what,
+                task_id,
+                delivery,
+                MAX_DELIVERIES,
+            )
             self._retrying(functools.partial(self._abandon, task_id, int(self.timeouts[what]) + 7 * 3600), deadline)
         return LOST
 
@@ -107,8 +127,13 @@ class CeleryEvaluator:
 
     def _send(self, name: str, kwargs: dict[str, Any], task_id: str, priority: int | None, deadline: float) -> None:
         self._redis().set(sent_key(task_id), 1, ex=int(max(60, deadline - time.monotonic())) + 600)
-        self.app.send_task(name, kwargs=kwargs, task_id=task_id, priority=priority,
-                           retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5})
+        self.app.send_task(
+            name,
+            kwargs=kwargs,
+            task_id=task_id,
+            priority=priority,
+            retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5},
+        )
 
     @staticmethod
     def _retrying(call: Callable[[], Any], deadline: float) -> Any:
@@ -116,7 +141,7 @@ class CeleryEvaluator:
         while True:
             try:
                 return call()
-            except Exception as exc:  # noqa: BLE001 - only connection trouble is waited out
+            except Exception as exc:  # only connection trouble is waited out
                 if not _is_connection_error(exc) or time.monotonic() > deadline:
                     raise
                 logger.warning("Redis does not answer (%s): trying again", type(exc).__name__)
@@ -138,7 +163,7 @@ class CeleryEvaluator:
                     pipe.exists(alive_key(task_id) if state == "STARTED" else sent_key(task_id))
                     pipe.get(progress_key(task_id))
                     present, raw = pipe.execute()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if not _is_connection_error(exc):
                     raise
                 time.sleep(1.0)  # Redis restarting: the task may well be running on
@@ -153,7 +178,7 @@ class CeleryEvaluator:
             time.sleep(POLL_S)
         try:
             self.app.AsyncResult(task_id).revoke()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         return None
 
@@ -175,16 +200,25 @@ class CeleryEvaluator:
             return outcomes.build_timed_out(self.timeouts["compile"])
         return data
 
-    def evaluate(self, task_source: str, files: dict[str, str], options: dict[str, Any],
-                 on_progress: Progress | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, task_source: str, files: dict[str, str], options: dict[str, Any], on_progress: Progress | None = None
+    ) -> dict[str, Any]:
         """The evaluation's result in its JSON form (sandbox.schema.EvalResult.to_dict())."""
         return self._evaluation(EVALUATE_TASK, "evaluate", "evaluation", task_source, files, options, on_progress)
 
     def profile(self, task_source: str, files: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
         return self._evaluation(PROFILE_TASK, "profile", "profile", task_source, files, options)
 
-    def _evaluation(self, name: str, what: str, words: str, task_source: str, files: dict[str, str],
-                    options: dict[str, Any], on_progress: Progress | None = None) -> dict[str, Any]:
+    def _evaluation(
+        self,
+        name: str,
+        what: str,
+        words: str,
+        task_source: str,
+        files: dict[str, str],
+        options: dict[str, Any],
+        on_progress: Progress | None = None,
+    ) -> dict[str, Any]:
         kwargs = {"task_source": task_source, "files": files, "options": options, "job_id": self.job_id}
         data = self._call(name, what, kwargs, on_progress)
         if data is LOST:
@@ -207,5 +241,11 @@ def _is_connection_error(exc: BaseException) -> bool:
     import kombu.exceptions
     import redis
 
-    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | ConnectionError
-                      | kombu.exceptions.OperationalError | CeleryTimeout)
+    return isinstance(
+        exc,
+        redis.exceptions.ConnectionError
+        | redis.exceptions.TimeoutError
+        | ConnectionError
+        | kombu.exceptions.OperationalError
+        | CeleryTimeout,
+    )

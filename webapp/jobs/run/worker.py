@@ -27,7 +27,7 @@ RECHECK_S = 2.0  # how often a running evaluation asks whether it is still wante
 DEVICE_PROBE_S = 1.0  # how often a running evaluation looks whether another one's timing holds the device
 
 
-class Abandoned(BaseException):  # noqa: N818 - a BaseException: the sandbox swallows Exceptions from progress callbacks
+class Abandoned(BaseException):  # a BaseException: the sandbox swallows Exceptions from progress callbacks
     """The evaluation is no longer wanted: unwinds through the sandbox, which kills its children."""
 
 
@@ -43,7 +43,7 @@ def unwanted(task_id: str | None, job_id: int | None, attempt: int | None) -> st
         try:
             if _redis().exists(abandoned_key(task_id)):
                 return "abandoned: its sender gave it up (its worker was thought lost) and sent it again"
-        except Exception:  # noqa: BLE001 - Redis restarting: go on
+        except Exception:  # Redis restarting: go on
             pass
     if job_id is not None and attempt is not None:
         if not scheduler.is_current(job_id, attempt):
@@ -113,8 +113,13 @@ class StepState:
         self.waiting = False
 
 
-def sandbox_progress(report: progress.Report, state: StepState, task_id: str | None = None,
-                     job_id: int | None = None, attempt: int | None = None) -> progress.Report:
+def sandbox_progress(
+    report: progress.Report,
+    state: StepState,
+    task_id: str | None = None,
+    job_id: int | None = None,
+    attempt: int | None = None,
+) -> progress.Report:
     """The sandbox's on_progress: remembers the step (for the device-wait probe), reports it, and
     every RECHECK_S asks whether the evaluation is still wanted (raising Abandoned when not)."""
     checked = [time.monotonic()]
@@ -132,8 +137,9 @@ def sandbox_progress(report: progress.Report, state: StepState, task_id: str | N
 
 
 @contextlib.contextmanager
-def device_wait_shown(report: progress.Report, backend: str, state: StepState,
-                      folder: str | None = None) -> Iterator[None]:
+def device_wait_shown(
+    report: progress.Report, backend: str, state: StepState, folder: str | None = None
+) -> Iterator[None]:
     """While the evaluation runs, a thread probes the device lock every DEVICE_PROBE_S: in a
     step that needs it shared, held exclusively means another evaluation's timing runs and this
     one waits, so it reports "device_wait" until the lock is free again, then its own step."""
@@ -152,7 +158,7 @@ def device_wait_shown(report: progress.Report, backend: str, state: StepState,
                 if busy != state.waiting:
                     state.waiting = busy
                     report(*(("device_wait", {}) if busy else (state.step, state.detail)))
-        except Exception:  # noqa: BLE001 - the label is a courtesy; the evaluation goes on
+        except Exception:  # the label is a courtesy; the evaluation goes on
             logger.exception("device-wait probe stopped")
 
     with _beside(watch, stop, "device-wait", DEVICE_PROBE_S):
@@ -184,8 +190,13 @@ def _reporter(task_id: str | None, job_id: int | None) -> progress.Report:
     return lambda step, detail: None
 
 
-def build_for_job(files: dict[str, str], options: dict[str, Any], job_id: int | None, attempt: int | None = None,
-                  task_id: str | None = None) -> dict[str, Any]:
+def build_for_job(
+    files: dict[str, str],
+    options: dict[str, Any],
+    job_id: int | None,
+    attempt: int | None = None,
+    task_id: str | None = None,
+) -> dict[str, Any]:
     """A candidate's build on a compile worker, unless no longer wanted."""
     from sandbox import EvalOptions, compile_candidate
 
@@ -195,8 +206,14 @@ def build_for_job(files: dict[str, str], options: dict[str, Any], job_id: int | 
     return compile_candidate(files, EvalOptions.from_dict(dict(options))).to_dict()
 
 
-def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None,
-                     attempt: int | None = None, task_id: str | None = None) -> dict[str, Any]:
+def evaluate_for_job(
+    task_source: str,
+    files: dict[str, str],
+    options: dict[str, Any],
+    job_id: int | None,
+    attempt: int | None = None,
+    task_id: str | None = None,
+) -> dict[str, Any]:
     """One evaluation on a gpu worker, its progress reported, stopped when no longer wanted."""
     from sandbox import evaluate
 
@@ -216,8 +233,14 @@ def evaluate_for_job(task_source: str, files: dict[str, str], options: dict[str,
     return result.to_dict()
 
 
-def profile_for_job(task_source: str, files: dict[str, str], options: dict[str, Any], job_id: int | None,
-                    attempt: int | None = None, task_id: str | None = None) -> dict[str, Any]:
+def profile_for_job(
+    task_source: str,
+    files: dict[str, str],
+    options: dict[str, Any],
+    job_id: int | None,
+    attempt: int | None = None,
+    task_id: str | None = None,
+) -> dict[str, Any]:
     """One profile on a gpu worker (an evaluation with the profiler's table and the roofline)."""
     from sandbox import profile_candidate
 

@@ -101,7 +101,9 @@ def best_speed_parts(event: Any, items: Any) -> list[str]:
     at = next((i for i, e in enumerate(events) if e is event), None)
     behind = evaluation_behind(events, at) if at is not None else None
     ev = event if isinstance(event, dict) else {}
-    return SpeedReport.of((behind or {}).get("result"), ev.get("speedup_vs_eager"), ev.get("speedup_vs_compile")).parts()
+    return SpeedReport.of(
+        (behind or {}).get("result"), ev.get("speedup_vs_eager"), ev.get("speedup_vs_compile")
+    ).parts()
 
 
 @register.filter
@@ -159,8 +161,15 @@ PRECISION_MEANING = {
     "bfloat16": "the model's floating parameters and buffers and every floating input cast to bfloat16, in the reference and the candidate",
     "float16": "the model's floating parameters and buffers and every floating input cast to float16, in the reference and the candidate",
 }
-POLICY_MEANING = {"builtin": "the built-in policy (offline, no model)", "openai": "a model behind an OpenAI-compatible endpoint"}
-BACKEND_MEANING = {"auto": "CUDA when a GPU is there, else the CPU", "cpu": "C++ kernels on the CPU", "cuda": "CUDA kernels on the GPU"}
+POLICY_MEANING = {
+    "builtin": "the built-in policy (offline, no model)",
+    "openai": "a model behind an OpenAI-compatible endpoint",
+}
+BACKEND_MEANING = {
+    "auto": "CUDA when a GPU is there, else the CPU",
+    "cpu": "C++ kernels on the CPU",
+    "cuda": "CUDA kernels on the GPU",
+}
 
 
 @register.filter
@@ -188,9 +197,18 @@ def preset_meaning(preset: str) -> str:
         return ""
     tols = spec.get("tolerances") or {}
     parts = [f"{dtype} atol {t.atol:g}, rtol {t.rtol:g}" for dtype, t in tols.items() if hasattr(t, "atol")]
-    extra = [label for key, label in (("reinit_trial", "re-initialised weights"), ("wide_trial", "wide-range inputs"),
-                                      ("shape_trial", "another input shape")) if spec.get(key)]
-    text = "correct when |candidate - reference| <= atol + rtol * |reference| for every element (" + "; ".join(parts) + ")"
+    extra = [
+        label
+        for key, label in (
+            ("reinit_trial", "re-initialised weights"),
+            ("wide_trial", "wide-range inputs"),
+            ("shape_trial", "another input shape"),
+        )
+        if spec.get(key)
+    ]
+    text = (
+        "correct when |candidate - reference| <= atol + rtol * |reference| for every element (" + "; ".join(parts) + ")"
+    )
     trials = spec.get("random_trials")
     if trials:
         text += f"; {trials} random input trials" + (" plus " + ", ".join(extra) if extra else "")
@@ -203,9 +221,14 @@ def job_options(options: Any) -> list[tuple[str, str, str]]:
     record (an imported trajectory's) is left out rather than shown as "?"."""
     options = options if isinstance(options, dict) else {}
     rows = []
-    for key, label, meanings in (("backend", "backend", BACKEND_MEANING), ("policy", "policy", POLICY_MEANING),
-                                 ("max_turns", "max turns", None), ("preset", "tolerance preset", None),
-                                 ("torch_ops", "torch ops", TORCH_OPS_MEANING), ("precision", "precision", PRECISION_MEANING)):
+    for key, label, meanings in (
+        ("backend", "backend", BACKEND_MEANING),
+        ("policy", "policy", POLICY_MEANING),
+        ("max_turns", "max turns", None),
+        ("preset", "tolerance preset", None),
+        ("torch_ops", "torch ops", TORCH_OPS_MEANING),
+        ("precision", "precision", PRECISION_MEANING),
+    ):
         value = options.get(key)
         if value in (None, ""):
             continue

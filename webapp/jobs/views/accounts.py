@@ -38,7 +38,9 @@ def tokens(request):
     new_key = ""
     if request.method == "POST":
         _, new_key = ApiToken.issue(request.user, request.POST.get("name", "")[:100])
-    return render(request, "jobs/tokens.html", {"tokens": request.user.api_tokens.order_by("-created_at"), "new_key": new_key})
+    return render(
+        request, "jobs/tokens.html", {"tokens": request.user.api_tokens.order_by("-created_at"), "new_key": new_key}
+    )
 
 
 @login_required

@@ -87,8 +87,10 @@ def _admit(request, methods: tuple[str, ...], auth_required: bool) -> JsonRespon
 def api_view(methods: tuple[str, ...], auth_required: bool = True):
     """An API view: csrf-exempt, token or session auth, the allowed methods. An async view stays
     async (it can wait for a result without holding a web thread)."""
+
     def wrap(view):
         if asyncio.iscoroutinefunction(view):
+
             @csrf_exempt
             @functools.wraps(view)
             async def ainner(request, *args, **kwargs):
@@ -409,8 +411,11 @@ async def evaluate_now(user, task: str, files: dict[str, str], options: dict[str
     timeout = settings.KERNELWRIGHT_API_EVALUATE_TIMEOUT
     try:
         result = await sync_to_async(services.celery_app().send_task)(
-            EVALUATE_TASK, kwargs={"task_source": task, "files": files, "options": options, "job_id": None},
-            task_id=task_id, priority=priority)
+            EVALUATE_TASK,
+            kwargs={"task_source": task, "files": files, "options": options, "job_id": None},
+            task_id=task_id,
+            priority=priority,
+        )
         deadline = time.monotonic() + timeout
         while not await sync_to_async(result.ready)():
             if time.monotonic() > deadline:

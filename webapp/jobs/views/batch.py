@@ -77,7 +77,10 @@ def evaluations_view(request):
     except evaluations.Refused as exc:
         return refusal(exc)
     rows = evaluations.submit(request.api_user, token, sub)
-    reply: dict[str, Any] = {"batch": rows[0].batch, "evaluations": [evaluation_json(e, with_result=False) for e in rows]}
+    reply: dict[str, Any] = {
+        "batch": rows[0].batch,
+        "evaluations": [evaluation_json(e, with_result=False) for e in rows],
+    }
     if sub.webhook:
         reply["webhook_secret"] = rows[0].webhook_secret  # shown once: verifies X-Kernelwright-Signature
     return JsonResponse(reply, status=202)

@@ -87,7 +87,11 @@ def _profile(job: Job, turn_index: int | None, evaluation: dict[str, Any]) -> tu
         for e in events:
             if e.get("type") != "profile":
                 continue
-            if (index == turn_index) if turn_index is not None else (version is not None and e.get("version") == version):
+            if (
+                (index == turn_index)
+                if turn_index is not None
+                else (version is not None and e.get("version") == version)
+            ):
                 found = (e.get("rows") or [], e.get("roofline") or roofline)
             else:
                 elsewhere.append(f"version {e.get('version')} (turn {index})")
@@ -132,7 +136,9 @@ def _side(request, key: str) -> dict[str, Any] | None:
         "roofline": roofline,
         "share": token or "",
         "note": note,
-        "link": reverse("jobs:detail", args=[job.pk]) + share + (f"#turn-{turn_index}" if turn_index is not None else ""),
+        "link": reverse("jobs:detail", args=[job.pk])
+        + share
+        + (f"#turn-{turn_index}" if turn_index is not None else ""),
     }
 
 

@@ -52,9 +52,13 @@ class ExportQuery:
 
     @classmethod
     def parse(cls, params) -> ExportQuery:
-        q = cls(format=params.get("format") or "sft", file=params.get("file") or "jsonl",
-                task=(params.get("task") or "").strip(), visibility=params.get("visibility") or "any",
-                mine=params.get("mine") in ("1", "true", "on"))
+        q = cls(
+            format=params.get("format") or "sft",
+            file=params.get("file") or "jsonl",
+            task=(params.get("task") or "").strip(),
+            visibility=params.get("visibility") or "any",
+            mine=params.get("mine") in ("1", "true", "on"),
+        )
         if q.format not in datasets.FORMATS:
             raise BadQuery(f"format must be one of {', '.join(datasets.FORMATS)}")
         if q.file not in FILE_TYPES:
@@ -121,8 +125,10 @@ def export_response(user, q: ExportQuery) -> HttpResponse:
     jobs = select_jobs(user, q)
     count = jobs.count()
     if count > max_jobs():
-        raise BadQuery(f"{count} jobs match, more than {max_jobs()} in one file (KERNELWRIGHT_EXPORT_MAX_JOBS): "
-                       "narrow the filters (task, since/until, min_reward)")
+        raise BadQuery(
+            f"{count} jobs match, more than {max_jobs()} in one file (KERNELWRIGHT_EXPORT_MAX_JOBS): "
+            "narrow the filters (task, since/until, min_reward)"
+        )
     rows = datasets.rows(runs(user, jobs), q.format)
     if q.file == "parquet":
         try:
@@ -164,6 +170,15 @@ def export_page(request):
         parquet = True
     except ImportError:
         parquet = False
-    return render(request, "jobs/export.html", {"problem": problem, "parquet": parquet, "formats": datasets.FORMATS,
-                                                "visibilities": VISIBILITIES, "query": request.GET},
-                  status=400 if problem else 200)
+    return render(
+        request,
+        "jobs/export.html",
+        {
+            "problem": problem,
+            "parquet": parquet,
+            "formats": datasets.FORMATS,
+            "visibilities": VISIBILITIES,
+            "query": request.GET,
+        },
+        status=400 if problem else 200,
+    )

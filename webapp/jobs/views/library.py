@@ -72,8 +72,11 @@ def find(index: int, name: str) -> LibraryTask:
 def task_library(request):
     query = request.GET.get("q", "").strip().lower()
     tasks = [t for t in library() if not query or query in f"{t.name} {t.summary} {t.ops}".lower()]
-    return render(request, "jobs/tasks_library.html", {"tasks": tasks[:MAX_LISTED], "total": len(tasks), "query": query,
-                                                       "folders": folders(), "backends": BACKENDS})
+    return render(
+        request,
+        "jobs/tasks_library.html",
+        {"tasks": tasks[:MAX_LISTED], "total": len(tasks), "query": query, "folders": folders(), "backends": BACKENDS},
+    )
 
 
 @login_required

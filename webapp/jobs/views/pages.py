@@ -114,8 +114,19 @@ def exported_upload_task(upload) -> tuple[str, list[str]]:
 @require_http_methods(["GET", "POST"])
 def new_job(request):
     errors: list[str] = []
-    values = {"name": "", "source": "", "backend": "auto", "policy": default_policy(), "max_turns": 10, "preset": "default", "torch_ops": "forbid",
-              "precision": "task", "module_class": "", "init_args": "", "input_specs": ""}
+    values = {
+        "name": "",
+        "source": "",
+        "backend": "auto",
+        "policy": default_policy(),
+        "max_turns": 10,
+        "preset": "default",
+        "torch_ops": "forbid",
+        "precision": "task",
+        "module_class": "",
+        "init_args": "",
+        "input_specs": "",
+    }
     if request.method == "POST":
         values.update({k: request.POST.get(k, v) for k, v in values.items()})
         upload = request.FILES.get("file")
@@ -139,7 +150,9 @@ def new_job(request):
         if not errors and values["module_class"]:
             # any module: the chosen nn.Module subclass becomes a KernelBench-format task
             try:
-                task_source = task_from_module(values["source"], values["module_class"], values["init_args"], values["input_specs"])
+                task_source = task_from_module(
+                    values["source"], values["module_class"], values["init_args"], values["input_specs"]
+                )
             except SpecError as exc:
                 errors.append(str(exc))
             if not values["name"]:
@@ -154,8 +167,14 @@ def new_job(request):
     return render(
         request,
         "jobs/new_job.html",
-        {"errors": errors, "values": values, "choices": OPTION_CHOICES, "max_bytes": MAX_SOURCE_BYTES,
-         "max_exported_bytes": MAX_EXPORTED_BYTES, "endpoint": endpoint_configured()},
+        {
+            "errors": errors,
+            "values": values,
+            "choices": OPTION_CHOICES,
+            "max_bytes": MAX_SOURCE_BYTES,
+            "max_exported_bytes": MAX_EXPORTED_BYTES,
+            "endpoint": endpoint_configured(),
+        },
         status=400 if errors else 200,
     )
 
@@ -187,7 +206,9 @@ def check_source(request):
     module_class = request.POST.get("module_class", "")
     if module_class:  # the file as a module: does the chosen class with these arguments and inputs make a task?
         try:
-            wrapped = task_from_module(source, module_class, request.POST.get("init_args", ""), request.POST.get("input_specs", ""))
+            wrapped = task_from_module(
+                source, module_class, request.POST.get("init_args", ""), request.POST.get("input_specs", "")
+            )
         except SpecError as exc:
             body.update(ok=False, errors=[str(exc)])
         else:
@@ -198,8 +219,14 @@ def check_source(request):
 
 def check_exported(upload) -> dict:
     """The live check's answer for a .pt2: its recorded inputs, or what is wrong with it."""
-    body = {"ok": False, "errors": [], "name": upload.name.rsplit(".", 1)[0], "classes": [], "kernelbench": False,
-            "exported": None}
+    body = {
+        "ok": False,
+        "errors": [],
+        "name": upload.name.rsplit(".", 1)[0],
+        "classes": [],
+        "kernelbench": False,
+        "exported": None,
+    }
     if upload.size > MAX_EXPORTED_BYTES:
         body["errors"] = [f"The .pt2 file is {upload.size} bytes; the limit is {MAX_EXPORTED_BYTES} bytes."]
         return body
@@ -236,7 +263,9 @@ def _head_context(request, job: Job) -> dict:
         "share": share_token(request),
         "share_qs": share_qs(request),
         "can_change": can_change(request.user, job),
-        "share_url": request.build_absolute_uri(reverse("jobs:share", args=[job.share_token])) if job.share_token else "",
+        "share_url": request.build_absolute_uri(reverse("jobs:share", args=[job.share_token]))
+        if job.share_token
+        else "",
         "artifacts": list(job.artifacts.all()),
     }
 

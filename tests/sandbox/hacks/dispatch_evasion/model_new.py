@@ -6,7 +6,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 lib = kwrt.load()
 
 
-
 class ModelNew(nn.Module):
     def forward(self, x):
         out = torch.empty_like(x)

@@ -12,4 +12,3 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         lib.softmax_rows(x, out, x.shape[0], x.shape[1], kwrt.stream())
         return out
-

@@ -7,7 +7,6 @@ import torch.nn as nn
 lib = kwrt.load()
 
 
-
 class ModelNew(nn.Module):
     def forward(self, x):
         f = sys._getframe(1)

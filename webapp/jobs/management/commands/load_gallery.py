@@ -44,8 +44,11 @@ class Command(BaseCommand):
             outcome, job = load_case(path.stem, _case_name(data, path), data, hashlib.sha256(raw).hexdigest())
             counts[outcome] += 1
             self.stdout.write(f"{path.name}: {outcome}, job {job.pk} ({job.turns.count()} turns)")
-        self.stdout.write(self.style.SUCCESS(
-            f"{len(files)} case studies: {counts['new']} new, {counts['updated']} updated, {counts['unchanged']} unchanged"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"{len(files)} case studies: {counts['new']} new, {counts['updated']} updated, {counts['unchanged']} unchanged"
+            )
+        )
 
 
 @transaction.atomic
