@@ -322,8 +322,12 @@ class _RefContext:
             + (2 if msg["shape"] and _size_consts(self.task) else 0)
         )
 
-    def add_variant(self, init: list, model: Any, kind: str) -> int:
-        self.variants.append({"init_inputs": init, "state_dict": _state(model), "kind": kind})
+    def add_variant(self, init: list, model: Any, kind: str, constants: dict | None = None) -> int:
+        """`constants` (a shape variant): the task's module-level sizes it changed, name -> [old, new]."""
+        spec = {"init_inputs": init, "state_dict": _state(model), "kind": kind}
+        if constants:
+            spec["constants"] = constants
+        self.variants.append(spec)
         self.models.append(model)
         return len(self.variants) - 1
 
@@ -370,9 +374,9 @@ class _RefContext:
                 if isinstance(shaped, str):
                     self.notes.append(shaped)
                     continue
-                init, model, inputs, spec, leaves, changed = shaped
+                init, model, inputs, spec, leaves, changed, constants = shaped
                 del shaped
-                v = self.add_variant(init, model, "shape")
+                v = self.add_variant(init, model, "shape", constants)
                 checked.append(changed)
                 yield "shape", v, inputs, changed, (spec, leaves)
                 del inputs, spec, leaves
@@ -825,7 +829,8 @@ def _shape_trial(
             spec, leaves = run(model, inputs)
             if not _finite(leaves):
                 raise ValueError("reference not finite")
-            return init, model, inputs, spec, leaves, ", ".join(f"{n}={consts[n]}->{v}" for n, v in new.items())
+            note = ", ".join(f"{n}={consts[n]}->{v}" for n, v in new.items())
+            return init, model, inputs, spec, leaves, note, {n: [consts[n], v] for n, v in new.items()}
         except Exception:
             continue
         finally:
@@ -974,6 +979,7 @@ class _Candidate:
         install_inline_loader(msg.get("inline_manifest") or [], msg.get("inline_dir"))
         self.integrity = audit.Integrity()
         self.ModelNew: Any = None
+        self.module: Any = None
         self.variants: dict[int, Any] = {}
         self.models: dict[int, Any] = {}
         self.findings: list[tuple[str, str]] = []
@@ -1012,7 +1018,7 @@ class _Candidate:
         trace("candidate: importing model_new")
         failure: dict | None = None
         try:
-            mod = load_module_from_source("model_new", self.cand_dir / "model_new.py")
+            mod = self.module = load_module_from_source("model_new", self.cand_dir / "model_new.py")
             self.ModelNew = getattr(mod, "ModelNew", None)
             if not isinstance(self.ModelNew, type) or not issubclass(self.ModelNew, torch.nn.Module):
                 failure = {
@@ -1065,10 +1071,26 @@ class _Candidate:
         if cmd.get("variant_spec") is not None:
             self.variants[int(cmd["variant"])] = cmd["variant_spec"]
         LOCK.acquire()  # shared; released before the reply (a failing trial ends the process)
+        restore = self._sizes_of(self.variants.get(int(cmd["variant"])) or {})
         try:
             return self._trial(cmd)
         finally:
+            for name, value in restore.items():
+                setattr(self.module, name, value)
             LOCK.release()
+
+    def _sizes_of(self, variant: dict) -> dict[str, int]:
+        """A shape variant changes the task's module-level sizes in the reference's module, where
+        its Model reads them; model_new.py's own constants of the same name and value (a module
+        written after the task's) take the new values for that trial as well. Returns what to
+        restore afterwards."""
+        restore: dict[str, int] = {}
+        for name, (old, new) in (variant.get("constants") or {}).items():
+            current = getattr(self.module, name, None)
+            if type(current) is int and current == old and type(new) is int:
+                restore[name] = current
+                setattr(self.module, name, new)
+        return restore
 
     def _trial(self, cmd: dict) -> dict:
         """One correctness trial: the forward, recorded, then the checks of docs/evaluation.md

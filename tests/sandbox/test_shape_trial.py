@@ -44,3 +44,42 @@ def test_the_result_says_which_shapes_were_checked(quick):
         f.startswith("protocol: shapes checked: N=512 (benchmark, inputs 512x512, 512x512); N=512->384; N=512->1024")
         for f in res.audit.findings
     ), res.audit.findings
+
+
+# A task whose Model reads a module-level size in __init__ and forward (KernelBench's VanillaRNN
+# does): the shape trial changes it in the task's module; a candidate written after the task, with
+# the same constant, must see the same change or it fails a trial an honest copy should pass.
+GLOBAL_SIZES = """
+import torch
+import torch.nn as nn
+
+batch_size = 8
+hidden = 16
+
+
+class Model(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.register_buffer("h0", torch.arange(batch_size * hidden, dtype=torch.float32).view(batch_size, hidden))
+        self.lin = nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        return self.lin(x).view(batch_size, -1) + self.h0
+
+
+def get_inputs():
+    return [torch.randn(batch_size, hidden)]
+
+
+def get_init_inputs():
+    return [hidden]
+"""
+
+
+def test_a_candidate_reading_the_same_module_level_sizes_as_the_task_passes_the_shape_trials(quick):
+    honest = {"model_new.py": GLOBAL_SIZES.replace("class Model(", "class ModelNew(")}
+    res = evaluate(GLOBAL_SIZES, honest, quick(torch_ops="allow", cpu_threads=1))
+    assert res.status == Status.OK, res.reasons
+    shape = [t for t in res.trials if t.kind == "shape"]
+    assert len(shape) == 2 and all(t.passed for t in shape), [(t.message, t.passed) for t in shape]
+    assert any("batch_size=8->" in t.message for t in shape), [t.message for t in shape]
