@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -275,6 +276,7 @@ class _Builder:
             self.emit(n, "input", [], {"index": input_index})
             return input_index + 1
         if n.op == "get_attr":
+            assert isinstance(n.target, str), "fx names a get_attr's attribute by its path"
             self.alias[n.name] = self.param(n.target)["ref"]
             return input_index
         if n.op == "output":
@@ -298,6 +300,7 @@ class _Builder:
             return input_index
         target = n.target
         if n.op == "call_method":
+            assert isinstance(target, str), "fx names a call_method's method"
             self.add_method(n, target, a, kw)
             return input_index
         self.add_function(n, target, a, kw)
@@ -421,6 +424,7 @@ class _Builder:
             raise Unsupported(f"{n.name}: the method Tensor.{m} is not supported by the built-in policy")
 
     def add_module(self, n: fx.Node) -> None:
+        assert isinstance(n.target, str), "fx names a call_module's module by its path"
         mod = self.modules[n.target]
         p = n.target
         x = n.args[0] if n.args else None
@@ -467,9 +471,9 @@ class _Builder:
         elif t is nn.Conv2d:
             if mod.padding_mode != "zeros" or isinstance(mod.padding, str):
                 raise Unsupported(f"{n.name}: Conv2d with padding {mod.padding!r}/{mod.padding_mode} is not supported")
-            b = self.param(f"{p}.bias") if mod.bias is not None else None
+            bias = self.param(f"{p}.bias") if mod.bias is not None else None
             self.add_conv(
-                n, x, self.param(f"{p}.weight"), b, mod.stride, mod.padding, mod.dilation, mod.groups, module=p
+                n, x, self.param(f"{p}.weight"), bias, mod.stride, mod.padding, mod.dilation, mod.groups, module=p
             )
         elif t in (nn.BatchNorm1d, nn.BatchNorm2d):
             if mod.training or not mod.track_running_stats:
@@ -513,8 +517,19 @@ class _Builder:
         else:
             raise Unsupported(f"{n.name}: the module {t.__name__} ({p}) is not supported by the built-in policy")
 
-    def add_conv(self, n, x, w, b, stride, padding, dilation, groups, module=None) -> None:
-        def pair(v, d):
+    def add_conv(
+        self,
+        n: fx.Node,
+        x: Any,
+        w: Any,
+        b: Any,
+        stride: Any,
+        padding: Any,
+        dilation: Any,
+        groups: Any,
+        module: str | None = None,
+    ) -> None:
+        def pair(v: Any, d: Any) -> list[Any]:
             v = d if v is None else v
             return list(v) if isinstance(v, list | tuple) else [v, v]
 
@@ -535,7 +550,7 @@ class _Builder:
             },
         )
 
-    def add_reduce(self, n, op, a, kw, tuple_result=False) -> None:
+    def add_reduce(self, n: fx.Node, op: str, a: Sequence[Any], kw: dict[str, Any], tuple_result: bool = False) -> None:
         dim = a[1] if len(a) > 1 else kw.get("dim")
         keep = a[2] if len(a) > 2 else kw.get("keepdim", False)
         if kw.get("dtype") is not None:
@@ -549,7 +564,7 @@ class _Builder:
             {"dim": list(dim) if dim is not None else None, "keepdim": bool(keep), "tuple": tuple_result},
         )
 
-    def add_view(self, n, m, a, kw) -> None:
+    def add_view(self, n: fx.Node, m: str, a: Sequence[Any], kw: dict[str, Any]) -> None:
         rest = list(a[1:])
         if m in ("view", "reshape", "expand", "permute") and len(rest) == 1 and isinstance(rest[0], list | tuple):
             rest = list(rest[0])
@@ -567,7 +582,7 @@ class _Builder:
                 raise Unsupported(f"{n.name}: {m} with a traced dimension is not supported")
         self.emit(n, "contiguous" if m == "contiguous" else m, args)
 
-    def add_getitem(self, n, a) -> None:
+    def add_getitem(self, n: fx.Node, a: Sequence[Any]) -> None:
         src, idx = a
         if not isinstance(src, fx.Node):
             raise Unsupported(f"{n.name}: indexing a non-tensor is not supported")
@@ -707,9 +722,9 @@ def _bind_int_scalars(model: nn.Module, gm: fx.GraphModule, lit1: dict[str, Any]
     }
     out = {}
     for pos, v1 in lit1.items():
-        k = next((k for k, v in ints.items() if v1 == v and lit2.get(pos) == 2 * v + 1), None)
-        if k is not None and pos.split(":")[0] in arith:
-            out[pos] = f"self.{k}"
+        attr = next((k for k, v in ints.items() if v1 == v and lit2.get(pos) == 2 * v + 1), None)
+        if attr is not None and pos.split(":")[0] in arith:
+            out[pos] = f"self.{attr}"
     return out
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -100,7 +100,7 @@ class ExportBuilder:
         sig = ep.graph_signature
         for spec in sig.input_specs:
             kind = spec.kind.name
-            name = getattr(spec.arg, "name", None)
+            name: Any = getattr(spec.arg, "name", None)  # every input spec's argument has one
             self.kinds[name] = (kind, spec.target)
         for spec in sig.output_specs:
             if spec.kind.name != "USER_OUTPUT":
@@ -232,8 +232,12 @@ class ExportBuilder:
             pass
         self.island(n)
 
-    def mapped(self, n: fx.Node, name: str, over: str, a: list, kw: dict, floaty: bool) -> bool:
-        x = a[0] if a else None
+    def mapped(self, n: fx.Node, name: str, over: str, a: list[Any], kw: dict[str, Any], floaty: bool) -> bool:
+        x: Any = a[0] if a else None
+        # per op below: fx arguments (nodes, Python values or None) or, for b, an IR reference too
+        y: Any
+        b: Any
+        dims: Any
         tensor_in = isinstance(x, fx.Node) and isinstance(self.val(x), torch.Tensor)
         float_in = tensor_in and self.val(x).dtype == torch.float32
         P = self.pos
@@ -624,7 +628,7 @@ class ExportBuilder:
             else:
                 self.emit(n, "slice", [{"ref": info["src"]}], {"dim": info["dim"], "start": s, "end": e, "step": 1})
             return
-        self.emit(n, "getitem", [{"ref": ir}], {"index": int(idx)})
+        self.emit(n, "getitem", [{"ref": ir}], {"index": int(cast(int, idx))})
 
     def pos(self, n: fx.Node, i: int | str) -> str:
         return f"{n.name}:{i}"
@@ -805,7 +809,7 @@ def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], 
     b = ExportBuilder(ep, binds, model)
     nodes = b.build()
     paths = [n["attrs"]["path"] for n in nodes if n["op"] == "param"]
-    state = dict(model.named_parameters(remove_duplicate=False))
+    state: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
     state.update(dict(model.named_buffers(remove_duplicate=False)))
     guard = {
         "inputs": [

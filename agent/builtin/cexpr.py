@@ -43,7 +43,7 @@ _CPU_MATH = {
 _CPU_MATH_CALL = re.compile(r"\b(" + "|".join(_CPU_MATH) + r")\(")
 
 
-def _select(cond: str, a: str, b: str, cuda: bool) -> str:
+def _select(cond: str, a: str | None, b: str | None, cuda: bool) -> str:
     """cond ? a : b. On the CPU as an integer-mask select (kw_pick): GCC does not if-convert a
     ?: whose branches compute (they might trap under its default trapping math), and a loop with
     control flow is not vectorised. Both sides are computed; the result is the same."""
@@ -55,6 +55,7 @@ def _select(cond: str, a: str, b: str, cuda: bool) -> str:
 def _c_op(n: Node, a: list[str | None], cuda: bool) -> str:
     op = n.op
     x = a[0]
+    assert x is not None, f"{n.name}: an elementwise op's first operand is always given (None is an omitted bound)"
     rsqrt = "rsqrtf" if cuda else "1.0f / sqrtf"
     if op == "add":
         return f"({a[0]} + {a[1]})"

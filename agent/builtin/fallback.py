@@ -27,6 +27,7 @@ def source_parts(src: str) -> dict[str, Any]:
     for n in tree.body:
         if isinstance(n, ast.ClassDef) and n.name == "Model":
             seg = ast.get_source_segment(src, n)
+            assert seg is not None, "a node parsed from src has its segment"
             if n.decorator_list:
                 first = n.decorator_list[0]
                 seg = "\n".join(src.splitlines()[first.lineno - 1 : n.end_lineno])

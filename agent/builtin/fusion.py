@@ -67,8 +67,16 @@ class Group:
 @dataclass
 class Step:
     kind: str  # "node" (a Python-level node: view, library op, derived) or "group"
+    # node is set exactly when kind is "node", group when it is "group": checks on them narrow the type
     node: Node | None = None
     group: Group | None = None
+
+    def nodes(self) -> list[Node]:
+        """The step's node alone, or its group's nodes."""
+        if self.node is not None:
+            return [self.node]
+        assert self.group is not None
+        return self.group.nodes
 
 
 @dataclass
@@ -106,11 +114,12 @@ def classify(shape: list[int], full: list[int], split: int) -> tuple[str, tuple[
     return GEN, (a, b)
 
 
-def _is_row_shape(shape: list[int], full: list[int], split: int) -> bool:
+def _is_row_shape(shape: list[int], full: list[int], split: int | None) -> bool:
     if list(shape) == list(full[:split]):
-        return True  # a reduction result without keepdim
+        return True  # a reduction result without keepdim (before a split is chosen: the full shape)
     if len(shape) > len(full):
         return False
+    assert split is not None, "only the full shape is per-row before a split is chosen"
     s = _pad(shape, len(full))
     return all(s[i] == 1 for i in range(split, len(full)))
 
@@ -171,8 +180,8 @@ def plan(g: Graph) -> Plan:
             if used_outside:
                 grp.outputs.append(n.name)
                 space = grp.space[n.name]
-                ok = n.shape == grp.full if space == "full" else _is_row_shape(n.shape, grp.full, grp.split)
-                if space == "full" and math.prod(n.shape) != math.prod(grp.full):
+                ok = n.shape == grp.full if space == "full" else _is_row_shape(n.dims, grp.full, grp.split)
+                if space == "full" and math.prod(n.dims) != math.prod(grp.full):
                     ok = False
                 if not ok:
                     raise FusionError(
@@ -189,7 +198,7 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
     full, split = list(grp.full), grp.split
     if n.op in REDUCTIONS:
         src = g.node(n.args[0].name)
-        ishape = src.shape
+        ishape = src.dims
         j = n.attrs["dim"][0] if n.attrs["dim"] else len(ishape)
         if not full:
             full = list(ishape)
@@ -205,12 +214,12 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
             return False  # a reduction of a per-row value is a second-level reduction: a new group
     else:
         if not full:
-            full = list(n.shape)
+            full = list(n.dims)
         elif n.shape != full:
-            if _broadcastable(n.shape, full) or (split is not None and list(n.shape) == full[:split]):
+            if _broadcastable(n.dims, full) or (split is not None and list(n.dims) == full[:split]):
                 pass
-            elif split is None and _broadcastable(full, n.shape) and len(n.shape) >= len(full):
-                full = list(n.shape)
+            elif split is None and _broadcastable(full, n.dims) and len(n.dims) >= len(full):
+                full = list(n.dims)
             else:
                 return False
     sp = split if split is not None else max(len(full) - 1, 0)
@@ -220,17 +229,17 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
         if grp.member(d):
             dn = g.node(d)
             if grp.space[d] == "row":
-                if n.op not in REDUCTIONS and not _reads_as_row(dn.shape, n.shape, full, sp):
+                if n.op not in REDUCTIONS and not _reads_as_row(dn.dims, n.dims, full, sp):
                     return False
             elif n.op not in REDUCTIONS:
-                if _pad(dn.shape, len(full)) != full:
+                if _pad(dn.dims, len(full)) != full:
                     return False  # a smaller full-space value: only materialised values may broadcast
                 space = "full"
         else:
             dn = g.node(d)
             if dn.shape is None:
                 return False
-            aligned = _align(dn.shape, full if n.op in REDUCTIONS else n.shape, full, sp)
+            aligned = _align(dn.dims, full if n.op in REDUCTIONS else n.dims, full, sp)
             if not _broadcastable(aligned, full):
                 return False
             try:
@@ -241,15 +250,15 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
                 space = "full"
     if space is None:
         space = "row"
-    if space == "row" and n.op not in REDUCTIONS and not _is_row_shape(n.shape, full, sp):
+    if space == "row" and n.op not in REDUCTIONS and not _is_row_shape(n.dims, full, sp):
         space = "full"
     # a full-space value must have the full shape to be stored by the loop
-    if space == "full" and _pad(n.shape, len(full)) != full:
+    if space == "full" and _pad(n.dims, len(full)) != full:
         return False
     if split is not None and grp.split is None:
         # a reduction joined: every existing value must still be readable under the new split
         for m in grp.nodes:
-            if grp.space[m.name] == "row" and not _is_row_shape(m.shape, full, split):
+            if grp.space[m.name] == "row" and not _is_row_shape(m.dims, full, split):
                 return False
     grp.full, grp.split = full, split
     grp.nodes.append(n)
@@ -264,10 +273,10 @@ def _finish_operands(g: Graph, grp: Group) -> None:
     for n in grp.nodes:
         for a in n.args:
             if isinstance(a, Ref) and not grp.member(a.name) and all(o.value != a.name for o in grp.operands):
-                nshape = grp.full if n.op in REDUCTIONS else n.shape
+                nshape = grp.full if n.op in REDUCTIONS else n.dims
                 try:
                     kind, block = classify(
-                        _align(g.node(a.name).shape, nshape, grp.full, grp.split), grp.full, grp.split
+                        _align(g.node(a.name).dims, nshape, grp.full, grp.split), grp.full, grp.split
                     )
                 except FusionError as e:
                     raise FusionError(f"{n.name}: {e}", n.name) from None
@@ -287,17 +296,17 @@ def _spaces(g: Graph, grp: Group, split: int) -> dict[str, str] | None:
     shape, else "full"; None when a node is neither (the split does not fit the group)."""
     space: dict[str, str] = {}
     for n in grp.nodes:
-        row = _is_row_shape(n.shape, grp.full, split)
+        row = _is_row_shape(n.dims, grp.full, split)
         for d in n.refs():
             if d in space:
                 row = row and space[d] == "row"
             else:
                 try:
-                    kind = classify(_align(g.node(d).shape, n.shape, grp.full, split), grp.full, split)[0]
+                    kind = classify(_align(g.node(d).dims, n.dims, grp.full, split), grp.full, split)[0]
                 except FusionError:
                     return None
                 row = row and kind in ROW_KINDS
-        if not row and _pad(n.shape, len(grp.full)) != grp.full:
+        if not row and _pad(n.dims, len(grp.full)) != grp.full:
             return None
         space[n.name] = "row" if row else "full"
     return space
@@ -314,7 +323,7 @@ def _best_split(g: Graph, grp: Group) -> int:
     cost_of = {FULL: 0, SCALAR: 0, ROW: 0, COL: 0, ROWGEN: 1, COLGEN: 2, GEN: 3}
     for j in range(max(k - 1, 0), -1, -1):
         try:
-            cost = (sum(cost_of[classify(g.node(e).shape, grp.full, j)[0]] for e in ext), math.prod(grp.full[:j]))
+            cost = (sum(cost_of[classify(g.node(e).dims, grp.full, j)[0]] for e in ext), math.prod(grp.full[:j]))
         except FusionError:
             continue
         if _spaces(g, grp, j) is None:

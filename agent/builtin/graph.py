@@ -123,6 +123,12 @@ class Node:
         return out
 
     @property
+    def dims(self) -> list[int]:
+        """The shape of a tensor node, which the capture always records (None is for Python ints)."""
+        assert self.shape is not None, f"{self.name} ({self.op}) has no shape"
+        return self.shape
+
+    @property
     def numel(self) -> int:
         return math.prod(self.shape) if self.shape is not None else 0
 

@@ -8,6 +8,7 @@ the agent process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 
 from agent.builtin.graph import Graph, Lit, Ref, Scalar
 
-_UNARY = {
+_UNARY: dict[str, Callable[..., Any]] = {
     "exp": torch.exp,
     "log": torch.log,
     "tanh": torch.tanh,
@@ -38,7 +39,8 @@ _UNARY = {
     "relu6": F.relu6,
     "identity": lambda x: x,
 }
-_BINARY = {
+_REDUCE: dict[str, Callable[..., Any]] = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}
+_BINARY: dict[str, Callable[..., Any]] = {
     "add": torch.add,
     "sub": torch.sub,
     "mul": torch.mul,
@@ -57,7 +59,7 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
         if isinstance(a, Ref):
             return env[a.name]
         if isinstance(a, Scalar):
-            return eval(a.expr, {}, scope) if a.runtime else a.value  # our own expressions on self
+            return eval(a.expr, {}, scope) if a.expr is not None else a.value  # our own expressions on self
         if isinstance(a, Lit):
             if isinstance(a.value, list):
                 return [env[x.name] if isinstance(x, Ref) else x for x in a.value]
@@ -93,7 +95,7 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
         elif op == "softplus":
             env[n.name] = F.softplus(v(a[0]), v(a[1]), v(a[2]))
         elif op in ("sum", "mean", "amax", "amin"):
-            fn = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin}[op]
+            fn = _REDUCE[op]
             dims = at.get("dim")
             x = v(a[0])
             env[n.name] = fn(

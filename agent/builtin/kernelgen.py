@@ -12,7 +12,9 @@ constants (`config`), so trying a configuration means compiling a variant.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from agent.builtin.cexpr import REDUCE_INIT, c_accumulate, c_float, c_op
 from agent.builtin.fusion import COL, COLGEN, FULL, GEN, ROW, ROWGEN, SCALAR, Group, Plan
@@ -38,9 +40,9 @@ class KernelSig:
 def _bytes(plan: Plan, grp: Group) -> int:
     total = 0
     for o in grp.operands:
-        total += 4 * math.prod(plan.graph.node(o.value).shape)
-    for o in grp.outputs:
-        total += 4 * math.prod(plan.graph.node(o).shape)
+        total += 4 * math.prod(plan.graph.node(o.value).dims)
+    for name in grp.outputs:
+        total += 4 * math.prod(plan.graph.node(name).dims)
     return total
 
 
@@ -90,6 +92,12 @@ class _Body:
         if isinstance(a, Lit) and a.value is None:
             return None
         raise ValueError(f"unexpected argument {a!r}")
+
+    def value(self, a: object, lane: str) -> str:
+        """arg() of an operand that is always given (a tensor or a scalar, never an omitted bound)."""
+        s = self.arg(a, lane)
+        assert s is not None, f"no value for {a!r}"
+        return s
 
     def cone(self, targets: list[str]) -> list[Node]:
         """Full-space group nodes needed to compute targets inside a column loop, in order."""
@@ -260,7 +268,7 @@ def _final_targets(grp: Group) -> tuple[list[str], list[str]]:
 
 def _src_expr(body: _Body, red: Node, lane: str) -> str:
     src = red.args[0]
-    return body.arg(src, lane)
+    return body.value(src, lane)
 
 
 # --------------------------------------------------------------------------------------------- CPU
@@ -827,7 +835,7 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
             L.append(f"    float4 kv_{n}[NC > 0 ? NC : 1]; (void)kv_{n};")
     reg_loops = iter(regs)  # one plan per loop() below, in its call order: each reduction's loop, then the final one
 
-    def cached_loop(lp: dict, emit_tail) -> list[str]:
+    def cached_loop(lp: dict[str, Any], emit_tail: Callable[[int], list[str]]) -> list[str]:
         comps = "xyzw"
         inner = [f"const float v_{n}_{ln} = kv_{n}[j].{comps[ln]};" for n in sorted(lp["used"]) for ln in range(4)]
         inner += _lane_body(body, lp["nodes"], lp["ks"], 4, (FULL, COL), (lp["from_regs"], lp["to_regs"]))
@@ -846,7 +854,7 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
             + ["            }", "        }", "    } else"]
         )
 
-    def loop(nodes: list[Node], emit_tail, extra: tuple[str, ...] = ()) -> list[str]:
+    def loop(nodes: list[Node], emit_tail: Callable[[int], list[str]], extra: tuple[str, ...] = ()) -> list[str]:
         ks = body.operands_of(nodes, extra)
         # unrolled: a thread issues several row loads before it waits for the first (a row of
         # 4096 floats is 4 float4 loads per thread at 256 threads per row)
@@ -891,7 +899,7 @@ def _cuda_rows(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict
             if vec == 4:
                 return [
                     f"*reinterpret_cast<float4*>(out{out_index[o]} + i0) = make_float4("
-                    + ", ".join(body.arg(Ref(o), f"_{ln}") for ln in range(4))
+                    + ", ".join(body.value(Ref(o), f"_{ln}") for ln in range(4))
                     + ");"
                     for o in full_out
                 ]
@@ -935,7 +943,7 @@ def generate(plan: Plan, backend: str, configs: dict[str, dict]) -> tuple[str, l
         parts.append("")
         sigs.append(sig)
     parts.append(CUDA_DERIVED if backend == "cuda" else CPU_DERIVED)
-    if any(own_call(st.node, plan.graph) for st in plan.steps if st.kind == "node"):
+    if any(own_call(st.node, plan.graph) for st in plan.steps if st.node is not None):
         parts.append(OWN_CUDA if backend == "cuda" else OWN_CPU)
     return "\n".join(parts), sigs
 

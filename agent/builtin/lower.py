@@ -61,8 +61,8 @@ def lower(g: Graph) -> Graph:
         return emit(op, [x], oshape, {"dim": dims, "keepdim": keep}, name)
 
     for n in g.nodes:
-        shape = n.shape
-        nd = len(shape or [])
+        shape = n.shape if n.shape is not None else []  # [] only for a Python int, whose branch reads no shape
+        nd = len(shape)
         current[0] = n.name
         origin[n.name] = n.name
         if n.attrs.get("island"):
@@ -133,7 +133,7 @@ def lower(g: Graph) -> Graph:
                 emit("add", [y, cv(beta)], shape, name=n.name)
         elif n.op == "logsumexp":
             x = n.args[0]
-            ishape = g.node(x.name).shape
+            ishape = g.node(x.name).dims
             dims = _norm_dims(n.attrs.get("dim"), len(ishape))
             if not _trailing(dims, len(ishape)):
                 raise LoweringError(
@@ -182,8 +182,8 @@ def lower(g: Graph) -> Graph:
                 n.name,
             )
         elif n.op in REDUCTIONS:
-            dims = _norm_dims(n.attrs.get("dim"), len(g.node(n.args[0].name).shape))
-            ishape = g.node(n.args[0].name).shape
+            dims = _norm_dims(n.attrs.get("dim"), len(g.node(n.args[0].name).dims))
+            ishape = g.node(n.args[0].name).dims
             if not _trailing(dims, len(ishape)):
                 raise LoweringError(
                     f"{n.name}: {n.op} over dims {dims} of a {len(ishape)}-d tensor; the generator "

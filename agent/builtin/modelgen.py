@@ -194,7 +194,7 @@ class _Emitter:
         if own:
             self.own += 1
             self.emit(f"# {n.name}: {op_label(n)} by our kernel {own['kernel']}")
-            for line in emit_lines(own, v, n.shape, lambda r: self.val(r)):
+            for line in emit_lines(own, v, n.dims, lambda r: self.val(r)):
                 self.emit(line)
         elif n.attrs.get("island") or n.op in ISLAND_OPS:
             why = str(n.attrs.get("island") or "no generator for this op").replace("\n", " ")
@@ -216,7 +216,7 @@ class _Emitter:
             flat = _flatten(n.attrs["value"])
             dt = f"torch.{n.attrs.get('dtype') or 'float32'}"
             if flat and all(x == flat[0] for x in flat):
-                self.emit(f"{v} = torch.full({tuple(n.shape)!r}, {_num(flat[0])}, dtype={dt}, device=_dev)")
+                self.emit(f"{v} = torch.full({tuple(n.dims)!r}, {_num(flat[0])}, dtype={dt}, device=_dev)")
             else:
                 self.emit(f"{v} = torch.tensor({n.attrs['value']!r}, dtype={dt}, device=_dev)")
         elif n.op == "select":
@@ -410,16 +410,16 @@ class _Emitter:
         shapes = ", ".join(f"({self.val(Ref(o.value))}.shape, {o.rpad})" for o in grp.operands)
         self.emit(f"_D, _rows, _cols = _geom({k}, {sp}, {shapes})")
         outs = []
-        for o in grp.outputs:
-            n = self.g.node(o)
-            if grp.space[o] == "row" and list(n.shape) == grp.full[:sp] and len(n.shape) < k:
+        for name in grp.outputs:
+            n = self.g.node(name)
+            if grp.space[name] == "row" and list(n.dims) == grp.full[:sp] and len(n.dims) < k:
                 shape = f"_D[:{sp}]"
             else:
-                aligned = [1] * (k - len(n.shape)) + list(n.shape)
-                dims = ["1" if aligned[i] == 1 else f"_D[{i}]" for i in range(k)][k - len(n.shape) :]
+                aligned = [1] * (k - len(n.dims)) + list(n.dims)
+                dims = ["1" if aligned[i] == 1 else f"_D[{i}]" for i in range(k)][k - len(n.dims) :]
                 shape = "(" + "".join(d + ", " for d in dims) + ")"
-            self.emit(f"{_var(o)} = torch.empty({shape}, device=_dev, dtype=torch.float32)")
-            outs.append(_var(o))
+            self.emit(f"{_var(name)} = torch.empty({shape}, device=_dev, dtype=torch.float32)")
+            outs.append(_var(name))
         args = [self.val(Ref(o.value)) for o in grp.operands] + outs + ["_rows", "_cols"]
         for kk in sig.generic:
             o = grp.operands[kk]
@@ -439,18 +439,18 @@ class _Emitter:
         saved_lines, saved_params = self.lines, self.used_params
         self.lines, self.used_params = [], {}
         for st in plan.steps:
-            if st.kind == "node" and st.node.name in hoisted:
+            if st.node is not None and st.node.name in hoisted:
                 self.node(st.node)
         users = {
             r
             for st in plan.steps
-            if not (st.kind == "node" and st.node.name in hoisted)
-            for n in ([st.node] if st.kind == "node" else st.group.nodes)
+            if not (st.node is not None and st.node.name in hoisted)
+            for n in st.nodes()
             for r in n.refs()
         }
         users |= {a.name for a in self.g.output.args if isinstance(a, Ref)}
         self.const_out = [
-            h for h in (st.node.name for st in plan.steps if st.kind == "node") if h in hoisted and h in users
+            h for h in (st.node.name for st in plan.steps if st.node is not None) if h in hoisted and h in users
         ]
         if self.torch_ops == "allow":  # contiguous once here rather than checked in every call
             for h in self.const_out:
@@ -493,9 +493,9 @@ class _Emitter:
         ]
         srcs = sorted({a.name for n in ders for a in n.args if isinstance(a, Ref)})
         paths = [self.g.node(s).attrs["path"] for s in srcs]
-        scal = [a for n in ders for a in n.args if isinstance(a, Scalar) and a.runtime]
-        simple = [a for a in scal if re.fullmatch(r"self(\.\w+|\[\d+\])+", a.expr)]
-        paths += list(dict.fromkeys(re.sub(r"\[(\d+)\]", r".\1", a.expr)[len("self.") :] for a in simple))
+        scal = [a for n in ders for a in n.args if isinstance(a, Scalar) and a.expr is not None]
+        simple = [a for a in scal if a.expr is not None and re.fullmatch(r"self(\.\w+|\[\d+\])+", a.expr)]
+        paths += list(dict.fromkeys(re.sub(r"\[(\d+)\]", r".\1", str(a.expr))[len("self.") :] for a in simple))
         L.append(f'        vals = _read(self, "_kw_slots", {tuple(paths)!r})')
         other = "".join(f" + [{self.val(a)}]" for a in dict.fromkeys(scal) if a not in simple)
         L.append(f"        key = [(t.data_ptr(), t._version) for t in vals[:{len(srcs)}]] + vals[{len(srcs)}:]{other}")
@@ -629,11 +629,11 @@ def _hoistable(plan: Plan) -> set[str]:
                 keep.add(r)
                 stack.append(r)
     for st in plan.steps:
-        if st.kind == "node" and st.node.name in ok and any(r in keep for r in st.node.refs()):
+        if st.node is not None and st.node.name in ok and any(r in keep for r in st.node.refs()):
             keep.add(st.node.name)
     keep -= {a.name for a in g.output.args if isinstance(a, Ref)}  # outputs are never cached
     for st in plan.steps:  # and what reads them is then not computable in _kw_consts
-        if st.kind == "node" and st.node.name in keep and not all(r in base or r in keep for r in st.node.refs()):
+        if st.node is not None and st.node.name in keep and not all(r in base or r in keep for r in st.node.refs()):
             keep.discard(st.node.name)
     return keep
 
@@ -678,13 +678,14 @@ def generate_model(
         const_method = em.const_method(plan, hoisted)
         em.emit("_c = self._kw_consts(_dev)")
     for st in plan.steps:
-        if st.kind == "node" and st.node.name in hoisted:
+        if st.node is not None and st.node.name in hoisted:
             if st.node.name in em.const_out:
                 em.emit(f"{_var(st.node.name)} = _c[{st.node.name!r}]")
             continue
-        if st.kind == "node":
+        if st.node is not None:
             em.node(st.node)
         else:
+            assert st.group is not None
             em.group(st.group)
     outs = [em.val(a) for a in g.output.args]
     em.emit("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
@@ -779,7 +780,7 @@ def generate_model(
     if graph:
         # every parameter the forward or the derived weights read: a change recaptures the graph
         weights = tuple(n.attrs["path"] for n in g.nodes if n.op == "param")
-        scalars = sorted({a.expr for n in g.nodes for a in n.args if isinstance(a, Scalar) and a.runtime})
+        scalars = sorted({a.expr for n in g.nodes for a in n.args if isinstance(a, Scalar) and a.expr is not None})
         scal = "(" + "".join(f"{e}, " for e in scalars).rstrip() + ")"
         parts += [
             f"    def forward(self, {args}):",

@@ -16,6 +16,7 @@ captured ones (an exported graph is specialised), read from the node's shapes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from agent.builtin.graph import Graph, Node, Ref
@@ -181,10 +182,10 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
             _float(g, x)
             and isinstance(m, Ref)
             and g.node(m.name).dtype == "bool"
-            and _shape(g, x) == _shape(g, m) == list(n.shape)
+            and _shape(g, x) == _shape(g, m) == list(n.dims)
         ):
             return None
-        return {"kernel": "kw_mask_mul", "inputs": [x, m], "ints": [math.prod(n.shape)], "dtype": "float32"}
+        return {"kernel": "kw_mask_mul", "inputs": [x, m], "ints": [math.prod(n.dims)], "dtype": "float32"}
     if op == "cat":
         return _cat(n, g)
     if op in ("tril", "triu"):
@@ -233,7 +234,7 @@ def _pool(n: Node, g: Graph, k: int, mode: int) -> dict[str, Any] | None:
     x = _arg(n, 0)
     if not _float(g, x) or n.dtype != "float32":
         return None
-    ins, outs = _shape(g, x), list(n.shape)
+    ins, outs = _shape(g, x), list(n.dims)
     if len(ins) < k + 1 or len(outs) != len(ins):
         return None
 
@@ -265,7 +266,7 @@ def _cat(n: Node, g: Graph) -> dict[str, Any] | None:
     if not isinstance(xs, list) or not xs or not all(_float(g, x) for x in xs):
         return None
     shapes = [_shape(g, x) for x in xs]
-    nd = len(n.shape)
+    nd = len(n.dims)
     d = int(_arg(n, 1, 0)) % nd
     pieces = [(x, math.prod(s[d:])) for x, s in zip(xs, shapes, strict=True) if len(s) == nd]  # legacy 1-d empties skip
     if len(pieces) != len(xs) and any(math.prod(s) for s in shapes):
@@ -273,7 +274,7 @@ def _cat(n: Node, g: Graph) -> dict[str, Any] | None:
     return {
         "kernel": "kw_cat",
         "inputs": [p[0] for p in pieces],
-        "ints": [math.prod(n.shape[:d]), math.prod(n.shape[d:])],
+        "ints": [math.prod(n.dims[:d]), math.prod(n.dims[d:])],
         "sizes": [p[1] for p in pieces],
         "dtype": "float32",
     }
@@ -299,7 +300,7 @@ def _cross_entropy(n: Node, g: Graph) -> dict[str, Any] | None:
     }
 
 
-def emit_lines(call: dict[str, Any], out: str, shape: list[int], val) -> list[str]:
+def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[Any], str]) -> list[str]:
     """model_new.py lines computing `out` (of the node's shape) with our kernel; `val` maps a Ref to
     its variable. Operands are made contiguous first (the kernels read raw pointers)."""
     ins = [val(x) for x in call["inputs"]]

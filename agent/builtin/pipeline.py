@@ -46,8 +46,8 @@ def make_plan(g: Graph, islands: bool = True) -> Plan:
             lone = _lone_bias_adds(g, p) if islands else []
             if not lone:
                 return p
-            for name in lone:
-                g.node(name).attrs["island"] = LONE_BIAS
+            for bias_add in lone:
+                g.node(bias_add).attrs["island"] = LONE_BIAS
             continue
         except (LoweringError, FusionError) as e:
             name = getattr(e, "node", None)
@@ -95,7 +95,7 @@ def _expand_split_broadcasts(g: Graph) -> None:
         )
         for j, a in enumerate(n.args if full is not None else []):
             s = g.node(a.name).shape if isinstance(a, Ref) else None
-            if s is None or len(s) > len(n.shape):
+            if s is None or full is None or n.shape is None or len(s) > len(n.shape):
                 continue
             s = [1] * (len(n.shape) - len(s)) + list(s)
             nz = [i for i in range(len(s)) if s[i] != 1]
@@ -141,7 +141,7 @@ def library_parts(p: Plan) -> list[Node]:
     return [
         st.node
         for st in p.steps
-        if st.kind == "node"
+        if st.node is not None
         and (st.node.op in ISLAND_OPS or st.node.attrs.get("island") or st.node.op in LIBRARY)
         and not own_call(st.node, p.graph)
     ]
@@ -151,8 +151,8 @@ def own_parts(p: Plan) -> list[tuple[Node, str]]:
     """(node, kernel) for each ATen op of the plan that a kernel of our own computes."""
     out = []
     for st in p.steps:
-        call = own_call(st.node, p.graph) if st.kind == "node" else None
-        if call:
+        call = own_call(st.node, p.graph) if st.node is not None else None
+        if call and st.node is not None:
             out.append((st.node, call["kernel"]))
     return out
 
@@ -162,9 +162,9 @@ def strided_operands(p: Plan) -> list[tuple[str, str]]:
     strided: set[str] = set()
     out = []
     for st in p.steps:
-        if st.kind == "node" and makes_strided(st.node, strided):
+        if st.node is not None and makes_strided(st.node, strided):
             strided.add(st.node.name)
-        elif st.kind == "group":
+        elif st.group is not None:
             for o in st.group.operands:
                 if o.value in strided:
                     out.append((st.group.name, o.value))

@@ -41,7 +41,9 @@ from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation
 
 # Nominal peaks used only for the first, pre-measurement estimate (the sandbox's profile
 # reports measured ceilings, which the later turns quote instead).
-_NOMINAL = {"cuda": {"bandwidth_gbs": 4800.0, "tflops": 60.0, "device": "H200 (nominal: 4.8 TB/s, 60 TFLOP/s fp32)"}}
+_NOMINAL: dict[str, dict[str, Any]] = {
+    "cuda": {"bandwidth_gbs": 4800.0, "tflops": 60.0, "device": "H200 (nominal: 4.8 TB/s, 60 TFLOP/s fp32)"}
+}
 
 
 @dataclass
@@ -199,6 +201,7 @@ class BuiltinPolicy(Policy):
             self.steps.append(_Step("finish"))
             return
         g = self.analysis.graph
+        assert g is not None, "a capture that succeeded has its graph"
         self.rewrites = all_rewrites(g)
         if self.try_unrewritten or not self.rewrites:
             self.steps.append(_Step("candidate", "Fuse the captured graph as it is", graph=g))
@@ -236,7 +239,7 @@ class BuiltinPolicy(Policy):
         if (
             backend == "cuda"
             and self.final_plan is not None
-            and any(st.kind == "node" and st.node.op == "matmul_nt" for st in self.final_plan.steps)
+            and any(st.node is not None and st.node.op == "matmul_nt" for st in self.final_plan.steps)
         ):
             # which GEMM is faster depends on the shape: measure both, keep the faster
             self.steps.append(
@@ -391,6 +394,7 @@ class BuiltinPolicy(Policy):
                 )
             return Action(message=msg, tool_calls=[self._call("read_file", path="reference.py")])
         g = an.graph
+        assert g is not None, "a capture that succeeded has its graph"
         d = an.data
         how = (
             "Captured the forward with torch.fx symbolic tracing (sizes stay symbolic); shapes and dtypes from "
@@ -486,6 +490,7 @@ class BuiltinPolicy(Policy):
 
     def _candidate_action(self, step: _Step) -> Action:
         assert self.analysis is not None
+        assert step.graph is not None, "a candidate step carries the graph it generates from"
         head = self._report_last()
         if self.pos == 2:
             head += self._sol_line()
@@ -842,7 +847,7 @@ def _forbid_blockers(plan: Plan) -> list[str]:
 
 def _library_calls(plan: Plan) -> list[Node]:
     """The plan's GEMM and convolution calls (each one launch or more, outside the fused kernels)."""
-    return [st.node for st in plan.steps if st.kind == "node" and st.node.op in LIBRARY]
+    return [st.node for st in plan.steps if st.node is not None and st.node.op in LIBRARY]
 
 
 def _host_and_device(t: _Tried, res: dict[str, Any]) -> None:
@@ -905,7 +910,7 @@ def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str
             + f", {s.bytes_moved / 1e6:.2f} MB moved, config {_fmt_cfg(c.configs.get(s.name, {}))}"
         )
     for st in c.plan.steps:
-        if st.kind == "node" and st.node.op in LIBRARY:
+        if st.node is not None and st.node.op in LIBRARY:
             nt = (
                 ("torch.mm (ATen's cuBLAS)" if gemm == "aten" else "cuBLAS gemm_nt from the .cu")
                 if backend == "cuda"
@@ -917,9 +922,9 @@ def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str
                 "conv2d": "F.conv2d (cuDNN)" if backend == "cuda" else "F.conv2d (oneDNN)",
             }
             lines.append(f"  - {st.node.name}: {lib[st.node.op]}")
-        if st.kind == "node" and (st.node.op == "aten" or st.node.attrs.get("island")):
+        if st.node is not None and (st.node.op == "aten" or st.node.attrs.get("island")):
             lines.append(f"  - {_library_line(st.node, backend, c.plan)}")
-        if st.kind == "node" and st.node.op == "derived":
+        if st.node is not None and st.node.op == "derived":
             lines.append(
                 f"  - {st.node.name}: derived from the weights by a custom kernel ({st.node.attrs['recipe']}), "
                 "recomputed when they change"

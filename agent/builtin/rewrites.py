@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
 
@@ -138,15 +139,15 @@ def diag_to_row_scale(g: Graph) -> Rewrite | None:
         a, b = (g.node(x.name) if isinstance(x, Ref) else None for x in n.args[:2])
         if a is not None and a.op == "diag" and b is not None and _ndim(b) == 2:
             d = a.args[0]
-            col = Node(g.fresh("d_col"), "view", [d, Lit([-1, 1])], {}, [a.shape[0], 1], "float32")
+            col = Node(g.fresh("d_col"), "view", [d, Lit([-1, 1])], {}, [a.dims[0], 1], "float32")
             g.insert_before(n.name, col)
             n.op, n.args = "mul", [Ref(col.name), n.args[1]]
             g.remove_dead()
             return Rewrite(
                 "diag_to_row_scale",
                 "diag(d) @ X is a row scaling",
-                f"{n.name} = diag(d) @ X builds a {a.shape[0]}x{a.shape[1]} matrix that is zero off the "
-                f"diagonal and multiplies it in {2 * a.shape[0] * a.shape[1] * b.shape[1] / 1e9:.2f} GFLOP; "
+                f"{n.name} = diag(d) @ X builds a {a.dims[0]}x{a.dims[1]} matrix that is zero off the "
+                f"diagonal and multiplies it in {2 * a.dims[0] * a.dims[1] * b.dims[1] / 1e9:.2f} GFLOP; "
                 "(diag(d) @ X)[i, j] = d[i] * X[i, j] exactly (every other product is a zero), so it "
                 "becomes one elementwise pass: out = d[:, None] * X.",
                 g,
@@ -274,7 +275,7 @@ def linear_sum_to_matvec(g: Graph) -> Rewrite | None:
             "derived",
             [w],
             {"recipe": "colsum", "of": wn.attrs.get("path", w.name)},
-            [wn.shape[1]],
+            [wn.dims[1]],
             "float32",
         )
         g.insert_before(lin.name, wsum)
@@ -290,9 +291,9 @@ def linear_sum_to_matvec(g: Graph) -> Rewrite | None:
         )
         g.insert_before(n.name, red)
         detail = (
-            f"{lin.name} is a GEMM [{', '.join(map(str, g.node(x.name).shape))}] x W^T{wn.shape[::-1]} "
-            f"whose {wn.shape[0]} outputs are only summed by {n.name}. By linearity, sum_j (x W^T)_j = x . w "
-            f"with w = W.sum(0) (length {wn.shape[1]}): a matrix-vector product, {wn.shape[0]}x fewer FLOPs. "
+            f"{lin.name} is a GEMM [{', '.join(map(str, g.node(x.name).dims))}] x W^T{wn.dims[::-1]} "
+            f"whose {wn.dims[0]} outputs are only summed by {n.name}. By linearity, sum_j (x W^T)_j = x . w "
+            f"with w = W.sum(0) (length {wn.dims[1]}): a matrix-vector product, {wn.dims[0]}x fewer FLOPs. "
             "w is computed from the loaded weights by a column-sum kernel and recomputed when they change."
         )
         if isinstance(b, Ref):
@@ -335,7 +336,7 @@ def fold_batchnorm(g: Graph) -> Rewrite | None:
         _, mean, var, gamma, beta, eps = n.args
         wn = g.node(w.name)
         nfold = sum(1 for m in g.nodes if m.op == "derived" and m.attrs.get("part") == "weight")
-        common = {
+        common: dict[str, Any] = {
             "recipe": "bn_fold",
             "key": f"fold_{nfold}",
             "bn": n.attrs.get("module"),
@@ -343,7 +344,7 @@ def fold_batchnorm(g: Graph) -> Rewrite | None:
         }
         fargs = [w, b, mean, var, gamma, beta, eps]
         wf = Node(common["key"] + "_w", "derived", fargs, {**common, "part": "weight"}, wn.shape, "float32")
-        bf = Node(common["key"] + "_b", "derived", fargs, {**common, "part": "bias"}, [wn.shape[0]], "float32")
+        bf = Node(common["key"] + "_b", "derived", fargs, {**common, "part": "bias"}, [wn.dims[0]], "float32")
         g.insert_before(prod.name, wf)
         g.insert_before(prod.name, bf)
         prod.args = [x, Ref(wf.name), Ref(bf.name)] + prod.args[3:]
