@@ -17,7 +17,6 @@ import dataclasses
 import os
 import random
 import re
-import resource
 import shutil
 import signal
 import stat
@@ -26,12 +25,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import channel, containment
+from .limits import Limits, hardening
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -59,16 +58,6 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         env["PATH"] = venv_bin + ":" + env["PATH"]
     env.update(extra or {})
     return env
-
-
-@dataclass
-class Limits:
-    wall_s: float = 300.0
-    cpu_s: int | None = None
-    fsize_mb: int = 64
-    nproc: int = 4096
-    address_space_mb: int | None = None
-    nofile: int = 4096
 
 
 @dataclass
@@ -258,33 +247,6 @@ class Cgroup:
             pass
 
 
-def _preexec(limits: Limits, uid: int | None, netns: bool, cgroup: Path | None = None) -> Callable[[], None]:
-    def setup() -> None:
-        os.setsid()
-        if cgroup is not None:
-            with open(cgroup / "cgroup.procs", "w") as f:
-                f.write(str(os.getpid()))
-        if netns:
-            flags = CLONE_NEWNET if os.geteuid() == 0 else (CLONE_NEWUSER | CLONE_NEWNET)
-            _libc.unshare(flags)  # probed beforehand; a failure here leaves the host network
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        fsize = limits.fsize_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.nofile, limits.nofile))
-        if limits.cpu_s:
-            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
-        if limits.address_space_mb:
-            size = limits.address_space_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (size, size))
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
-        if uid is not None:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-
-    return setup
-
-
 def _alive(pid: int) -> bool:
     """False for exited-but-unreaped (zombie) processes: they hold no resources."""
     try:
@@ -345,7 +307,7 @@ class Child:
     Contained (the default): forked by the evaluator's zygote inside its bubblewrap sandbox,
     or (zygote off) started by bubblewrap itself; either way it sees its folder at
     containment.INSIDE_WORK. Uncontained (KERNELWRIGHT_UNCONTAINED=1 only): the older
-    hardening of `_preexec`, labelled as such in every result."""
+    hardening of `limits.hardening`, labelled as such in every result."""
 
     def __init__(self, role: str, limits: Limits, options: Any, env_extra: dict[str, str] | None = None):
         self.role = role
@@ -469,7 +431,7 @@ class Child:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=fds,
-                preexec_fn=_preexec(self.limits, self._kill_uid, netns, self.cgroup.path),
+                preexec_fn=hardening(self.limits, self._kill_uid, netns, self.cgroup.path),
             )
         filt = containment.seccomp_fd()
         try:
@@ -485,7 +447,7 @@ class Child:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(*fds, filt),
-                preexec_fn=containment.preexec(self.uid, plan, _preexec(self.limits, None, False, self.cgroup.path)),
+                preexec_fn=containment.preexec(self.uid, plan, hardening(self.limits, None, False, self.cgroup.path)),
             )
         finally:
             os.close(filt)
@@ -677,9 +639,9 @@ def run_command(
             )
             plan = containment.reachable_view(containment.sources_of(full), uid) if uid is not None else []
             assert filt is not None
-            pre, fds = containment.preexec(uid, plan, _preexec(limits, None, False, cg.path)), (filt,)
+            pre, fds = containment.preexec(uid, plan, hardening(limits, None, False, cg.path)), (filt,)
         else:
-            full, pre, fds = argv, _preexec(limits, uid, netns, cg.path), ()
+            full, pre, fds = argv, hardening(limits, uid, netns, cg.path), ()
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 full,

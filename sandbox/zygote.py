@@ -6,7 +6,7 @@ Contained (the default), the zygote runs inside a bubblewrap sandbox of its own
 (sandbox.containment: no network, no capabilities, a non-root uid, only the runtime and a
 folder of children's folders) and each forked child takes namespaces of its own inside it
 (containment.isolate_forked_child) before any user code runs: it sees neither the zygote nor
-its siblings. Uncontained (KERNELWRIGHT_UNCONTAINED=1), a child applies isolation._preexec.
+its siblings. Uncontained (KERNELWRIGHT_UNCONTAINED=1), a child applies limits.hardening.
 The zygote holds no secrets: it is started with the scrubbed environment and receives only
 spawn, wait and signal requests (JSON) and the child's fds: its end of the channel's socketpair
 (twice: KW_FD_IN, KW_FD_OUT) and its log.
@@ -36,7 +36,7 @@ MAX_MSG = 1 << 16
 
 
 def _child_main(req: dict, fds: list[int], sock: socket.socket) -> None:
-    from .isolation import Limits, _preexec
+    from .limits import Limits, hardening
 
     try:
         sock.close()
@@ -58,7 +58,7 @@ def _child_main(req: dict, fds: list[int], sock: socket.socket) -> None:
         os.dup2(log_fd, 2)
         os.close(log_fd)
         os.close(devnull)
-        _preexec(limits, req.get("uid"), bool(req.get("netns")), cgroup)()
+        hardening(limits, req.get("uid"), bool(req.get("netns")), cgroup)()
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
