@@ -217,20 +217,15 @@ def evaluate_for_job(
     """One evaluation on a gpu worker, its progress reported, stopped when no longer wanted."""
     from sandbox import evaluate
 
-    why = unwanted(task_id, job_id, attempt)
-    if why:
-        return outcomes.failed_evaluation(why)
-    opts = _options(options)
-    report, state = _reporter(task_id, job_id), StepState()
-    on_progress = sandbox_progress(report, state, task_id, job_id, attempt) if job_id is not None else None
-    try:
+    def run() -> dict[str, Any]:
+        opts = _options(options)
+        report, state = _reporter(task_id, job_id), StepState()
+        on_progress = sandbox_progress(report, state, task_id, job_id, attempt) if job_id is not None else None
         shown = device_wait_shown(report, opts.backend, state) if job_id is not None else contextlib.nullcontext()
-        with watched(task_id, job_id, attempt), shown:
-            result = evaluate(task_source, files, opts, on_progress=on_progress)
-    except Abandoned as stop:
-        logger.warning("evaluation %s of job %s stopped: %s", task_id, job_id, stop)
-        return outcomes.failed_evaluation(str(stop))
-    return result.to_dict()
+        with shown:
+            return evaluate(task_source, files, opts, on_progress=on_progress).to_dict()
+
+    return _while_wanted("evaluation", task_id, job_id, attempt, run)
 
 
 def profile_for_job(
@@ -244,13 +239,24 @@ def profile_for_job(
     """One profile on a gpu worker (an evaluation with the profiler's table and the roofline)."""
     from sandbox import profile_candidate
 
+    def run() -> dict[str, Any]:
+        _reporter(task_id, job_id)("profile", {})
+        return profile_candidate(task_source, files, _options(options)).to_dict()
+
+    return _while_wanted("profile", task_id, job_id, attempt, run)
+
+
+def _while_wanted(
+    what: str, task_id: str | None, job_id: int | None, attempt: int | None, run: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """`run()` under the watch that stops it once this attempt is no longer wanted (`watched`);
+    a failed evaluation saying why when it is not wanted to begin with, or stops."""
     why = unwanted(task_id, job_id, attempt)
     if why:
         return outcomes.failed_evaluation(why)
-    _reporter(task_id, job_id)("profile", {})
     try:
         with watched(task_id, job_id, attempt):
-            return profile_candidate(task_source, files, _options(options)).to_dict()
+            return run()
     except Abandoned as stop:
-        logger.warning("profile %s of job %s stopped: %s", task_id, job_id, stop)
+        logger.warning("%s %s of job %s stopped: %s", what, task_id, job_id, stop)
         return outcomes.failed_evaluation(str(stop))
