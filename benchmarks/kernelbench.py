@@ -113,7 +113,13 @@ def level_files(root: Path, lvl: int) -> list[Path]:
 
 
 def kernelbench_paths(
-    root: Path, levels: list[int], problems: list[str], sample: int, seed: int, every: bool = False
+    root: Path,
+    levels: list[int],
+    problems: list[str],
+    sample: int,
+    seed: int,
+    every: bool = False,
+    stratified: bool = False,
 ) -> list[Path]:
     """The problems named, a sample per level, or (`every`) all problems of the levels."""
     if every:
@@ -132,8 +138,54 @@ def kernelbench_paths(
         rng = random.Random(seed)
         for lvl in levels:
             files = level_files(root, lvl)
-            out += rng.sample(files, min(sample, len(files)))
+            out += stratified_sample(files, sample, rng) if stratified else rng.sample(files, min(sample, len(files)))
     return out
+
+
+# a problem's family, from the words of its file name (first match wins): the strata of --stratified
+_FAMILIES = (
+    ("rnn", r"lstm|gru|rnn|mamba"),
+    ("attention", r"attention|transformer|gptblock|vit|swin|scaleddotproduct"),
+    ("transposed-conv", r"convtranspose|conv_transposed"),
+    (
+        "conv",
+        r"conv|resnet|vgg|densenet|squeezenet|mobilenet|efficientnet|shufflenet|regnet|googlenet|alexnet|lenet|unet",
+    ),
+    ("gemm", r"matmul|gemm|bmm|matrix|mlp|netvlad"),
+    ("norm", r"norm"),
+    ("pool", r"pool"),
+    ("loss", r"loss"),
+    ("scan", r"cumsum|cumprod"),
+    ("reduction", r"sum|mean|max|min(?!gpt)|argm|prod"),
+)
+
+
+def family_of(path: Path) -> str:
+    """The family a problem belongs to (a stratum of --stratified): rnn, attention, conv, gemm, ...,
+    else elementwise (level 1's activations)."""
+    name = path.stem.lower()
+    return next((f for f, pat in _FAMILIES if re.search(pat, name)), "elementwise")
+
+
+def stratified_sample(files: list[Path], n: int, rng: random.Random) -> list[Path]:
+    """n problems drawn so that each family holds its share of the level (largest remainder,
+    every family with at least one problem when n allows), each family's drawn at random."""
+    groups: dict[str, list[Path]] = {}
+    for f in files:
+        groups.setdefault(family_of(f), []).append(f)
+    n = min(n, len(files))
+    quota = {g: n * len(fs) / len(files) for g, fs in groups.items()}
+    take = {g: min(len(groups[g]), max(1 if n >= len(groups) else 0, int(q))) for g, q in quota.items()}
+    for g in sorted(quota, key=lambda g: quota[g] - int(quota[g]), reverse=True) * 2:
+        if sum(take.values()) >= n:
+            break
+        if take[g] < len(groups[g]):
+            take[g] += 1
+    while sum(take.values()) > n:  # the floor of one per family overshot: trim the largest
+        g = max(take, key=lambda g: take[g] - quota[g])
+        take[g] -= 1
+    picked = [f for g in sorted(groups) for f in rng.sample(groups[g], take[g])]
+    return sorted(picked, key=lambda q: int(q.name.split("_")[0]))
 
 
 def _level(path: Path) -> str:
@@ -331,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", nargs="*", default=[], help="LEVEL/NUMBER, e.g. 1/23 2/11 (or paths)")
     ap.add_argument("--sample", type=int, default=0, help="problems drawn per level")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--stratified", action="store_true", help="--sample draws each problem family's share of the level (family_of)"
+    )
     ap.add_argument("--blocks", action="store_true", help="also run benchmarks/blocks/*.py")
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--torch-ops", choices=("allow", "forbid"), default="allow")
@@ -397,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
             args.sample,
             args.seed,
             every=args.coverage and not (args.problems or args.sample),
+            stratified=args.stratified,
         )
     if args.blocks:
         paths += sorted(BLOCKS_DIR.glob("*.py"))

@@ -101,3 +101,23 @@ def test_batch_size_apart_keeps_the_ratios_of_the_other_sizes():
         shrink_ints(src, 32, floor=16, batch_apart=True)
         == "batch_size = 8\nin_features = 8\nout_features = 32\nnum_groups = 8\n"
     )
+
+
+def test_a_stratified_sample_gives_each_family_its_share(tmp_path):
+    import random
+    from collections import Counter
+
+    from benchmarks.kernelbench import family_of, stratified_sample
+
+    names = [f"{i}_Matmul_x" for i in range(1, 41)] + [f"{i}_Conv2d_y" for i in range(41, 61)]
+    names += [f"{i}_LSTM" for i in range(61, 66)] + ["66_MinGPTNewGelu", "67_MinGPTCausalAttention"]
+    files = [tmp_path / f"{n}.py" for n in names]
+    picked = stratified_sample(files, 10, random.Random(1))
+    fam = Counter(family_of(f) for f in picked)
+    assert len(picked) == 10 and len(set(picked)) == 10
+    # 40 : 20 : 5 : 1 : 1 of 67 -> about 6 : 3 and one each of the small families (the floor of one)
+    assert fam["gemm"] >= 4 and fam["conv"] >= 2 and fam["rnn"] == 1 and fam["elementwise"] == 1
+    assert fam["attention"] == 1
+    assert picked == sorted(picked, key=lambda q: int(q.name.split("_")[0]))
+    assert stratified_sample(files, 10, random.Random(1)) == picked  # the seed fixes the list
+    assert len(stratified_sample(files, 500, random.Random(1))) == len(files)
