@@ -5,7 +5,8 @@ its JSON into `Graph`, which the rewrites and the code generators share. Vocabul
 input, param, linear, matmul, conv2d, batchnorm, layernorm, rmsnorm, softmax, log_softmax,
 diag, groupnorm, logsumexp, the elementwise ops in ELEMENTWISE, the reductions in REDUCTIONS,
 views (view, reshape, flatten, transpose, permute, t, unsqueeze, squeeze, expand, contiguous,
-slice, select, getitem), identity, size/shape (Python ints), derived (a tensor computed from
+slice, select, getitem), channels_last (a weight copied into channels-last memory:
+agent.builtin.layout), identity, size/shape (Python ints), derived (a tensor computed from
 parameters by a custom kernel, e.g. folded batch-norm weights), constant (a small tensor the
 forward makes from Python values, `torch.tensor(self.c)`), aten (an island: an ATen op
 the generator does not express, called as itself) and output. Any node may carry
@@ -78,6 +79,8 @@ def makes_strided(n: Node, strided: set[str]) -> bool:
     """Whether n's value may be non-contiguous (a fused kernel reads raw pointers): a strided view,
     an island's result, or a view of one of those."""
     if n.op in STRIDED_VIEWS or n.op in ISLAND_OPS or n.attrs.get("island"):
+        return True
+    if n.op == "channels_last" or n.attrs.get("channels_last"):  # NCHW shape, NHWC memory (agent.builtin.layout)
         return True
     src = n.args[0].name if n.args and isinstance(n.args[0], Ref) else None
     return n.op in ("view", "reshape", "flatten", "unsqueeze", "squeeze") and src in strided

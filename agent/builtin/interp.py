@@ -131,6 +131,9 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
             env[n.name] = tuple(v(a[0]).shape)
         elif op == "ndim":
             env[n.name] = v(a[0]).dim()
+        elif op == "channels_last":
+            x = v(a[0])
+            env[n.name] = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
         elif op == "derived":
             env[n.name] = _derived(n.attrs, [v(x) for x in a])
         else:

@@ -19,6 +19,7 @@ from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.kernelgen import KernelSig
+from agent.builtin.layout import inverse, last_perm
 from agent.builtin.ownkernels import DENSE_HELPER, emit_lines, op_label, own_call
 
 _HELPERS = '''
@@ -267,8 +268,22 @@ class _Emitter:
             )
         elif n.op == "derived":
             self.emit(f"{v} = _derived[{n.name!r}]")
+        elif n.op == "channels_last":
+            self.channels_last(v, self.val(a[0]), len(n.dims))
         else:
             raise ValueError(f"no Python emission for {n.op}")
+
+    def channels_last(self, v: str, w: str, nd: int) -> None:
+        """v = w in channels-last memory (a convolution's weight: the layout picks cuDNN's NHWC kernels);
+        under forbid through the gather kernel (w permuted to N...C made contiguous, viewed back)."""
+        p, back = last_perm(nd), inverse(last_perm(nd))
+        self.emit(f"# {v}: the weight in channels-last memory (the convolution runs in NHWC order)")
+        if self.torch_ops == "allow":
+            fmt = "channels_last" if nd == 4 else "channels_last_3d"
+            self.emit(f"{v} = {w}.contiguous(memory_format=torch.{fmt})")
+        else:
+            self.gathers += 1
+            self.emit(f"{v} = _kw_contig(lib, {w}.permute{tuple(p)}, _stream).permute{tuple(back)}")
 
     def conv_geometry(self, at: dict[str, Any]) -> list[str]:
         """stride, padding, dilation, groups of a convolution as call arguments."""

@@ -35,7 +35,7 @@ from agent.builtin.pipeline import (
     own_parts,
     strided_operands,
 )
-from agent.builtin.rewrites import Rewrite, all_rewrites
+from agent.builtin.rewrites import Rewrite, all_rewrites, channels_last_convs
 from agent.events import BestChanged, EvaluationEvent, Event, TurnStarted
 from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation
 
@@ -208,6 +208,9 @@ class BuiltinPolicy(Policy):
         for r in self.rewrites:
             self.steps.append(_Step("candidate", r.title, graph=r.graph, rewrite=r))
         self.final_graph = self.rewrites[-1].graph if self.rewrites else g
+        layout = channels_last_convs(self.final_graph)
+        if layout is not None:  # measured as one more candidate; the launch variants tune final_graph
+            self.steps.append(_Step("candidate", layout.title, graph=layout.graph, rewrite=layout))
         try:
             self.final_plan = make_plan(self.final_graph)
             n_variants = (

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
+from agent.builtin.layout import channels_last
 
 
 @dataclass
@@ -363,6 +364,27 @@ def fold_batchnorm(g: Graph) -> Rewrite | None:
         "W', b' are computed from the loaded parameters by a small custom kernel and recomputed when any "
         "parameter changes (no outputs are cached).",
         g,
+    )
+
+
+def channels_last_convs(g: Graph) -> Rewrite | None:
+    """Convolutions with channels-last weights, their epilogues in NHWC order (agent.builtin.layout).
+    Not one of REWRITES: a layout is faster for some shapes only, so the policy measures it as one
+    more candidate after the rewrites and tunes the rewritten graph either way."""
+    r = channels_last(g)
+    if r is None:
+        return None
+    g2, done = r
+    return Rewrite(
+        "channels_last",
+        "Channels-last convolutions, the epilogue in NHWC order",
+        "Gave " + ", ".join(done) + " a channels-last weight, so that the convolution runs in NHWC memory order "
+        "(cuDNN/oneDNN pick their channels-last kernels). The output permuted to N...C is contiguous: the bias "
+        "add, the elementwise ops and any reduction or softmax over channels read it in place, a channel "
+        "reduction as a trailing-dim row reduction fused into the kernel. The result has the reference's shape "
+        "and values with channels-last strides (no copy back). Exact: the same products and sums, in another "
+        "memory order; whether it is faster depends on the shapes, so it is measured like every candidate.",
+        g2,
     )
 
 

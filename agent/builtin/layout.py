@@ -1,0 +1,203 @@
+"""Channels-last convolutions: the convolution's output kept in NHWC order through its epilogue.
+
+cuDNN's (and oneDNN's) convolutions are often faster with channels-last memory, and PyTorch picks
+that layout when the weight is channels-last (`cudnn_conv_suggest_memory_format`: input or
+weight). Inductor's layout optimisation does the same. The output then has NCHW shape and NHWC
+memory; `out.permute(0, 2, 3, 1)` is a contiguous NHWC tensor, which the fused kernels read as it
+lies. The rewrite moves the convolution's epilogue into that permuted view:
+
+- the convolution's bias becomes an add of a [C] vector broadcast over the trailing (channel) dim,
+  fused into the next kernel (ATen's convolutions add it in a pass of their own);
+- elementwise ops follow unchanged, with broadcast operands of one non-1 dim (a per-channel bias
+  [C, 1, 1]) viewed in the permuted order;
+- reductions, softmax and logsumexp over the channel dim become reductions over the trailing dim,
+  which the row kernels fuse (over NCHW they are kernels of their own, agent.builtin.ownkernels);
+- any other consumer, and the graph's output, reads the value permuted back: a view, no copy. The
+  output therefore has the reference's shape and values with channels-last strides, as
+  nn.Conv2d's own output has for a channels-last weight.
+
+A kernel of ours never reads a channels-last tensor as if it were NCHW: a channels-last value and
+every view of it count as strided (graph.makes_strided), so a kernel boundary that meets one
+copies it unless it is contiguous (the permuted view is; the check is at run time, so a backend
+that returns NCHW anyway is still computed right). Whether the layout is faster depends on the
+shapes and the backend: the policy evaluates the rewritten graph as one more candidate and keeps
+the faster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.builtin.graph import ELEMENTWISE, REDUCTIONS, Graph, Lit, Node, Ref
+
+# convolutions captured by torch.export (aten islands) whose weight's layout picks the algorithm
+CONV_TARGETS = {
+    "aten.conv2d.default",
+    "aten.conv3d.default",
+    "aten.convolution.default",
+    "aten.conv_transpose2d.input",
+    "aten.conv_transpose3d.input",
+}
+_ROWWISE = {"softmax", "log_softmax"}
+
+
+def is_conv(n: Node) -> bool:
+    if n.attrs.get("channels_last") or len(n.shape or []) not in (4, 5):
+        return False
+    if n.op == "conv2d":
+        return not n.attrs.get("island")
+    return n.op == "aten" and n.attrs.get("target") in CONV_TARGETS
+
+
+def last_perm(nd: int) -> list[int]:
+    """NC... -> N...C: the channel dim moved last."""
+    return [0, *range(2, nd), 1]
+
+
+def inverse(p: list[int]) -> list[int]:
+    return [p.index(i) for i in range(len(p))]
+
+
+def _permuted(shape: list[int], p: list[int]) -> list[int]:
+    return [shape[i] for i in p]
+
+
+def _dims(n: Node, nd: int) -> list[int]:
+    d = n.attrs.get("dim")
+    if d is None:
+        return list(range(nd))
+    return sorted(x % nd for x in (d if isinstance(d, list | tuple) else [d]))
+
+
+class _Region:
+    """The values downstream of one convolution that are held in the permuted order."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.perm: dict[str, list[int]] = {}  # value -> p: the value holds std.permute(p)
+        self.std: dict[str, list[int]] = {}  # value -> its shape in the reference's order
+        self.moved = 0  # ops moved into the permuted order (beyond the bias add)
+
+    def add_before(self, anchor: str, op: str, args: list[Any], shape: list[int], prefix: str) -> str:
+        name = self.g.fresh(prefix)
+        self.g.insert_before(anchor, Node(name, op, args, {}, shape, "float32"))
+        return name
+
+    def back(self, n: Node, name: str) -> str:
+        """name permuted back to the reference's order, as a view read by n."""
+        p = self.perm[name]
+        return self.add_before(n.name, "permute", [Ref(name), Lit(inverse(p))], self.std[name], "cl_back")
+
+    def operand(self, n: Node, a: Any, p: list[int]) -> Any:
+        """An elementwise op's argument in the permuted order, or None when it has none cheaply
+        (a tensor with more than one non-1 dim from outside the region, or another order)."""
+        if not isinstance(a, Ref):
+            return a
+        if a.name in self.perm:
+            return a if self.perm[a.name] == p else None
+        src = self.g.node(a.name)
+        shape = src.shape
+        if shape is None or len(shape) > len(p) or sum(s != 1 for s in shape) > 1:
+            return None
+        if all(s == 1 for s in shape):
+            return a
+        full = [1] * (len(p) - len(shape)) + list(shape)
+        view = _permuted(full, p)
+        return Ref(self.add_before(n.name, "view", [a, Lit(view)], view, "cl_operand"))
+
+    def visit(self, n: Node) -> None:
+        ins = [r for r in n.refs() if r in self.perm]
+        if not ins:
+            return
+        p = self.perm[ins[0]]
+        nd = len(p)
+        if n.op in ELEMENTWISE and len(n.shape or []) == nd and not n.attrs.get("island"):
+            args = [self.operand(n, a, p) for a in n.args]
+            if all(x is not None for x in args):
+                self._move(n, args, p, _permuted(n.dims, p))
+                return
+        if (n.op in REDUCTIONS or n.op == "logsumexp") and len(self.std[ins[0]]) == nd:
+            dims = _dims(n, nd)
+            keep = bool(n.attrs.get("keepdim"))
+            n.attrs = {**n.attrs, "dim": sorted(p.index(d) for d in dims)}
+            rest = [d for d in p if d not in dims]
+            q = p if keep else [sorted(rest).index(d) for d in rest]
+            self._move(n, n.args, q, _permuted(n.dims, q))
+            return
+        if n.op in _ROWWISE and len(n.shape or []) == nd:
+            n.attrs = {**n.attrs, "dim": p.index(n.attrs["dim"] % nd)}
+            self._move(n, n.args, p, _permuted(n.dims, p))
+            return
+        n.args = [Ref(self.back(n, a.name)) if isinstance(a, Ref) and a.name in self.perm else a for a in n.args]
+
+    def _move(self, n: Node, args: list[Any], p: list[int], shape: list[int]) -> None:
+        self.std[n.name] = list(n.dims)
+        n.args, n.shape = args, shape
+        self.moved += 1
+        if p != list(range(len(p))):
+            self.perm[n.name] = p
+
+
+def _detach_bias(conv: Node) -> Any:
+    """The convolution's bias (a Ref) taken out of its call, or None when it has none."""
+    if conv.op == "conv2d":
+        b = conv.args[2] if len(conv.args) > 2 else None
+        if isinstance(b, Ref):
+            conv.args = [conv.args[0], conv.args[1], Lit(None), *conv.args[3:]]
+            return b
+        return None
+    call = conv.attrs["call"]
+    args = list(call["args"])
+    if len(args) > 2 and args[2].get("arg") is not None and isinstance(conv.args[args[2]["arg"]], Ref):
+        b = conv.args[args[2]["arg"]]
+        conv.attrs = {**conv.attrs, "call": {**call, "args": [*args[:2], {"v": None}, *args[3:]]}}
+        return b
+    return None
+
+
+def channels_last(g: Graph) -> tuple[Graph, list[str]] | None:
+    """Every convolution of g with a channels-last weight and its epilogue in the permuted order
+    (see the module's docstring); None when g has no convolution."""
+    g = g.copy()
+    done = []
+    for conv in [n for n in g.nodes if is_conv(n)]:
+        nd = len(conv.dims)
+        p = last_perm(nd)
+        w = conv.args[1] if conv.op == "conv2d" else conv.args[conv.attrs["call"]["args"][1]["arg"]]
+        if not isinstance(w, Ref):
+            continue
+        wn = g.node(w.name)
+        wcl = g.fresh("w_cl")
+        g.insert_before(conv.name, Node(wcl, "channels_last", [w], {}, list(wn.dims), "float32"))
+        if conv.op == "conv2d":
+            conv.args = [conv.args[0], Ref(wcl), *conv.args[2:]]
+        else:
+            conv.args = [Ref(wcl) if isinstance(a, Ref) and a.name == w.name else a for a in conv.args]
+        conv.attrs = {**conv.attrs, "channels_last": True}
+        bias = _detach_bias(conv)
+        users = g.users(conv.name)
+        after = users[0].name if users else g.output.name
+        reg = _Region(g)
+        head = reg.add_before(after, "permute", [Ref(conv.name), Lit(p)], _permuted(conv.dims, p), "cl")
+        reg.perm[head], reg.std[head] = p, list(conv.dims)
+        if bias is not None:
+            view = [1] * (nd - 1) + [conv.dims[1]]
+            bv = reg.add_before(after, "view", [bias, Lit(view)], view, "cl_bias")
+            add = reg.add_before(after, "add", [Ref(head), Ref(bv)], _permuted(conv.dims, p), "cl_add")
+            reg.perm[add], reg.std[add] = p, list(conv.dims)
+            head = add
+        for u in users:
+            u.args = [Ref(head) if isinstance(a, Ref) and a.name == conv.name else a for a in u.args]
+        g.toposort()
+        start = next(i for i, n in enumerate(g.nodes) if n.name == head) + 1
+        for n in list(g.nodes[start:]):
+            reg.visit(n)
+        g.toposort()
+        label = conv.attrs.get("module") or conv.name
+        done.append(
+            f"{label} ({reg.moved} op(s) of its epilogue in NHWC order" + (", its bias fused)" if bias else ")")
+        )
+    if not done:
+        return None
+    g.remove_dead()
+    return g, done

@@ -1,0 +1,141 @@
+"""Channels-last convolutions (agent.builtin.layout): the rewritten graph computes the module's
+function, a channel reduction becomes a trailing-dim reduction that the row kernels fuse, the
+generated candidate is correct under both torch-ops policies, and nothing of ours reads a
+channels-last tensor as if it were NCHW."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent.builtin.interp import run_graph
+from agent.builtin.lower import lower
+from agent.builtin.pipeline import build_candidate
+from agent.builtin.rewrites import channels_last_convs
+from tests.agent.builtin.test_export_capture import _analysis, _check_candidate, _module
+
+TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.{conv}
+        self.bias = nn.Parameter(torch.randn({bias}))
+
+    def forward(self, x):
+        y = self.conv(x)
+        return {body}
+
+
+def get_inputs():
+    return [torch.randn({inputs})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CASES = {
+    # per-channel bias and an elementwise chain (KernelBench L2/1's shape)
+    "conv2d_relu_bias": dict(
+        conv="Conv2d(3, 8, 3)", bias="8, 1, 1", body="torch.relu(y) + self.bias", inputs="2, 3, 10, 9"
+    ),
+    # a minimum over channels, kept dim, then elementwise: a row reduction in NHWC order
+    "conv2d_min_tanh": dict(
+        conv="Conv2d(4, 6, 3)",
+        bias="1, 1, 1",
+        body="torch.tanh(torch.min(y, dim=1, keepdim=True)[0]) * self.bias",
+        inputs="2, 4, 8, 8",
+    ),
+    # softmax over channels then a per-channel scale
+    "conv2d_softmax_scale": dict(
+        conv="Conv2d(4, 6, 3, padding=1)",
+        bias="6, 1, 1",
+        body="torch.softmax(y, dim=1) * self.bias",
+        inputs="2, 4, 7, 5",
+    ),
+    # a 3-d convolution (torch.export: an aten island), logsumexp over channels without keepdim
+    "conv3d_logsumexp": dict(
+        conv="Conv3d(3, 5, 3)", bias="1", body="torch.logsumexp(y, dim=1) + self.bias", inputs="2, 3, 6, 7, 5"
+    ),
+    # a transposed 3-d convolution with a reduction over depth: the channel stays, the order follows
+    "convt3d_amax_depth": dict(
+        conv="ConvTranspose3d(3, 4, 3, stride=2)",
+        bias="4, 1, 1",
+        body="torch.sigmoid(torch.amax(y, dim=2)) - self.bias",
+        inputs="2, 3, 3, 4, 5",
+    ),
+}
+
+
+def _src(name: str) -> str:
+    return TASK.format(**CASES[name])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_rewritten_graph_computes_the_module(name):
+    src = _src(name)
+    an = _analysis(src)
+    assert an.ok, an.error
+    r = channels_last_convs(an.graph)
+    assert r is not None and r.name == "channels_last"
+    g = r.graph
+    assert any(n.op == "channels_last" for n in g.nodes)
+    out = g.node(g.output.refs()[0])
+    # the output permuted back (a view), unless a reduction over channels left the reference's order
+    assert (out.op == "permute") == (name != "conv3d_logsumexp")
+    if an.data["capture"] == "export":
+        return  # interp runs fx-level graphs only; the candidate test below runs the exported ones
+    mod = _module(f"m_{name}", src)
+    torch.manual_seed(0)
+    model = mod.Model().eval()
+    x = mod.get_inputs()
+    with torch.no_grad():
+        expected = model(*x)
+        got = run_graph(g, model, x)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(run_graph(lower(g), model, x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_channel_reduction_becomes_a_trailing_row_reduction():
+    an = _analysis(_src("conv2d_softmax_scale"))
+    g = channels_last_convs(an.graph).graph
+    sm = next(n for n in g.nodes if n.op == "softmax")
+    assert sm.attrs["dim"] == 3 and sm.shape == [2, 7, 5, 6]
+    lower(g)  # over NCHW the lowering refuses a softmax over dim 1 (a kernel of its own); here it is a row
+    an = _analysis(_src("conv3d_logsumexp"))
+    lse = next(n for n in channels_last_convs(an.graph).graph.nodes if n.op == "logsumexp")
+    assert lse.attrs["dim"] == [4] and lse.shape == [2, 4, 5, 3]
+
+
+@pytest.mark.parametrize("torch_ops", ["allow", "forbid"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_candidate_is_correct(name, torch_ops, tmp_path):
+    src = _src(name)
+    an = _analysis(src)
+    g = channels_last_convs(an.graph).graph
+    c = build_candidate(g, an.data, "cpu", torch_ops=torch_ops)
+    code = c.files["model_new.py"]
+    assert "channels-last memory" in code
+    _check_candidate(src, c.files, tmp_path, other_inputs=[[torch.randn(*_shape(name))]])
+
+
+def _shape(name: str) -> list[int]:
+    return [int(s) for s in CASES[name]["inputs"].split(",")]
+
+
+def test_a_kernel_never_reads_the_channels_last_output_as_nchw(tmp_path):
+    """The convolution's output consumed in NCHW order by an op of ours (a flatten then a row
+    reduction over the last dim, which the rewrite does not move): the value is copied at the
+    boundary, and the result matches."""
+    src = TASK.format(
+        conv="Conv2d(3, 4, 3)", bias="1", body="torch.sum(y.flatten(1), dim=1) * self.bias", inputs="2, 3, 6, 6"
+    )
+    an = _analysis(src)
+    g = channels_last_convs(an.graph).graph
+    c = build_candidate(g, an.data, "cpu", torch_ops="allow")
+    assert ".contiguous()" in c.files["model_new.py"]
+    _check_candidate(src, c.files, tmp_path)
