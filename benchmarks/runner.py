@@ -20,6 +20,7 @@ from agent.builtin import BuiltinPolicy
 from agent.evaluator import LocalEvaluator
 from agent.events import EvaluationEvent
 from agent.loop import Budgets, RunResult, median_ms, run
+from agent.policy import Policy
 from agent.task import task_from_source
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -97,11 +98,16 @@ def run_task(
     path: Path,
     backend: str,
     options: dict[str, Any] | None = None,
-    policy: BuiltinPolicy | None = None,
+    policy: Policy | None = None,
     max_turns: int = 30,
     shrink: int = 1,
+    source: str | None = None,
+    name: str | None = None,
 ) -> tuple[TaskOutcome, RunResult]:
-    source = shrink_source(path.read_text(), shrink)
+    """One task through the loop and the sandbox; `source` (default: the file, shrunk by `shrink`)
+    and `name` (default: the file's stem) for tasks whose text is prepared elsewhere (KernelBench's)."""
+    if source is None:
+        source = shrink_source(path.read_text(), shrink)
     task = task_from_source(source, path.stem, backend, dict(options or {}))
     policy = policy or BuiltinPolicy()
     t0 = time.time()
@@ -118,7 +124,7 @@ def run_task(
         return median_ms(best_eval, k)
 
     out = TaskOutcome(
-        name=path.stem,
+        name=name or path.stem,
         correct=res.verified,
         reward=res.best.reward if res.best else None,
         speedup_vs_eager=res.best.speedup_vs_eager if res.best else None,
