@@ -12,9 +12,11 @@ lies. The rewrite moves the convolution's epilogue into that permuted view:
   [C, 1, 1]) viewed in the permuted order;
 - reductions, softmax and logsumexp over the channel dim become reductions over the trailing dim,
   which the row kernels fuse (over NCHW they are kernels of their own, agent.builtin.ownkernels);
-- any other consumer, and the graph's output, reads the value permuted back: a view, no copy. The
+- the graph's output, and another convolution, read the value permuted back: a view, no copy. The
   output therefore has the reference's shape and values with channels-last strides, as
-  nn.Conv2d's own output has for a channels-last weight.
+  nn.Conv2d's own output has for a channels-last weight. A convolution whose region would feed
+  anything else (a group norm, a pooling kernel, a residual add of an NCHW tensor) keeps NCHW:
+  that reader would copy the value back first, a pass more than the layout saves.
 
 A kernel of ours never reads a channels-last tensor as if it were NCHW: a channels-last value and
 every view of it count as strided (graph.makes_strided), so a kernel boundary that meets one
@@ -77,6 +79,7 @@ class _Region:
         self.perm: dict[str, list[int]] = {}  # value -> p: the value holds std.permute(p)
         self.std: dict[str, list[int]] = {}  # value -> its shape in the reference's order
         self.moved = 0  # ops moved into the permuted order (beyond the bias add)
+        self.readers: list[Node] = []  # nodes outside the region that read a value of it (permuted back)
 
     def add_before(self, anchor: str, op: str, args: list[Any], shape: list[int], prefix: str) -> str:
         name = self.g.fresh(prefix)
@@ -128,6 +131,7 @@ class _Region:
             n.attrs = {**n.attrs, "dim": p.index(n.attrs["dim"] % nd)}
             self._move(n, n.args, p, _permuted(n.dims, p))
             return
+        self.readers.append(n)
         n.args = [Ref(self.back(n, a.name)) if isinstance(a, Ref) and a.name in self.perm else a for a in n.args]
 
     def _move(self, n: Node, args: list[Any], p: list[int], shape: list[int]) -> None:
@@ -156,48 +160,64 @@ def _detach_bias(conv: Node) -> Any:
 
 
 def channels_last(g: Graph) -> tuple[Graph, list[str]] | None:
-    """Every convolution of g with a channels-last weight and its epilogue in the permuted order
-    (see the module's docstring); None when g has no convolution."""
-    g = g.copy()
-    done = []
-    for conv in [n for n in g.nodes if is_conv(n)]:
-        nd = len(conv.dims)
-        p = last_perm(nd)
-        w = conv.args[1] if conv.op == "conv2d" else conv.args[conv.attrs["call"]["args"][1]["arg"]]
-        if not isinstance(w, Ref):
-            continue
-        wn = g.node(w.name)
-        wcl = g.fresh("w_cl")
-        g.insert_before(conv.name, Node(wcl, "channels_last", [w], {}, list(wn.dims), "float32"))
-        if conv.op == "conv2d":
-            conv.args = [conv.args[0], Ref(wcl), *conv.args[2:]]
-        else:
-            conv.args = [Ref(wcl) if isinstance(a, Ref) and a.name == w.name else a for a in conv.args]
-        conv.attrs = {**conv.attrs, "channels_last": True}
-        bias = _detach_bias(conv)
-        users = g.users(conv.name)
-        after = users[0].name if users else g.output.name
-        reg = _Region(g)
-        head = reg.add_before(after, "permute", [Ref(conv.name), Lit(p)], _permuted(conv.dims, p), "cl")
-        reg.perm[head], reg.std[head] = p, list(conv.dims)
-        if bias is not None:
-            view = [1] * (nd - 1) + [conv.dims[1]]
-            bv = reg.add_before(after, "view", [bias, Lit(view)], view, "cl_bias")
-            add = reg.add_before(after, "add", [Ref(head), Ref(bv)], _permuted(conv.dims, p), "cl_add")
-            reg.perm[add], reg.std[add] = p, list(conv.dims)
-            head = add
-        for u in users:
-            u.args = [Ref(head) if isinstance(a, Ref) and a.name == conv.name else a for a in u.args]
-        g.toposort()
-        start = next(i for i, n in enumerate(g.nodes) if n.name == head) + 1
-        for n in list(g.nodes[start:]):
-            reg.visit(n)
-        g.toposort()
-        label = conv.attrs.get("module") or conv.name
-        done.append(
-            f"{label} ({reg.moved} op(s) of its epilogue in NHWC order" + (", its bias fused)" if bias else ")")
-        )
+    """The convolutions of g with a channels-last weight and their epilogues in the permuted order
+    (see the module's docstring), each one kept only where every value leaving its region goes to
+    the output or to another convolution (which read channels-last memory as it lies): a kernel of
+    ours or an island reading it would first copy it back to NCHW, a pass the layout must not add.
+    None when no convolution qualifies."""
+    done: list[str] = []
+    for name in [n.name for n in g.nodes if is_conv(n)]:
+        trial = g.copy()
+        label = _convert(trial, trial.node(name))
+        if label is not None:
+            g, done = trial, [*done, label]
     if not done:
         return None
     g.remove_dead()
     return g, done
+
+
+def _native(n: Node) -> bool:
+    """n reads a channels-last value as it lies: the graph's output (a view is returned) or a convolution."""
+    return n.op == "output" or n.op == "conv2d" or (n.op == "aten" and n.attrs.get("target") in CONV_TARGETS)
+
+
+def _convert(g: Graph, conv: Node) -> str | None:
+    """conv (a node of g, changed in place) with a channels-last weight, its bias and epilogue in
+    the permuted order; its description, or None when a value leaves the region for a reader that
+    is not _native (g is then half-changed: the caller drops it)."""
+    nd = len(conv.dims)
+    p = last_perm(nd)
+    w = conv.args[1] if conv.op == "conv2d" else conv.args[conv.attrs["call"]["args"][1]["arg"]]
+    if not isinstance(w, Ref):
+        return None
+    wcl = g.fresh("w_cl")
+    g.insert_before(conv.name, Node(wcl, "channels_last", [w], {}, list(g.node(w.name).dims), "float32"))
+    if conv.op == "conv2d":
+        conv.args = [conv.args[0], Ref(wcl), *conv.args[2:]]
+    else:
+        conv.args = [Ref(wcl) if isinstance(a, Ref) and a.name == w.name else a for a in conv.args]
+    conv.attrs = {**conv.attrs, "channels_last": True}
+    bias = _detach_bias(conv)
+    users = g.users(conv.name)
+    after = users[0].name if users else g.output.name
+    reg = _Region(g)
+    head = reg.add_before(after, "permute", [Ref(conv.name), Lit(p)], _permuted(conv.dims, p), "cl")
+    reg.perm[head], reg.std[head] = p, list(conv.dims)
+    if bias is not None:
+        view = [1] * (nd - 1) + [conv.dims[1]]
+        bv = reg.add_before(after, "view", [bias, Lit(view)], view, "cl_bias")
+        add = reg.add_before(after, "add", [Ref(head), Ref(bv)], _permuted(conv.dims, p), "cl_add")
+        reg.perm[add], reg.std[add] = p, list(conv.dims)
+        head = add
+    for u in users:
+        u.args = [Ref(head) if isinstance(a, Ref) and a.name == conv.name else a for a in u.args]
+    g.toposort()
+    start = next(i for i, n in enumerate(g.nodes) if n.name == head) + 1
+    for n in list(g.nodes[start:]):
+        reg.visit(n)
+    if not all(_native(r) for r in reg.readers):
+        return None
+    g.toposort()
+    label = conv.attrs.get("module") or conv.name
+    return f"{label} ({reg.moved} op(s) of its epilogue in NHWC order" + (", its bias fused)" if bias else ")")

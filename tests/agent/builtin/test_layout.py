@@ -127,15 +127,57 @@ def _shape(name: str) -> list[int]:
     return [int(s) for s in CASES[name]["inputs"].split(",")]
 
 
-def test_a_kernel_never_reads_the_channels_last_output_as_nchw(tmp_path):
-    """The convolution's output consumed in NCHW order by an op of ours (a flatten then a row
-    reduction over the last dim, which the rewrite does not move): the value is copied at the
-    boundary, and the result matches."""
+def test_a_region_read_by_a_kernel_in_nchw_order_keeps_nchw():
+    """A reader outside the region that is neither the output nor a convolution (a flatten then a
+    sum over the last dim, a group norm) would copy the value back to NCHW first: that
+    convolution keeps its layout, and with no other convolution there is no candidate."""
     src = TASK.format(
         conv="Conv2d(3, 4, 3)", bias="1", body="torch.sum(y.flatten(1), dim=1) * self.bias", inputs="2, 3, 6, 6"
     )
-    an = _analysis(src)
-    g = channels_last_convs(an.graph).graph
-    c = build_candidate(g, an.data, "cpu", torch_ops="allow")
-    assert ".contiguous()" in c.files["model_new.py"]
-    _check_candidate(src, c.files, tmp_path)
+    assert channels_last_convs(_analysis(src).graph) is None
+    src = TASK.format(conv="Conv2d(3, 4, 3)", bias="4", body="F.group_norm(y, 2) * 2.0", inputs="2, 3, 6, 6")
+    assert (
+        channels_last_convs(
+            _analysis(
+                src.replace("import torch.nn as nn", "import torch.nn as nn\nimport torch.nn.functional as F")
+            ).graph
+        )
+        is None
+    )
+
+
+CHAIN = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 6, 3, stride=2)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        return torch.amax(torch.sigmoid(self.b(y)), dim=1)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 9, 11)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("torch_ops", ["allow", "forbid"])
+def test_a_convolution_reads_the_previous_ones_channels_last_output_as_it_lies(torch_ops, tmp_path):
+    an = _analysis(CHAIN)
+    r = channels_last_convs(an.graph)
+    assert r is not None and r.detail.startswith("Gave a (") and ", b (" in r.detail  # both convolutions
+    g = r.graph
+    b = next(n for n in g.nodes if n.op == "conv2d" and n.attrs.get("module") == "b")
+    assert g.node(b.args[0].name).op == "permute"  # conv a's relu, permuted back: a view, no copy
+    c = build_candidate(g, an.data, "cpu", torch_ops=torch_ops)
+    _check_candidate(CHAIN, c.files, tmp_path, other_inputs=[[torch.randn(3, 3, 9, 11)]])
