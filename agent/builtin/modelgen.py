@@ -162,6 +162,7 @@ class _Emitter:
         self.lines: list[str] = []
         self.strided: set[str] = set()  # values that may not be contiguous where they are made
         self.gathers = 0  # strided operands copied to contiguous memory by the kw_gather kernel
+        self.channels_last_weights = 0  # convolution weights kept in channels-last memory (_CL_HELPER)
         self.own = 0  # ATen ops computed by kernels of our own (agent.builtin.ownkernels)
         self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
@@ -277,13 +278,15 @@ class _Emitter:
         """v = w in channels-last memory (a convolution's weight: the layout picks cuDNN's NHWC kernels);
         under forbid through the gather kernel (w permuted to N...C made contiguous, viewed back)."""
         p, back = last_perm(nd), inverse(last_perm(nd))
+        self.channels_last_weights += 1
         self.emit(f"# {v}: the weight in channels-last memory (the convolution runs in NHWC order)")
         if self.torch_ops == "allow":
             fmt = "channels_last" if nd == 4 else "channels_last_3d"
-            self.emit(f"{v} = {w}.contiguous(memory_format=torch.{fmt})")
+            make = f"lambda w: w.contiguous(memory_format=torch.{fmt})"
         else:
             self.gathers += 1
-            self.emit(f"{v} = _kw_contig(lib, {w}.permute{tuple(p)}, _stream).permute{tuple(back)}")
+            make = f"lambda w: _kw_contig(lib, w.permute{tuple(p)}, _stream).permute{tuple(back)}"
+        self.emit(f"{v} = _kw_channels_last(self, {v!r}, {w}, {make})")
 
     def conv_geometry(self, at: dict[str, Any]) -> list[str]:
         """stride, padding, dilation, groups of a convolution as call arguments."""
@@ -554,6 +557,23 @@ class _Emitter:
         return L
 
 
+_CL_HELPER = '''
+
+def _kw_channels_last(module, key, w, make):
+    """make(w), a weight in channels-last memory, kept in module.__dict__ until w's storage or version
+    changes (a load_state_dict, an optimiser step): the same rule as the derived weights. A copy per
+    call costs a launch per convolution."""
+    cache = module.__dict__.setdefault("_kw_cl", {})
+    k = (w.data_ptr(), w._version)
+    hit = cache.get(key)
+    if hit is not None and hit[0] == k:
+        return hit[1]
+    out = make(w)
+    cache[key] = (k, out)
+    return out
+'''
+
+
 _CONTIG_HELPER = '''
 
 def _kw_contig(lib, x, stream):
@@ -724,6 +744,8 @@ def generate_model(
     parts.append(_HELPERS)
     if em.gathers:
         parts.append(_CONTIG_HELPER)
+    if em.channels_last_weights:
+        parts.append(_CL_HELPER)
     if em.own:
         parts.append(DENSE_HELPER)
     if graph:

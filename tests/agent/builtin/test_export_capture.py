@@ -172,9 +172,10 @@ def _compile(code: str, tmp_path: Path) -> str:
 
 
 def _check_candidate(
-    task_src: str, files: dict[str, str], tmp_path: Path, *, other_inputs=None, equal_nan: bool = False
+    task_src: str, files: dict[str, str], tmp_path: Path, *, other_inputs=None, equal_nan: bool = False, change=None
 ) -> None:
-    """model_new.py next to the reference, in this process, on the task's inputs (and others)."""
+    """model_new.py next to the reference, in this process, on the task's inputs (and others);
+    with `change(model)`, applied to both models after that, once more on the task's inputs."""
     kernel = next((p for p in files if p.startswith("kernels/")), None)
     if kernel:
         os.environ["KWRT_LIB"] = _compile(files[kernel], tmp_path)
@@ -189,7 +190,13 @@ def _check_candidate(
         m = ref.Model(*ref.get_init_inputs()).eval()
         mn = cand.ModelNew(*ref.get_init_inputs()).eval()
         mn.load_state_dict(m.state_dict())
-        for ins in [ref.get_inputs()] + list(other_inputs or []):
+        y_done = False
+        first = ref.get_inputs()
+        for ins in [first] + list(other_inputs or []) + ([first] if change else []):
+            if change and ins is first and ins is not None and y_done:
+                with torch.no_grad():
+                    change(m), change(mn)
+            y_done = True
             with torch.no_grad():
                 y0, y1 = m(*ins), mn(*ins)
             y0 = y0 if isinstance(y0, tuple) else (y0,)

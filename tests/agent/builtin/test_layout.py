@@ -181,3 +181,13 @@ def test_a_convolution_reads_the_previous_ones_channels_last_output_as_it_lies(t
     assert g.node(b.args[0].name).op == "permute"  # conv a's relu, permuted back: a view, no copy
     c = build_candidate(g, an.data, "cpu", torch_ops=torch_ops)
     _check_candidate(CHAIN, c.files, tmp_path, other_inputs=[[torch.randn(3, 3, 9, 11)]])
+
+
+def test_the_channels_last_weight_follows_a_changed_parameter(tmp_path):
+    """The weight's channels-last copy is kept between calls and made again when the parameter
+    changes in place (its version moves), as after an optimiser step or load_state_dict."""
+    src = _src("conv2d_relu_bias")
+    an = _analysis(src)
+    c = build_candidate(channels_last_convs(an.graph).graph, an.data, "cpu", torch_ops="allow")
+    assert "_kw_channels_last(self, " in c.files["model_new.py"]
+    _check_candidate(src, c.files, tmp_path, change=lambda m: m.conv.weight.mul_(-1.5))
