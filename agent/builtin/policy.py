@@ -63,6 +63,7 @@ class _Tried:
     gemm: str = "cublas"
     host_ms: float | None = None  # host time of one timed call (the timer's host median)
     device_ms: float | None = None  # device time of one timed call
+    noisy: str = ""  # the sandbox's milestone line when it withheld the speed milestone (a noisy machine)
 
     @property
     def correct(self) -> bool:
@@ -324,6 +325,8 @@ class BuiltinPolicy(Policy):
                     t.compile_ms = (tim.get("compile") or {}).get("median_ms")
                     t.fraction_of_sol = (res.get("roofline") or {}).get("fraction_of_sol")
                     t.reasons = list(res.get("reasons") or [])
+                    speed = res.get("speed") or {}
+                    t.noisy = str(speed.get("milestone") or "") if speed.get("noisy") else ""
                     _host_and_device(t, res)
                     if res.get("roofline"):
                         self.roofline = res["roofline"]
@@ -770,7 +773,12 @@ class BuiltinPolicy(Policy):
                 )
             if best.fraction_of_sol is not None:
                 summary += f" {best.fraction_of_sol:.1%} of speed of light."
-            if best.reward < 2 and not fallback:
+            if best.reward < 2 and not fallback and best.noisy:
+                summary += (
+                    f" No speed claim: {best.noisy}. The speedups above are point estimates from noisy "
+                    "windows; measure again on a quiet machine before relying on them."
+                )
+            elif best.reward < 2 and not fallback:
                 summary += (
                     " Nothing beat the eager baseline by more than 5%: the verified kernels are correct but "
                     "not faster, so keep using the reference for speed."

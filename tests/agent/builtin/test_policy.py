@@ -207,3 +207,20 @@ def test_a_step_that_fails_inside_the_policy_moves_on_instead_of_ending_the_run(
     assert pol.pos > next(
         i for i, st in enumerate(pol.steps) if st.kind == "candidate"
     )  # the run went on past the step
+
+
+def test_a_speedup_from_noisy_windows_is_reported_as_no_speed_claim():
+    """The sandbox withholds the speed milestone on a noisy machine (reward 1 at 3x): the summary
+    says so and why, instead of "nothing beat eager", which would contradict the 3x beside it."""
+    from agent.policy import TaskInfo
+
+    pol = BuiltinPolicy(max_variants=1, profile_best=False, try_unrewritten=False)
+    src = task_source("row_softmax_small", rows=8, cols=16)
+    pol.reset(TaskInfo("softmax", src, "cpu", options={"torch_ops": "allow"}), [], [])
+    noisy = _evaluated(1, 0.04, 3.0)
+    line = "speed milestone withheld: the machine was noisy (the eager baseline's round medians spread 40%, limit 10%)"
+    noisy[0].data["evaluation"]["speed"] = {"noisy": True, "milestone": line}
+    actions = _drive(pol, [noisy, _evaluated(1, 0.12, 1.0)])
+    summary = actions[-1].tool_calls[-1].arguments["summary"]
+    assert "3.00x vs eager" in summary and "No speed claim: " + line in summary
+    assert "Nothing beat the eager baseline" not in summary
