@@ -127,23 +127,19 @@ def _shape(name: str) -> list[int]:
     return [int(s) for s in CASES[name]["inputs"].split(",")]
 
 
-def test_a_region_read_by_a_kernel_in_nchw_order_keeps_nchw():
+def test_a_reader_in_nchw_order_reads_through_a_copy_and_the_result_matches(tmp_path):
     """A reader outside the region that is neither the output nor a convolution (a flatten then a
-    sum over the last dim, a group norm) would copy the value back to NCHW first: that
-    convolution keeps its layout, and with no other convolution there is no candidate."""
+    sum over the last dim) reads the value permuted back, which a kernel of ours copies to NCHW at
+    its boundary: named in the description, and the candidate is correct."""
     src = TASK.format(
         conv="Conv2d(3, 4, 3)", bias="1", body="torch.sum(y.flatten(1), dim=1) * self.bias", inputs="2, 3, 6, 6"
     )
-    assert channels_last_convs(_analysis(src).graph) is None
-    src = TASK.format(conv="Conv2d(3, 4, 3)", bias="4", body="F.group_norm(y, 2) * 2.0", inputs="2, 3, 6, 6")
-    assert (
-        channels_last_convs(
-            _analysis(
-                src.replace("import torch.nn as nn", "import torch.nn as nn\nimport torch.nn.functional as F")
-            ).graph
-        )
-        is None
-    )
+    an = _analysis(src)
+    r = channels_last_convs(an.graph)
+    assert r is not None and "1 reader(s) reading it back in NCHW order through a copy" in r.detail
+    c = build_candidate(r.graph, an.data, "cpu", torch_ops="allow")
+    assert ".contiguous()" in c.files["model_new.py"]
+    _check_candidate(src, c.files, tmp_path)
 
 
 CHAIN = """
