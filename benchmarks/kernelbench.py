@@ -292,6 +292,18 @@ def _run_one(
     }
 
 
+_OOM = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY", re.IGNORECASE)
+
+
+def out_of_memory(row: dict[str, Any]) -> bool:
+    """A problem without a correct candidate whose failure was the device's memory (shards sharing
+    one GPU: the reference's allocation met the others'), not the task: worth one retry."""
+    if row["correct"]:
+        return False
+    text = " ".join(str(x) for x in [row.get("first_failure"), row.get("capture_error"), *(row.get("failures") or [])])
+    return bool(_OOM.search(text))
+
+
 def _ci_low(result: dict[str, Any] | None, which: str) -> float | None:
     """The lower end of the paired 95% interval of a speedup (EvalResult.speed.<which>.ci_low)."""
     sp = ((result or {}).get("speed") or {}).get(which) or {}
@@ -327,6 +339,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         f"faster than eager with the paired interval's low end above 1.05x: {len(fast)}/{len(rows)}"
         + (f" ({len(fallback)} of them the reference's own computation: a timing artefact)" if fallback else "")
     )
+    retried = [r["name"] for r in rows if r.get("retried")]
+    if retried:
+        lines.append(f"run again after running out of device memory beside other processes: {', '.join(retried)}")
     vc = [r["speedup_vs_compile"] for r in ok if r.get("speedup_vs_compile")]
     if vc:
         lines.append(
@@ -469,9 +484,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.coverage:  # coverage, not speed: few timed calls, one thread per process (shards share the cores)
         options |= {"min_timed_calls": 3, "timing_rounds": 3, "cpu_threads": 1, "eval_timeout_s": 180.0}
     env = environment(args.backend)
-    rows = []
+    rows: list[dict[str, Any]] = []
     started = time.time()
-    for p in paths:
+    queue = [(p, None) for p in paths]  # (problem, the first attempt's failure when this is its retry)
+    while queue:
+        p, first = queue.pop(0)
         if args.time_limit and time.time() - started > args.time_limit:
             print(f"{p.stem}: not run (past --time-limit {args.time_limit:.0f} s)", flush=True)
             continue
@@ -485,6 +502,11 @@ def main(argv: list[str] | None = None) -> int:
             args.confirmations,
             coverage=args.coverage,
         )
+        if first is not None:
+            row |= {"first_attempt": first, "retried": "out of device memory beside other processes"}
+            rows = [r for r in rows if r["path"] != row["path"]]
+        elif out_of_memory(row):  # once more after the rest, when other shards have likely moved on
+            queue.append((p, row["first_failure"] or "out of memory"))
         rows.append(row)
         print(
             f"{row['name']:<60} capture={row['capture']:<7} correct={row['correct']} evals={row['evaluations']} "

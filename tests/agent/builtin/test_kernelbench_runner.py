@@ -121,3 +121,17 @@ def test_a_stratified_sample_gives_each_family_its_share(tmp_path):
     assert picked == sorted(picked, key=lambda q: int(q.name.split("_")[0]))
     assert stratified_sample(files, 10, random.Random(1)) == picked  # the seed fixes the list
     assert len(stratified_sample(files, 500, random.Random(1))) == len(files)
+
+
+def test_only_a_failure_of_device_memory_earns_a_retry():
+    from benchmarks.kernelbench import out_of_memory
+
+    base = {"correct": False, "first_failure": None, "capture_error": None, "failures": []}
+    oom = "reference failed: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 31.9 GiB"
+    assert out_of_memory(base | {"failures": [oom]})
+    assert out_of_memory(base | {"capture_error": "RuntimeError: CUDA error: out of memory"})
+    assert not out_of_memory(base | {"failures": ["candidate incorrect: max abs error 0.3"]})
+    assert not out_of_memory(base | {"correct": True, "failures": [oom]})  # a correct result stays
+    row = {"name": "L1/63_conv", "capture": "fx", "correct": True, "evaluations": 2, "reward": 1}
+    row |= {"speedup_vs_eager": 1.0, "retried": "out of device memory beside other processes"}
+    assert "run again after running out of device memory beside other processes: L1/63_conv" in format_table([row])
