@@ -8,6 +8,8 @@ reduction over trailing dims, which is exactly what one fused kernel per group c
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.builtin.graph import ELEMENTWISE, REDUCTIONS, Graph, Lit, Node, Ref
 
 
@@ -157,22 +159,22 @@ def lower(g: Graph) -> Graph:
             rest = 1
             for d in shape[2:]:
                 rest *= d
-            rows = [N, G, (C // G) * rest]
+            # (N, G, C/G, prod(S)): the statistics reduce the two trailing dims, and the per-channel
+            # affine is a [1, G, C/G, 1] operand of the same group, so one kernel normalises and scales
+            # (over (N, G, C/G * prod(S)) the affine needed a second pass over the whole tensor)
+            rows = [N, G, C // G, rest]
             xv = emit("view", [x, Lit(rows)], rows)
-            mu = red("mean", xv, rows, [2])
+            mu = red("mean", xv, rows, [2, 3])
             xc = emit("sub", [xv, mu], rows)
-            var = red("mean", emit("square", [xc], rows), rows, [2])
-            inv = emit("rsqrt", [emit("add", [var, eps], [N, G, 1])], [N, G, 1])
-            last = not isinstance(w, Ref) and not isinstance(b, Ref)
+            var = red("mean", emit("square", [xc], rows), rows, [2, 3])
+            inv = emit("rsqrt", [emit("add", [var, eps], [N, G, 1, 1])], [N, G, 1, 1])
             y = emit("mul", [xc, inv], rows)
-            y = emit("view", [y, Lit(list(shape))], shape, name=n.name if last else None)
-            cshape = [C] + [1] * (nd - 2)
+            cshape = [1, G, C // G, 1]
             if isinstance(w, Ref):
-                wv = emit("view", [w, Lit(cshape)], cshape)
-                y = emit("mul", [y, wv], shape, name=n.name if not isinstance(b, Ref) else None)
+                y = emit("mul", [y, emit("view", [w, Lit(cshape)], cshape)], rows)
             if isinstance(b, Ref):
-                bv = emit("view", [b, Lit(cshape)], cshape)
-                emit("add", [y, bv], shape, name=n.name)
+                y = emit("add", [y, emit("view", [b, Lit(cshape)], cshape)], rows)
+            emit("view", [y, Lit(list(shape))], shape, {"grouped": rows}, name=n.name)
         elif n.op == "identity":
             out.append(Node(n.name, "view", [n.args[0], Lit(list(shape))], {}, shape, n.dtype))
         elif n.op == "diag":
@@ -200,7 +202,63 @@ def lower(g: Graph) -> Graph:
             out.append(n)
     g.nodes = out
     g.meta = dict(g.meta, origin=origin)
+    for v in [n for n in g.nodes if n.attrs.get("grouped")]:
+        _sink_elementwise(g, v, origin)
     return g
+
+
+def _sink_elementwise(g: Graph, view: Node, origin: dict[str, str]) -> None:
+    """The elementwise ops that read a group norm's output, computed in the norm's (N, G, C/G,
+    prod S) space (before its view back to (N, C, *S)) wherever their other operands are scalars or
+    per-channel (a bias [C, 1, 1] becomes [1, G, C/G, 1]): they join the normalisation's kernel
+    instead of a second pass over the whole tensor (GELU, Swish or a scale after a group norm, as
+    in KernelBench level 2). A reader that is not such an op gets the value viewed back."""
+    rows, nd = view.attrs["grouped"], len(view.dims)
+    channels = rows[1] * rows[2]
+    inside = {view.name: view.args[0].name}  # an (N, C, *S) value -> the same value in rows
+    backs: dict[str, str] = {}  # a value of rows -> its view back to (N, C, *S)
+
+    def operand(a: Any, before: str) -> Any:
+        if not isinstance(a, Ref):
+            return a
+        if a.name in inside:
+            return Ref(inside[a.name])
+        sh = list(g.node(a.name).shape or [])
+        sh = [1] * (nd - len(sh)) + sh
+        if len(sh) != nd or any(d != 1 for i, d in enumerate(sh) if i != 1) or sh[1] not in (1, channels):
+            return None
+        if sh[1] == 1:
+            return a
+        cv = Node(g.fresh("gn_operand"), "view", [a, Lit([1, rows[1], rows[2], 1])], {}, [1, *rows[1:3], 1], "float32")
+        g.insert_before(before, cv)
+        origin[cv.name] = origin.get(before, before)
+        return Ref(cv.name)
+
+    def back(name: str, reader: str) -> str:
+        # placed just before its first reader, so that the ops moved after it still join the group
+        if name not in backs:
+            if name == view.args[0].name:  # the norm's own view back, moved down to its reader
+                g.nodes.remove(view)
+                v = view
+            else:
+                v = Node(g.fresh("gn_back"), "view", [Ref(name), Lit(list(view.dims))], {}, list(view.dims), "float32")
+            g.insert_before(reader, v)
+            origin[v.name] = origin.get(name, name)
+            backs[name] = v.name
+        return backs[name]
+
+    start = next(k for k, n in enumerate(g.nodes) if n.name == view.name) + 1
+    for n in list(g.nodes[start:]):
+        if not any(r in inside for r in n.refs()):
+            continue
+        if n.op in ELEMENTWISE and n.shape == view.dims and not n.attrs.get("island"):
+            args = [operand(a, n.name) for a in n.args]
+            if all(a is not None for a in args):
+                n.args, n.shape = args, list(rows)
+                inside[n.name] = n.name
+                continue
+        n.args = [Ref(back(inside[a.name], n.name)) if isinstance(a, Ref) and a.name in inside else a for a in n.args]
+    g.remove_dead()
 
 
 def s_shape(shape: list[int], dims: list[int]) -> list[int]:
