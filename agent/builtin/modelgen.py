@@ -560,16 +560,16 @@ class _Emitter:
 _CL_HELPER = '''
 
 def _kw_channels_last(module, key, w, make):
-    """make(w), a weight in channels-last memory, kept in module.__dict__ until w's storage or version
-    changes (a load_state_dict, an optimiser step): the same rule as the derived weights. A copy per
-    call costs a launch per convolution."""
+    """make(w), a weight in channels-last memory, kept in module.__dict__ while w is the same tensor
+    at the same version (a load_state_dict or an optimiser step moves the version; a derived weight
+    recomputed is a new tensor). The cache holds w itself, so no new tensor can take its address
+    and pass for it. A copy per call would cost a launch per convolution."""
     cache = module.__dict__.setdefault("_kw_cl", {})
-    k = (w.data_ptr(), w._version)
     hit = cache.get(key)
-    if hit is not None and hit[0] == k:
-        return hit[1]
+    if hit is not None and hit[0] is w and hit[1] == w._version:
+        return hit[2]
     out = make(w)
-    cache[key] = (k, out)
+    cache[key] = (w, w._version, out)
     return out
 '''
 
