@@ -79,7 +79,6 @@ class _Region:
         self.perm: dict[str, list[int]] = {}  # value -> p: the value holds std.permute(p)
         self.std: dict[str, list[int]] = {}  # value -> its shape in the reference's order
         self.moved = 0  # ops moved into the permuted order (beyond the bias add)
-        self.readers: list[Node] = []  # nodes outside the region that read a value of it (permuted back)
 
     def add_before(self, anchor: str, op: str, args: list[Any], shape: list[int], prefix: str) -> str:
         name = self.g.fresh(prefix)
@@ -99,6 +98,8 @@ class _Region:
         if a.name in self.perm:
             return a if self.perm[a.name] == p else None
         src = self.g.node(a.name)
+        if src.op == "permute" and src.args[1] == Lit(inverse(p)) and isinstance(src.args[0], Ref):
+            return src.args[0]  # another region's value viewed back (a residual branch): read it as it lies
         shape = src.shape
         if shape is None or len(shape) > len(p) or sum(s != 1 for s in shape) > 1:
             return None
@@ -131,7 +132,6 @@ class _Region:
             n.attrs = {**n.attrs, "dim": p.index(n.attrs["dim"] % nd)}
             self._move(n, n.args, p, _permuted(n.dims, p))
             return
-        self.readers.append(n)
         n.args = [Ref(self.back(n, a.name)) if isinstance(a, Ref) and a.name in self.perm else a for a in n.args]
 
     def _move(self, n: Node, args: list[Any], p: list[int], shape: list[int]) -> None:
@@ -159,9 +159,10 @@ def _detach_bias(conv: Node) -> Any:
     return None
 
 
-def channels_last(g: Graph) -> tuple[Graph, list[str]] | None:
+def channels_last(g: Graph) -> tuple[Graph, list[str], int] | None:
     """The convolutions of g with a channels-last weight and their epilogues in the permuted order
-    (see the module's docstring); None when g has no convolution. A value leaving a region for a
+    (see the module's docstring), their descriptions and how many values are read back in NCHW
+    order through a copy; None when g has no convolution. A value leaving a region for a
     reader that is not _native (a group norm, a pooling kernel of ours, a residual add of an NCHW
     tensor) is copied back to NCHW at that reader: a pass more, which a faster convolution can
     outweigh many times (oneDNN's NCHW transposed convolution took 10x its NHWC one on the
@@ -175,7 +176,9 @@ def channels_last(g: Graph) -> tuple[Graph, list[str]] | None:
     if not done:
         return None
     g.remove_dead()
-    return g, done
+    # a value viewed back that a reader other than a convolution or the output takes: a copy to NCHW
+    copies = [n.name for n in g.nodes if n.name.startswith("cl_back") and not all(_native(u) for u in g.users(n.name))]
+    return g, done, len(copies)
 
 
 def _native(n: Node) -> bool:
@@ -218,10 +221,4 @@ def _convert(g: Graph, conv: Node) -> str | None:
         reg.visit(n)
     g.toposort()
     label = conv.attrs.get("module") or conv.name
-    copies = sum(not _native(r) for r in reg.readers)
-    return (
-        f"{label} ({reg.moved} op(s) of its epilogue in NHWC order"
-        + (", its bias fused" if bias else "")
-        + (f", {copies} reader(s) reading it back in NCHW order through a copy" if copies else "")
-        + ")"
-    )
+    return f"{label} ({reg.moved} op(s) of its epilogue in NHWC order" + (", its bias fused)" if bias else ")")

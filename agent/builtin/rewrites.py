@@ -374,7 +374,7 @@ def channels_last_convs(g: Graph) -> Rewrite | None:
     r = channels_last(g)
     if r is None:
         return None
-    g2, done = r
+    g2, done, copies = r
     return Rewrite(
         "channels_last",
         "Channels-last convolutions, the epilogue in NHWC order",
@@ -383,7 +383,12 @@ def channels_last_convs(g: Graph) -> Rewrite | None:
         "add, the elementwise ops and any reduction or softmax over channels read it in place, a channel "
         "reduction as a trailing-dim row reduction fused into the kernel. The result has the reference's shape "
         "and values with channels-last strides (no copy back). Exact: the same products and sums, in another "
-        "memory order; whether it is faster depends on the shapes, so it is measured like every candidate.",
+        "memory order; whether it is faster depends on the shapes, so it is measured like every candidate."
+        + (
+            f" {copies} value(s) are read back in NCHW order through a copy (a reader of another kind)."
+            if copies
+            else ""
+        ),
         g2,
     )
 

@@ -136,7 +136,7 @@ def test_a_reader_in_nchw_order_reads_through_a_copy_and_the_result_matches(tmp_
     )
     an = _analysis(src)
     r = channels_last_convs(an.graph)
-    assert r is not None and "1 reader(s) reading it back in NCHW order through a copy" in r.detail
+    assert r is not None and "1 value(s) are read back in NCHW order through a copy" in r.detail
     c = build_candidate(r.graph, an.data, "cpu", torch_ops="allow")
     assert ".contiguous()" in c.files["model_new.py"]
     _check_candidate(src, c.files, tmp_path)
@@ -187,3 +187,45 @@ def test_the_channels_last_weight_follows_a_changed_parameter(tmp_path):
     c = build_candidate(channels_last_convs(an.graph).graph, an.data, "cpu", torch_ops="allow")
     assert "_kw_channels_last(self, " in c.files["model_new.py"]
     _check_candidate(src, c.files, tmp_path, change=lambda m: m.conv.weight.mul_(-1.5))
+
+
+RESIDUAL = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.a1 = nn.Conv2d(8, 8, 3, padding=1)
+        self.a2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.b1 = nn.Conv2d(8, 8, 3, padding=1)
+        self.b2 = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = torch.relu(self.a2(torch.relu(self.a1(x))) + x)
+        return torch.relu(self.b2(torch.relu(self.b1(x))) + x)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 7, 6)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("torch_ops", ["allow", "forbid"])
+def test_residual_blocks_stay_channels_last_without_copies(torch_ops, tmp_path):
+    """A residual add of two convolutions' values reads both as they lie: each is another region's
+    value viewed back, so nothing of the two blocks is copied to NCHW."""
+    an = _analysis(RESIDUAL)
+    r = channels_last_convs(an.graph)
+    assert r is not None and "through a copy" not in r.detail
+    adds = [n for n in r.graph.nodes if n.op == "add" and len(n.shape or []) == 4 and n.shape[-1] == 8]
+    assert len(adds) >= 2  # the residual adds moved into NHWC order
+    c = build_candidate(r.graph, an.data, "cpu", torch_ops=torch_ops)
+    _check_candidate(RESIDUAL, c.files, tmp_path, other_inputs=[[torch.randn(1, 3, 5, 9)]])
