@@ -107,7 +107,8 @@ class _Region:
             return a
         full = [1] * (len(p) - len(shape)) + list(shape)
         view = _permuted(full, p)
-        return Ref(self.add_before(n.name, "view", [a, Lit(view)], view, "cl_operand"))
+        # -1 for the one dim that is not 1: another init argument (the shape trial's) changes its size
+        return Ref(self.add_before(n.name, "view", [a, Lit([-1 if d != 1 else 1 for d in view])], view, "cl_operand"))
 
     def visit(self, n: Node) -> None:
         ins = [r for r in n.refs() if r in self.perm]
@@ -209,7 +210,7 @@ def _convert(g: Graph, conv: Node) -> str | None:
     reg.perm[head], reg.std[head] = p, list(conv.dims)
     if bias is not None:
         view = [1] * (nd - 1) + [conv.dims[1]]
-        bv = reg.add_before(after, "view", [bias, Lit(view)], view, "cl_bias")
+        bv = reg.add_before(after, "view", [bias, Lit([1] * (nd - 1) + [-1])], view, "cl_bias")
         add = reg.add_before(after, "add", [Ref(head), Ref(bv)], _permuted(conv.dims, p), "cl_add")
         reg.perm[add], reg.std[add] = p, list(conv.dims)
         head = add

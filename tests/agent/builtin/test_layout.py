@@ -229,3 +229,40 @@ def test_residual_blocks_stay_channels_last_without_copies(torch_ops, tmp_path):
     assert len(adds) >= 2  # the residual adds moved into NHWC order
     c = build_candidate(r.graph, an.data, "cpu", torch_ops=torch_ops)
     _check_candidate(RESIDUAL, c.files, tmp_path, other_inputs=[[torch.randn(1, 3, 5, 9)]])
+
+
+SIZED = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 3)
+        self.scale = nn.Parameter(torch.randn(channels, 1, 1))
+
+    def forward(self, x):
+        return torch.softmax(torch.relu(self.conv(x)) * self.scale, dim=1)
+
+
+channels = {c}
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 8, 7)]
+
+
+def get_init_inputs():
+    return [channels]
+"""
+
+
+def test_the_candidate_follows_other_init_arguments(tmp_path):
+    """The sandbox's shape trial builds the model with other init arguments: the views of the bias
+    and of per-channel operands take the channel count at run time (-1), not the captured one."""
+    an = _analysis(SIZED.format(c=8))
+    c = build_candidate(channels_last_convs(an.graph).graph, an.data, "cpu", torch_ops="allow")
+    _check_candidate(SIZED.format(c=8), c.files, tmp_path)
+    (tmp_path / "other").mkdir()
+    _check_candidate(SIZED.format(c=5), c.files, tmp_path / "other")
