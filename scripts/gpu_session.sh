@@ -42,7 +42,7 @@ for s in $stages; do case $s in
     for k in $(seq 0 $((${KW_KB_SHARDS:-5} - 1))); do
       timeout $((${KW_KB_LIMIT:-400} + 140)) python3 -m benchmarks.kernelbench --kernelbench "${KW_KB:?KW_KB: a KernelBench copy}" \
         --level ${KW_KB_LEVELS:-1 2 3} --sample ${KW_KB_SAMPLE:-30} --stratified --seed ${KW_KB_SEED:-2612} --backend cuda \
-        --cap 0 --max-turns 8 --compile-baseline --shard $k/${KW_KB_SHARDS:-5} --time-limit ${KW_KB_LIMIT:-400} \
+        --cap 0 --max-turns ${KW_KB_TURNS:-10} --compile-baseline --shard $k/${KW_KB_SHARDS:-5} --time-limit ${KW_KB_LIMIT:-400} \
         --out "$WORK/kb/s$k.json" > "$WORK/kb/s$k.log" 2>&1 &
     done; wait
     python3 -m benchmarks.kernelbench --merge "$WORK"/kb/s*.json | tee -a "$summary"
