@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.builtin.graph import ELEMENTWISE, REDUCTIONS, Graph, Lit, Node, Ref
+from agent.builtin.lower import norm_dims
 
 # convolutions captured by torch.export (aten islands) whose weight's layout picks the algorithm
 CONV_TARGETS = {
@@ -64,20 +65,12 @@ def _permuted(shape: list[int], p: list[int]) -> list[int]:
     return [shape[i] for i in p]
 
 
-def _dims(n: Node, nd: int) -> list[int]:
-    d = n.attrs.get("dim")
-    if d is None:
-        return list(range(nd))
-    return sorted(x % nd for x in (d if isinstance(d, list | tuple) else [d]))
-
-
 class _Region:
     """The values downstream of one convolution that are held in the permuted order."""
 
     def __init__(self, g: Graph):
         self.g = g
         self.perm: dict[str, list[int]] = {}  # value -> p: the value holds std.permute(p)
-        self.std: dict[str, list[int]] = {}  # value -> its shape in the reference's order
         self.moved = 0  # ops moved into the permuted order (beyond the bias add)
 
     def add_before(self, anchor: str, op: str, args: list[Any], shape: list[int], prefix: str) -> str:
@@ -87,8 +80,9 @@ class _Region:
 
     def back(self, n: Node, name: str) -> str:
         """name permuted back to the reference's order, as a view read by n."""
-        p = self.perm[name]
-        return self.add_before(n.name, "permute", [Ref(name), Lit(inverse(p))], self.std[name], "cl_back")
+        back = inverse(self.perm[name])
+        std = _permuted(self.g.node(name).dims, back)  # its shape in the reference's order
+        return self.add_before(n.name, "permute", [Ref(name), Lit(back)], std, "cl_back")
 
     def operand(self, n: Node, a: Any, p: list[int]) -> Any:
         """An elementwise op's argument in the permuted order, or None when it has none cheaply
@@ -121,8 +115,8 @@ class _Region:
             if all(x is not None for x in args):
                 self._move(n, args, p, _permuted(n.dims, p))
                 return
-        if (n.op in REDUCTIONS or n.op == "logsumexp") and len(self.std[ins[0]]) == nd:
-            dims = _dims(n, nd)
+        if n.op in REDUCTIONS or n.op == "logsumexp":
+            dims = norm_dims(n.attrs.get("dim"), nd)
             keep = bool(n.attrs.get("keepdim"))
             n.attrs = {**n.attrs, "dim": sorted(p.index(d) for d in dims)}
             rest = [d for d in p if d not in dims]
@@ -136,7 +130,6 @@ class _Region:
         n.args = [Ref(self.back(n, a.name)) if isinstance(a, Ref) and a.name in self.perm else a for a in n.args]
 
     def _move(self, n: Node, args: list[Any], p: list[int], shape: list[int]) -> None:
-        self.std[n.name] = list(n.dims)
         n.args, n.shape = args, shape
         self.moved += 1
         if p != list(range(len(p))):
@@ -207,12 +200,12 @@ def _convert(g: Graph, conv: Node) -> str | None:
     after = users[0].name if users else g.output.name
     reg = _Region(g)
     head = reg.add_before(after, "permute", [Ref(conv.name), Lit(p)], _permuted(conv.dims, p), "cl")
-    reg.perm[head], reg.std[head] = p, list(conv.dims)
+    reg.perm[head] = p
     if bias is not None:
         view = [1] * (nd - 1) + [conv.dims[1]]
         bv = reg.add_before(after, "view", [bias, Lit([1] * (nd - 1) + [-1])], view, "cl_bias")
         add = reg.add_before(after, "add", [Ref(head), Ref(bv)], _permuted(conv.dims, p), "cl_add")
-        reg.perm[add], reg.std[add] = p, list(conv.dims)
+        reg.perm[add] = p
         head = add
     for u in users:
         u.args = [Ref(head) if isinstance(a, Ref) and a.name == conv.name else a for a in u.args]

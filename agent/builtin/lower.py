@@ -21,7 +21,7 @@ class LoweringError(Exception):
         self.node = node
 
 
-def _norm_dims(dims: list[int] | None, nd: int) -> list[int]:
+def norm_dims(dims: list[int] | None, nd: int) -> list[int]:
     if dims is None:
         return list(range(nd))
     return sorted(d % nd for d in dims)
@@ -136,7 +136,7 @@ def lower(g: Graph) -> Graph:
         elif n.op == "logsumexp":
             x = n.args[0]
             ishape = g.node(x.name).dims
-            dims = _norm_dims(n.attrs.get("dim"), len(ishape))
+            dims = norm_dims(n.attrs.get("dim"), len(ishape))
             if not _trailing(dims, len(ishape)):
                 raise LoweringError(
                     f"{n.name}: logsumexp over dims {dims} of a {len(ishape)}-d tensor; the generator "
@@ -184,7 +184,7 @@ def lower(g: Graph) -> Graph:
                 n.name,
             )
         elif n.op in REDUCTIONS:
-            dims = _norm_dims(n.attrs.get("dim"), len(g.node(n.args[0].name).dims))
+            dims = norm_dims(n.attrs.get("dim"), len(g.node(n.args[0].name).dims))
             ishape = g.node(n.args[0].name).dims
             if not _trailing(dims, len(ishape)):
                 raise LoweringError(

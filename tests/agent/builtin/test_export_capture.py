@@ -190,19 +190,22 @@ def _check_candidate(
         m = ref.Model(*ref.get_init_inputs()).eval()
         mn = cand.ModelNew(*ref.get_init_inputs()).eval()
         mn.load_state_dict(m.state_dict())
-        y_done = False
-        first = ref.get_inputs()
-        for ins in [first] + list(other_inputs or []) + ([first] if change else []):
-            if change and ins is first and ins is not None and y_done:
-                with torch.no_grad():
-                    change(m), change(mn)
-            y_done = True
+
+        def compare(ins):
             with torch.no_grad():
                 y0, y1 = m(*ins), mn(*ins)
             y0 = y0 if isinstance(y0, tuple) else (y0,)
             y1 = y1 if isinstance(y1, tuple) else (y1,)
             for a, b in zip(y0, y1, strict=True):
                 torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, equal_nan=equal_nan)
+
+        first = ref.get_inputs()
+        for ins in [first, *(other_inputs or [])]:
+            compare(ins)
+        if change is not None:
+            with torch.no_grad():
+                change(m), change(mn)
+            compare(first)
     finally:
         sys.path.remove(str(RUNTIME))
         os.environ.pop("KWRT_LIB", None)
