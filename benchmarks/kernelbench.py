@@ -289,6 +289,20 @@ def _run_one(
         "failures": pol.failures,
         "forbid_blockers": pol.blockers,
         "shrunk_from": floor,
+        "candidates": [_candidate_row(t) for t in getattr(pol, "tried", [])],
+    }
+
+
+def _candidate_row(t: Any) -> dict[str, Any]:
+    """What one candidate measured: which candidates lost, and by how much, is the evidence for the
+    next change to the policy (a row's best alone hides it)."""
+    return {
+        "label": t.label,
+        "correct": t.correct,
+        "vs_eager": t.speedup_vs_eager,
+        "vs_compile": t.speedup_vs_compile,
+        "median_ms": t.median_ms,
+        "reason": (t.reasons or [""])[0][:200],
     }
 
 

@@ -135,3 +135,41 @@ def test_only_a_failure_of_device_memory_earns_a_retry():
     row = {"name": "L1/63_conv", "capture": "fx", "correct": True, "evaluations": 2, "reward": 1}
     row |= {"speedup_vs_eager": 1.0, "retried": "out of device memory beside other processes"}
     assert "run again after running out of device memory beside other processes: L1/63_conv" in format_table([row])
+
+
+SCALE_RELU = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x * 2.0)
+
+
+def get_inputs():
+    return [torch.randn(64, 128)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_row_lists_what_every_candidate_measured(tmp_path):
+    """The best alone hides which candidates lost and by how much (the channels-last candidate on
+    the GPU, 2026-12-01): every evaluated candidate is in the row, the best among the correct ones.
+    This one runs the policy and the sandbox (the rest of this file does not)."""
+    from benchmarks.kernelbench import run_one
+
+    path = tmp_path / "1_Scale_ReLU.py"
+    path.write_text(SCALE_RELU)
+    row = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=6, max_variants=1, confirmations=0)
+    cands = row["candidates"]
+    assert row["correct"] and len(cands) == row["evaluations"] >= 1, row
+    assert all(c["label"] and isinstance(c["correct"], bool) for c in cands), cands
+    assert row["best_label"] in [c["label"] for c in cands if c["correct"]], (row["best_label"], cands)
+    assert all(c["vs_eager"] and c["vs_eager"] > 0 for c in cands if c["correct"]), cands
