@@ -145,12 +145,38 @@ def _derived(attrs: dict[str, Any], args: list[Any]) -> torch.Tensor:
     if attrs["recipe"] == "colsum":
         w = args[0]
         return w.reshape(w.shape[0], -1).sum(0)
+    if attrs["recipe"] == "tapfold":
+        return _tapfold(args[0], attrs)
     w, b, mean, var, gamma, beta, eps = args
     s = (gamma if gamma is not None else torch.ones_like(var)) / torch.sqrt(var + eps)
     if attrs["part"] == "weight":
         return w * s.reshape(-1, *([1] * (w.dim() - 1)))
     b0 = b if b is not None else torch.zeros_like(mean)
     return (b0 - mean) * s + (beta if beta is not None else torch.zeros_like(mean))
+
+
+def _tapfold(w: torch.Tensor, at: dict[str, Any]) -> torch.Tensor:
+    """out[..., t] = scale * sum_j w[..., alpha t + beta j + gamma] (in range), per spatial dim
+    (agent.builtin.poolfold): a sum of shifted, strided slices of w, one per window offset j."""
+    import itertools
+
+    d = len(at["taps"])
+    out = w.new_zeros([*w.shape[:2], *at["taps"]])
+    for js in itertools.product(*[range(k) for k in at["window"]]):
+        idx, keep = [], []
+        for i in range(d):
+            src = torch.arange(at["taps"][i]) * at["alpha"][i] + at["beta"][i] * js[i] + at["gamma"][i]
+            ok = (src >= 0) & (src < w.shape[2 + i])
+            idx.append(src.clamp(0, w.shape[2 + i] - 1))
+            keep.append(ok)
+        grid = torch.meshgrid(*idx, indexing="ij")
+        mask = torch.meshgrid(*keep, indexing="ij")
+        m = mask[0]
+        for x in mask[1:]:
+            m = m & x
+        index: tuple[Any, ...] = (slice(None), slice(None), *grid)
+        out += w[index] * m
+    return out * at["scale"]
 
 
 def _is_param(m: torch.nn.Module, name: str) -> bool:

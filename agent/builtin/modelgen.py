@@ -532,6 +532,24 @@ class _Emitter:
                 L.append(f"        _w = {src}.reshape({src}.shape[0], -1)")
                 L.append(f"        out[{n.name!r}] = torch.empty(_w.shape[1], device=dev, dtype=torch.float32)")
                 L.append(f"        lib.colsum(_w, out[{n.name!r}], _w.shape[0], _w.shape[1], stream)")
+            elif r == "tapfold":
+                at = n.attrs
+                pad = 3 - len(at["taps"])
+                spec = [
+                    *([1] * pad + [f"_w.shape[{2 + i}]" for i in range(len(at["taps"]))]),
+                    *([1] * pad + at["taps"]),
+                    *([1] * pad + at["window"]),
+                    *([1] * pad + at["alpha"]),
+                    *([0] * pad + at["beta"]),
+                    *([0] * pad + at["gamma"]),
+                ]
+                L.append(f"        # {n.name}: {at.get('of')} composed with the average pool after it")
+                L.append(f"        _w = {self.params[n.args[0].name]}")
+                L.append(f"        out[{n.name!r}] = torch.empty({n.dims!r}, device=dev, dtype=torch.float32)")
+                L.append(
+                    f"        lib.kw_tapfold(_w, out[{n.name!r}], _w.shape[0] * _w.shape[1], "
+                    f"{', '.join(map(str, spec))}, {at['scale']!r}, stream)"
+                )
             elif r == "bn_fold" and n.attrs["key"] not in done:
                 done.add(n.attrs["key"])
                 w, b, mean, var, gamma, beta, eps = n.args

@@ -15,6 +15,7 @@ from typing import Any
 
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
 from agent.builtin.layout import channels_last
+from agent.builtin.poolfold import fold_pools
 
 
 @dataclass
@@ -367,6 +368,27 @@ def fold_batchnorm(g: Graph) -> Rewrite | None:
     )
 
 
+def fold_pool_into_conv(g: Graph) -> Rewrite | None:
+    """An average pool after a convolution (through ops constant over space) folded into it:
+    one convolution of the composed kernel (agent.builtin.poolfold)."""
+    r = fold_pools(g)
+    if r is None:
+        return None
+    g2, done = r
+    return Rewrite(
+        "fold_pool_into_conv",
+        "Fold the average pool into the convolution before it",
+        "; ".join(done) + ". A convolution and an average pool are both linear and shift-invariant, so their "
+        "composition is one convolution whose weight is the original's box-filtered copy (for a 1x1 convolution "
+        "the pool simply goes first): the full-resolution intermediate is never written, and the folded "
+        "convolution does no more multiply-adds (it is applied only where it does not). Ops constant over space between them (a scale, a per-channel "
+        "shift) commute with the pool and now follow the convolution. The folded weight is computed from the "
+        "loaded one by a kernel of the candidate's own and recomputed when it changes. Exact up to "
+        "floating-point reassociation.",
+        g2,
+    )
+
+
 def channels_last_convs(g: Graph) -> Rewrite | None:
     """Convolutions with channels-last weights, their epilogues in NHWC order (agent.builtin.layout).
     Not one of REWRITES: a layout is faster for some shapes only, so the policy measures it as one
@@ -401,6 +423,7 @@ REWRITES: list[Callable[[Graph], Rewrite | None]] = [
     fold_scalar_chains,
     linear_sum_to_matvec,
     fold_batchnorm,
+    fold_pool_into_conv,
 ]
 
 
