@@ -299,11 +299,14 @@ def test_under_allow_an_uncapturable_task_ends_with_the_reference_as_a_verified_
 @pytest.mark.slow
 def test_under_allow_the_se_block_gets_a_generated_candidate_that_passes_every_trial():
     """The exported graph is specialised: the sandbox's shape trial runs the reference's forward
-    through the guard, the other trials the generated kernels."""
+    through the guard, the other trials the generated kernels. Which correct candidate is best is
+    a matter of timing on a loaded CPU (the reference's own computation wins at times), so the
+    test asks that a generated one passed, not that it won."""
     res, pol = _policy_run(SE, "se_block", FAST_ALLOW)
     assert res.verified, res.trajectory.finished().summary
     assert pol.analysis.data["capture"] == "export"
-    assert "lib.fused_" in res.best.files["model_new.py"]
+    passed = [t for t in pol.tried if t.correct and "lib.fused_" in t.files.get("model_new.py", "")]
+    assert passed, [(t.label, t.status, t.reasons[:1]) for t in pol.tried]
 
 
 @pytest.mark.slow
