@@ -467,23 +467,7 @@ static inline float kw_erff(float x) {
 
 """
 
-CPU_DERIVED = r"""
-// bn_fold: batch norm (eval) folded into the preceding layer's weights, from the loaded parameters.
-//   W'[o, :] = W[o, :] * g[o] / sqrt(var[o] + eps);  b'[o] = (b[o] - mean[o]) * g[o] / sqrt(var[o] + eps) + beta[o]
-//   has_* = 0 marks an absent tensor (bias=False, affine=False). Moves |W| twice plus 5 vectors.
-extern "C" int bn_fold(const float* w, const float* b, const float* mean, const float* var, const float* gamma,
-                       const float* beta, float* w_out, float* b_out, int64_t out_ch, int64_t per_ch, float eps,
-                       int64_t has_b, int64_t has_gamma, int64_t has_beta, void* stream) {
-    (void)stream;
-    #pragma omp parallel for
-    for (int64_t o = 0; o < out_ch; ++o) {
-        const float s = (has_gamma ? gamma[o] : 1.0f) / sqrtf(var[o] + eps);
-        for (int64_t k = 0; k < per_ch; ++k) w_out[o * per_ch + k] = w[o * per_ch + k] * s;
-        b_out[o] = ((has_b ? b[o] : 0.0f) - mean[o]) * s + (has_beta ? beta[o] : 0.0f);
-    }
-    return 0;
-}
-
+TAPFOLD_ONE = r"""
 // kw_tapfold: a convolution weight composed with an average pool (agent.builtin.poolfold), per plane
 // [planes = out_ch * in_ch] and up to 3 spatial dims (unused ones of size 1, alpha 1, beta 0, gamma 0):
 //   out[p, t0, t1, t2] = scale * sum_{j < win} w[p, u0, u1, u2],  u_i = alpha_i t_i + beta_i j_i + gamma_i
@@ -520,7 +504,29 @@ KW_TF_HD static inline float kw_tapfold_one(const float* w, int64_t e, const kw_
     int64_t t0, int64_t t1, int64_t t2, int64_t k0, int64_t k1, int64_t k2, int64_t a0, int64_t a1, int64_t a2, \
     int64_t b0, int64_t b1, int64_t b2, int64_t c0, int64_t c1, int64_t c2, float scale, void* stream
 #define KW_TAPFOLD_SPEC {{s0, s1, s2}, {t0, t1, t2}, {k0, k1, k2}, {a0, a1, a2}, {b0, b1, b2}, {c0, c1, c2}}
+"""
 
+CPU_DERIVED = (
+    r"""
+// bn_fold: batch norm (eval) folded into the preceding layer's weights, from the loaded parameters.
+//   W'[o, :] = W[o, :] * g[o] / sqrt(var[o] + eps);  b'[o] = (b[o] - mean[o]) * g[o] / sqrt(var[o] + eps) + beta[o]
+//   has_* = 0 marks an absent tensor (bias=False, affine=False). Moves |W| twice plus 5 vectors.
+extern "C" int bn_fold(const float* w, const float* b, const float* mean, const float* var, const float* gamma,
+                       const float* beta, float* w_out, float* b_out, int64_t out_ch, int64_t per_ch, float eps,
+                       int64_t has_b, int64_t has_gamma, int64_t has_beta, void* stream) {
+    (void)stream;
+    #pragma omp parallel for
+    for (int64_t o = 0; o < out_ch; ++o) {
+        const float s = (has_gamma ? gamma[o] : 1.0f) / sqrtf(var[o] + eps);
+        for (int64_t k = 0; k < per_ch; ++k) w_out[o * per_ch + k] = w[o * per_ch + k] * s;
+        b_out[o] = ((has_b ? b[o] : 0.0f) - mean[o]) * s + (has_beta ? beta[o] : 0.0f);
+    }
+    return 0;
+}
+
+"""
+    + TAPFOLD_ONE
+    + r"""
 extern "C" int kw_tapfold(KW_TAPFOLD_ARGS) {
     (void)stream;
     const kw_fold3 f = KW_TAPFOLD_SPEC;
@@ -565,6 +571,7 @@ extern "C" int kw_gather(const float* src, float* dst, int64_t n, int64_t s0, in
     return 0;
 }
 """
+)
 
 # -------------------------------------------------------------------------------------------- CUDA
 
@@ -606,7 +613,8 @@ static inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t
 
 """
 
-CUDA_DERIVED = r"""
+CUDA_DERIVED = (
+    r"""
 // bn_fold: batch norm (eval) folded into the preceding layer's weights, from the loaded parameters.
 //   W'[o, :] = W[o, :] * g[o] / sqrt(var[o] + eps);  b'[o] = (b[o] - mean[o]) * g[o] / sqrt(var[o] + eps) + beta[o]
 __global__ void bn_fold_kernel(const float* w, const float* b, const float* mean, const float* var, const float* gamma,
@@ -626,43 +634,9 @@ extern "C" int bn_fold(const float* w, const float* b, const float* mean, const 
     return (int)cudaGetLastError();
 }
 
-// kw_tapfold: a convolution weight composed with an average pool (agent.builtin.poolfold), per plane
-// [planes = out_ch * in_ch] and up to 3 spatial dims (unused ones of size 1, alpha 1, beta 0, gamma 0):
-//   out[p, t0, t1, t2] = scale * sum_{j < win} w[p, u0, u1, u2],  u_i = alpha_i t_i + beta_i j_i + gamma_i
-// where every u_i lies in [0, src_i) (a tap outside the weight adds nothing).
-#ifdef __CUDACC__
-#define KW_TF_HD __host__ __device__
-#else
-#define KW_TF_HD
-#endif
-struct kw_fold3 { int64_t src[3], taps[3], win[3], alpha[3], beta[3], gamma[3]; };
-
-KW_TF_HD static inline float kw_tapfold_one(const float* w, int64_t e, const kw_fold3& f, float scale) {
-    const int64_t t2 = e % f.taps[2], t1 = (e / f.taps[2]) % f.taps[1], t0 = (e / (f.taps[2] * f.taps[1])) % f.taps[0];
-    const int64_t p = e / (f.taps[2] * f.taps[1] * f.taps[0]);
-    const float* wp = w + p * f.src[0] * f.src[1] * f.src[2];
-    float acc = 0.0f;
-    for (int64_t j0 = 0; j0 < f.win[0]; ++j0) {
-        const int64_t u0 = f.alpha[0] * t0 + f.beta[0] * j0 + f.gamma[0];
-        if (u0 < 0 || u0 >= f.src[0]) continue;
-        for (int64_t j1 = 0; j1 < f.win[1]; ++j1) {
-            const int64_t u1 = f.alpha[1] * t1 + f.beta[1] * j1 + f.gamma[1];
-            if (u1 < 0 || u1 >= f.src[1]) continue;
-            for (int64_t j2 = 0; j2 < f.win[2]; ++j2) {
-                const int64_t u2 = f.alpha[2] * t2 + f.beta[2] * j2 + f.gamma[2];
-                if (u2 < 0 || u2 >= f.src[2]) continue;
-                acc += wp[(u0 * f.src[1] + u1) * f.src[2] + u2];
-            }
-        }
-    }
-    return acc * scale;
-}
-
-#define KW_TAPFOLD_ARGS const float* w, float* out, int64_t planes, int64_t s0, int64_t s1, int64_t s2, \
-    int64_t t0, int64_t t1, int64_t t2, int64_t k0, int64_t k1, int64_t k2, int64_t a0, int64_t a1, int64_t a2, \
-    int64_t b0, int64_t b1, int64_t b2, int64_t c0, int64_t c1, int64_t c2, float scale, void* stream
-#define KW_TAPFOLD_SPEC {{s0, s1, s2}, {t0, t1, t2}, {k0, k1, k2}, {a0, a1, a2}, {b0, b1, b2}, {c0, c1, c2}}
-
+"""
+    + TAPFOLD_ONE
+    + r"""
 __global__ void kw_tapfold_kernel(const float* w, float* out, int64_t n, kw_fold3 f, float scale) {
     const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (e < n) out[e] = kw_tapfold_one(w, e, f, scale);
@@ -740,6 +714,7 @@ extern "C" int gemm_nt(const float* x, const float* w, float* out, int64_t M, in
     return st == CUBLAS_STATUS_SUCCESS ? (int)cudaGetLastError() : 1000 + (int)st;
 }
 """
+)
 
 _OPCODE = {"sum": 0, "mean": 0, "amax": 1, "amin": 2}
 
