@@ -269,47 +269,43 @@ def _fold_into(g: Graph, c: _Conv, wn: Node, fold: _Fold, k: list[int], chain: l
 
 
 def fold_pools(g: Graph) -> tuple[Graph, list[str]] | None:
-    """g with every average pool after a convolution folded into it (where that does fewer
-    multiply-adds); the descriptions of what was folded, or None when nothing was."""
+    """g with every average pool after a convolution folded into it (where the folded convolution
+    does no more multiply-adds); the descriptions of what was folded, or None when nothing was."""
     g = g.copy()
-    done: list[str] = []
-    for n in list(g.nodes):
-        c = conv_of(n)
-        if c is None or c.weight.name not in {m.name for m in g.nodes}:
-            continue
-        found = _chain(g, n, c.d)
-        if found is None:
-            continue
-        chain, pool = found
-        k, s = _pool_of(pool) or ([], [])
-        wn = g.node(c.weight.name)
-        if wn.op != "param" or not wn.attrs.get("path"):
-            continue
-        K = wn.dims[2:]
-        label = n.attrs.get("module") or n.name
-        if not c.transposed and all(x == 1 for x in K) and c.stride == [1] * c.d and c.padding == [0] * c.d:
-            _pool_first(g, n, chain, pool)
-            done.append(f"{label}: the {'x'.join(map(str, k))} average pool moved before the 1x1 convolution")
-            continue
-        x = g.node(n.args[0].name) if isinstance(n.args[0], Ref) else None
-        if x is None or x.shape is None:
-            continue
-        if c.transposed:
-            fold = _fold_transposed(K, c, k, s, x.dims[2:], pool.dims[2:])
-            if fold is None or math.prod(fold.taps) > math.prod(K):
-                continue
-        else:
-            fold = _fold_plain(K, c, k, s)
-            if math.prod(fold.taps) > math.prod(s) * math.prod(K):
-                continue
-        _fold_into(g, c, wn, fold, k, chain, pool)
-        kind = "transposed convolution" if c.transposed else "convolution"
-        done.append(
-            f"{label}: the {'x'.join(map(str, k))} average pool folded into the {kind} "
-            f"(kernel {'x'.join(map(str, K))} -> {'x'.join(map(str, fold.taps))}, stride "
-            f"{'x'.join(map(str, fold.stride))})"
-        )
+    done = [d for d in (_fold_one(g, n) for n in list(g.nodes)) if d is not None]
     if not done:
         return None
     g.remove_dead()
     return g, done
+
+
+def _fold_one(g: Graph, n: Node) -> str | None:
+    """Fold the pool after n into it (g changed in place); what was done, or None."""
+    c = conv_of(n)
+    found = _chain(g, n, c.d) if c is not None else None
+    if c is None or found is None or not isinstance(n.args[0], Ref):
+        return None
+    chain, pool = found
+    k, s = _pool_of(pool) or ([], [])
+    wn, x = g.node(c.weight.name), g.node(n.args[0].name)
+    if wn.op != "param" or not wn.attrs.get("path") or x.shape is None:
+        return None
+    K = wn.dims[2:]
+    label, size = n.attrs.get("module") or n.name, "x".join(map(str, k))
+    if not c.transposed and K == [1] * c.d and c.stride == [1] * c.d and c.padding == [0] * c.d:
+        _pool_first(g, n, chain, pool)
+        return f"{label}: the {size} average pool moved before the 1x1 convolution"
+    if c.transposed:
+        fold = _fold_transposed(K, c, k, s, x.dims[2:], pool.dims[2:])
+        if fold is None or math.prod(fold.taps) > math.prod(K):  # multiply-adds per input position
+            return None
+    else:
+        fold = _fold_plain(K, c, k, s)
+        if math.prod(fold.taps) > math.prod(s) * math.prod(K):  # per pooled output
+            return None
+    _fold_into(g, c, wn, fold, k, chain, pool)
+    kind = "transposed convolution" if c.transposed else "convolution"
+    return (
+        f"{label}: the {size} average pool folded into the {kind} (kernel {'x'.join(map(str, K))} -> "
+        f"{'x'.join(map(str, fold.taps))}, stride {'x'.join(map(str, fold.stride))})"
+    )
