@@ -169,7 +169,7 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path):
     path.write_text(SCALE_RELU)
     row = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=3, max_variants=1, confirmations=0)
     cands = row["candidates"]
-    assert row["correct"] and len(cands) == row["evaluations"] >= 1, row
+    assert row["correct"] and 1 <= len(cands) <= row["evaluations"], row  # (the loop may evaluate the best again)
     assert all(c["label"] and isinstance(c["correct"], bool) for c in cands), cands
     assert row["best_label"] in [c["label"] for c in cands if c["correct"]], (row["best_label"], cands)
     assert all(c["vs_eager"] and c["vs_eager"] > 0 for c in cands if c["correct"]), cands
