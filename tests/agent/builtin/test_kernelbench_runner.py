@@ -167,7 +167,7 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path):
 
     path = tmp_path / "1_Scale_ReLU.py"
     path.write_text(SCALE_RELU)
-    row = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=3, max_variants=1, confirmations=0)
+    row = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=6, max_variants=1, confirmations=0)
     cands = row["candidates"]
     assert row["correct"] and 1 <= len(cands) <= row["evaluations"], row  # (the loop may evaluate the best again)
     assert all(c["label"] and isinstance(c["correct"], bool) for c in cands), cands
