@@ -147,6 +147,10 @@ def _derived(attrs: dict[str, Any], args: list[Any]) -> torch.Tensor:
         return w.reshape(w.shape[0], -1).sum(0)
     if attrs["recipe"] == "tapfold":
         return _tapfold(args[0], attrs)
+    if attrs["recipe"] == "tapbox":
+        w = args[0].transpose(0, 1) if attrs["transposed"] else args[0]
+        boxes = [w[(slice(None), slice(None), *[slice(lo, hi) for lo, hi in box])] for box in attrs["boxes"]]
+        return attrs["sign"] * sum(b.sum(tuple(range(2, b.dim()))) for b in boxes)
     w, b, mean, var, gamma, beta, eps = args
     s = (gamma if gamma is not None else torch.ones_like(var)) / torch.sqrt(var + eps)
     if attrs["part"] == "weight":

@@ -504,6 +504,23 @@ KW_TF_HD static inline float kw_tapfold_one(const float* w, int64_t e, const kw_
     int64_t t0, int64_t t1, int64_t t2, int64_t k0, int64_t k1, int64_t k2, int64_t a0, int64_t a1, int64_t a2, \
     int64_t b0, int64_t b1, int64_t b2, int64_t c0, int64_t c1, int64_t c2, float scale, void* stream
 #define KW_TAPFOLD_SPEC {{s0, s1, s2}, {t0, t1, t2}, {k0, k1, k2}, {a0, a1, a2}, {b0, b1, b2}, {c0, c1, c2}}
+
+// kw_tapbox: out[o, i] (+)= sign * sum of the weight over the box of taps [lo, hi) (agent.builtin.meanfold);
+// the weight is [O, I, s0, s1, s2], or [I, O, ...] for a transposed convolution.
+KW_TF_HD static inline float kw_tapbox_one(const float* w, int64_t e, int64_t O, int64_t I, const int64_t* s,
+                                           const int64_t* lo, const int64_t* hi, int64_t transposed) {
+    const int64_t o = e / I, i = e % I;
+    const float* wp = w + (transposed ? i * O + o : o * I + i) * s[0] * s[1] * s[2];
+    float acc = 0.0f;
+    for (int64_t t0 = lo[0]; t0 < hi[0]; ++t0)
+        for (int64_t t1 = lo[1]; t1 < hi[1]; ++t1)
+            for (int64_t t2 = lo[2]; t2 < hi[2]; ++t2) acc += wp[(t0 * s[1] + t1) * s[2] + t2];
+    return acc;
+}
+
+#define KW_TAPBOX_ARGS const float* w, float* out, int64_t O, int64_t I, int64_t s0, int64_t s1, int64_t s2, \
+    int64_t l0, int64_t l1, int64_t l2, int64_t h0, int64_t h1, int64_t h2, float sign, int64_t transposed, \
+    int64_t accumulate, void* stream
 """
 
 CPU_DERIVED = (
@@ -533,6 +550,17 @@ extern "C" int kw_tapfold(KW_TAPFOLD_ARGS) {
     const int64_t n = planes * t0 * t1 * t2;
     #pragma omp parallel for
     for (int64_t e = 0; e < n; ++e) out[e] = kw_tapfold_one(w, e, f, scale);
+    return 0;
+}
+
+extern "C" int kw_tapbox(KW_TAPBOX_ARGS) {
+    (void)stream;
+    const int64_t s[3] = {s0, s1, s2}, lo[3] = {l0, l1, l2}, hi[3] = {h0, h1, h2};
+    #pragma omp parallel for
+    for (int64_t e = 0; e < O * I; ++e) {
+        const float v = sign * kw_tapbox_one(w, e, O, I, s, lo, hi, transposed);
+        out[e] = accumulate ? out[e] + v : v;
+    }
     return 0;
 }
 
@@ -646,6 +674,23 @@ extern "C" int kw_tapfold(KW_TAPFOLD_ARGS) {
     const kw_fold3 f = KW_TAPFOLD_SPEC;
     const int64_t n = planes * t0 * t1 * t2;
     kw_tapfold_kernel<<<(unsigned)((n + 255) / 256), 256, 0, (cudaStream_t)stream>>>(w, out, n, f, scale);
+    return (int)cudaGetLastError();
+}
+
+struct kw_box3 { int64_t s[3], lo[3], hi[3]; };
+
+__global__ void kw_tapbox_kernel(const float* w, float* out, int64_t O, int64_t I, kw_box3 b, float sign,
+                                 int64_t transposed, int64_t accumulate) {
+    const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (e >= O * I) return;
+    const float v = sign * kw_tapbox_one(w, e, O, I, b.s, b.lo, b.hi, transposed);
+    out[e] = accumulate ? out[e] + v : v;
+}
+
+extern "C" int kw_tapbox(KW_TAPBOX_ARGS) {
+    const kw_box3 b = {{s0, s1, s2}, {l0, l1, l2}, {h0, h1, h2}};
+    kw_tapbox_kernel<<<(unsigned)((O * I + 255) / 256), 256, 0, (cudaStream_t)stream>>>(w, out, O, I, b, sign,
+                                                                                         transposed, accumulate);
     return (int)cudaGetLastError();
 }
 

@@ -550,6 +550,20 @@ class _Emitter:
                     f"        lib.kw_tapfold(_w, out[{n.name!r}], _w.shape[0] * _w.shape[1], "
                     f"{', '.join(map(str, spec))}, {at['scale']!r}, stream)"
                 )
+            elif r == "tapbox":
+                at = n.attrs
+                d = len(at["boxes"][0])
+                dims = [1] * (3 - d) + [f"_w.shape[{2 + i}]" for i in range(d)]
+                L.append(f"        # {n.name}: signed box sums of {at.get('of')}'s taps (a mean over space folded)")
+                L.append(f"        _w = {self.params[n.args[0].name]}")
+                L.append(f"        out[{n.name!r}] = torch.empty({n.dims!r}, device=dev, dtype=torch.float32)")
+                for k, box in enumerate(at["boxes"]):
+                    lo = [0] * (3 - d) + [b[0] for b in box]
+                    hi = [1] * (3 - d) + [b[1] for b in box]
+                    L.append(
+                        f"        lib.kw_tapbox(_w, out[{n.name!r}], {n.dims[0]}, {n.dims[1]}, {', '.join(map(str, dims))}, "
+                        f"{', '.join(map(str, lo + hi))}, {float(at['sign'])!r}, {int(at['transposed'])}, {int(k > 0)}, stream)"
+                    )
             elif r == "bn_fold" and n.attrs["key"] not in done:
                 done.add(n.attrs["key"])
                 w, b, mean, var, gamma, beta, eps = n.args

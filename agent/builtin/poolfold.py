@@ -27,6 +27,7 @@ no more multiply-adds than the original (the intermediate's write and the pool's
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,7 @@ class _Conv:
     stride: list[int]
     padding: list[int]
     weight: Ref
+    groups: int = 1
     spec: _Spec | None = None  # an ATen call's layout; None for the IR's conv2d
 
     @property
@@ -58,7 +60,7 @@ class _Conv:
         return len(self.stride)
 
 
-def _plain(v: dict[str, Any]) -> Any:
+def plain(v: dict[str, Any]) -> Any:
     """A call argument's value when it is a literal (an int, a list of ints), else None."""
     if set(v) == {"v"}:
         return v["v"]
@@ -77,7 +79,7 @@ def _ints(v: Any, d: int) -> list[int] | None:
 
 def _call_ints(n: Node, i: int, default: int, d: int) -> list[int] | None:
     args = n.attrs["call"]["args"]
-    return [default] * d if i >= len(args) else _ints(_plain(args[i]), d)
+    return [default] * d if i >= len(args) else _ints(plain(args[i]), d)
 
 
 def conv_of(n: Node) -> _Conv | None:
@@ -88,14 +90,16 @@ def conv_of(n: Node) -> _Conv | None:
     if n.op == "conv2d":
         if n.attrs.get("dilation", [1, 1]) != [1, 1] or not isinstance(n.args[1], Ref):
             return None
-        return _Conv(n, False, list(n.attrs["stride"]), list(n.attrs["padding"]), n.args[1])
+        return _Conv(
+            n, False, list(n.attrs["stride"]), list(n.attrs["padding"]), n.args[1], int(n.attrs.get("groups", 1))
+        )
     spec = _CONV_CALLS.get(str(n.attrs.get("target"))) if n.op == "aten" else None
     if spec is None or n.attrs["call"]["kwargs"]:
         return None
-    transposed, si, pi, di, oi, _, _ = spec
+    transposed, si, pi, di, oi, gi, _ = spec
     args = n.attrs["call"]["args"]
     if n.attrs["target"] == "aten.convolution.default":
-        flag = _plain(args[6]) if len(args) > 6 else None
+        flag = plain(args[6]) if len(args) > 6 else None
         if not isinstance(flag, bool):
             return None
         transposed, spec = flag, (flag, *spec[1:])
@@ -103,9 +107,10 @@ def conv_of(n: Node) -> _Conv | None:
     stride, padding = _call_ints(n, si, 1, d), _call_ints(n, pi, 0, d)
     if not isinstance(w, Ref) or stride is None or padding is None or _call_ints(n, di, 1, d) != [1] * d:
         return None
-    if oi is not None and _call_ints(n, oi, 0, d) is None:
+    groups = plain(args[gi]) if gi < len(args) else 1
+    if oi is not None and _call_ints(n, oi, 0, d) is None or not isinstance(groups, int):
         return None
-    return _Conv(n, transposed, stride, padding, w, spec)
+    return _Conv(n, transposed, stride, padding, w, groups, spec)
 
 
 def _pool_of(n: Node) -> tuple[list[int], list[int]] | None:
@@ -113,7 +118,7 @@ def _pool_of(n: Node) -> tuple[list[int], list[int]] | None:
     d = _POOLS.get(str(n.attrs.get("target"))) if n.op == "aten" else None
     if d is None or n.attrs["call"]["kwargs"] or len(n.dims) != d + 2:
         return None
-    args = [_plain(a) for a in n.attrs["call"]["args"]] + [None] * 7
+    args = [plain(a) for a in n.attrs["call"]["args"]] + [None] * 7
     # x, kernel_size, stride ([]: the kernel), padding, ceil_mode, count_include_pad, divisor_override
     k = _ints(args[1], d)
     s = k if args[2] in (None, []) else _ints(args[2], d)
@@ -132,8 +137,9 @@ def _spatially_constant(g: Graph, a: Any, d: int) -> bool:
     return shape is not None and all(x == 1 for x in shape[-d:])
 
 
-def _chain(g: Graph, conv: Node, d: int) -> tuple[list[Node], Node] | None:
-    """The affine ops (constant over space) from conv to an average pool, and the pool."""
+def chain_to(g: Graph, conv: Node, d: int, end: Callable[[Node], bool]) -> tuple[list[Node], Node] | None:
+    """The affine ops (constant over space) from conv, each its only reader, to a node `end`
+    accepts (an average pool, a mean over space), and that node."""
     chain: list[Node] = []
     cur = conv
     while True:
@@ -141,7 +147,7 @@ def _chain(g: Graph, conv: Node, d: int) -> tuple[list[Node], Node] | None:
         if len(users) != 1 or cur.name in g.output.refs():
             return None
         u = users[0]
-        if _pool_of(u) is not None:
+        if end(u):
             return chain, u
         mine = [i for i, a in enumerate(u.args) if isinstance(a, Ref) and a.name == cur.name]
         if u.op not in _AFFINE or len(u.args) != 2 or len(mine) != 1 or (u.op == "div" and mine != [0]):
@@ -188,7 +194,7 @@ def _fold_transposed(
     return f
 
 
-def _fold_plain(K: list[int], c: _Conv, k: list[int], s: list[int]) -> _Fold:
+def _foldplain(K: list[int], c: _Conv, k: list[int], s: list[int]) -> _Fold:
     return _Fold(
         [K[i] + c.stride[i] * (k[i] - 1) for i in range(c.d)],
         [1] * c.d,
@@ -282,7 +288,7 @@ def fold_pools(g: Graph) -> tuple[Graph, list[str]] | None:
 def _fold_one(g: Graph, n: Node) -> str | None:
     """Fold the pool after n into it (g changed in place); what was done, or None."""
     c = conv_of(n)
-    found = _chain(g, n, c.d) if c is not None else None
+    found = chain_to(g, n, c.d, lambda u: _pool_of(u) is not None) if c is not None else None
     if c is None or found is None or not isinstance(n.args[0], Ref):
         return None
     chain, pool = found
@@ -300,7 +306,7 @@ def _fold_one(g: Graph, n: Node) -> str | None:
         if fold is None or math.prod(fold.taps) > math.prod(K):  # multiply-adds per input position
             return None
     else:
-        fold = _fold_plain(K, c, k, s)
+        fold = _foldplain(K, c, k, s)
         if math.prod(fold.taps) > math.prod(s) * math.prod(K):  # per pooled output
             return None
     _fold_into(g, c, wn, fold, k, chain, pool)

@@ -15,6 +15,7 @@ from typing import Any
 
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
 from agent.builtin.layout import channels_last
+from agent.builtin.meanfold import fold_means
 from agent.builtin.poolfold import fold_pools
 
 
@@ -389,6 +390,26 @@ def fold_pool_into_conv(g: Graph) -> Rewrite | None:
     )
 
 
+def fold_mean_of_conv(g: Graph) -> Rewrite | None:
+    """A mean or sum over space after a convolution from sums of its input (agent.builtin.meanfold)."""
+    r = fold_means(g)
+    if r is None:
+        return None
+    g2, done = r
+    return Rewrite(
+        "fold_mean_of_conv",
+        "A mean over space of a convolution, from the input's sums",
+        "; ".join(done) + ". The mean over every output position of a convolution is linear in the input: each "
+        "input position contributes the sum of the weight's taps that land in the output, all of them away from "
+        "the borders. So the candidate sums the input (and its few border rows) and multiplies the sums by "
+        "summed weights: one read of the input and small products, instead of the convolution and its output. "
+        "Ops constant over space between them are applied to the mean. The summed weights are computed from the "
+        "loaded ones by a kernel of the candidate's own and recomputed when they change. Exact up to "
+        "floating-point reassociation.",
+        g2,
+    )
+
+
 def channels_last_convs(g: Graph) -> Rewrite | None:
     """Convolutions with channels-last weights, their epilogues in NHWC order (agent.builtin.layout).
     Not one of REWRITES: a layout is faster for some shapes only, so the policy measures it as one
@@ -424,6 +445,7 @@ REWRITES: list[Callable[[Graph], Rewrite | None]] = [
     linear_sum_to_matvec,
     fold_batchnorm,
     fold_pool_into_conv,
+    fold_mean_of_conv,
 ]
 
 
