@@ -15,7 +15,9 @@ and does one small [N, I] x [I, O] product per term, instead of a convolution of
 multiply-adds per output position whose output is written and read again. Applied to transposed
 convolutions (any stride, padding and output padding) and stride-1 convolutions, groups 1,
 dilation 1, where the valid taps of a position form one range per dim; and only while the terms
-stay few (a padded 3x3 convolution in 2-d has 9, an unpadded one 25: left as it is).
+stay few (a padded 3x3 convolution in 2-d has 9, an unpadded one 25: left as it is). The terms
+depend on the sizes, so only graphs from torch.export, whose candidate runs the folded forward at
+the captured shapes alone (the guard), are folded; an fx graph keeps its sizes symbolic.
 
 Ops between the two that are constant over space (a scale, a per-channel shift) commute with
 the mean and are applied to it; a sum is the mean times the number of output positions. The
@@ -86,6 +88,8 @@ def _terms(c: Any, K: list[int], sizes: list[int], out: list[int]) -> list[tuple
 def fold_means(g: Graph) -> tuple[Graph, list[str]] | None:
     """g with every mean or sum over space after a convolution replaced by the terms above; the
     descriptions, or None when there was none to replace."""
+    if g.meta.get("capture") != "export":  # the terms are those of the captured sizes: export's guard keeps them
+        return None
     g = g.copy()
     done = [d for d in (_fold_one(g, n) for n in list(g.nodes)) if d is not None]
     if not done:

@@ -301,7 +301,9 @@ def _fold_one(g: Graph, n: Node) -> str | None:
     if not c.transposed and K == [1] * c.d and c.stride == [1] * c.d and c.padding == [0] * c.d:
         _pool_first(g, n, chain, pool)
         return f"{label}: the {size} average pool moved before the 1x1 convolution"
-    if c.transposed:
+    if c.transposed:  # its padding balances the captured sizes: export's guard keeps them
+        if g.meta.get("capture") != "export":
+            return None
         fold = _fold_transposed(K, c, k, s, x.dims[2:], pool.dims[2:])
         if fold is None or math.prod(fold.taps) > math.prod(K):  # multiply-adds per input position
             return None

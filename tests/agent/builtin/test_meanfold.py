@@ -98,3 +98,36 @@ def test_the_interpreter_sums_the_boxes_of_the_weight():
     at = {"recipe": "tapbox", "boxes": [[(0, 1), (0, 3)], [(2, 3), (1, 2)]], "sign": -1, "transposed": True}
     want = -(w[:, :, 0:1, :].sum((2, 3)) + w[:, :, 2:3, 1:2].sum((2, 3))).t()
     torch.testing.assert_close(_derived(at, [w]), want)
+
+
+FX_MEAN = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 6, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x).mean(dim=(2, 3))
+
+
+def get_inputs():
+    return [torch.randn(2, 4, 9, 9)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_fx_graph_is_not_folded_its_sizes_stay_symbolic():
+    """The terms (border rows, the number of positions) are the captured sizes': torch.fx's graph
+    runs at any size (the sandbox's shape trial), so only an exported, guarded graph is folded."""
+    an = _analysis(FX_MEAN, profile=False)
+    assert an.ok and an.data["capture"] == "fx", (an.error, an.data.get("capture"))
+    assert fold_means(an.graph) is None
+    an.graph.meta["capture"] = "export"  # the same graph, were it guarded, would be folded
+    assert fold_means(an.graph) is not None
