@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
-from agent.builtin.poolfold import chain_to, conv_of
+from agent.builtin.poolfold import Conv, chain_to, conv_bias, conv_of
 
 MAX_TERMS = 16
 _ADAPTIVE = {f"aten.{p}adaptive_avg_pool{d}d.default" for d in (1, 2, 3) for p in ("", "_")}
@@ -64,7 +65,7 @@ def _missed(rng: tuple[int, int], K: int) -> list[tuple[int, int]]:
     return [r for r in ((0, lo), (hi, K)) if r[0] < r[1]]
 
 
-def _terms(c: Any, K: list[int], sizes: list[int], out: list[int]) -> list[tuple[dict[int, int], int, list]] | None:
+def _terms(c: Conv, K: list[int], sizes: list[int], out: list[int]) -> list[tuple[dict[int, int], int, list]] | None:
     """Per term: the fixed border positions {dim: b}, its sign, and the weight boxes (a list of
     per-dim (lo, hi) ranges) whose sums make W_{S,b}; None when the terms are too many."""
     border: list[list[tuple[int, list[tuple[int, int]]]]] = []
@@ -120,49 +121,20 @@ def _fold_one(g: Graph, n: Node) -> str | None:
     )
 
 
-def _bias(g: Graph, conv: Node) -> Any:
-    if conv.op == "conv2d":
-        return conv.args[2] if len(conv.args) > 2 else None
-    args = conv.attrs["call"]["args"]
-    return conv.args[args[2]["arg"]] if len(args) > 2 and "arg" in args[2] else None
-
-
-def _replace(g: Graph, c: Any, wn: Node, x: Node, terms: list, chain: list[Node], red: Node) -> None:
+def _replace(g: Graph, c: Conv, wn: Node, x: Node, terms: list, chain: list[Node], red: Node) -> None:
     """The reduction `red` of conv -> chain becomes the sum of the terms' products (g in place)."""
     conv, d = c.node, c.d
-    batch, cin, cout = x.dims[0], x.dims[1], conv.dims[1]
+    batch, cout = x.dims[0], conv.dims[1]
     positions = math.prod(conv.dims[2:])
-    at = red.name
 
     def add(op: str, args: list[Any], shape: list[int], attrs: dict[str, Any] | None = None, prefix: str = "mf") -> str:
         name = g.fresh(prefix)
-        g.insert_before(at, Node(name, op, args, attrs or {}, shape, "float32"))
+        g.insert_before(red.name, Node(name, op, args, attrs or {}, shape, "float32"))
         return name
 
-    total = None
-    for fixed, sign, boxes in terms:
-        src = x.name
-        for dim, b in fixed.items():
-            shape = [*g.node(src).dims]
-            shape[2 + dim] = 1
-            src = add("slice", [Ref(src)], shape, {"dim": 2 + dim, "start": b, "end": b + 1, "step": 1}, "mf_row")
-        m = add(
-            "sum", [Ref(src)], [batch, cin], {"dim": list(range(2, 2 + d)), "keepdim": False, "tuple": False}, "mf_sum"
-        )
-        w = Node(
-            g.fresh("w_taps"),
-            "derived",
-            [c.weight],
-            {"recipe": "tapbox", "of": wn.attrs.get("path"), "boxes": boxes, "sign": sign, "transposed": c.transposed},
-            [cout, cin],
-            "float32",
-        )
-        g.insert_before(conv.name, w)
-        term = add("linear", [Ref(m), Ref(w.name), Lit(None)], [batch, cout], prefix="mf_term")
-        total = term if total is None else add("add", [Ref(total), Ref(term)], [batch, cout])
-    assert total is not None, "a fold has at least the whole input's term"
+    total = _sum_of_terms(g, c, wn, x, terms, add)
     v = add("mul", [Ref(total), Scalar(1.0 / positions)], [batch, cout])
-    bias = _bias(g, conv)
+    bias = conv_bias(conv)
     if isinstance(bias, Ref):
         v = add("add", [Ref(v), bias], [batch, cout])
     keep = [batch, cout, *[1] * d]
@@ -176,8 +148,35 @@ def _replace(g: Graph, c: Any, wn: Node, x: Node, terms: list, chain: list[Node]
     g.toposort()
     if _over_space(red, d) == "sum":
         v = add("mul", [Ref(v), Scalar(float(positions))], keep)
-    out = red.dims
-    if out != keep:
-        v = add("view", [Ref(v), Lit(list(out))], list(out))
+    if red.dims != keep:
+        v = add("view", [Ref(v), Lit(list(red.dims))], list(red.dims))
     g.replace_uses(red.name, v)
     g.nodes.remove(red)
+
+
+def _sum_of_terms(g: Graph, c: Conv, wn: Node, x: Node, terms: list, add: Callable[..., str]) -> str:
+    """sum over terms of m_{S,b} @ W_{S,b}^T: [N, O], the sum over the convolution's output positions
+    without its bias."""
+    d, batch, cin, cout = c.d, x.dims[0], x.dims[1], c.node.dims[1]
+    total = None
+    for fixed, sign, boxes in terms:
+        src = x.name
+        for dim, b in fixed.items():
+            shape = [*g.node(src).dims]
+            shape[2 + dim] = 1
+            src = add("slice", [Ref(src)], shape, {"dim": 2 + dim, "start": b, "end": b + 1, "step": 1}, "mf_row")
+        sums = {"dim": list(range(2, 2 + d)), "keepdim": False, "tuple": False}
+        m = add("sum", [Ref(src)], [batch, cin], sums, "mf_sum")
+        w = Node(
+            g.fresh("w_taps"),
+            "derived",
+            [c.weight],
+            {"recipe": "tapbox", "of": wn.attrs.get("path"), "boxes": boxes, "sign": sign, "transposed": c.transposed},
+            [cout, cin],
+            "float32",
+        )
+        g.insert_before(c.node.name, w)
+        term = add("linear", [Ref(m), Ref(w.name), Lit(None)], [batch, cout], prefix="mf_term")
+        total = term if total is None else add("add", [Ref(total), Ref(term)], [batch, cout])
+    assert total is not None, "a fold has at least the whole input's term"
+    return total

@@ -46,7 +46,7 @@ _AFFINE = {"mul", "div", "add", "sub"}
 
 
 @dataclass
-class _Conv:
+class Conv:
     node: Node
     transposed: bool
     stride: list[int]
@@ -82,7 +82,7 @@ def _call_ints(n: Node, i: int, default: int, d: int) -> list[int] | None:
     return [default] * d if i >= len(args) else _ints(plain(args[i]), d)
 
 
-def conv_of(n: Node) -> _Conv | None:
+def conv_of(n: Node) -> Conv | None:
     """n as a convolution this rewrite can fold (groups any, dilation 1, batched), or None."""
     if len(n.shape or []) < 3 or n.attrs.get("island") or n.attrs.get("channels_last"):
         return None
@@ -90,7 +90,7 @@ def conv_of(n: Node) -> _Conv | None:
     if n.op == "conv2d":
         if n.attrs.get("dilation", [1, 1]) != [1, 1] or not isinstance(n.args[1], Ref):
             return None
-        return _Conv(
+        return Conv(
             n, False, list(n.attrs["stride"]), list(n.attrs["padding"]), n.args[1], int(n.attrs.get("groups", 1))
         )
     spec = _CONV_CALLS.get(str(n.attrs.get("target"))) if n.op == "aten" else None
@@ -110,7 +110,15 @@ def conv_of(n: Node) -> _Conv | None:
     groups = plain(args[gi]) if gi < len(args) else 1
     if oi is not None and _call_ints(n, oi, 0, d) is None or not isinstance(groups, int):
         return None
-    return _Conv(n, transposed, stride, padding, w, groups, spec)
+    return Conv(n, transposed, stride, padding, w, groups, spec)
+
+
+def conv_bias(conv: Node) -> Any:
+    """The bias argument of a convolution node (a Ref, or None / a literal when it has none)."""
+    if conv.op == "conv2d":
+        return conv.args[2] if len(conv.args) > 2 else None
+    args = conv.attrs["call"]["args"]
+    return conv.args[args[2]["arg"]] if len(args) > 2 and "arg" in args[2] else None
 
 
 def _pool_of(n: Node) -> tuple[list[int], list[int]] | None:
@@ -172,7 +180,7 @@ class _Fold:
 
 
 def _fold_transposed(
-    K: list[int], c: _Conv, k: list[int], s: list[int], sizes: list[int], out: list[int]
+    K: list[int], c: Conv, k: list[int], s: list[int], sizes: list[int], out: list[int]
 ) -> _Fold | None:
     """The stride-1 transposed convolution of a transposed one followed by a pool of stride S; None
     where the pool's stride differs or the output would need taps beyond the weight's reach."""
@@ -194,7 +202,7 @@ def _fold_transposed(
     return f
 
 
-def _foldplain(K: list[int], c: _Conv, k: list[int], s: list[int]) -> _Fold:
+def _foldplain(K: list[int], c: Conv, k: list[int], s: list[int]) -> _Fold:
     return _Fold(
         [K[i] + c.stride[i] * (k[i] - 1) for i in range(c.d)],
         [1] * c.d,
@@ -232,7 +240,7 @@ def _defaults(spec: _Spec, d: int) -> list[dict[str, Any]]:
     return out
 
 
-def _fold_into(g: Graph, c: _Conv, wn: Node, fold: _Fold, k: list[int], chain: list[Node], pool: Node) -> None:
+def _fold_into(g: Graph, c: Conv, wn: Node, fold: _Fold, k: list[int], chain: list[Node], pool: Node) -> None:
     conv = c.node
     der = Node(
         g.fresh("w_pooled"),
