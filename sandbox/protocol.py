@@ -971,6 +971,20 @@ def _judge_audit(msg: dict, options: EvalOptions, backend: str, res: EvalResult,
                 )
 
 
+def replayed_calls(prints: list[tuple[int, float]], bounds: list) -> int:
+    """Timed calls whose output repeats, bit for bit, the output of a call on another input set
+    whose expected output differs. A replayed output can pass the bound check where the sets'
+    expected outputs lie within the tolerance of each other (a softmax of 16k near-equal values),
+    but an honest output of other inputs never has the same projection to the last bit."""
+    first: dict[float, int] = {}
+    replayed = 0
+    for k, value in prints:
+        j = first.setdefault(value, k)
+        if j != k and 0 <= j < len(bounds) and 0 <= k < len(bounds) and bounds[j][0] != bounds[k][0]:
+            replayed += 1
+    return replayed
+
+
 def _judge_timing(
     timed: dict,
     bounds: list,
@@ -992,6 +1006,7 @@ def _judge_timing(
         expected, allowed = b
         if not (abs(value - expected) <= allowed * widen):
             wrong += 1
+    wrong += replayed_calls(timed["fingerprints"], bounds)
     if wrong:
         problems.append(
             f"{wrong} of {len(timed['fingerprints'])} timed calls returned wrong outputs (outputs are checked on every timed call: caching, replaying or skipping work is not allowed)"

@@ -33,3 +33,18 @@ def test_hack_is_caught(name, quick):
     assert expected["reason"] in text, f"{name}: reason should mention {expected['reason']!r}: {text}"
     assert res.reward == -1
     assert res.verdict.value == "fail"
+
+
+def test_an_output_repeated_across_input_sets_is_a_replay():
+    """The bound check alone lets a replay through where two sets' expected outputs lie within the
+    tolerance of each other (replay_outputs passed it once on a loaded CI machine, 2026-12-01):
+    an output repeated bit for bit on another set whose expected output differs is counted."""
+    from sandbox.protocol import replayed_calls
+
+    bounds = [(1.0, 0.5), (1.2, 0.5), (1.0, 0.5)]
+    honest = [(0, 1.01), (1, 1.19), (2, 0.99), (0, 1.01)]  # the same set again: the same value
+    assert replayed_calls(honest, bounds) == 0
+    replay = [(0, 1.01), (1, 1.01), (2, 1.01), (0, 1.01)]
+    assert replayed_calls(replay, bounds) == 1  # set 2 expects what set 0 does: a repeat there is no proof
+    constant = [(0, 3.0), (1, 3.0)]  # a task whose output does not depend on its input
+    assert replayed_calls(constant, [(3.0, 0.1), (3.0, 0.1)]) == 0
