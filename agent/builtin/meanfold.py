@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
-from agent.builtin.poolfold import Conv, chain_to, conv_bias, conv_of
+from agent.builtin.poolfold import Conv, chain_to, conv_bias, conv_of, fold_each
 
 MAX_TERMS = 16
 _ADAPTIVE = {f"aten.{p}adaptive_avg_pool{d}d.default" for d in (1, 2, 3) for p in ("", "_")}
@@ -91,12 +91,7 @@ def fold_means(g: Graph) -> tuple[Graph, list[str]] | None:
     descriptions, or None when there was none to replace."""
     if g.meta.get("capture") != "export":  # the terms are those of the captured sizes: export's guard keeps them
         return None
-    g = g.copy()
-    done = [d for d in (_fold_one(g, n) for n in list(g.nodes)) if d is not None]
-    if not done:
-        return None
-    g.remove_dead()
-    return g, done
+    return fold_each(g, _fold_one)
 
 
 def _fold_one(g: Graph, n: Node) -> str | None:

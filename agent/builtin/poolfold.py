@@ -285,8 +285,14 @@ def _fold_into(g: Graph, c: Conv, wn: Node, fold: _Fold, k: list[int], chain: li
 def fold_pools(g: Graph) -> tuple[Graph, list[str]] | None:
     """g with every average pool after a convolution folded into it (where the folded convolution
     does no more multiply-adds); the descriptions of what was folded, or None when nothing was."""
+    return fold_each(g, _fold_one)
+
+
+def fold_each(g: Graph, fold: Callable[[Graph, Node], str | None]) -> tuple[Graph, list[str]] | None:
+    """A copy of g with `fold` applied at every node (it changes the copy in place and says what it
+    did, or returns None), dead nodes removed; None when no fold applied."""
     g = g.copy()
-    done = [d for d in (_fold_one(g, n) for n in list(g.nodes)) if d is not None]
+    done = [d for d in (fold(g, n) for n in list(g.nodes)) if d is not None]
     if not done:
         return None
     g.remove_dead()

@@ -11,7 +11,7 @@ from agent.builtin.meanfold import fold_means
 from agent.builtin.pipeline import build_candidate
 from agent.builtin.rewrites import all_rewrites
 from tests.agent.builtin.test_export_capture import _analysis, _check_candidate
-from tests.agent.builtin.test_poolfold import _module
+from tests.agent.builtin.test_poolfold import _module, scale_weights
 
 MEAN = "torch.mean({conv}({x}), dim=(2, 3), keepdim=True)"
 FOLDED = {
@@ -54,11 +54,7 @@ def test_the_mean_without_the_convolution_is_the_reference(tmp_path):
     assert not convs, [n.name for n in convs]  # no convolution is left
     c = build_candidate(g, an.data, "cpu", torch_ops="allow")
 
-    def change(m):
-        for i in range(len(FOLDED)):
-            getattr(m, f"conv{i}").weight.mul_(-1.5)
-
-    _check_candidate(ALL_FOLDED, c.files, tmp_path, change=change)
+    _check_candidate(ALL_FOLDED, c.files, tmp_path, change=scale_weights(len(FOLDED)))
 
 
 LEFT = {

@@ -49,6 +49,16 @@ def get_init_inputs():
 """
 
 
+def scale_weights(n: int):
+    """A change to every case's convolution weight (conv0 ... conv{n-1}), for _check_candidate."""
+
+    def change(m):
+        for i in range(n):
+            getattr(m, f"conv{i}").weight.mul_(-1.5)
+
+    return change
+
+
 PLAIN = "{pool}({conv}({x}))"
 FOLDED = {
     "conv2d k3 s1": ("Conv2d(4, 6, 3)", "AvgPool2d(2)", "2, 4, 13, 12", PLAIN),
@@ -96,11 +106,8 @@ def test_the_folded_convolutions_are_the_reference(tmp_path):
     assert sum(n.attrs.get("recipe") == "tapfold" for n in g.nodes) == len(FOLDED) - 1
     c = build_candidate(g, an.data, "cpu", torch_ops="allow")
 
-    def change(m):  # a changed weight is folded again (the derived weight follows its version)
-        for i in range(len(FOLDED)):
-            getattr(m, f"conv{i}").weight.mul_(-1.5)
-
-    _check_candidate(ALL_FOLDED, c.files, tmp_path, change=change)
+    # a changed weight is folded again (the derived weight follows its version)
+    _check_candidate(ALL_FOLDED, c.files, tmp_path, change=scale_weights(len(FOLDED)))
 
 
 LEFT = {
