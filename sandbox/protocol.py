@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import audit, cache, containment, devlock
+from . import audit, cache, containment, devlock, devmem
 from .build import Artifacts, build
 from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge, Traffic
 from .isolation import Child, Limits, start_child
@@ -420,8 +420,32 @@ def evaluate(
     *,
     profile: bool = False,
 ) -> EvalResult:
+    """One evaluation (docs/evaluation.md). On a GPU that other evaluations share, one that runs
+    out of device memory while holding part of it (sandbox.devmem) is evaluated once more holding
+    all of it: a neighbour's memory is never a reason to fail a candidate."""
     options = options or EvalOptions()
     options.validate()
+    res, parts = _evaluate_once(task_source, files, options, on_progress, profile, whole=False)
+    if res.status != Status.OK and parts is not None and parts < devmem.PARTS and devmem.out_of_memory(res.reasons):
+        first = res.reasons[-1].splitlines()[0][:300]
+        res, _ = _evaluate_once(task_source, files, options, on_progress, profile, whole=True)
+        res.audit.findings.append(
+            f"memory: the first attempt ran out of device memory holding {parts} of the device's {devmem.PARTS} "
+            f"parts ({first}); evaluated again holding all of them"
+        )
+    return res
+
+
+def _evaluate_once(
+    task_source: str,
+    files: dict[str, str],
+    options: EvalOptions,
+    on_progress: Progress | None,
+    profile: bool,
+    whole: bool,
+) -> tuple[EvalResult, int | None]:
+    """The evaluation and the parts of the device's memory it held (None: no share was in use;
+    0: it failed before its share was sized, in the set-up)."""
     started = time.perf_counter()
     backend = options.resolved_backend()
     res = EvalResult(
@@ -448,9 +472,10 @@ def evaluate(
                 pass
 
     children: list[Child] = []
+    share = devmem.MemoryShare(whole=whole)
     try:
         res.containment = containment.require(backend == "cuda").label
-        _run(task_source, files, options, backend, res, progress, children, profile or options.profile)
+        _run(task_source, files, options, backend, res, progress, children, profile or options.profile, share)
     except _Stop as stop:
         res.status = stop.status
         res.reasons.append(stop.reason)
@@ -469,12 +494,42 @@ def evaluate(
             _keep_compile_cache(children[0], res.task_hash, backend, options)
         for child in children:
             child.close()
+        parts = share.parts if share.available else None
+        share.release()  # after the children: their memory is the driver's again
     if res.status != Status.OK:
         res.verdict = Verdict.FAIL
         res.reward = -1
     res.duration_s = time.perf_counter() - started
     progress("done", {"status": res.status.value, "reward": res.reward})
-    return res
+    return res, parts
+
+
+def _admitted_setup(
+    ref: Child, msg: dict, share: devmem.MemoryShare, options: EvalOptions, backend: str, progress: Progress | None
+) -> dict:
+    """The reference's set-up under the device's memory admission, then the share of its memory
+    that the measured footprint needs (all of it for `share.whole`); the cpu and evaluations
+    without the device lock hold none."""
+    if backend == "cuda" and options.device_lock:
+        share.open(devlock.host_lock_name(backend))
+    on_wait = (lambda waiting: progress("memory_wait" if waiting else "reference", {})) if progress else None
+    share.admit(on_wait)
+    _send(ref, msg, REF, "setup")
+    data = _recv(ref, REF, "building the model")
+    memory = data.get("memory") or {}
+    if data.get("ok") and memory and options.device_lock:
+        share.open(data.get("device_id"))
+        need = devmem.footprint(memory, options.input_sets)
+        share.take(devmem.PARTS if share.whole else devmem.parts_for(need, memory["total"]), on_wait)
+    return data
+
+
+def _share_finding(share: devmem.MemoryShare, data: dict) -> str:
+    m = data["memory"]
+    return (
+        f"memory: {share.parts} of the device's {devmem.PARTS} parts held ({share.parts * m['total'] / devmem.PARTS / 2**30:.1f} GiB; "
+        f"set-up peak {m['peak'] / 2**30:.2f} GiB, one input set {m['inputs'] / 2**30:.2f} GiB)"
+    )
 
 
 def transport_finding(children: list[Child]) -> str:
@@ -500,10 +555,12 @@ def _run(
     progress: Progress,
     children: list[Child],
     want_profile: bool,
+    share: devmem.MemoryShare,
 ) -> None:
     """The steps of docs/evaluation.md in order (`_Evaluation`): a step that settles the result
     returns False (or raises _Stop) and the rest do not run."""
     ev = _Evaluation(task_source, files, options, backend, res, progress, children)
+    ev.share = share
     steps = (ev.compile, ev.scan, ev.start, ev.reference, ev.candidate_import, ev.correctness, ev.timing, ev.verdict)
     for step in steps:
         if step() is False:
@@ -528,6 +585,7 @@ class _Evaluation:
         self.task_source, self.files, self.options, self.backend = task_source, files, options, backend
         self.res, self.progress, self.children = res, progress, children
         self.fp_seed = secrets.randbits(62)
+        self.share = devmem.MemoryShare()
         self.widen = 1.0  # the timed-call fingerprint bounds, in tolerance units (wider after a float64 pass)
 
     def compile(self) -> bool:
@@ -585,23 +643,20 @@ class _Evaluation:
         options = self.options
         self.progress("reference", {})
         preset = PRESETS[options.preset]
-        _send(
-            self.ref,
-            {
-                "options": _opts_msg(options),
-                "backend": self.backend,
-                "seeds": _seeds(options),
-                "fingerprint_seed": self.fp_seed,
-                "reinit": preset["reinit_trial"],
-                "wide": preset["wide_trial"],
-                "shape": preset["shape_trial"],
-            },
-            REF,
-            "setup",
-        )
-        self.data = data = _recv(self.ref, REF, "building the model")
+        msg = {
+            "options": _opts_msg(options),
+            "backend": self.backend,
+            "seeds": _seeds(options),
+            "fingerprint_seed": self.fp_seed,
+            "reinit": preset["reinit_trial"],
+            "wide": preset["wide_trial"],
+            "shape": preset["shape_trial"],
+        }
+        self.data = data = _admitted_setup(self.ref, msg, self.share, options, self.backend, self.progress)
         if not data.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
+        if self.share.parts:
+            self.res.audit.findings.append(_share_finding(self.share, data))
         self.res.device = data["device_name"]
         self.res.device_id = data.get("device_id", "")
 
@@ -1215,24 +1270,20 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         options=options.to_dict(),
     )
     ref = None
+    share = devmem.MemoryShare()
     try:
         ref = Child("reference", _limits(options, backend), options, _child_env(options, backend))
         ref.write_files({"task.py": task_source}, subdir=".")
-        _send(
-            ref,
-            {
-                "options": _opts_msg(options),
-                "backend": backend,
-                "seeds": _seeds(options),
-                "fingerprint_seed": 1,
-                "reinit": False,
-                "wide": False,
-                "shape": False,
-            },
-            "the reference (task)",
-            "setup",
-        )
-        data = _recv(ref, "the reference (task)", "building the model")
+        msg = {
+            "options": _opts_msg(options),
+            "backend": backend,
+            "seeds": _seeds(options),
+            "fingerprint_seed": 1,
+            "reinit": False,
+            "wide": False,
+            "shape": False,
+        }
+        data = _admitted_setup(ref, msg, share, options, backend, None)
         if not data.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
         res.device = data["device_name"]
@@ -1284,5 +1335,6 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
     finally:
         if ref is not None:
             ref.close()
+        share.release()
     res.duration_s = time.perf_counter() - started
     return res

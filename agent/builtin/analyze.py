@@ -850,9 +850,9 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
     }
     if profile:
         dev = device if device == "cuda" and torch.cuda.is_available() else "cpu"
-        m = model.to(dev)
-        ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
-        try:
+        try:  # the copy to the device too: beside other evaluations it can run out of memory
+            m = model.to(dev)
+            ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
             rows, ms = _eager_profile(m, ins, dev)
         except Exception as e:  # the graph is what matters; the profile only informs the plan
             notes.append(

@@ -21,6 +21,7 @@ TTL_S = 3600  # a progress key outlives the longest gpu task's wait for its resu
 DEVICE_WAIT = "waiting for the device (another evaluation is being timed)"
 STEP_WORDS = {
     "device_wait": DEVICE_WAIT,
+    "memory_wait": "waiting for device memory (other evaluations hold it)",
     "compile": "compiling",
     "compiling": "compiling",
     "starting": "starting the sandbox",
