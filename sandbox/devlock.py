@@ -193,11 +193,15 @@ def device_lock_name(device: str) -> str:
 
 
 def host_lock_name(backend: str) -> str | None:
-    """The lock name of this process's device without initialising CUDA: 'cpu', or the GPU
-    that CUDA_VISIBLE_DEVICES names alone (by UUID, or by index in PCI bus order, as nvidia-smi
-    numbers them); None when that cannot be told (several GPUs visible, say)."""
+    """The lock name of this process's device without initialising CUDA: 'cpu', the host's only
+    GPU when CUDA_VISIBLE_DEVICES is unset, or the GPU that CUDA_VISIBLE_DEVICES names alone (by
+    UUID, or by index in PCI bus order, as nvidia-smi numbers them); None when that cannot be
+    told (several GPUs visible, say)."""
     if backend != "cuda":
         return "cpu"
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        uuids = host_gpu_uuids()
+        return f"gpu-{uuids[0]}" if len(uuids) == 1 else None
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if len(visible) != 1:
         return None

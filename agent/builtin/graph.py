@@ -282,6 +282,19 @@ class Analysis:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+def _admission(device: str) -> Any:
+    """On a GPU, the analysis runs the task there (its eager profile) with no measured footprint,
+    as an evaluation's set-up does: under the same admission (sandbox.devmem), so it starts only
+    when some of the device's memory is free and no evaluation is admitted beside it."""
+    from sandbox import devmem
+    from sandbox.devlock import host_lock_name
+
+    share = devmem.MemoryShare()
+    if device == "cuda":
+        share.open(host_lock_name("cuda")).admit()
+    return share
+
+
 def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeout: float = 300.0) -> Analysis:
     """Run the capture in the sandbox: the task is user code and must not run in ours (the
     same wall as an evaluation's children, sandbox.isolation.run_command)."""
@@ -298,6 +311,7 @@ def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeo
         if not profile:
             cmd.append("--no-profile")
         limits = Limits(wall_s=timeout, cpu_s=int(timeout * 4) + 60, fsize_mb=64, nproc=1024)
+        share = _admission(device)
         try:
             rc, log, timed_out = run_command(
                 cmd,
@@ -309,6 +323,8 @@ def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeo
             )
         except Unavailable as exc:
             return Analysis(False, str(exc))
+        finally:
+            share.release()
     if timed_out:
         return Analysis(False, f"the analysis of the task did not finish within {timeout:.0f} s")
     line = next((ln for ln in reversed(log.splitlines()) if ln.startswith("{")), None)
