@@ -209,7 +209,11 @@ class BuiltinPolicy(Policy):
         for r in self.rewrites:
             self.steps.append(_Step("candidate", r.title, graph=r.graph, rewrite=r))
         self.final_graph = self.rewrites[-1].graph if self.rewrites else g
-        layout = channels_last_convs(self.final_graph)
+        layout = (
+            channels_last_convs(self.final_graph)
+            if _layout_may_pay(backend, self.analysis.data, self.task.options)
+            else None
+        )
         if layout is not None:  # measured as one more candidate; the launch variants tune final_graph
             self.steps.append(_Step("candidate", layout.title, graph=layout.graph, rewrite=layout))
         try:
@@ -808,6 +812,20 @@ def _headline(error: str, limit: int = 400) -> str:
     the failing node stays in the analysis data), at most `limit` characters."""
     line = (error.strip().splitlines() or [""])[0].rstrip(" .:")
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _layout_may_pay(backend: str, analysis: dict, options: dict | None) -> bool:
+    """Whether the channels-last candidate is worth an evaluation. On the CPU, oneDNN's NHWC
+    kernels win (KernelBench L2/50: 36.5x with the pool fold against 12.3x without, docs/benchmarks.md).
+    On a GPU, cuDNN's NHWC kernels are its tensor-core ones, used in 16-bit; in float32 with TF32
+    off (the evaluation's rule) they lost on every H200 convolution measured: level 1 0.57-0.99x,
+    level 2 no win, level 3 0.63-1.02x apart from a tie with the pool fold (thirteenth session)."""
+    if backend != "cuda":
+        return True
+    precision = str((options or {}).get("precision", "task"))
+    if precision in ("bfloat16", "float16"):
+        return True
+    return precision == "task" and any(i.get("dtype") in ("bfloat16", "float16") for i in analysis.get("inputs", []))
 
 
 def _library_line(n: Node, backend: str, plan: Plan | None = None) -> str:

@@ -266,3 +266,17 @@ def test_the_candidate_follows_other_init_arguments(tmp_path):
     _check_candidate(SIZED.format(c=8), c.files, tmp_path)
     (tmp_path / "other").mkdir()
     _check_candidate(SIZED.format(c=5), c.files, tmp_path / "other")
+
+
+def test_the_layout_candidate_is_measured_where_it_can_win():
+    """On the CPU always; on a GPU only where the convolutions run in 16-bit (cuDNN's NHWC
+    kernels are its tensor-core ones; in float32 without TF32 they lost on the H200)."""
+    from agent.builtin.policy import _layout_may_pay
+
+    fp32 = {"inputs": [{"shape": [8, 3, 32, 32], "dtype": "float32"}]}
+    half = {"inputs": [{"shape": [8, 3, 32, 32], "dtype": "float16"}]}
+    assert _layout_may_pay("cpu", fp32, {})
+    assert not _layout_may_pay("cuda", fp32, {})
+    assert not _layout_may_pay("cuda", half, {"precision": "float32"})
+    assert _layout_may_pay("cuda", fp32, {"precision": "bfloat16"})
+    assert _layout_may_pay("cuda", half, None)
