@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 from collections.abc import Callable, Iterator
 
@@ -53,9 +54,12 @@ def _normal_uuid(text: str) -> str:
     return text[4:] if text.startswith("gpu-") else text
 
 
+@functools.lru_cache(maxsize=1)
 def host_gpu_uuids() -> list[str]:
-    """The UUIDs of this host's GPUs without initialising CUDA (the driver's /proc files)."""
+    """The UUIDs of this host's GPUs without initialising CUDA: the driver's /proc files, or
+    nvidia-smi where a container hides them (both in PCI bus order)."""
     import glob
+    import subprocess
 
     uuids = []
     for info in sorted(glob.glob("/proc/driver/nvidia/gpus/*/information")):  # by PCI bus id
@@ -65,7 +69,19 @@ def host_gpu_uuids() -> list[str]:
                     uuids.append(_normal_uuid(line.split(":", 1)[1]))
         except OSError:
             continue
-    return uuids
+    if uuids:
+        return uuids
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=pci.bus_id,uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = sorted(line.split(",") for line in out.splitlines() if line.count(",") == 1)
+    return [_normal_uuid(uuid) for _, uuid in rows]
 
 
 def _open(path: str) -> int | None:
