@@ -651,8 +651,64 @@ __global__ void kw_scan_kernel(const float* __restrict__ x, float* __restrict__ 
     KW_GRID(lines) kw_scan_line(x, y, q, len, inner, op);
 }
 
+// A contiguous line (inner == 1) per block: each thread scans KW_SCAN_V consecutive elements, the
+// warps scan their threads' totals by shuffles, the block its warps' totals, and a carry runs from
+// tile to tile (in double, as the line kernel). One thread per line would read its line alone, so a
+// warp's loads fall on 32 lines at once; here a warp reads 32 x KW_SCAN_V consecutive floats.
+#define KW_SCAN_T 512
+#define KW_SCAN_V 4
+__device__ __forceinline__ double kw_scan_op(double a, double b, int64_t op) { return op == 0 ? a + b : a * b; }
+
+__global__ void kw_scan_rows_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t len, int64_t op) {
+    __shared__ double warp_total[KW_SCAN_T / 32];
+    const double id = op == 0 ? 0.0 : 1.0;
+    const float* xr = x + (int64_t)blockIdx.x * len;
+    float* yr = y + (int64_t)blockIdx.x * len;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double carry = id;
+    for (int64_t t0 = 0; t0 < len; t0 += (int64_t)KW_SCAN_T * KW_SCAN_V) {
+        const int64_t i = t0 + (int64_t)threadIdx.x * KW_SCAN_V;
+        double v[KW_SCAN_V];
+#pragma unroll
+        for (int k = 0; k < KW_SCAN_V; ++k) {
+            v[k] = i + k < len ? (double)xr[i + k] : id;
+            if (k > 0) v[k] = kw_scan_op(v[k - 1], v[k], op);
+        }
+        double s = v[KW_SCAN_V - 1];  // inclusive over the warp's threads
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const double n = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s = kw_scan_op(n, s, op);
+        }
+        if (lane == 31) warp_total[warp] = s;
+        __syncthreads();
+        if (warp == 0) {
+            double w = lane < KW_SCAN_T / 32 ? warp_total[lane] : id;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const double n = __shfl_up_sync(0xffffffffu, w, o);
+                if (lane >= o) w = kw_scan_op(n, w, op);
+            }
+            if (lane < KW_SCAN_T / 32) warp_total[lane] = w;  // now inclusive over the warps
+        }
+        __syncthreads();
+        double before = __shfl_up_sync(0xffffffffu, s, 1);  // the threads before this one in its warp
+        if (lane == 0) before = id;
+        double prefix = kw_scan_op(carry, warp > 0 ? warp_total[warp - 1] : id, op);
+        prefix = kw_scan_op(prefix, before, op);
+#pragma unroll
+        for (int k = 0; k < KW_SCAN_V; ++k)
+            if (i + k < len) yr[i + k] = (float)kw_scan_op(prefix, v[k], op);
+        carry = kw_scan_op(carry, warp_total[KW_SCAN_T / 32 - 1], op);
+        __syncthreads();  // warp_total is rewritten by the next tile
+    }
+}
+
 extern "C" int kw_scan(const float* x, float* y, int64_t outer, int64_t len, int64_t inner, int64_t op, void* stream) {
-    kw_scan_kernel<<<kw_blocks(outer * inner), 256, 0, (cudaStream_t)stream>>>(x, y, outer * inner, len, inner, op);
+    if (inner == 1 && len >= KW_SCAN_T && outer < 2147483647)
+        kw_scan_rows_kernel<<<(unsigned)outer, KW_SCAN_T, 0, (cudaStream_t)stream>>>(x, y, len, op);
+    else
+        kw_scan_kernel<<<kw_blocks(outer * inner), 256, 0, (cudaStream_t)stream>>>(x, y, outer * inner, len, inner, op);
     return (int)cudaGetLastError();
 }
 
