@@ -21,7 +21,7 @@ for s in $stages; do case $s in
   probe) run_stage probe 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv; python3 -c "import torch; from triton.testing import do_bench; a=torch.randn(4096,4096,device=\"cuda\"); x=torch.empty(1<<26,device=\"cuda\"); print(\"fixed workload: fp32 GEMM 4096^3 %.3f ms, 256 MB copy %.3f ms\" % (do_bench(lambda: a@a), do_bench(lambda: x.clone())))"; python3 -c "import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"; nvcc --version | tail -2' ;;
   # the case studies run in the `cases` stage (tests/agent/builtin/test_gpu_case_studies.py is the
   # same five runs with assertions, marked slow: run it on its own when there is device time)
-  tests) run_stage tests 280 python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -v -rfE --tb=short -p no:cacheprovider ;;
+  tests) run_stage tests ${KW_TESTS_LIMIT:-280} python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -v -rfE --tb=short -p no:cacheprovider ;;
   # where a candidate's timed ms come from: sandbox numbers, our timer vs do_bench, host vs device cost
   # (after `cases` in the same call: this call's fresh candidates; else the gallery's)
   timecheck) fx=webapp/jobs/fixtures/gallery; [ -f "$WORK/cases/diag_scale_matmul.json" ] && fx="$WORK/cases"
@@ -37,14 +37,17 @@ for s in $stages; do case $s in
   # KernelBench's stratified sample (issue 18) in KW_KB_SHARDS processes sharing the GPU (at most ~5
   # at published sizes: 7 ran references out of device memory; such a problem is retried once after
   # the rest), no problem started after KW_KB_LIMIT s. KW_KB: a KernelBench copy that travelled in a
-  # carried folder (never committed). Merged table in summary.txt, rows in kernelbench.tgz.
-  kernelbench) mkdir -p "$WORK/kb"
+  # carried folder (never committed). KW_KB_PROBLEMS="1/22 3/16 ...": those problems instead of the
+  # sample (the rest of a level that did not fit one call). Merged table in summary.txt, rows in kernelbench.tgz.
+  kernelbench) mkdir -p "$WORK/kb"; set -f
+    which="--level ${KW_KB_LEVELS:-1 2 3} --sample ${KW_KB_SAMPLE:-30} --stratified --seed ${KW_KB_SEED:-2612}"
+    [ -n "${KW_KB_PROBLEMS:-}" ] && which="--problems $KW_KB_PROBLEMS"
     for k in $(seq 0 $((${KW_KB_SHARDS:-5} - 1))); do
       timeout $((${KW_KB_LIMIT:-400} + 140)) python3 -m benchmarks.kernelbench --kernelbench "${KW_KB:?KW_KB: a KernelBench copy}" \
-        --level ${KW_KB_LEVELS:-1 2 3} --sample ${KW_KB_SAMPLE:-30} --stratified --seed ${KW_KB_SEED:-2612} --backend cuda \
+        $which --backend cuda \
         --cap 0 --max-turns ${KW_KB_TURNS:-10} --compile-baseline --shard $k/${KW_KB_SHARDS:-5} --time-limit ${KW_KB_LIMIT:-400} \
         --out "$WORK/kb/s$k.json" > "$WORK/kb/s$k.log" 2>&1 &
-    done; wait
+    done; wait; set +f
     python3 -m benchmarks.kernelbench --merge "$WORK"/kb/s*.json | tee -a "$summary"
     tar czf "$OUT/kernelbench.tgz" -C "$WORK" kb ;;
 esac; done
