@@ -32,6 +32,7 @@ from typing import Any
 
 from agent.builtin.graph import ELEMENTWISE, REDUCTIONS, Graph, Lit, Node, Ref
 from agent.builtin.lower import norm_dims
+from agent.builtin.poolfold import conv_bias
 
 # convolutions captured by torch.export (aten islands) whose weight's layout picks the algorithm
 CONV_TARGETS = {
@@ -138,19 +139,16 @@ class _Region:
 
 def _detach_bias(conv: Node) -> Any:
     """The convolution's bias (a Ref) taken out of its call, or None when it has none."""
-    if conv.op == "conv2d":
-        b = conv.args[2] if len(conv.args) > 2 else None
-        if isinstance(b, Ref):
-            conv.args = [conv.args[0], conv.args[1], Lit(None), *conv.args[3:]]
-            return b
+    b = conv_bias(conv)
+    if not isinstance(b, Ref):
         return None
-    call = conv.attrs["call"]
-    args = list(call["args"])
-    if len(args) > 2 and args[2].get("arg") is not None and isinstance(conv.args[args[2]["arg"]], Ref):
-        b = conv.args[args[2]["arg"]]
+    if conv.op == "conv2d":
+        conv.args = [conv.args[0], conv.args[1], Lit(None), *conv.args[3:]]
+    else:
+        call = conv.attrs["call"]
+        args = list(call["args"])
         conv.attrs = {**conv.attrs, "call": {**call, "args": [*args[:2], {"v": None}, *args[3:]]}}
-        return b
-    return None
+    return b
 
 
 def channels_last(g: Graph) -> tuple[Graph, list[str], int] | None:
