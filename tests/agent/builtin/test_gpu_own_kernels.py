@@ -1,0 +1,67 @@
+"""Scans and reductions of our own on the GPU (run on the H200), through the real sandbox under
+torch-ops=forbid, the timing printed next to eager. A contiguous scan line longer than a block is
+scanned by a whole block (kw_scan_rows_kernel), other lines one per thread; a long reduced line is
+split over a block's threads (kw_reduce_cols_kernel where neighbouring lines lie side by side,
+kw_reduce_lines_kernel where they do not), short ones one per thread (KernelBench L1/48-53 and
+L1/89-93 at smaller sizes)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+from agent.builtin.graph import analyze_source  # noqa: E402
+from agent.builtin.pipeline import build_candidate, own_parts  # noqa: E402
+from sandbox import EvalOptions, evaluate  # noqa: E402
+
+from .test_own_kernels import task  # noqa: E402
+
+# rows of 5003 (tiles of 2048 with a ragged end), a strided scan over dim 1, a masked and a
+# product scan: every branch of kw_scan in one candidate
+SCANS = task(
+    "(torch.cumsum(x * m, dim=1), torch.cumsum(x, dim=0), torch.cumprod(torch.sigmoid(x) * 0.02 + 0.99, dim=1))",
+    "torch.randn(512, 5003), torch.rand(512, 5003) > 0.5",
+    args="x, m",
+)
+
+
+# every reduction layout: columns (inner 100), lines (inner 3 and 1: an export graph keeps the
+# trailing argmax an island), one per thread (a line of 20); sums, extremes and arg-extremes
+REDUCTIONS = task(
+    "(torch.mean(x, dim=1), torch.amax(x, dim=1), torch.argmin(x, dim=1), torch.sum(y, dim=1), "
+    "torch.argmax(y, dim=1), torch.norm(z, p=1, dim=1), torch.argmax(z, dim=-1), torch.amin(x[:, :20], dim=1), torch.argmax(x[:, :20], dim=1))",
+    "torch.randn(4, 300, 100), torch.randn(8, 700, 3), torch.randn(16, 900)",
+    args="x, y, z",
+)
+
+
+def _evaluated(src: str, kernels: set[str], tmp_path) -> object:
+    an = analyze_source(src, profile=False)
+    assert an.ok, an.error
+    cand = build_candidate(an.graph, an.data, "cuda", torch_ops="forbid")
+    assert kernels <= {k for _, k in own_parts(cand.plan)}
+    opts = EvalOptions(
+        backend="cuda", torch_ops="forbid", compile_baseline=False, timing_budget_s=0.3, cache_dir=str(tmp_path)
+    )
+    res = evaluate(src, cand.files, opts)
+    assert res.status.value == "ok", res.reasons
+    print(f"ours {res.timing.candidate.median_ms:.4f} ms, eager {res.timing.eager.median_ms:.4f} ms")
+    return res
+
+
+def _ran(res, name: str) -> bool:
+    return any(name in k for k in res.audit.kernels)
+
+
+def test_scans_of_our_own_pass_the_sandbox_on_the_gpu(tmp_path):
+    res = _evaluated(SCANS, {"kw_scan"}, tmp_path)
+    assert _ran(res, "kw_scan_rows_kernel") and _ran(res, "kw_scan_kernel"), res.audit.kernels
+
+
+def test_reductions_of_our_own_pass_the_sandbox_on_the_gpu(tmp_path):
+    res = _evaluated(REDUCTIONS, {"kw_reduce", "kw_argreduce"}, tmp_path)
+    for name in ("kw_reduce_cols_kernel", "kw_reduce_lines_kernel", "kw_reduce_kernel", "kw_argreduce_kernel"):
+        assert _ran(res, name), (name, res.audit.kernels)
