@@ -103,3 +103,8 @@ def test_a_value_that_is_not_a_report_is_no_progress():
     assert progress.read(None) is None and progress.read(b"") is None
     assert progress.read(b"not json") is None and progress.read(b"[3, 5]") is None
     assert progress.read(b'{"n": 2, "step": "timing", "detail": {}}') == (2, "timing", {})
+
+
+def test_a_wait_for_device_memory_has_its_own_words():
+    """sandbox.protocol's memory admission (progress("memory_wait"), sandbox.devmem) says what it waits for."""
+    assert progress.step_text("memory_wait", {}) == "waiting for device memory (other evaluations hold it)"
