@@ -283,15 +283,18 @@ class Analysis:
 
 
 def _admission(device: str) -> Any:
-    """On a GPU, the analysis runs the task there (its eager profile) with no measured footprint,
-    as an evaluation's set-up does: under the same admission (sandbox.devmem), so it starts only
-    when some of the device's memory is free and no evaluation is admitted beside it."""
+    """On a GPU, the analysis runs the task there (its eager profile: the model, one input set, a
+    few forwards) with no measured footprint: it holds a set-up's share of the device's memory
+    (sandbox.devmem.SETUP_PARTS) for its run, taken through the evaluations' admission. Holding
+    the admission itself for the run would keep every evaluation out during the capture, which
+    takes seconds to a minute and needs no device memory."""
     from sandbox import devmem
     from sandbox.devlock import host_lock_name
 
     share = devmem.MemoryShare()
     if device == "cuda":
         share.open(host_lock_name("cuda")).admit()
+        share.take(devmem.SETUP_PARTS)
     return share
 
 
