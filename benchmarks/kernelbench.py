@@ -303,6 +303,7 @@ def _candidate_row(t: Any) -> dict[str, Any]:
         "vs_compile": t.speedup_vs_compile,
         "median_ms": t.median_ms,
         "reason": (t.reasons or [""])[0][:200],
+        "memory": t.memory[:300],
     }
 
 

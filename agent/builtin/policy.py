@@ -64,6 +64,7 @@ class _Tried:
     host_ms: float | None = None  # host time of one timed call (the timer's host median)
     device_ms: float | None = None  # device time of one timed call
     noisy: str = ""  # the sandbox's milestone line when it withheld the speed milestone (a noisy machine)
+    memory: str = ""  # the sandbox's device-memory findings: the share held, a retry with the whole device
 
     @property
     def correct(self) -> bool:
@@ -298,6 +299,7 @@ class BuiltinPolicy(Policy):
                     gemm=step.gemm if step is not None else "cublas",
                 )
                 _host_and_device(t, r)
+                t.memory = _memory_findings(r)
                 self.tried.append(t)
         if best is not None:
             ok = [t for t in self.tried if t.correct]
@@ -332,6 +334,7 @@ class BuiltinPolicy(Policy):
                     speed = res.get("speed") or {}
                     t.noisy = str(speed.get("milestone") or "") if speed.get("noisy") else ""
                     _host_and_device(t, res)
+                    t.memory = _memory_findings(res)
                     if res.get("roofline"):
                         self.roofline = res["roofline"]
                 self.tried.append(t)
@@ -877,6 +880,12 @@ def _forbid_blockers(plan: Plan) -> list[str]:
 def _library_calls(plan: Plan) -> list[Node]:
     """The plan's GEMM and convolution calls (each one launch or more, outside the fused kernels)."""
     return [st.node for st in plan.steps if st.node is not None and st.node.op in LIBRARY]
+
+
+def _memory_findings(res: dict[str, Any]) -> str:
+    """The evaluation's device-memory findings (sandbox.devmem): its share, and whether it ran again
+    with the whole device after running out beside other evaluations."""
+    return "; ".join(f for f in (res.get("audit") or {}).get("findings", []) if f.startswith("memory: "))
 
 
 def _host_and_device(t: _Tried, res: dict[str, Any]) -> None:

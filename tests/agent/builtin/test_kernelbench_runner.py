@@ -173,3 +173,4 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path):
     assert all(c["label"] and isinstance(c["correct"], bool) for c in cands), cands
     assert row["best_label"] in [c["label"] for c in cands if c["correct"]], (row["best_label"], cands)
     assert all(c["vs_eager"] and c["vs_eager"] > 0 for c in cands if c["correct"]), cands
+    assert all(c["memory"] == "" for c in cands), cands  # the cpu backend holds no share of a device's memory
