@@ -44,6 +44,7 @@ from agent.events import EvaluationEvent
 from agent.loop import Budgets, run
 from agent.task import task_from_source
 from benchmarks.runner import environment, geomean
+from sandbox import devmem
 
 BLOCKS_DIR = Path(__file__).resolve().parent / "blocks"
 FALLBACK_LABEL = "The reference's own computation"
@@ -307,16 +308,13 @@ def _candidate_row(t: Any) -> dict[str, Any]:
     }
 
 
-_OOM = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY", re.IGNORECASE)
-
-
 def out_of_memory(row: dict[str, Any]) -> bool:
     """A problem without a correct candidate whose failure was the device's memory (shards sharing
     one GPU: the reference's allocation met the others'), not the task: worth one retry."""
     if row["correct"]:
         return False
-    text = " ".join(str(x) for x in [row.get("first_failure"), row.get("capture_error"), *(row.get("failures") or [])])
-    return bool(_OOM.search(text))
+    texts = [str(x) for x in [row.get("first_failure"), row.get("capture_error"), *(row.get("failures") or [])]]
+    return devmem.out_of_memory(texts)
 
 
 def _ci_low(result: dict[str, Any] | None, which: str) -> float | None:

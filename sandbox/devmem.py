@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import math
 import os
+import re
 import time
 from collections.abc import Callable
 
@@ -57,13 +58,13 @@ def prepare(device_id: str, folder: str = MEM_DIR) -> str | None:
     return path
 
 
-def footprint(memory: dict, input_sets: int) -> int:
+def footprint(peak: int, roofline: dict, input_sets: int) -> int:
     """Bytes one evaluation may hold on the device at once, from what the reference measured in
-    its set-up: `peak` (the model, one input set and the first forward's peak), `inputs` and
-    `outputs` (one set's bytes). The reference keeps the timing sets, a trial in flight and its
-    float64 copy (about twice the peak); the candidate keeps its copies of the sets and runs its
-    own forward; torch.compile's first call may allocate a peak of its own."""
-    peak, inputs, outputs = (int(memory.get(k, 0)) for k in ("peak", "inputs", "outputs"))
+    its set-up: `peak` (the model, one input set and the first forward's peak) and the roofline
+    counts (one set's `input_bytes` and `output_bytes`). The reference keeps the timing sets, a
+    trial in flight and its float64 copy (about twice the peak); the candidate keeps its copies of
+    the sets and runs its own forward; torch.compile's first call may allocate a peak of its own."""
+    inputs, outputs = int(roofline["input_bytes"]), int(roofline["output_bytes"])
     reference = peak + input_sets * inputs + (inputs + outputs) + 2 * peak + peak
     candidate = peak + input_sets * inputs + (inputs + outputs)
     return reference + candidate + 2 * CONTEXT_BYTES
@@ -174,8 +175,10 @@ class MemoryShare:
             self._admit = None
 
 
-def out_of_memory(reasons: list[str]) -> bool:
-    """Whether an evaluation failed because the device ran out of memory (torch's words)."""
-    return any(
-        "CUDA out of memory" in r or "OutOfMemoryError" in r or "CUDA error: out of memory" in r for r in reasons
-    )
+# torch's words (OutOfMemoryError, "CUDA error: out of memory") and the driver API's
+OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY", re.IGNORECASE)
+
+
+def out_of_memory(texts: list[str]) -> bool:
+    """Whether a failure's messages say the device ran out of memory."""
+    return any(OUT_OF_MEMORY.search(t or "") for t in texts)

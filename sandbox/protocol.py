@@ -519,16 +519,16 @@ def _admitted_setup(
     memory = data.get("memory") or {}
     if data.get("ok") and memory and options.device_lock:
         share.open(data.get("device_id"))
-        need = devmem.footprint(memory, options.input_sets)
+        need = devmem.footprint(memory["peak"], data["roofline"], options.input_sets)
         share.take(devmem.PARTS if share.whole else devmem.parts_for(need, memory["total"]), on_wait)
     return data
 
 
 def _share_finding(share: devmem.MemoryShare, data: dict) -> str:
-    m = data["memory"]
+    m, gib = data["memory"], 2**30
     return (
-        f"memory: {share.parts} of the device's {devmem.PARTS} parts held ({share.parts * m['total'] / devmem.PARTS / 2**30:.1f} GiB; "
-        f"set-up peak {m['peak'] / 2**30:.2f} GiB, one input set {m['inputs'] / 2**30:.2f} GiB)"
+        f"memory: {share.parts} of the device's {devmem.PARTS} parts held ({share.parts * m['total'] / devmem.PARTS / gib:.1f} GiB; "
+        f"set-up peak {m['peak'] / gib:.2f} GiB, one input set {data['roofline']['input_bytes'] / gib:.2f} GiB)"
     )
 
 
@@ -559,8 +559,7 @@ def _run(
 ) -> None:
     """The steps of docs/evaluation.md in order (`_Evaluation`): a step that settles the result
     returns False (or raises _Stop) and the rest do not run."""
-    ev = _Evaluation(task_source, files, options, backend, res, progress, children)
-    ev.share = share
+    ev = _Evaluation(task_source, files, options, backend, res, progress, children, share)
     steps = (ev.compile, ev.scan, ev.start, ev.reference, ev.candidate_import, ev.correctness, ev.timing, ev.verdict)
     for step in steps:
         if step() is False:
@@ -581,11 +580,12 @@ class _Evaluation:
         res: EvalResult,
         progress: Progress,
         children: list[Child],
+        share: devmem.MemoryShare,
     ):
         self.task_source, self.files, self.options, self.backend = task_source, files, options, backend
         self.res, self.progress, self.children = res, progress, children
+        self.share = share  # this evaluation's part of the device's memory, released by evaluate
         self.fp_seed = secrets.randbits(62)
-        self.share = devmem.MemoryShare()
         self.widen = 1.0  # the timed-call fingerprint bounds, in tolerance units (wider after a float64 pass)
 
     def compile(self) -> bool:

@@ -258,27 +258,22 @@ def role_reference() -> None:
             "roofline": roof,
             "device_name": _device_name(device),
             "device_id": device_lock_name(device),
-            "memory": _device_memory(device, roof),
+            "memory": _device_memory(device),
         }
     )
     trace("reference: set-up sent")
     _reference_loop(ctx, roots)
 
 
-def _device_memory(device: str, roof: dict) -> dict:
-    """What the parent sizes this evaluation's share of the GPU's memory by (sandbox.devmem):
-    the device's bytes, the set-up's peak (model, first inputs, first forward) and one set's
-    input and output bytes. Empty on the cpu, whose limits are the children's own."""
+def _device_memory(device: str) -> dict:
+    """What the parent sizes this evaluation's share of the GPU's memory by (sandbox.devmem),
+    beside the roofline's byte counts: the device's bytes and the set-up's peak (model, first
+    inputs, first forward). Empty on the cpu, whose limits are the children's own."""
     if device != "cuda":
         return {}
     import torch
 
-    return {
-        "total": int(torch.cuda.mem_get_info()[1]),
-        "peak": int(torch.cuda.max_memory_allocated()),
-        "inputs": int(roof["input_bytes"]),
-        "outputs": int(roof["output_bytes"]),
-    }
+    return {"total": int(torch.cuda.mem_get_info()[1]), "peak": int(torch.cuda.max_memory_allocated())}
 
 
 def _require_memory(roof: dict, device: str) -> None:

@@ -127,15 +127,16 @@ def test_a_published_size_elementwise_task_needs_most_of_an_h200():
     """KernelBench's tanh at published sizes (6 GiB in, 6 GiB out): two cannot share an H200."""
     gib = 1 << 30
     h200 = 140 * gib
-    need = devmem.footprint({"peak": 12 * gib, "inputs": 6 * gib, "outputs": 6 * gib}, input_sets=3)
+    need = devmem.footprint(12 * gib, {"input_bytes": 6 * gib, "output_bytes": 6 * gib}, input_sets=3)
     assert devmem.parts_for(need, h200) > devmem.PARTS // 2
-    small = devmem.footprint({"peak": 64 << 20, "inputs": 16 << 20, "outputs": 16 << 20}, input_sets=3)
+    small = devmem.footprint(64 << 20, {"input_bytes": 16 << 20, "output_bytes": 16 << 20}, input_sets=3)
     assert devmem.parts_for(small, h200) <= 2  # dozens of small evaluations share one GPU
 
 
 def test_out_of_memory_reads_torch_words():
     assert devmem.out_of_memory(["task: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB."])
     assert devmem.out_of_memory(["the task failed: AcceleratorError: CUDA error: out of memory"])
+    assert devmem.out_of_memory(["cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY"])
     assert not devmem.out_of_memory(["candidate: outputs differ at 3 of 4096 elements"])
 
 
