@@ -1,5 +1,5 @@
-"""The file system: the project tree, var/ (the SQLite database), home folders and the host's
-/tmp are neither readable nor writable; the runtime is read-only."""
+"""The file system: the project tree, var/ (the SQLite database), home folders, the host's /tmp
+and the parents' device-memory shares are neither readable nor writable; the runtime is read-only."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import devmem
 from tests.sandbox.test_isolation import assert_next_evaluation_works
 
 from . import checks
@@ -38,10 +39,14 @@ def planted(token, var_dir):
         "var": var_dir / f"kw-escape-{token}.sqlite3",
         "home": Path.home() / f".kw-escape-{token}",
         "tmp": Path(tempfile.gettempdir()) / f"kw-escape-{token}",
+        # the parents' device-memory shares (sandbox.devmem): a child that could open them could hold them
+        "memory": Path(devmem.folder_for(f"gpu-escape-{token}")) / "00",
     }
     made = {}
     for label, path in places.items():
         try:
+            if label == "memory":
+                devmem.prepare(f"gpu-escape-{token}")
             path.write_text(("SQLite format 3\0" if label == "var" else "") + secret)
             path.chmod(0o644)
             made[label] = path
@@ -50,6 +55,7 @@ def planted(token, var_dir):
     yield secret, made
     for path in made.values():
         path.unlink(missing_ok=True)
+    shutil.rmtree(devmem.folder_for(f"gpu-escape-{token}"), ignore_errors=True)
 
 
 @pytest.mark.parametrize("side", SIDES)
