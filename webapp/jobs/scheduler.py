@@ -156,6 +156,7 @@ def dispatch() -> int:
 
     slots = agent_slots()
     with transaction.atomic():
+        _yield_to_lock_holders()
         queued = list(
             Job.objects.select_for_update(of=("self",))
             .filter(state=Job.State.QUEUED, cancel_requested=False, scheduled=True, dispatched_at__isnull=True)
@@ -194,6 +195,22 @@ def dispatch() -> int:
     for job in result.send:
         services.announce_state(job.pk, Job.State.QUEUED, "a worker takes it in a moment")
     return sent
+
+
+DISPATCH_LOCK_TIMEOUT = "250ms"
+
+
+def _yield_to_lock_holders() -> None:
+    """The dispatch's transaction locks queued rows and reads their owners; a statement that locks
+    those tables the other way round (a flush, a migration, an admin's bulk delete) would
+    deadlock with it. On PostgreSQL the dispatch waits at most DISPATCH_LOCK_TIMEOUT for a lock
+    and gives up, well before the server's deadlock check (1 s) could abort the other side; the
+    monitor dispatches again in a few seconds. SQLite takes one lock for the whole file."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{DISPATCH_LOCK_TIMEOUT}'")
 
 
 def dispatch_quietly() -> None:
