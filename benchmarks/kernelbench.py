@@ -267,7 +267,8 @@ def _run_one(
     if an is not None and an.ok:
         capture = str(an.data.get("capture", "fx"))
     best = res.best
-    generated = bool(res.verified) and not (pol.best_label or "").startswith(FALLBACK_LABEL)
+    best_label = pol.label_of(best.files) if best else None
+    generated = bool(res.verified) and not (best_label or "").startswith(FALLBACK_LABEL)
     return {
         "name": name,
         "path": str(path),
@@ -282,7 +283,7 @@ def _run_one(
         "turns": res.turns,
         "seconds": round(secs, 1),
         "library_parts": getattr(pol, "library_parts", None),
-        "best_label": getattr(pol, "best_label", None),
+        "best_label": best_label,
         "summary": fin.summary if fin else "",
         "generated_correct": generated,
         "ran": capture != "no" or bool(res.verified),

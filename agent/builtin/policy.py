@@ -144,7 +144,6 @@ class BuiltinPolicy(Policy):
         self.library_parts: list[str] = []  # what stays a library/ATen call in the final plan, and why
         self.own_parts: list[str] = []  # ATen ops of the final plan that kernels of our own compute
         self.blockers: list[str] = []  # under torch-ops=forbid: what keeps a candidate from being accepted
-        self.best_label: str | None = None
         self.failures: list[str] = []  # one line per step that did not give a correct candidate, in order
 
     # -- Policy interface ------------------------------------------------------------------
@@ -353,6 +352,15 @@ class BuiltinPolicy(Policy):
     def _best(self) -> _Tried | None:
         ok = [t for t in self.tried if t.correct and t.files]
         return max(ok, key=lambda t: t.key()) if ok else None
+
+    def label_of(self, files: dict[str, str]) -> str | None:
+        """This policy's name for a candidate the loop kept (agent.loop.BestCandidate.files): the
+        loop knows the best whatever turn the budget ended on, even one whose result this policy
+        never read."""
+        for t in [*([self.pending] if self.pending else []), *reversed(self.tried)]:
+            if t.files and all(files.get(name) == text for name, text in t.files.items()):
+                return t.label
+        return None
 
     def _last(self) -> _Tried | None:
         return self.tried[-1] if self.tried else None
@@ -733,7 +741,6 @@ class BuiltinPolicy(Policy):
                 else ""
             )
         best = self._best()
-        self.best_label = best.label if best is not None else None
         an = self.analysis
         fallback = best is not None and best.graph is None
         generated = [t for t in self.tried if t.correct and t.graph is not None]

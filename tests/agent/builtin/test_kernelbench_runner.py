@@ -174,3 +174,8 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path):
     assert row["best_label"] in [c["label"] for c in cands if c["correct"]], (row["best_label"], cands)
     assert all(c["vs_eager"] and c["vs_eager"] > 0 for c in cands if c["correct"]), cands
     assert all(c["memory"] == "" for c in cands), cands  # the cpu backend holds no share of a device's memory
+    # The budget ends on the turn that evaluated the first candidate: the policy never read its
+    # result, and the row still names the candidate the loop kept.
+    short = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=2, max_variants=1, confirmations=0)
+    assert short["correct"] and short["candidates"] == [], short
+    assert short["best_label"] == cands[0]["label"], (short["best_label"], cands)
