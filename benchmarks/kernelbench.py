@@ -282,6 +282,7 @@ def _run_one(
         "evaluations": len(evals),
         "turns": res.turns,
         "seconds": round(secs, 1),
+        "seconds_in": _seconds_in(pol, evals, secs),
         "library_parts": getattr(pol, "library_parts", None),
         "best_label": best_label,
         "summary": fin.summary if fin else "",
@@ -293,6 +294,19 @@ def _run_one(
         "shrunk_from": floor,
         "candidates": [_candidate_row(t) for t in getattr(pol, "tried", [])],
     }
+
+
+def _seconds_in(pol: Any, evals: list[EvaluationEvent], secs: float) -> dict[str, float]:
+    """Where one problem's wall time went: the policy's analysis, each protocol step summed over
+    the evaluations (sandbox.schema.EvalResult.phases_s), and the rest (the policy's own work:
+    planning, code generation; the loop). Level 3's problems took 100-400 s on the H200; this
+    says which part to shorten."""
+    spent: dict[str, float] = {"analysis": getattr(pol, "analysis_s", 0.0)}
+    for ev in evals:
+        for phase, s in (ev.result.get("phases_s") or {}).items():
+            spent[phase] = spent.get(phase, 0.0) + s
+    spent["rest"] = secs - sum(spent.values())
+    return {k: round(v, 1) for k, v in spent.items()}
 
 
 def _candidate_row(t: Any) -> dict[str, Any]:
@@ -362,7 +376,23 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             f"faster than torch.compile (reward 3) {sum((r['reward'] or 0) >= 3 for r in rows)}/{len(rows)}, "
             f"geomean vs torch.compile over correct {x(geomean(vc))}"
         )
+    spent = time_spent(rows)
+    if spent:
+        lines.append(spent)
     return "\n".join(lines)
+
+
+def time_spent(rows: list[dict[str, Any]], top: int = 5) -> str:
+    """One line: the problems' wall seconds and the steps that took most of them, summed."""
+    total: dict[str, float] = {}
+    for r in rows:
+        for phase, s in (r.get("seconds_in") or {}).items():
+            total[phase] = total.get(phase, 0.0) + s
+    if not total:
+        return ""
+    whole = sum(r.get("seconds") or 0.0 for r in rows)
+    parts = sorted(total.items(), key=lambda kv: -kv[1])[:top]
+    return f"time: {whole:.0f} s over {len(rows)} problems, most in " + ", ".join(f"{k} {v:.0f} s" for k, v in parts)
 
 
 def failure_class(line: str | None, width: int = 110) -> str:

@@ -41,6 +41,17 @@ def test_faster_counts_the_interval_low_end_and_names_a_fallback_artefact():
     assert "correct 3/4" in table and "| a | fx | yes | 2 | 1.40x (1.20x) |" in table
 
 
+def test_the_table_says_which_steps_took_the_time():
+    rows = [_row("a", 1.4, 1.2), _row("b", 1.3, 0.9)]
+    rows[0] |= {"seconds": 100.0, "seconds_in": {"analysis": 10.0, "baseline": 60.0, "timing": 20.0, "rest": 10.0}}
+    rows[1] |= {"seconds": 50.0, "seconds_in": {"analysis": 5.0, "baseline": 5.0, "compiling": 38.0, "rest": 2.0}}
+    line = format_table(rows).splitlines()[-1]
+    assert (
+        line
+        == "time: 150 s over 2 problems, most in baseline 65 s, compiling 38 s, timing 20 s, analysis 15 s, rest 12 s"
+    )
+
+
 def test_merge_prints_one_table_of_every_shard(tmp_path, capsys):
     for k, rows in enumerate([[_row("a", 1.4, 1.2)], [_row("b", 0.9, 0.8)]]):
         (tmp_path / f"shard{k}.json").write_text(json.dumps({"tasks": rows}))
@@ -179,3 +190,6 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path):
     short = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=2, max_variants=1, confirmations=0)
     assert short["correct"] and short["candidates"] == [], short
     assert short["best_label"] == cands[0]["label"], (short["best_label"], cands)
+    spent = short["seconds_in"]  # where the time went: the analysis, the sandbox's steps, the rest
+    assert spent["analysis"] > 0 and spent["timing"] > 0 and spent["rest"] >= -0.5, spent
+    assert abs(sum(spent.values()) - short["seconds"]) < 0.5, (spent, short["seconds"])
