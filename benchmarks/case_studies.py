@@ -1,6 +1,11 @@
 """Run the built-in policy on the five case studies and store each trajectory as a fixture.
 
     python -m benchmarks.case_studies --backend cuda --out DIR
+    python -m benchmarks.case_studies --backend cuda --out DIR --kernelbench KB --cases 3/13 3/8
+
+With `--kernelbench` (a local KernelBench checkout's problem folder, never committed) the cases
+are KernelBench problems named level/number, run at their published sizes; the fixture's meta
+names the file and its SHA-256, so the gallery says which problem, at which version, it shows.
 
 Writes DIR/<case>.json (the trajectory: every event of every turn, with a "meta" block naming
 the device, date and torch version; agent.trajectory.Trajectory.from_dict reads it) and
@@ -11,6 +16,7 @@ DIR/summary.json. Runs on a GPU host that has only torch, numpy and pytest.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -32,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Run the built-in policy on the five case studies.")
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cuda")
     ap.add_argument("--out", required=True, help="folder for the trajectory fixtures")
-    ap.add_argument("--cases", nargs="*", default=CASES)
+    ap.add_argument("--cases", nargs="*", default=None, help="our tasks by name, or with --kernelbench: 3/13 ...")
+    ap.add_argument("--kernelbench", type=Path, help="KernelBench's problem folder (holding level1 ... level3)")
     ap.add_argument("--shrink", type=int, default=1, help="divide size constants (for a quick CPU dry run)")
     ap.add_argument("--max-turns", type=int, default=30)
     ap.add_argument("--preset", default="default", help="sandbox tolerance preset (default, kernelbench, cuda-agent)")
@@ -44,17 +51,24 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = environment(args.backend)
     rows: list[dict[str, Any]] = []
-    work = [(case, args.backend, args.preset, args.max_turns, args.shrink) for case in args.cases]
+    paths = case_paths(args.kernelbench, args.cases)
+    work = [(path, args.backend, args.preset, args.max_turns, args.shrink) for path in paths.values()]
     for outcome, data, final in run_parallel(_one, work, args.jobs):
         case = outcome.name
+        path = paths[case]
         data["meta"] = {
             **env,
             "case": case,
             "policy": "builtin",
             "shrink": args.shrink,
             "preset": args.preset,
-            "task_source": shrink_source((TASKS_DIR / f"{case}.py").read_text(), args.shrink),
+            "task_source": shrink_source(path.read_text(), args.shrink),
         }
+        if args.kernelbench is not None:
+            data["meta"]["kernelbench"] = {
+                "file": str(path.relative_to(args.kernelbench)),
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            }
         (out / f"{case}.json").write_text(json.dumps(data, indent=1))
         md = [
             f"# {case}: measured run",
@@ -86,9 +100,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _one(case: str, backend: str, preset: str, max_turns: int, shrink: int) -> tuple[TaskOutcome, dict[str, Any], str]:
+def case_paths(kernelbench: Path | None, cases: list[str] | None) -> dict[str, Path]:
+    """Case name -> its task file: our five by default, or KernelBench problems by level/number
+    (named kb<level>_<file stem>, as the gallery keys them)."""
+    if kernelbench is None:
+        return {case: TASKS_DIR / f"{case}.py" for case in cases or CASES}
+    if not cases:
+        raise SystemExit("--kernelbench needs --cases level/number ... (for example 3/13 3/8)")
+    from benchmarks.kernelbench import kernelbench_paths
+
+    return {case_name(path): path for path in kernelbench_paths(kernelbench, [], cases, 0, 0)}
+
+
+def case_name(path: Path) -> str:
+    return path.stem if path.parent == TASKS_DIR else f"kb{path.parent.name.removeprefix('level')}_{path.stem}"
+
+
+def _one(path: Path, backend: str, preset: str, max_turns: int, shrink: int) -> tuple[TaskOutcome, dict[str, Any], str]:
     """One case in a worker process: the outcome, the trajectory as a dict, the final message."""
-    outcome, res = run_task(TASKS_DIR / f"{case}.py", backend, {"preset": preset}, BuiltinPolicy(), max_turns, shrink)
+    source = shrink_source(path.read_text(), shrink)
+    outcome, res = run_task(
+        path, backend, {"preset": preset}, BuiltinPolicy(), max_turns, source=source, name=case_name(path)
+    )
     messages = [e.content for e in res.trajectory.of_type(ModelMessage)]
     return outcome, res.trajectory.to_dict(), messages[-1] if messages else ""
 

@@ -1,0 +1,69 @@
+"""benchmarks.case_studies --kernelbench: a KernelBench problem becomes a gallery fixture that
+names its file and version. The problem here is a stand-in written for the test, laid out as a
+KernelBench checkout is (level3/<n>_<Name>.py); the run is real (policy, loop, sandbox, CPU)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from agent.trajectory import Trajectory
+from benchmarks import case_studies
+
+PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)) + x
+
+
+batch_size = 8
+features = 32
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features]
+"""
+
+
+def test_a_kernelbench_problem_becomes_a_fixture_that_names_its_file_and_version(tmp_path, capsys):
+    kb = tmp_path / "KernelBench"
+    (kb / "level3").mkdir(parents=True)
+    problem = kb / "level3" / "7_LinearReluResidual.py"
+    problem.write_text(PROBLEM)
+    out = tmp_path / "out"
+    rc = case_studies.main(
+        ["--backend", "cpu", "--out", str(out), "--kernelbench", str(kb), "--cases", "3/7", "--max-turns", "4"]
+    )
+    assert rc == 0
+    data = json.loads((out / "kb3_7_LinearReluResidual.json").read_text())
+    assert data["meta"]["kernelbench"] == {
+        "file": "level3/7_LinearReluResidual.py",
+        "sha256": hashlib.sha256(problem.read_bytes()).hexdigest(),
+    }
+    assert data["meta"]["task_source"] == PROBLEM
+    traj = Trajectory.from_dict(data)
+    assert traj.task().name == "7_LinearReluResidual" and traj.task().source == PROBLEM  # the name KernelBench gives it
+    summary = json.loads((out / "summary.json").read_text())
+    assert [c["name"] for c in summary["cases"]] == ["kb3_7_LinearReluResidual"] and summary["cases"][0]["correct"]
+    assert "kb3_7_LinearReluResidual" in capsys.readouterr().out
+
+
+def test_kernelbench_cases_must_be_named():
+    try:
+        case_studies.case_paths(case_studies.TASKS_DIR, [])
+    except SystemExit as exc:
+        assert "--cases level/number" in str(exc)
+    else:
+        raise AssertionError("no cases named with --kernelbench: expected a clear error")
