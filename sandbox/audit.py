@@ -228,6 +228,32 @@ def _watched_objects() -> dict[str, Any]:
     return watched
 
 
+CONV_SEARCH_SETTING = (
+    "cuDNN searched the candidate's convolution algorithms (kwrt.search_conv_algorithms: "
+    "torch.backends.cudnn.benchmark in its process); the eager and torch.compile baselines ran with "
+    "PyTorch's default heuristics, as the reference is written"
+)
+
+
+def _cudnn_benchmark() -> bool:
+    import torch
+
+    return bool(torch.backends.cudnn.benchmark)
+
+
+def _asked_for_conv_search() -> bool:
+    import sys
+
+    kwrt = sys.modules.get("kwrt")
+    return bool(kwrt is not None and kwrt.conv_search())
+
+
+def settings_in_use() -> list[tuple[str, str]]:
+    """Sanctioned settings the candidate asked for, as ('setting', words) findings: recorded,
+    never a rejection."""
+    return [("setting", CONV_SEARCH_SETTING)] if _asked_for_conv_search() and _cudnn_benchmark() else []
+
+
 class Integrity:
     """Harness objects and global flags captured before candidate code runs."""
 
@@ -237,6 +263,7 @@ class Integrity:
 
         self.objects = _watched_objects()
         self.flags = precision_flags()
+        self.conv_search = _cudnn_benchmark()
         self.threads = threading.active_count()
         self.trace = (sys.gettrace(), sys.getprofile())
         self._frozen_modules = dict(self._harness_code())
@@ -273,6 +300,14 @@ class Integrity:
         for key, value in self.flags.items():
             if flags.get(key) != value:
                 found.append(("flags", f"global flag {key} changed from {value!r} to {flags.get(key)!r}"))
+        if _cudnn_benchmark() != self.conv_search and not _asked_for_conv_search():
+            found.append(
+                (
+                    "flags",
+                    f"global flag cudnn.benchmark changed from {self.conv_search!r} to {_cudnn_benchmark()!r} "
+                    "(a candidate asks for cuDNN's algorithm search through kwrt.search_conv_algorithms())",
+                )
+            )
         if (sys.gettrace(), sys.getprofile()) != self.trace:
             found.append(("tamper", "a trace or profile hook was installed (sys.settrace/setprofile)"))
         if threading.active_count() > self.threads:

@@ -1148,7 +1148,9 @@ class _Candidate:
         return {"type": "trial", "spec": spec, "outputs": leaves, "checks": checks}
 
     def on_trials_end(self, cmd: dict) -> dict:
-        self.findings.extend(self.integrity.check())
+        from . import audit
+
+        self.findings.extend(self.integrity.check() + audit.settings_in_use())
         reply = {
             "type": "trials",
             "ops": self.ops,

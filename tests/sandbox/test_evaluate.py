@@ -67,6 +67,22 @@ def test_torch_ops_allow_accepts_a_torch_candidate(quick):
     assert forbid.status == Status.REJECTED and "aten::_softmax" in forbid.reasons[0]
 
 
+def test_cudnn_algorithm_search_asked_through_kwrt_is_recorded_not_rejected(quick):
+    """kwrt.search_conv_algorithms() is the one sanctioned global setting: the result says the
+    candidate used it (a speedup resting on cuDNN's search must say so); set any other way, the
+    flag is a rejection (hacks/conv_search_flag)."""
+    files = {
+        "model_new.py": "import kwrt\nimport torch\nkwrt.search_conv_algorithms()\n\n\n"
+        "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.softmax(x, dim=1)\n"
+    }
+    res = evaluate(task("softmax_tiny.py"), files, quick(torch_ops="allow"))
+    assert res.status == Status.OK, res.reasons
+    assert [f for f in res.audit.findings if f.startswith("setting: cuDNN searched")], res.audit.findings
+    plain = files["model_new.py"].replace("kwrt.search_conv_algorithms()\n", "")
+    res = evaluate(task("softmax_tiny.py"), {"model_new.py": plain}, quick(torch_ops="allow"))
+    assert res.status == Status.OK and not [f for f in res.audit.findings if f.startswith("setting:")]
+
+
 def test_compile_error_names_file_and_line(quick):
     files = candidate("softmax_cpp")
     files["kernels/softmax.cpp"] = files["kernels/softmax.cpp"].replace("float m = -INFINITY;", "float m = -INFINITY\n")
