@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.builtin.convsearch import TAG, has_convolutions, with_search
 from agent.builtin.fallback import fallback_model
 from agent.builtin.fusion import Plan
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
@@ -180,6 +181,8 @@ class BuiltinPolicy(Policy):
             return self._restore_action()
         if step.kind == "fallback":
             return self._fallback_action()
+        if step.kind == "search":
+            return self._search_action()
         return self._finish_action()
 
     # -- planning --------------------------------------------------------------------------
@@ -202,6 +205,7 @@ class BuiltinPolicy(Policy):
             )
             if self.torch_ops == "allow" and not self.analysis.data.get("task_fails"):
                 self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
+                self._plan_search(None)
             self.steps.append(_Step("finish"))
             return
         g = self.analysis.graph
@@ -269,8 +273,16 @@ class BuiltinPolicy(Policy):
         if self.torch_ops == "allow":
             # taken only if no generated candidate turned out correct (decided when its turn comes)
             self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
+        self._plan_search(self.final_graph)
         self.steps.append(_Step("restore"))
         self.steps.append(_Step("finish"))
+
+    def _plan_search(self, graph: Graph | None) -> None:
+        """On a GPU, a forward that convolves gets one more candidate: the best so far with
+        cuDNN's algorithm search (agent.builtin.convsearch)."""
+        assert self.task is not None
+        if self.backend == "cuda" and has_convolutions(graph, self.task.source):
+            self.steps.append(_Step("search", "The best candidate with cuDNN's algorithm search"))
 
     def _build(self, g: Graph, configs: dict[str, dict] | None = None, **kw: Any) -> Candidate:
         assert self.analysis is not None
@@ -688,6 +700,26 @@ class BuiltinPolicy(Policy):
         calls = self._write(files) + [self._call("compile"), self._call("evaluate")]
         return Action(message=msg, tool_calls=calls)
 
+    def _search_action(self, head: str | None = None) -> Action:
+        """The best correct candidate (generated, or the reference's own computation) again, with
+        cuDNN timing its convolution algorithms; kept only if the paired timing says it is faster."""
+        head = self._report_last() if head is None else head
+        best = self._best()
+        if best is None or "model_new.py" not in best.files or TAG in best.label:
+            return self._next_or_finish(head)
+        files = dict(best.files)
+        files["model_new.py"] = with_search(files["model_new.py"])
+        self.pending = _Tried(f"{best.label.split(' [')[0]} {TAG}", files, graph=best.graph, gemm=best.gemm)
+        msg = (
+            head + f"Try the best candidate ('{best.label}') with cuDNN's algorithm search: PyTorch picks each "
+            "convolution's algorithm by cuDNN's heuristics; asked through kwrt.search_conv_algorithms(), cuDNN "
+            "times the applicable algorithms on the first call of each shape and keeps the fastest. The kernels "
+            "are the same; the evaluation records the setting, and the eager and torch.compile baselines keep "
+            "the default."
+        )
+        calls = self._write({"model_new.py": files["model_new.py"]}) + [self._call("compile"), self._call("evaluate")]
+        return Action(message=msg, tool_calls=calls)
+
     def _to_fallback_or_finish(self, head: str) -> Action:
         """No best candidate to tune: the fallback step if there is one, else finish."""
         for i in range(self.pos, len(self.steps)):
@@ -707,6 +739,9 @@ class BuiltinPolicy(Policy):
         if self.pos < len(self.steps) and self.steps[self.pos].kind == "fallback":
             self.pos += 1
             return self._fallback_action(head)
+        if self.pos < len(self.steps) and self.steps[self.pos].kind == "search":
+            self.pos += 1
+            return self._search_action(head)
         if self.pos < len(self.steps) and self.steps[self.pos].kind == "restore":
             self.pos += 1
             return self._restore_action(head)
@@ -787,6 +822,12 @@ class BuiltinPolicy(Policy):
                 summary = (
                     "Not optimised: " + why + ". The candidate is the reference's own computation (every op "
                     "the library/ATen call the reference makes), verified correct. " + summary
+                )
+            if TAG in best.label:
+                summary += (
+                    " Its speed includes cuDNN's algorithm search (torch.backends.cudnn.benchmark = True in the "
+                    "candidate's process; the eager and torch.compile baselines ran with PyTorch's default "
+                    "heuristics): set it in your own code and eager gains that part too."
                 )
             if best.fraction_of_sol is not None:
                 summary += f" {best.fraction_of_sol:.1%} of speed of light."

@@ -39,6 +39,13 @@ def test_faster_counts_the_interval_low_end_and_names_a_fallback_artefact():
     table = format_table(rows)
     assert "low end above 1.05x: 2/4 (1 of them the reference's own computation: a timing artefact)" in table
     assert "correct 3/4" in table and "| a | fx | yes | 2 | 1.40x (1.20x) |" in table
+    searched = format_table(
+        [*rows, _row("e", 1.3, 1.2, "The reference's own computation (x) [cuDNN algorithm search]")]
+    )
+    assert (
+        "3/5 (1 of them the reference's own computation: a timing artefact; "
+        "1 of them with cuDNN's algorithm search: a setting the user can make too)"
+    ) in searched
 
 
 def test_the_table_says_which_steps_took_the_time():

@@ -230,3 +230,51 @@ def test_a_speedup_from_noisy_windows_is_reported_as_no_speed_claim():
     summary = actions[-1].tool_calls[-1].arguments["summary"]
     assert "3.00x vs eager" in summary and "No speed claim: " + line in summary
     assert "Nothing beat the eager baseline" not in summary
+
+
+def _cuda_plan(monkeypatch, name: str, **kw) -> BuiltinPolicy:
+    """A policy planned for cuda with the capture run on the CPU (planning only, no GPU)."""
+    import agent.builtin.policy as policy_mod
+    from agent.policy import TaskInfo
+
+    real = policy_mod.analyze_source
+    monkeypatch.setattr(policy_mod, "analyze_source", lambda src, device, **k: real(src, device="cpu", **k))
+    pol = BuiltinPolicy(max_variants=1, profile_best=False, **kw)
+    pol.reset(TaskInfo(name, task_source(name, **SMALL[name]), "cuda", options={"torch_ops": "allow"}), [], [])
+    return pol
+
+
+def test_on_cuda_a_forward_that_convolves_tries_cudnns_algorithm_search_last(monkeypatch):
+    kinds = [s.kind for s in _cuda_plan(monkeypatch, "basic_residual_block").steps]
+    assert "search" in kinds and kinds.index("search") == kinds.index("restore") - 1, kinds
+    assert "search" not in [s.kind for s in _cuda_plan(monkeypatch, "rmsnorm_swish").steps]  # no convolution
+    pol = BuiltinPolicy()
+    pol.reset(
+        task_from_source(task_source("basic_residual_block", **SMALL["basic_residual_block"]), "b", "cpu"), [], []
+    )
+    assert "search" not in [s.kind for s in pol.steps]  # the CPU has no cuDNN
+
+
+def test_the_search_candidate_is_the_best_one_asking_for_the_search_and_the_summary_says_so(monkeypatch):
+    """The search step rewrites only model_new.py of the best candidate (kernels unchanged); when it
+    wins, the summary says the speed includes a setting the user can make for eager too."""
+    from agent.builtin.convsearch import TAG
+
+    pol = _cuda_plan(monkeypatch, "basic_residual_block", try_unrewritten=False)
+    actions, obs = [], []
+    for _ in range(20):
+        act = pol.next_action(obs)
+        actions.append(act)
+        if "finish" in [c.name for c in act.tool_calls]:
+            break
+        asks = any("search_conv_algorithms()" in str(c.arguments.get("content")) for c in act.tool_calls)
+        evaluates = "evaluate" in [c.name for c in act.tool_calls]
+        obs = (_evaluated(2, 0.08, 1.25) if asks else _evaluated(1, 0.10, 1.0)) if evaluates else []
+    search = [
+        a for a in actions if any("search_conv_algorithms()" in str(c.arguments.get("content")) for c in a.tool_calls)
+    ]
+    assert len(search) == 1, [a.message[:80] for a in actions]
+    written = {c.arguments["path"]: c.arguments["content"] for c in search[0].tool_calls if c.name == "write_file"}
+    assert list(written) == ["model_new.py"], list(written)
+    summary = actions[-1].tool_calls[-1].arguments["summary"]
+    assert TAG in summary and "set it in your own code and eager gains that part too" in summary, summary
