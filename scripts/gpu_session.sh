@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call on the device machine (results go in docs/benchmarks.md).
-# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests timecheck cores bench cases suite kernelbench)
+# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests timecheck cores bench cases kbcases suite kernelbench)
 # One device call runs at most 10 minutes: `probe tests bench`, then `cases`, then `suite`.
 # The device tool returns at most 8 files from $OUT, so logs and case-study fixtures come back as
 # two archives next to summary.txt (printed last) and suite.json.
@@ -32,6 +32,10 @@ for s in $stages; do case $s in
   bench) run_stage bench 280 python3 -m sandbox bench --backend cuda --evals ${KW_BENCH_EVALS:-6} --concurrency 2 --trace ;;
   # one at a time: side by side, sub-0.2 ms candidates carried other jobs' CPU load (2026-11-29)
   cases) run_stage cases 330 python3 -m benchmarks.case_studies --backend cuda --jobs 1 --out "$WORK/cases" ;;
+  # KernelBench problems as gallery case studies (published sizes; KW_KB as for `kernelbench`),
+  # KW_KB_CASES="3/13 3/8" by default; the fixtures land in cases.tgz with the five
+  kbcases) set -f; run_stage kbcases ${KW_KBCASES_LIMIT:-400} python3 -m benchmarks.case_studies --backend cuda --jobs 1 \
+      --out "$WORK/cases" --kernelbench "${KW_KB:?KW_KB: a KernelBench copy}" --cases ${KW_KB_CASES:-3/13 3/8}; set +f ;;
   # KW_SUITE_TASKS="name ..." runs part of the suite (39 tasks take more than one 10-minute call)
   suite) set -f; run_stage suite ${KW_SUITE_LIMIT:-560} python3 -m benchmarks.suite --backend cuda --jobs 8 --out "$OUT/suite.json" ${KW_SUITE_TASKS:+--tasks $KW_SUITE_TASKS}; set +f ;;
   # KernelBench's stratified sample (issue 18) in KW_KB_SHARDS processes sharing the GPU (at most ~5
