@@ -289,12 +289,25 @@ def _run_one(
         "summary": fin.summary if fin else "",
         "generated_correct": generated,
         "ran": capture != "no" or bool(res.verified),
-        "first_failure": None if generated else (pol.failures[0] if pol.failures else "no candidate tried"),
+        "first_failure": None if generated else _first_failure(pol),
         "failures": pol.failures,
         "forbid_blockers": pol.blockers,
         "shrunk_from": floor,
         "candidates": [_candidate_row(t) for t in getattr(pol, "tried", [])],
     }
+
+
+def _first_failure(pol: Any) -> str:
+    """Why the row's best is not a generated candidate: the policy's first failure, or (none
+    failed) that the generated ones were correct and lost to the reference's own computation."""
+    if pol.failures:
+        return pol.failures[0]
+    generated = [t for t in pol.tried if t.correct and t.graph is not None]
+    if generated:
+        best = max(generated, key=lambda t: t.key())
+        vs = "n/a" if best.speedup_vs_eager is None else f"{best.speedup_vs_eager:.2f}x"
+        return f"generated candidates correct but slower than the reference's own computation (best {vs} vs eager)"
+    return "no candidate tried"
 
 
 def _seconds_in(pol: Any, evals: list[EvaluationEvent], secs: float) -> dict[str, float]:

@@ -200,3 +200,18 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path):
     spent = short["seconds_in"]  # where the time went: the analysis, the sandbox's steps, the rest
     assert spent["analysis"] > 0 and spent["timing"] > 0 and spent["rest"] >= -0.5, spent
     assert abs(sum(spent.values()) - short["seconds"]) < 0.5, (spent, short["seconds"])
+
+
+def test_a_fallback_best_after_correct_generated_candidates_says_they_were_slower():
+    from types import SimpleNamespace
+
+    from agent.builtin.graph import Graph
+    from agent.builtin.policy import _Tried
+    from benchmarks.kernelbench import _first_failure
+
+    lost = _Tried("Fuse the captured graph as it is", {"model_new.py": ""}, "ok", 1, 0.2, 0.91, graph=Graph([]))
+    assert _first_failure(SimpleNamespace(failures=[], tried=[lost])) == (
+        "generated candidates correct but slower than the reference's own computation (best 0.91x vs eager)"
+    )
+    assert _first_failure(SimpleNamespace(failures=["not captured: x"], tried=[lost])) == "not captured: x"
+    assert _first_failure(SimpleNamespace(failures=[], tried=[])) == "no candidate tried"
