@@ -29,6 +29,8 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from agent.builtin.guard import guard
+
 
 class ExportUnsupported(Exception):
     pass
@@ -766,36 +768,10 @@ def match_bindings(
     return binds
 
 
-def simple_attrs(model: nn.Module, bound: set[str]) -> dict[str, Any]:
-    """The model's (and its submodules') plain attributes: the specialised graph assumes them.
-    Floats that are read at run time (bound) are left out."""
-    out: dict[str, Any] = {}
-    for mpath, m in model.named_modules():
-        for k, v in vars(m).items():
-            if k.startswith("_") or k == "training":
-                continue
-            key = f"{mpath}.{k}" if mpath else k
-            if isinstance(v, bool | int | str) or v is None:
-                out[key] = v
-            elif isinstance(v, float):
-                if f"self.{key}" not in bound and math.isfinite(v):
-                    out[key] = v
-            elif isinstance(v, tuple | list) and all(isinstance(x, bool | int) for x in v):
-                out[key] = list(v)
-    return out
-
-
-def module_tree(model: nn.Module) -> list[list[str]]:
-    """(path, type name) of every submodule: the graph follows the structure the constructor built
-    (`if self.downsample is not None`), which other init arguments can change."""
-    return [[name, type(m).__name__] for name, m in model.named_modules() if name]
-
-
 def structure_guard(model: nn.Module) -> dict[str, Any]:
     """What an fx graph (sizes symbolic) still assumes: the module tree and the flags (bool, None and
-    str attributes) its Python control flow read while tracing."""
-    flags = {k: v for k, v in simple_attrs(model, set()).items() if isinstance(v, bool | str) or v is None}
-    return {"inputs": [], "state": {}, "attrs": flags, "modules": module_tree(model)}
+    str attributes) its Python control flow read while tracing (agent.builtin.guard)."""
+    return guard(model, "fx", set(), [])
 
 
 def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], notes: list[str]) -> dict[str, Any]:
@@ -808,18 +784,9 @@ def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], 
     binds = bind_scalars(model, inputs, ep, float_attrs, notes)
     b = ExportBuilder(ep, binds, model)
     nodes = b.build()
-    paths = [n["attrs"]["path"] for n in nodes if n["op"] == "param"]
-    state: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
-    state.update(dict(model.named_buffers(remove_duplicate=False)))
-    guard = {
-        "inputs": [
-            {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
-            if torch.is_tensor(t)
-            else {"value": t}
-            for t in inputs
-        ],
-        "state": {p: list(state[p].shape) for p in paths if p in state},
-        "attrs": simple_attrs(model, set(binds.values())),
-        "modules": module_tree(model),
-    }
-    return {"nodes": nodes, "guard": guard, "islands": b.islands, "code": ep.graph_module.code.strip()}
+    inputs_seen = [
+        {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} if torch.is_tensor(t) else {"value": t}
+        for t in inputs
+    ]
+    specialised_to = guard(model, "export", set(binds.values()), inputs_seen)
+    return {"nodes": nodes, "guard": specialised_to, "islands": b.islands, "code": ep.graph_module.code.strip()}

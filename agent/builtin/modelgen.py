@@ -18,6 +18,7 @@ from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
+from agent.builtin.guard import HELPER as GUARD_HELPER
 from agent.builtin.kernelgen import KernelSig
 from agent.builtin.layout import inverse, last_perm
 from agent.builtin.ownkernels import DENSE_HELPER, emit_lines, op_label, own_call
@@ -621,38 +622,6 @@ def _kw_contig(lib, x, stream):
 '''
 
 
-_GUARD_HELPER = '''
-
-def _kw_specialised(module):
-    """Whether module is the model this forward was generated for: its module tree, the parameter and
-    buffer shapes and the plain attributes the captured graph was specialised to (checked once per
-    instance; an fx graph keeps sizes symbolic and checks only the tree and the flags)."""
-    d = module.__dict__
-    ok = d.get("_kw_spec_ok")
-    if ok is None:
-        ok = True
-        for path, shape in _KW_STATE.items():
-            try:
-                slot, name = _slot(module, path)
-                ok = ok and list(slot[name].shape) == shape
-            except (AttributeError, KeyError):
-                ok = False
-        tree = [[name, type(m).__name__] for name, m in module.named_modules() if name]
-        ok = ok and tree == _KW_MODULES
-        for path, value in _KW_ATTRS.items():
-            *mods, leaf = path.split(".")
-            try:
-                owner = module.get_submodule(".".join(mods)) if mods else module
-                cur = getattr(owner, leaf)
-            except AttributeError:
-                ok = False
-                continue
-            ok = ok and (list(cur) if isinstance(cur, tuple) else cur) == value
-        d["_kw_spec_ok"] = ok
-    return ok
-'''
-
-
 _NOT_CONSTANT = (
     "rand",
     "normal",
@@ -784,12 +753,8 @@ def generate_model(
         parts.append(_GRAPH_HELPERS)
     if guarded:
         guard = meta.get("guard") or {}
-        parts.append(_GUARD_HELPER)
-        parts += [
-            f"_KW_STATE = {guard.get('state', {})!r}",
-            f"_KW_ATTRS = {guard.get('attrs', {})!r}",
-            f"_KW_MODULES = {guard.get('modules', [])!r}",
-        ]
+        parts.append(GUARD_HELPER)
+        parts.append(f"_KW_GUARD = {(guard.get('kind'), tuple(guard.get('bound', [])), guard.get('digest'))!r}")
     if specialised:
         parts += [
             "",

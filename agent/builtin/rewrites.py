@@ -436,6 +436,59 @@ def channels_last_convs(g: Graph) -> Rewrite | None:
     )
 
 
+def _cat_parts(n: Node) -> tuple[list[str], int] | None:
+    """(the names of its inputs, its dim) for an `aten.cat` of a plain list of tensors."""
+    if n.op != "aten" or n.attrs.get("target") != "aten.cat.default" or not n.shape:
+        return None
+    call = n.attrs.get("call") or {}
+    args, kwargs = call.get("args") or [], call.get("kwargs") or {}
+    if not args or not isinstance(args[0], dict) or "list" not in args[0]:
+        return None
+    items = args[0]["list"]
+    if [it.get("arg") for it in items] != list(range(len(n.args))) or not all(isinstance(a, Ref) for a in n.args):
+        return None
+    dim_spec = args[1] if len(args) > 1 else kwargs.get("dim", {"v": 0})
+    if set(kwargs) - {"dim"} or not isinstance(dim_spec, dict) or not isinstance(dim_spec.get("v"), int):
+        return None
+    return [a.name for a in n.args], dim_spec["v"] % len(n.shape)
+
+
+def reuse_cat_prefixes(g: Graph) -> Rewrite | None:
+    """cat([a, b, c, d]) where cat([a, b, c]) is already computed is cat([that, d]): the same
+    values, one copy of the earlier result instead of one per input (a DenseNet block concatenates
+    every earlier feature map at each layer: k copies at layer k, two after this)."""
+    g = g.copy()
+    done: list[str] = []
+    cats: list[tuple[Node, list[str], int]] = []
+    for n in g.nodes:
+        parts = _cat_parts(n)
+        if parts is None:
+            continue
+        names, dim = parts
+        prefixes = [
+            (len(pn), p) for p, pn, pd in cats if pd == dim and 1 < len(pn) < len(names) and names[: len(pn)] == pn
+        ]
+        if prefixes:
+            k, p = max(prefixes, key=lambda t: t[0])
+            n.args = [Ref(p.name), *n.args[k:]]
+            n.attrs["call"] = {
+                "args": [{"list": [{"arg": i} for i in range(len(n.args))]}, {"v": dim}],
+                "kwargs": {},
+            }
+            done.append(f"{n.name} reuses {p.name}")
+        cats.append((n, names, dim))
+    if not done:
+        return None
+    return Rewrite(
+        "reuse_cat_prefixes",
+        "A concatenation that extends an earlier one copies it whole",
+        f"{'; '.join(done[:6])}{' ...' if len(done) > 6 else ''}: concatenating the earlier concatenation and "
+        "the new inputs gives the same tensor; each earlier input is copied once per layer as one block "
+        "instead of one copy per input (the same bytes move, in far fewer launches).",
+        g,
+    )
+
+
 REWRITES: list[Callable[[Graph], Rewrite | None]] = [
     remove_identities,
     canonical_linear,
@@ -446,6 +499,7 @@ REWRITES: list[Callable[[Graph], Rewrite | None]] = [
     fold_batchnorm,
     fold_pool_into_conv,
     fold_mean_of_conv,
+    reuse_cat_prefixes,
 ]
 
 

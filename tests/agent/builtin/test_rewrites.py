@@ -91,3 +91,54 @@ def test_scalar_folding_follows_changed_attributes():
     model.scaling_factor = 3.25  # another init: the folded constant must follow it
     with torch.no_grad():
         torch.testing.assert_close(run_graph(final, model, inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+
+
+DENSE_BLOCK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, layers, cin, growth):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.BatchNorm2d(cin + i * growth), nn.ReLU(inplace=True),
+                          nn.Conv2d(cin + i * growth, growth, 3, padding=1, bias=False))
+            for i in range(layers)
+        )
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(x))
+            x = torch.cat(features, 1)
+        return x
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 6, 6)]
+
+
+def get_init_inputs():
+    return [4, 8, 4]
+"""
+
+
+def test_a_dense_blocks_concatenations_reuse_the_previous_one(tmp_path):
+    """torch.cat(features) at every layer (DenseNet): k copies at layer k become two, and the
+    candidate built from the rewritten graph passes the sandbox (its trials are the check: the
+    interpreter has no rule for ATen islands such as cat)."""
+    from agent.builtin.pipeline import build_candidate
+    from sandbox import EvalOptions, evaluate
+
+    an = analyze_source(DENSE_BLOCK, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error
+    step = next(s for s in all_rewrites(an.graph) if s.name == "reuse_cat_prefixes")
+    cats = [n for n in step.graph.nodes if n.attrs.get("target") == "aten.cat.default"]
+    assert len(cats) == 4 and all(len(n.args) == 2 for n in cats), [n.args for n in cats]
+    assert [n.args[0].name for n in cats[1:]] == [n.name for n in cats[:-1]]
+    files = build_candidate(step.graph, an.data, "cpu", torch_ops="allow").files
+    assert files["model_new.py"].count("kw_copy_block(") == 2 * 4, "two block copies per concatenation"
+    opts = EvalOptions(backend="cpu", compile_baseline=False, timing_budget_s=0.05, cache_dir=str(tmp_path))
+    res = evaluate(DENSE_BLOCK, files, opts)
+    assert res.status.value == "ok", res.reasons

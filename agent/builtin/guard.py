@@ -1,0 +1,76 @@
+"""What a generated forward assumes about its module, as one digest.
+
+A captured graph is specialised to the module it was captured from: torch.export bakes in the
+parameter and buffer shapes and the plain attributes (ints, floats, flags); torch.fx keeps sizes
+symbolic but follows the module tree and the flags its Python control flow read. The generated
+forward runs only on a module with the same digest and runs the reference's own forward on any
+other. `guard_digest` runs in the analysis child on the reference module and, copied by its
+source into model_new.py (modelgen), on the candidate's module at its first call: one function,
+so the two sides cannot disagree. (The tables it replaces, written out in model_new.py, were a
+third of DenseNet-121's 314 KB file.)
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+
+def guard_digest(module: Any, kind: str, bound: Any) -> str:
+    """SHA-256 of the module tree, the plain attributes and (kind "export") every parameter's and
+    buffer's shape. Floats in `bound` ("self.<path>") are read at run time, so not part of it."""
+    import hashlib
+    import json
+    import math
+
+    tree = [[name, type(m).__name__] for name, m in module.named_modules() if name]
+    attrs: dict = {}
+    for mpath, m in module.named_modules():
+        for k, v in vars(m).items():
+            if k.startswith("_") or k == "training":
+                continue
+            key = f"{mpath}.{k}" if mpath else k
+            if isinstance(v, bool | str) or v is None:
+                attrs[key] = v
+            elif kind != "export":
+                continue
+            elif isinstance(v, int):
+                attrs[key] = v
+            elif isinstance(v, float):
+                if f"self.{key}" not in bound and math.isfinite(v):
+                    attrs[key] = v
+            elif isinstance(v, tuple | list) and all(isinstance(x, bool | int) for x in v):
+                attrs[key] = list(v)
+    state: dict = {}
+    if kind == "export":
+        named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
+        state = {p: list(t.shape) for p, t in named}
+    return hashlib.sha256(json.dumps([tree, attrs, state], sort_keys=True).encode()).hexdigest()
+
+
+def guard(module: Any, kind: str, bound: set[str], inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The analysis's `guard`: the inputs' shapes (or values) and the module's digest."""
+    return {
+        "inputs": inputs,
+        "kind": kind,
+        "bound": sorted(bound),
+        "digest": guard_digest(module, kind, set(bound)),
+    }
+
+
+HELPER = (
+    "\n\n"
+    + inspect.getsource(guard_digest).replace("module: Any, kind: str, bound: Any) -> str:", "module, kind, bound):")
+    + '''
+
+def _kw_specialised(module):
+    """Whether module is the model this forward was generated for (agent.builtin.guard): checked
+    once per instance."""
+    d = module.__dict__
+    ok = d.get("_kw_spec_ok")
+    if ok is None:
+        kind, bound, digest = _KW_GUARD
+        ok = d["_kw_spec_ok"] = guard_digest(module, kind, set(bound)) == digest
+    return ok
+'''
+)
