@@ -449,7 +449,7 @@ class _Emitter:
                 args += [f"_prod(_D[{b}:])", f"_prod(_D[{a}:{b}])"]
         args += [self.val(s) for s in grp.scalars]
         args.append("_stream")
-        self.emit(f"lib.{grp.name}({', '.join(args)})")
+        self.emit(f"lib.{sig.symbol or grp.name}({', '.join(args)})")
 
     def const_method(self, plan: Plan, hoisted: set[str]) -> list[str]:
         """`_kw_consts`: the values computed from no input (a causal mask from torch.ones(t, t), a

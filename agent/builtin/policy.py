@@ -989,7 +989,9 @@ def _fmt_cfg(cfg: dict) -> str:
 
 
 def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str:
-    lines = [f"Generated {c.kernel_path} ({len(c.plan.groups)} fused kernel(s)) and model_new.py:"]
+    shared = sum(1 for s in c.sigs if s.symbol)
+    count = f"{len(c.plan.groups)} fused kernel(s)" + (f", {len(c.sigs) - shared} distinct" if shared else "")
+    lines = [f"Generated {c.kernel_path} ({count}) and model_new.py:"]
     for s in c.sigs:
         grp = next(g for g in c.plan.groups if g.name == s.name)
         red = [n.op for n in grp.reductions]
@@ -997,6 +999,7 @@ def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str
             f"  - {s.name}: {len(grp.nodes)} ops [{', '.join(s.ops)}]"
             + (f" with row reduction(s) {red}" if red else " (elementwise)")
             + f", {s.bytes_moved / 1e6:.2f} MB moved, config {_fmt_cfg(c.configs.get(s.name, {}))}"
+            + (f", the same kernel as {s.symbol}" if s.symbol else "")
         )
     for st in c.plan.steps:
         if st.node is not None and st.node.op in LIBRARY:

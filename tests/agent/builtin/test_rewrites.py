@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -139,6 +141,10 @@ def test_a_dense_blocks_concatenations_reuse_the_previous_one(tmp_path):
     assert [n.args[0].name for n in cats[1:]] == [n.name for n in cats[:-1]]
     files = build_candidate(step.graph, an.data, "cpu", torch_ops="allow").files
     assert files["model_new.py"].count("kw_copy_block(") == 2 * 4, "two block copies per concatenation"
+    # the four batch norm + ReLU groups are one kernel, compiled once and called four times
+    exported = re.findall(r'extern "C" int (fused_\d+)\(', files["kernels/fused.cpp"])
+    calls = re.findall(r"lib\.(fused_\d+)\(", files["model_new.py"])
+    assert len(calls) == 4 and len(exported) == 1 and set(calls) == set(exported), (exported, calls)
     opts = EvalOptions(backend="cpu", compile_baseline=False, timing_budget_s=0.05, cache_dir=str(tmp_path))
     res = evaluate(DENSE_BLOCK, files, opts)
     assert res.status.value == "ok", res.reasons
