@@ -174,6 +174,7 @@ def precision_flags() -> dict[str, Any]:
         "matmul.allow_fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
         "matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
         "cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
         "cudnn.enabled": torch.backends.cudnn.enabled,
         "default_dtype": str(torch.get_default_dtype()),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
@@ -235,12 +236,6 @@ CONV_SEARCH_SETTING = (
 )
 
 
-def _cudnn_benchmark() -> bool:
-    import torch
-
-    return bool(torch.backends.cudnn.benchmark)
-
-
 def _asked_for_conv_search() -> bool:
     import sys
 
@@ -251,7 +246,10 @@ def _asked_for_conv_search() -> bool:
 def settings_in_use() -> list[tuple[str, str]]:
     """Sanctioned settings the candidate asked for, as ('setting', words) findings: recorded,
     never a rejection."""
-    return [("setting", CONV_SEARCH_SETTING)] if _asked_for_conv_search() and _cudnn_benchmark() else []
+    import torch
+
+    searched = _asked_for_conv_search() and torch.backends.cudnn.benchmark
+    return [("setting", CONV_SEARCH_SETTING)] if searched else []
 
 
 class Integrity:
@@ -263,7 +261,6 @@ class Integrity:
 
         self.objects = _watched_objects()
         self.flags = precision_flags()
-        self.conv_search = _cudnn_benchmark()
         self.threads = threading.active_count()
         self.trace = (sys.gettrace(), sys.getprofile())
         self._frozen_modules = dict(self._harness_code())
@@ -298,16 +295,10 @@ class Integrity:
                 found.append(("tamper", f"harness function {name} was modified"))
         flags = precision_flags()
         for key, value in self.flags.items():
+            if key == "cudnn.benchmark" and _asked_for_conv_search():
+                continue  # the one sanctioned setting, recorded by settings_in_use
             if flags.get(key) != value:
                 found.append(("flags", f"global flag {key} changed from {value!r} to {flags.get(key)!r}"))
-        if _cudnn_benchmark() != self.conv_search and not _asked_for_conv_search():
-            found.append(
-                (
-                    "flags",
-                    f"global flag cudnn.benchmark changed from {self.conv_search!r} to {_cudnn_benchmark()!r} "
-                    "(a candidate asks for cuDNN's algorithm search through kwrt.search_conv_algorithms())",
-                )
-            )
         if (sys.gettrace(), sys.getprofile()) != self.trace:
             found.append(("tamper", "a trace or profile hook was installed (sys.settrace/setprofile)"))
         if threading.active_count() > self.threads:

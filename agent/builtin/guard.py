@@ -58,9 +58,18 @@ def guard(module: Any, kind: str, bound: set[str], inputs: list[dict[str, Any]])
     }
 
 
+def _plain_source(fn: Any) -> str:
+    """fn's source without annotations in its signature (model_new.py does not import typing)."""
+    src = inspect.getsource(fn)
+    plain = src.replace("module: Any, kind: str, bound: Any) -> str:", "module, kind, bound):", 1)
+    if plain == src:
+        raise RuntimeError(f"{fn.__name__}'s signature changed: update guard._plain_source")
+    return plain
+
+
 HELPER = (
     "\n\n"
-    + inspect.getsource(guard_digest).replace("module: Any, kind: str, bound: Any) -> str:", "module, kind, bound):")
+    + _plain_source(guard_digest)
     + '''
 
 def _kw_specialised(module):
