@@ -43,7 +43,11 @@ for s in $stages; do case $s in
   # the rest), no problem started after KW_KB_LIMIT s. KW_KB: a KernelBench copy that travelled in a
   # carried folder (never committed). KW_KB_PROBLEMS="1/22 3/16 ...": those problems instead of the
   # sample (the rest of a level that did not fit one call). Merged table in summary.txt, rows in kernelbench.tgz.
+  # gpu.csv: the device's used memory and utilisation each second while the shards run (is the
+  # memory admission, sandbox/devmem.py, holding evaluations back from memory that stays free?)
   kernelbench) mkdir -p "$WORK/kb"; set -f
+    nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv,noheader -l 1 > "$WORK/kb/gpu.csv" 2>&1 &
+    smi=$!
     which="--level ${KW_KB_LEVELS:-1 2 3} --sample ${KW_KB_SAMPLE:-30} --stratified --seed ${KW_KB_SEED:-2612}"
     [ -n "${KW_KB_PROBLEMS:-}" ] && which="--problems $KW_KB_PROBLEMS"
     for k in $(seq 0 $((${KW_KB_SHARDS:-5} - 1))); do
@@ -51,7 +55,9 @@ for s in $stages; do case $s in
         $which --backend cuda \
         --cap 0 --max-turns ${KW_KB_TURNS:-10} --compile-baseline --shard $k/${KW_KB_SHARDS:-5} --time-limit ${KW_KB_LIMIT:-400} \
         --out "$WORK/kb/s$k.json" > "$WORK/kb/s$k.log" 2>&1 &
-    done; wait; set +f
+      shards="${shards:-} $!"
+    done; wait $shards; kill $smi 2>/dev/null; set +f
+    python3 scripts/gpu_trace.py "$WORK/kb/gpu.csv" | tee -a "$summary"
     python3 -m benchmarks.kernelbench --merge "$WORK"/kb/s*.json | tee -a "$summary"
     tar czf "$OUT/kernelbench.tgz" -C "$WORK" kb ;;
 esac; done
