@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.builtin import tf32x3
 from agent.builtin.cexpr import REDUCE_INIT, c_accumulate, c_float, c_op
 from agent.builtin.fusion import COL, COLGEN, FULL, GEN, ROW, ROWGEN, SCALAR, Group, Plan
 from agent.builtin.graph import REDUCTIONS, Lit, Node, Ref, Scalar, fmt_shape
@@ -1060,8 +1061,9 @@ def _kernel_key(src: str, name: str) -> str:
     return re.sub(r"\bv_\w+", lambda m: names.setdefault(m.group(0), f"v{len(names)}"), body)
 
 
-def generate(plan: Plan, backend: str, configs: dict[str, dict]) -> tuple[str, list[KernelSig]]:
-    """The whole kernel file for a plan; configs maps group name -> launch configuration."""
+def generate(plan: Plan, backend: str, configs: dict[str, dict], gemm: str = "cublas") -> tuple[str, list[KernelSig]]:
+    """The whole kernel file for a plan; configs maps group name -> launch configuration; gemm
+    "3xtf32" (cuda) adds the split and the TF32 GEMM (agent.builtin.tf32x3)."""
     parts = [CUDA_PRELUDE if backend == "cuda" else CPU_PRELUDE]
     sigs = []
     seen: dict[str, str] = {}  # a group's source with its own name blanked -> the group that emitted it
@@ -1076,6 +1078,8 @@ def generate(plan: Plan, backend: str, configs: dict[str, dict]) -> tuple[str, l
             parts += [src, ""]
         sigs.append(sig)
     parts.append(CUDA_DERIVED if backend == "cuda" else CPU_DERIVED)
+    if backend == "cuda" and gemm == "3xtf32":  # after CUDA_DERIVED: it uses kw_cublas()
+        parts.append(tf32x3.CUDA)
     if any(own_call(st.node, plan.graph) for st in plan.steps if st.node is not None):
         parts.append(OWN_CUDA if backend == "cuda" else OWN_CPU)
     return "\n".join(parts), sigs

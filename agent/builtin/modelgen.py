@@ -14,6 +14,7 @@ import re
 import textwrap
 from typing import Any
 
+from agent.builtin import tf32x3
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
@@ -163,6 +164,7 @@ class _Emitter:
         self.lines: list[str] = []
         self.strided: set[str] = set()  # values that may not be contiguous where they are made
         self.gathers = 0  # strided operands copied to contiguous memory by the kw_gather kernel
+        self.tf32x3 = 0  # GEMMs computed in 3xTF32 (agent.builtin.tf32x3.HELPER)
         self.channels_last_weights = 0  # convolution weights kept in channels-last memory (_CL_HELPER)
         self.own = 0  # ATen ops computed by kernels of our own (agent.builtin.ownkernels)
         self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
@@ -237,7 +239,14 @@ class _Emitter:
             self.emit(f"{v} = {self.val(a[0])}.dim()")
         elif n.op == "matmul_nt":
             x, w = self.val(a[0]), self.val(a[1])
-            if self.backend == "cuda" and self.gemm == "aten":
+            if self.backend == "cuda" and self.gemm == "3xtf32":
+                self.tf32x3 += 1
+                self.emit(
+                    f"# {n.name}: GEMM x @ W^T as 3xTF32 on tensor cores (agent/builtin/tf32x3.py), W's split kept"
+                )
+                self.contiguous(a[0])
+                self.emit(f"{v} = _kw_mm3(lib, {x}, {w}.t(), _stream, self, {n.name!r})")
+            elif self.backend == "cuda" and self.gemm == "aten":
                 self.emit(
                     f"# {n.name}: GEMM x @ W^T through ATen (torch.mm: cuBLAS/cuBLASLt with PyTorch's workspace "
                     "and heuristics), W read transposed in place"
@@ -255,6 +264,12 @@ class _Emitter:
             else:
                 self.emit(f"# {n.name}: GEMM x @ W^T through the library (oneDNN/MKL), W read transposed in place")
                 self.emit(f"{v} = torch.matmul({x}, {w}.t())")
+        elif n.op == "matmul" and self.backend == "cuda" and self.gemm == "3xtf32":
+            self.tf32x3 += 1
+            self.emit(
+                f"# {n.name}: GEMM as 3xTF32 on tensor cores (agent/builtin/tf32x3.py; other layouts: torch.matmul)"
+            )
+            self.emit(f"{v} = _kw_mm3(lib, {self.val(a[0])}, {self.val(a[1])}, _stream)")
         elif n.op == "matmul":
             self.emit(f"# {n.name}: library GEMM")
             self.emit(f"{v} = torch.matmul({self.val(a[0])}, {self.val(a[1])})")
@@ -684,7 +699,8 @@ def generate_model(
     graph: bool = False,
     torch_ops: str = "forbid",
 ) -> str:
-    """gemm (cuda): "cublas" calls the .cu's gemm_nt (cublasSgemm), "aten" calls torch.mm.
+    """gemm (cuda): "cublas" calls the .cu's gemm_nt (cublasSgemm), "aten" calls torch.mm,
+    "3xtf32" computes every GEMM as three TF32 tensor-core products (agent.builtin.tf32x3).
     graph (cuda): forward replays a CUDA graph of the generated forward (`_graphed`).
 
     A graph captured by torch.export (meta["capture"] == "export") is specialised to the task's
@@ -731,7 +747,7 @@ def generate_model(
     if not init.startswith("    "):
         init = textwrap.indent(textwrap.dedent(init), "    ")
     parts = ['"""' + summary.strip().replace('"""', "'''") + '\n"""', ""]
-    extra = (["import ctypes"] if em.gathers or em.own else []) + (["import math"] if em.own else [])
+    extra = (["import ctypes"] if em.gathers or em.own or em.tf32x3 else []) + (["import math"] if em.own else [])
     imports = list(
         dict.fromkeys(
             src.get("imports", [])
@@ -747,6 +763,8 @@ def generate_model(
         parts.append(_CONTIG_HELPER)
     if em.channels_last_weights:
         parts.append(_CL_HELPER)
+    if em.tf32x3:
+        parts.append(tf32x3.HELPER)
     if em.own:
         parts.append(DENSE_HELPER)
     if graph:

@@ -38,6 +38,9 @@ from agent.builtin.pipeline import (
     strided_operands,
 )
 from agent.builtin.rewrites import Rewrite, all_rewrites, channels_last_convs
+from agent.builtin.tf32x3 import LINE as TF32X3_LINE
+from agent.builtin.tf32x3 import TITLE as TF32X3_TITLE
+from agent.builtin.tf32x3 import pays_off as tf32x3_pays_off
 from agent.events import BestChanged, EvaluationEvent, Event, TurnStarted
 from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation
 
@@ -265,6 +268,9 @@ class BuiltinPolicy(Policy):
                     gemm="aten",
                 )
             )
+        if backend == "cuda" and self.final_plan is not None and tf32x3_pays_off(self.final_graph):
+            # float32 GEMMs bound by the CUDA cores: tensor cores at float32's accuracy, judged by its error
+            self.steps.append(_Step("candidate", TF32X3_TITLE, graph=self.final_graph, gemm="3xtf32"))
         for v in range(1, min(n_variants, self.max_variants)):
             self.steps.append(_Step("variant", f"launch configuration {v + 1}", graph=self.final_graph, variant=v))
         if backend == "cuda" and self.final_plan is not None and self.final_plan.groups:
@@ -560,6 +566,15 @@ class BuiltinPolicy(Policy):
             parts.append(
                 f"Rewrite: {step.rewrite.title}.\n{step.rewrite.detail}\n\nGraph after the rewrite:\n"
                 f"{step.graph.summary()}\n"
+            )
+        elif step.gemm == "3xtf32":
+            parts.append(
+                f"{step.title}: each large float32 GEMM is bound by the CUDA cores (about 51 TFLOP/s on the H200; "
+                "TF32 tensor cores: about 411). One TF32 product keeps 11 bits of each operand and would fail the "
+                "float32 tolerances, so each operand is split into hi + lo, both exact in TF32, and one tensor-core "
+                "GEMM of depth 3K computes hi*hi + hi*lo + lo*hi (3xTF32): the dropped lo*lo and the split's "
+                "residue are below 2^-21 of each product. The correctness check judges its error like any other; "
+                "a weight's split is kept while the weight is unchanged.\n"
             )
         elif step.gemm == "aten":
             parts.append(
@@ -1003,14 +1018,15 @@ def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str
         )
     for st in c.plan.steps:
         if st.node is not None and st.node.op in LIBRARY:
+            three = gemm == "3xtf32" and backend == "cuda"
             nt = (
-                ("torch.mm (ATen's cuBLAS)" if gemm == "aten" else "cuBLAS gemm_nt from the .cu")
+                {"aten": "torch.mm (ATen's cuBLAS)", "3xtf32": TF32X3_LINE}.get(gemm, "cuBLAS gemm_nt from the .cu")
                 if backend == "cuda"
                 else "torch.matmul (oneDNN/MKL)"
             )
             lib = {
                 "matmul_nt": nt,
-                "matmul": "torch.matmul (library GEMM)",
+                "matmul": TF32X3_LINE if three else "torch.matmul (library GEMM)",
                 "conv2d": "F.conv2d (cuDNN)" if backend == "cuda" else "F.conv2d (oneDNN)",
             }
             lines.append(f"  - {st.node.name}: {lib[st.node.op]}")

@@ -322,6 +322,12 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t);
 cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t);
 cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*,
                            const float*, int, const float*, int, const float*, float*, int);
+typedef enum { CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                          const void*, const void*, cudaDataType, int, long long, const void*,
+                                          cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                          long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 """
 
 

@@ -1,0 +1,194 @@
+"""Float32 GEMMs on tensor cores at float32's accuracy: 3xTF32 (the cuda backend's `gemm="3xtf32"`).
+
+Why: on the H200 a float32 GEMM on the CUDA cores runs at about 51 TFLOP/s and one in TF32 at
+about 411 (docs/benchmarks.md), but one TF32 product keeps 11 significant bits of each operand,
+so its error is about a thousand times float32's and the correctness check rejects it, rightly.
+Split each operand x = hi + lo, hi = x rounded to TF32 and lo = (x - hi) rounded to TF32: then
+A.B = Ah.Bh + Ah.Bl + Al.Bh + Al.Bl, and the last term and the split's residue are each below
+2^-21 of a product (CUTLASS ships the same scheme as its 3xTF32 "fast accurate" GEMM). The three
+kept products run as ONE TF32 GEMM of depth 3K over operands laid out [Ah | Ah | Al] and
+[Bh ; Bl ; Bh], accumulated in float32 by the tensor cores and written once. The sandbox judges
+the result like any other: its error against float64 must stay inside the float32 tolerances
+(tests/agent/builtin/test_gpu_tf32x3.py prints it beside cuBLAS's float32 and one TF32 product).
+
+Where it does not pay: a GEMM that is bound by memory (a matrix-vector product, K of a few
+dozen), where the split's extra reads and writes cost more than the tensor cores save
+(`pays_off`). A weight's split is kept while the weight is the same tensor at the same version.
+"""
+
+from __future__ import annotations
+
+from agent.builtin.graph import Graph, Node
+
+TITLE = "The same kernels with each large GEMM as 3xTF32 on tensor cores"  # the policy's step
+LINE = "3xTF32 GEMM: the .cu's split + one tensor-core GEMM of depth 3K (float32's accuracy)"
+
+# one TF32 GEMM (the operands must already be split: kw_split3_tf32), batched by strides
+CUDA = r"""
+// 3xTF32 (agent/builtin/tf32x3.py): x = hi + lo, both exact in TF32; the GEMM of depth 3K over
+// [Ah | Ah | Al] and [Bh ; Bl ; Bh] is Ah.Bh + Ah.Bl + Al.Bh, float32's accuracy on tensor cores.
+__device__ __forceinline__ float kw_tf32_round(float v) {
+    const uint32_t u = __float_as_uint(v);
+    if ((u & 0x7f800000u) == 0x7f800000u) return v;  // inf and nan stay
+    const float r = __uint_as_float((u + 0x1000u) & 0xffffe000u);  // nearest, ties away from zero
+    return isinf(r) ? __uint_as_float(u & 0xffffe000u) : r;  // no rounding up past the largest float
+}
+
+// x: batch x [P, Q] contiguous; K runs along Q (kinner) or along P. Third t of the output along K
+// holds lo where bit t of `lo_thirds` is set, else hi: [P, 3Q] or [3P, Q] per batch.
+__global__ void kw_split3_tf32_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n,
+                                      int64_t P, int64_t Q, int kinner, int lo_thirds) {
+    const int64_t pq = P * Q;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        const float h = kw_tf32_round(v);
+        const float l = isfinite(v) ? kw_tf32_round(v - h) : 0.0f;
+        const int64_t b = i / pq, r = (i / Q) % P, c = i % Q;
+        const int64_t base = b * 3 * pq + (kinner ? r * 3 * Q + c : r * Q + c);
+        const int64_t step = kinner ? Q : pq;
+        #pragma unroll
+        for (int t = 0; t < 3; ++t) out[base + t * step] = ((lo_thirds >> t) & 1) ? l : h;
+    }
+}
+
+extern "C" int kw_split3_tf32(const float* x, float* out, int64_t batch, int64_t P, int64_t Q, int64_t kinner,
+                              int64_t lo_thirds, void* stream) {
+    const int64_t n = batch * P * Q;
+    if (n <= 0) return 0;
+    const int threads = 256;
+    const int64_t blocks = (n + threads - 1) / threads < 131072 ? (n + threads - 1) / threads : 131072;
+    kw_split3_tf32_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(x, out, n, P, Q, (int)kinner,
+                                                                                   (int)lo_thirds);
+    return (int)cudaGetLastError();
+}
+
+// C[b] (row-major [M, N], batch stride sc) = op(A[b]) @ op(B[b]) with A, B row-major as stored
+// (ta/tb: the logical matrix is the stored one transposed), computed in TF32 with float32
+// accumulation; cuBLAS is column-major, so it computes C^T = op(B)^T op(A)^T.
+extern "C" int kw_gemm_tf32(const float* a, const float* b, float* c, int64_t M, int64_t N, int64_t K, int64_t ta,
+                            int64_t lda, int64_t sa, int64_t tb, int64_t ldb, int64_t sb, int64_t sc, int64_t batch,
+                            void* stream) {
+    cublasHandle_t h = kw_cublas();
+    if (h == nullptr) return 1000;
+    cublasSetStream(h, (cudaStream_t)stream);
+    const float one = 1.0f, zero = 0.0f;
+    const cublasStatus_t st = cublasGemmStridedBatchedEx(
+        h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, b, CUDA_R_32F,
+        (int)ldb, (long long)sb, a, CUDA_R_32F, (int)lda, (long long)sa, &zero, c, CUDA_R_32F, (int)N, (long long)sc,
+        (int)batch, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? (int)cudaGetLastError() : 1000 + (int)st;
+}
+"""
+
+# model_new.py's side: layouts, the split (a weight's kept), the one GEMM; anything it cannot
+# read in place (4-d operands, broadcast batches, strided slices) goes to torch.matmul
+HELPER = '''
+
+def _kw_trans(x):
+    """0 if the last two dims of x are row-major, 1 if they are the transpose of row-major
+    memory, None otherwise; a batch (3-d) must be dense too."""
+    r, c = x.shape[-2], x.shape[-1]
+    if x.dim() == 3 and x.shape[0] > 1 and x.stride(0) != r * c:
+        return None
+    if x.stride(-1) == 1 and (x.stride(-2) == c or r == 1):
+        return 0
+    if x.stride(-2) == 1 and (x.stride(-1) == r or c == 1):
+        return 1
+    return None
+
+
+def _kw_split3(lib, x, trans, is_b, stream):
+    """x's three TF32 thirds along K: A gets [hi | hi | lo], B gets [hi ; lo ; hi]."""
+    batch = x.shape[0] if x.dim() == 3 else 1
+    p, q = (x.shape[-1], x.shape[-2]) if trans else (x.shape[-2], x.shape[-1])
+    kinner = int(trans == 1) if is_b else int(trans == 0)
+    out = torch.empty((batch, p, 3 * q) if kinner else (batch, 3 * p, q), device=x.device, dtype=torch.float32)
+    lib.kw_split3_tf32(ctypes.c_void_p(x.data_ptr()), out, batch, p, q, kinner, 0b010 if is_b else 0b100, stream)
+    return out
+
+
+def _kw_split3_kept(module, key, lib, w, trans, stream):
+    """A weight's split, kept in module.__dict__ while w (a view of it: W.t()) reads the same
+    tensor at the same version and place; the cache holds that tensor, so no new one can take
+    its address and pass for it."""
+    owner = w._base if w._base is not None else w
+    where = (owner._version, tuple(w.shape), w.stride(), w.storage_offset())
+    cache = module.__dict__.setdefault("_kw_tf32", {})
+    hit = cache.get(key)
+    if hit is not None and hit[0] is owner and hit[1] == where:
+        return hit[2]
+    out = _kw_split3(lib, w, trans, True, stream)
+    cache[key] = (owner, where, out)
+    return out
+
+
+def _kw_mm3(lib, a, b, stream, module=None, key=None):
+    """a @ b in 3xTF32 (a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N]; float32); b's split is
+    kept in `module` under `key` when b is a weight."""
+    if a.dim() == 3 and b.dim() == 2 and a.is_contiguous():
+        return _kw_mm3(lib, a.reshape(-1, a.shape[-1]), b, stream, module, key).view(*a.shape[:-1], b.shape[-1])
+    ta, tb = _kw_trans(a), _kw_trans(b)
+    same = a.dim() == 2 or b.dim() == 2 or a.shape[0] == b.shape[0]
+    if (ta is None or tb is None or a.dim() not in (2, 3) or b.dim() not in (2, 3) or not same
+            or a.dtype != torch.float32 or b.dtype != torch.float32 or a.shape[-1] != b.shape[-2]):
+        return torch.matmul(a, b)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
+    a3 = _kw_split3(lib, a, ta, False, stream)
+    b3 = _kw_split3_kept(module, key, lib, b, tb, stream) if module is not None else _kw_split3(lib, b, tb, True, stream)
+    out = torch.empty((batch, m, n) if max(a.dim(), b.dim()) == 3 else (m, n), device=a.device, dtype=torch.float32)
+    sa = 3 * m * k if a.dim() == 3 else 0
+    sb = 3 * k * n if b.dim() == 3 else 0
+    lib.kw_gemm_tf32(a3, b3, out, m, n, 3 * k, ta, m if ta else 3 * k, sa, tb, 3 * k if tb else n, sb, m * n, batch,
+                     stream)
+    return out
+'''
+
+
+def _intensity(m: int, n: int, k: int) -> float:
+    """Float32 FLOPs per byte of the operands and result, each moved once."""
+    return 2.0 * m * n * k / (4.0 * (m * k + k * n + m * n))
+
+
+MIN_INTENSITY = 16.0  # below it the H200's float32 GEMM is bound by memory, not by its CUDA cores
+MIN_FLOP = 2e8  # smaller GEMMs take microseconds; the split's launches would be most of them
+
+
+def gemm_shape(g: Graph, node: Node) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a GEMM node (matmul, or linear / matmul_nt: x @ W^T) from its operands'
+    shapes, or None. A 2-d right operand folds the left one's batch into M (one GEMM)."""
+    refs = node.refs()
+    if len(refs) < 2:
+        return None
+    a, b = g.node(refs[0]).shape, g.node(refs[1]).shape
+    if not a or not b or len(a) < 2 or len(b) < 2:
+        return None
+    a, b = [int(d) for d in a], [int(d) for d in b]
+    nt = node.op in ("linear", "matmul_nt")
+    if nt or len(b) == 2:
+        n = b[0] if nt else b[-1]
+        return 1, _prod(a[:-1]), n, a[-1]
+    return max(_prod(a[:-2]), _prod(b[:-2])), a[-2], b[-1], a[-1]
+
+
+def _prod(dims: list[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
+def pays_off(g: Graph | None) -> bool:
+    """Whether some GEMM of g is large and bound by float32 compute, where 3xTF32 can win."""
+    if g is None:
+        return False
+    for node in g.nodes:
+        if node.op not in ("matmul", "matmul_nt", "linear"):
+            continue
+        shape = gemm_shape(g, node)
+        if shape is None:
+            continue
+        batch, m, n, k = shape
+        if 2.0 * batch * m * n * k >= MIN_FLOP and _intensity(m, n, k) >= MIN_INTENSITY:
+            return True
+    return False

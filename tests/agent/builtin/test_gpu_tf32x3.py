@@ -1,0 +1,110 @@
+"""3xTF32 GEMMs on the GPU (run on the H200): the generated candidate's error against float64
+beside cuBLAS's float32 and one TF32 product, printed; then the candidate through the real
+sandbox at the default (float32: 1e-4) tolerances, its time printed next to eager's."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+from agent.builtin.graph import analyze_source  # noqa: E402
+from agent.builtin.pipeline import build_candidate  # noqa: E402
+from sandbox import EvalOptions, evaluate  # noqa: E402
+from sandbox.build import build  # noqa: E402
+
+from .test_tf32x3 import LINEAR, MATMUL_T  # noqa: E402
+
+BMM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.bmm(A, B)
+
+def get_inputs():
+    return [torch.rand(32, 512, 1024), torch.rand(32, 1024, 2048)]
+
+def get_init_inputs():
+    return []
+"""
+
+TASKS = {
+    "linear 1024x8192x8192 + relu": LINEAR.format(m=1024, k=8192, n=8192),
+    "A.T @ B, 8192 x 2048 x 4096": MATMUL_T.format(m=2048, k=8192, n=4096),
+    "bmm 32 x 512x1024x2048": BMM,
+}
+
+
+def _candidate(src: str):
+    an = analyze_source(src, profile=False)
+    assert an.ok, an.error
+    return build_candidate(an.graph, an.data, "cuda", gemm="3xtf32", torch_ops="allow")
+
+
+def _load_model(files: dict[str, str], tmp_path: Path) -> dict:
+    cres, art = build(files, EvalOptions(backend="cuda", cache_dir=str(tmp_path)))
+    assert cres.ok, cres.log[-3000:]
+    os.environ["KWRT_LIB"] = str(art.library)
+    runtime = str(Path(__file__).resolve().parents[3] / "sandbox" / "runtime")
+    if runtime not in sys.path:
+        sys.path.insert(0, runtime)
+    import kwrt
+
+    kwrt._lib = None  # this candidate's library
+    ns: dict = {}
+    exec(compile(files["model_new.py"], "model_new.py", "exec"), ns)
+    return ns
+
+
+def _worst(out: torch.Tensor, exact: torch.Tensor) -> float:
+    """Worst error in float32 tolerance units (atol = rtol = 1e-4)."""
+    return ((out.double() - exact).abs() / (1e-4 + 1e-4 * exact.abs())).max().item()
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_3xtf32_is_as_accurate_as_float32(name, tmp_path):
+    src = TASKS[name]
+    ns: dict = {}
+    exec(src, ns)
+    torch.manual_seed(0)
+    ref = ns["Model"]().cuda()
+    inputs = [x.cuda() for x in ns["get_inputs"]()]
+    new_ns = _load_model(_candidate(src).files, tmp_path)
+    new = new_ns["ModelNew"]().cuda()
+    new.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        exact = ref.double()(*[x.double() for x in inputs])
+        ref.float()
+        fp32 = ref(*inputs)
+        ours = new(*inputs)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            tf32 = ref(*inputs)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+    e32, e3, e1 = _worst(fp32, exact), _worst(ours, exact), _worst(tf32, exact)
+    print(f"{name}: worst error vs float64 in 1e-4 units: float32 {e32:.4f}, 3xTF32 {e3:.4f}, one TF32 {e1:.4f}")
+    assert e3 <= max(4 * e32, 0.05) and e3 < 1.0 and e1 > 10 * e3
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_3xtf32_passes_the_sandbox_and_is_timed(name, tmp_path):
+    src = TASKS[name]
+    opts = EvalOptions(
+        backend="cuda", torch_ops="allow", compile_baseline=False, timing_budget_s=0.5, cache_dir=str(tmp_path)
+    )
+    res = evaluate(src, _candidate(src).files, opts)
+    assert res.status.value == "ok", res.reasons
+    assert any("gemm" in k.lower() or "sm90" in k.lower() or "cutlass" in k.lower() for k in res.audit.kernels)
+    print(
+        f"{name}: 3xTF32 {res.timing.candidate.median_ms:.3f} ms, eager {res.timing.eager.median_ms:.3f} ms, "
+        f"{res.timing.eager.median_ms / res.timing.candidate.median_ms:.2f}x"
+    )

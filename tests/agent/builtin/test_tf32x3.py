@@ -1,0 +1,225 @@
+"""3xTF32 GEMMs (agent/builtin/tf32x3.py) without a GPU: the generated forward's layouts, strides
+and splits, run against a CPU model of the two CUDA entry points that follows cuBLAS's documented
+column-major contract (cublasGemmStridedBatchedEx) and TF32's rounding; which GEMMs get the step;
+and the .cu through nvcc. The GPU test (test_gpu_tf32x3.py) runs the real thing."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from agent.builtin import tf32x3
+from agent.builtin.graph import analyze_source
+from agent.builtin.pipeline import build_candidate
+
+from .test_codegen import _CUBLAS_STANDIN, _exec_model
+
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to TF32 as kw_tf32_round does (nearest, ties away from zero)."""
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def _from_ptr(ptr, n: int) -> torch.Tensor:
+    addr = ptr.value if isinstance(ptr, ctypes.c_void_p) else ptr.data_ptr()
+    return torch.from_numpy(np.ctypeslib.as_array((ctypes.c_float * n).from_address(addr)))
+
+
+class CpuLib:
+    """The two entry points on the CPU, argument for argument; the GEMM in float64 over the
+    thirds it is given, so what is checked is the layout, not the arithmetic."""
+
+    calls: list[str]
+
+    def __init__(self):
+        self.calls = []
+
+    def kw_split3_tf32(self, x, out, batch, p, q, kinner, lo_thirds, stream):
+        self.calls.append("split")
+        v = _from_ptr(x, batch * p * q).view(batch, p, q).clone()
+        hi = _tf32(v)
+        lo = _tf32(v - hi)
+        thirds = [lo if (lo_thirds >> t) & 1 else hi for t in range(3)]
+        out.copy_(torch.cat(thirds, dim=2 if kinner else 1).view(out.shape))
+
+    def kw_gemm_tf32(self, a, b, c, m, n, k, ta, lda, sa, tb, ldb, sb, sc, batch, stream):
+        self.calls.append("gemm")
+        fa, fb, fc = a.reshape(-1).double(), b.reshape(-1).double(), c.view(-1)
+
+        def colmajor(flat, off, rows, cols, ld):
+            return flat.as_strided((rows, cols), (1, ld), off)
+
+        for i in range(batch):
+            opb = colmajor(fb, i * sb, k, n, ldb).t() if tb else colmajor(fb, i * sb, n, k, ldb)  # N x K
+            opa = colmajor(fa, i * sa, m, k, lda).t() if ta else colmajor(fa, i * sa, k, m, lda)  # K x M
+            ct = opb @ opa  # C^T, N x M, column-major with ldc = N
+            fc.as_strided((n, m), (1, n), i * sc).copy_(ct.float())
+
+
+def _helper_ns() -> dict:
+    ns: dict = {"torch": torch, "ctypes": ctypes}
+    exec(tf32x3.HELPER, ns)
+    return ns
+
+
+CASES = {
+    "2-d": lambda: (torch.rand(33, 70), torch.rand(70, 41)),
+    "A transposed": lambda: (torch.rand(70, 33).t(), torch.rand(70, 41)),
+    "B transposed": lambda: (torch.rand(33, 70), torch.rand(41, 70).t()),
+    "both transposed": lambda: (torch.rand(70, 33).t(), torch.rand(41, 70).t()),
+    "3-d x 2-d": lambda: (torch.rand(3, 17, 70), torch.rand(70, 41)),
+    "3-d per batch transposed x 2-d": lambda: (torch.rand(3, 70, 17).transpose(1, 2), torch.rand(70, 41)),
+    "bmm": lambda: (torch.rand(4, 17, 70), torch.rand(4, 70, 41)),
+    "bmm, B transposed": lambda: (torch.rand(4, 17, 70), torch.rand(4, 41, 70).transpose(1, 2)),
+    "2-d x 3-d": lambda: (torch.rand(17, 70), torch.rand(4, 70, 41)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_layout_reaches_the_gemm_with_the_right_strides(case):
+    """Each layout cuBLAS can read in place gets the split and one GEMM; the result is a @ b
+    within the split's 2^-21 (float64 accumulation here). A wrong leading dimension, stride or
+    third order is off by far more than that."""
+    torch.manual_seed(0)
+    a, b = CASES[case]()
+    lib = CpuLib()
+    out = _helper_ns()["_kw_mm3"](lib, a, b, None)
+    want = torch.matmul(a.double(), b.double())
+    assert lib.calls == ["split", "split", "gemm"]
+    assert out.shape == want.shape
+    err = ((out.double() - want).abs() / want.abs().clamp_min(1e-3)).max().item()
+    assert err < 2e-6, f"{case}: worst relative error {err:.2e}"
+
+
+def test_what_it_cannot_read_in_place_goes_to_torch_matmul():
+    lib = CpuLib()
+    mm3 = _helper_ns()["_kw_mm3"]
+    a = torch.rand(2, 3, 5, 7)
+    b = torch.rand(14, 4)[::2]  # a strided slice: rows 2 apart
+    for x, y in (
+        (a, torch.rand(2, 3, 7, 4)),
+        (torch.rand(5, 7), b),
+        (torch.rand(5, 7).double(), torch.rand(7, 4).double()),
+    ):
+        assert torch.allclose(mm3(lib, x, y, None), torch.matmul(x, y))
+    assert lib.calls == []
+
+
+def test_a_weight_is_split_once_while_it_is_unchanged():
+    class M(torch.nn.Module):
+        pass
+
+    m, lib = M(), CpuLib()
+    mm3 = _helper_ns()["_kw_mm3"]
+    w = torch.rand(41, 70)
+    x = torch.rand(9, 70)
+    first = mm3(lib, x, w.t(), None, m, "mm")
+    mm3(lib, x, w.t(), None, m, "mm")
+    assert lib.calls.count("split") == 3  # x twice, w once
+    with torch.no_grad():
+        w.mul_(2.0)  # in place: the version moves
+    again = mm3(lib, x, w.t(), None, m, "mm")
+    assert lib.calls.count("split") == 5
+    assert torch.allclose(again, 2 * first, rtol=1e-5)
+
+
+LINEAR = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear({k}, {n}, bias=False)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+def get_inputs():
+    return [torch.rand({m}, {k})]
+
+def get_init_inputs():
+    return []
+"""
+
+MATMUL_T = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A.T, B)
+
+def get_inputs():
+    return [torch.rand({k}, {m}), torch.rand({k}, {n})]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _plan(src: str):
+    an = analyze_source(src, profile=False)
+    assert an.ok, an.error
+    return an
+
+
+def test_only_large_gemms_bound_by_compute_get_the_step():
+    big = _plan(LINEAR.format(m=1024, k=2048, n=2048)).graph
+    matvec = _plan(MATMUL_T.format(m=4096, k=4096, n=1)).graph
+    small = _plan(LINEAR.format(m=8, k=16, n=16)).graph
+    assert tf32x3.pays_off(big) and not tf32x3.pays_off(matvec) and not tf32x3.pays_off(small)
+    node = next(n for n in big.nodes if n.op in ("linear", "matmul_nt"))
+    assert tf32x3.gemm_shape(big, node) == (1, 1024, 2048, 2048)
+
+
+@pytest.mark.parametrize("src", [LINEAR.format(m=24, k=40, n=33), MATMUL_T.format(m=24, k=40, n=33)])
+def test_the_generated_forward_computes_the_reference(src):
+    """The cuda candidate with gemm="3xtf32", run on the CPU through the CPU model of its entry
+    points: the same values as the reference, and the split and GEMM are what ran."""
+    an = _plan(src)
+    cand = build_candidate(an.graph, an.data, "cuda", gemm="3xtf32", torch_ops="allow")
+    model, cu = cand.files["model_new.py"], cand.files["kernels/fused.cu"]
+    assert "_kw_mm3(lib, " in model and "CUBLAS_COMPUTE_32F_FAST_TF32" in cu
+    calls: list[str] = []
+
+    class Lib(CpuLib):
+        def __init__(self):
+            self.calls = calls
+
+        def fused_0(self, x, out, *rest):  # the relu epilogue of the linear task
+            out.copy_(torch.relu(x.view(out.shape)))
+
+    ns = _exec_model(model, Lib)
+    ref_ns: dict = {}
+    exec(src, ref_ns)
+    torch.manual_seed(1)
+    ref = ref_ns["Model"]()
+    new = ns["ModelNew"]()
+    new.load_state_dict(ref.state_dict())
+    inputs = ref_ns["get_inputs"]()
+    torch.testing.assert_close(new(*inputs), ref(*inputs), rtol=1e-5, atol=1e-5)
+    assert "gemm" in calls
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_tf32_source_passes_nvcc(tmp_path):
+    include = tmp_path / "inc"
+    include.mkdir()
+    (include / "cublas_v2.h").write_text(_CUBLAS_STANDIN)
+    an = _plan(LINEAR.format(m=24, k=40, n=33))
+    code = build_candidate(an.graph, an.data, "cuda", gemm="3xtf32", torch_ops="allow").files["kernels/fused.cu"]
+    path = tmp_path / "fused.cu"
+    path.write_text(code)
+    r = subprocess.run(
+        ["nvcc", "-O3", "-arch=sm_90", f"-I{include}", "-c", str(path), "-o", str(tmp_path / "o.o")],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
