@@ -572,8 +572,9 @@ class BuiltinPolicy(Policy):
                 f"{step.title}: each large float32 GEMM is bound by the CUDA cores (about 51 TFLOP/s on the H200; "
                 "TF32 tensor cores: about 411). One TF32 product keeps 11 bits of each operand and would fail the "
                 "float32 tolerances, so each operand is split into hi + lo, both exact in TF32, and one tensor-core "
-                "GEMM of depth 3K computes hi*hi + hi*lo + lo*hi (3xTF32): the dropped lo*lo and the split's "
-                "residue are below 2^-21 of each product. The correctness check judges its error like any other; "
+                "GEMM per chunk of K computes lo*hi + hi*lo + hi*hi (3xTF32): the dropped lo*lo and the split's "
+                "residue are below 2^-21 of each product, and the chunks (summed in double) keep the tensor cores' "
+                "rounding towards zero from growing with K. The correctness check judges its error like any other; "
                 "a weight's split is kept while the weight is unchanged.\n"
             )
         elif step.gemm == "aten":

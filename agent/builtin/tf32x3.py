@@ -5,10 +5,13 @@ about 411 (docs/benchmarks.md), but one TF32 product keeps 11 significant bits o
 so its error is about a thousand times float32's and the correctness check rejects it, rightly.
 Split each operand x = hi + lo, hi = x rounded to TF32 and lo = (x - hi) rounded to TF32: then
 A.B = Ah.Bh + Ah.Bl + Al.Bh + Al.Bl, and the last term and the split's residue are each below
-2^-21 of a product (CUTLASS ships the same scheme as its 3xTF32 "fast accurate" GEMM). The three
-kept products run as ONE TF32 GEMM of depth 3K over operands laid out [Ah | Ah | Al] and
-[Bh ; Bl ; Bh], accumulated in float32 by the tensor cores and written once. The sandbox judges
-the result like any other: its error against float64 must stay inside the float32 tolerances
+2^-21 of a product (CUTLASS ships the same scheme as its 3xTF32 "fast accurate" GEMM). The
+tensor cores add into their float32 accumulator rounding towards zero, a bias that grows with the
+depth: one GEMM of depth 3K over all-positive values of K = 8192 was off by 1.5e-4 of the result
+(the H200, 2026-12-03), past the 1e-4 tolerance. So K is cut into chunks of CHUNK: per chunk one
+TF32 GEMM over [Al | Ah | Ah] and [Bh ; Bl ; Bh] (the small products first, while the sum is
+small), batched over the chunks, and the chunks' results summed in double. The sandbox judges the
+result like any other: its error against float64 must stay inside the float32 tolerances
 (tests/agent/builtin/test_gpu_tf32x3.py prints it beside cuBLAS's float32 and one TF32 product).
 
 Where it does not pay: a GEMM that is bound by memory (a matrix-vector product, K of a few
@@ -21,12 +24,18 @@ from __future__ import annotations
 from agent.builtin.graph import Graph, Node
 
 TITLE = "The same kernels with each large GEMM as 3xTF32 on tensor cores"  # the policy's step
-LINE = "3xTF32 GEMM: the .cu's split + one tensor-core GEMM of depth 3K (float32's accuracy)"
+LINE = "3xTF32 GEMM: the .cu's split + one tensor-core GEMM per chunk of K, summed (float32's accuracy)"
 
-# one TF32 GEMM (the operands must already be split: kw_split3_tf32), batched by strides
+CHUNK = 1024  # K per chunk: the tensor cores' float32 accumulation restarts from zero each chunk
+
+# the split into chunked thirds, one TF32 GEMM per chunk (batched), the chunks summed in order
 CUDA = r"""
-// 3xTF32 (agent/builtin/tf32x3.py): x = hi + lo, both exact in TF32; the GEMM of depth 3K over
-// [Ah | Ah | Al] and [Bh ; Bl ; Bh] is Ah.Bh + Ah.Bl + Al.Bh, float32's accuracy on tensor cores.
+// 3xTF32 (agent/builtin/tf32x3.py): x = hi + lo, both exact in TF32. K is cut into chunks of kc;
+// chunk t of A is [Al | Ah | Ah] and of B [Bh ; Bl ; Bh] (the small products first), so one TF32
+// GEMM of depth 3kc per chunk is Al.Bh + Ah.Bl + Ah.Bh. The tensor cores add into their float32
+// accumulator rounding towards zero, a bias that grows with the depth (K = 8192 of all-positive
+// values: 1.5e-4 of the result in one GEMM of depth 3K); per chunk it stays at float32's size,
+// and the chunks' partial results are summed here in double.
 __device__ __forceinline__ float kw_tf32_round(float v) {
     const uint32_t u = __float_as_uint(v);
     if ((u & 0x7f800000u) == 0x7f800000u) return v;  // inf and nan stay
@@ -34,59 +43,97 @@ __device__ __forceinline__ float kw_tf32_round(float v) {
     return isinf(r) ? __uint_as_float(u & 0xffffe000u) : r;  // no rounding up past the largest float
 }
 
-// x: batch x [P, Q] contiguous; K runs along Q (kinner) or along P. Third t of the output along K
-// holds lo where bit t of `lo_thirds` is set, else hi: [P, 3Q] or [3P, Q] per batch.
-__global__ void kw_split3_tf32_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n,
-                                      int64_t P, int64_t Q, int kinner, int lo_thirds) {
+// x: batch x [P, Q] contiguous, K along Q (kinner) or P; out: batch x [P, 3 Kp] or [3 Kp, Q] with
+// Kp = chunks * kc (zeros past K, written by the caller). Third s of a chunk holds lo where bit s
+// of `lo_thirds` is set, else hi.
+__global__ void kw_split3_tf32_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, int64_t P,
+                                      int64_t Q, int64_t kc, int64_t kp, int kinner, int lo_thirds) {
     const int64_t pq = P * Q;
+    const int64_t rows = kinner ? P : 3 * kp, cols = kinner ? 3 * kp : Q;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float v = x[i];
         const float h = kw_tf32_round(v);
         const float l = isfinite(v) ? kw_tf32_round(v - h) : 0.0f;
         const int64_t b = i / pq, r = (i / Q) % P, c = i % Q;
-        const int64_t base = b * 3 * pq + (kinner ? r * 3 * Q + c : r * Q + c);
-        const int64_t step = kinner ? Q : pq;
+        const int64_t k = kinner ? c : r;
+        const int64_t at = (k / kc) * 3 * kc + k % kc;  // its place along K in the first third of its chunk
+        float* o = out + b * rows * cols;
         #pragma unroll
-        for (int t = 0; t < 3; ++t) out[base + t * step] = ((lo_thirds >> t) & 1) ? l : h;
+        for (int s = 0; s < 3; ++s) {
+            const float w = ((lo_thirds >> s) & 1) ? l : h;
+            if (kinner) o[r * cols + at + s * kc] = w; else o[(at + s * kc) * cols + c] = w;
+        }
     }
 }
 
-extern "C" int kw_split3_tf32(const float* x, float* out, int64_t batch, int64_t P, int64_t Q, int64_t kinner,
-                              int64_t lo_thirds, void* stream) {
+extern "C" int kw_split3_tf32(const float* x, float* out, int64_t batch, int64_t P, int64_t Q, int64_t kc, int64_t kp,
+                              int64_t kinner, int64_t lo_thirds, void* stream) {
     const int64_t n = batch * P * Q;
     if (n <= 0) return 0;
     const int threads = 256;
     const int64_t blocks = (n + threads - 1) / threads < 131072 ? (n + threads - 1) / threads : 131072;
-    kw_split3_tf32_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(x, out, n, P, Q, (int)kinner,
+    kw_split3_tf32_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(x, out, n, P, Q, kc, kp, (int)kinner,
                                                                                    (int)lo_thirds);
     return (int)cudaGetLastError();
 }
 
-// C[b] (row-major [M, N], batch stride sc) = op(A[b]) @ op(B[b]) with A, B row-major as stored
-// (ta/tb: the logical matrix is the stored one transposed), computed in TF32 with float32
-// accumulation; cuBLAS is column-major, so it computes C^T = op(B)^T op(A)^T.
-extern "C" int kw_gemm_tf32(const float* a, const float* b, float* c, int64_t M, int64_t N, int64_t K, int64_t ta,
-                            int64_t lda, int64_t sa, int64_t tb, int64_t ldb, int64_t sb, int64_t sc, int64_t batch,
-                            void* stream) {
+__global__ void kw_sum_chunks_kernel(const float* __restrict__ part, float* __restrict__ out, int64_t n, int64_t chunks) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double acc = 0.0;
+        for (int64_t t = 0; t < chunks; ++t) acc += (double)part[t * n + i];
+        out[i] = (float)acc;
+    }
+}
+
+// C[b] (row-major [M, N], contiguous over the batch) = op(A[b]) @ op(B[b]) over the split
+// operands (ta/tb: the logical matrix is the stored one transposed; sa/sb: batch strides, 0 to
+// broadcast), one TF32 GEMM of depth 3kc per chunk into `part` (chunks x batch x M x N; unused
+// for one chunk), then their sum. cuBLAS is column-major: it computes C^T = op(B)^T op(A)^T.
+extern "C" int kw_gemm_3xtf32(const float* a, const float* b, float* part, float* c, int64_t M, int64_t N,
+                              int64_t kc, int64_t chunks, int64_t ta, int64_t lda, int64_t sa, int64_t tb, int64_t ldb,
+                              int64_t sb, int64_t batch, void* stream) {
     cublasHandle_t h = kw_cublas();
     if (h == nullptr) return 1000;
     cublasSetStream(h, (cudaStream_t)stream);
     const float one = 1.0f, zero = 0.0f;
-    const cublasStatus_t st = cublasGemmStridedBatchedEx(
-        h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, b, CUDA_R_32F,
-        (int)ldb, (long long)sb, a, CUDA_R_32F, (int)lda, (long long)sa, &zero, c, CUDA_R_32F, (int)N, (long long)sc,
-        (int)batch, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
-    return st == CUBLAS_STATUS_SUCCESS ? (int)cudaGetLastError() : 1000 + (int)st;
+    const int64_t mn = M * N, ca = ta ? 3 * kc * lda : 3 * kc, cb = tb ? 3 * kc : 3 * kc * ldb;
+    float* dst = chunks > 1 ? part : c;
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (batch == 1) {  // the chunks are the batch
+        st = cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)(3 * kc), &one, b, CUDA_R_32F, (int)ldb,
+                                        (long long)cb, a, CUDA_R_32F, (int)lda, (long long)ca, &zero, dst, CUDA_R_32F,
+                                        (int)N, (long long)mn, (int)chunks, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                        CUBLAS_GEMM_DEFAULT);
+    } else {
+        for (int64_t t = 0; t < chunks && st == CUBLAS_STATUS_SUCCESS; ++t) {
+            st = cublasGemmStridedBatchedEx(h, opb, opa, (int)N, (int)M, (int)(3 * kc), &one, b + t * cb, CUDA_R_32F,
+                                            (int)ldb, (long long)sb, a + t * ca, CUDA_R_32F, (int)lda, (long long)sa,
+                                            &zero, dst + t * batch * mn, CUDA_R_32F, (int)N, (long long)mn,
+                                            (int)batch, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+        }
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) return 1000 + (int)st;
+    if (chunks > 1) {
+        const int64_t n = batch * mn;
+        const int threads = 256;
+        const int64_t blocks = (n + threads - 1) / threads < 131072 ? (n + threads - 1) / threads : 131072;
+        kw_sum_chunks_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(part, c, n, chunks);
+    }
+    return (int)cudaGetLastError();
 }
 """
 
-# model_new.py's side: layouts, the split (a weight's kept), the one GEMM; anything it cannot
-# read in place (4-d operands, broadcast batches, strided slices) goes to torch.matmul
-HELPER = '''
+# model_new.py's side: layouts, the split (a weight's kept), the GEMM; anything it cannot read
+# in place (4-d operands, broadcast batches, strided slices) goes to torch.matmul
+HELPER = """
+
+_KW_CHUNK = @CHUNK@
+
 
 def _kw_trans(x):
-    """0 if the last two dims of x are row-major, 1 if they are the transpose of row-major
-    memory, None otherwise; a batch (3-d) must be dense too."""
+    \"\"\"0 if the last two dims of x are row-major, 1 if they are the transpose of row-major
+    memory, None otherwise; a batch (3-d) must be dense too.\"\"\"
     r, c = x.shape[-2], x.shape[-1]
     if x.dim() == 3 and x.shape[0] > 1 and x.stride(0) != r * c:
         return None
@@ -97,20 +144,30 @@ def _kw_trans(x):
     return None
 
 
+def _kw_chunks(k):
+    \"\"\"(chunk length, chunks) covering k.\"\"\"
+    n = -(-k // _KW_CHUNK)
+    return -(-k // n), n
+
+
 def _kw_split3(lib, x, trans, is_b, stream):
-    """x's three TF32 thirds along K: A gets [hi | hi | lo], B gets [hi ; lo ; hi]."""
+    \"\"\"x's chunked TF32 thirds along K: A's chunks [lo | hi | hi], B's [hi ; lo ; hi].\"\"\"
     batch = x.shape[0] if x.dim() == 3 else 1
     p, q = (x.shape[-1], x.shape[-2]) if trans else (x.shape[-2], x.shape[-1])
     kinner = int(trans == 1) if is_b else int(trans == 0)
-    out = torch.empty((batch, p, 3 * q) if kinner else (batch, 3 * p, q), device=x.device, dtype=torch.float32)
-    lib.kw_split3_tf32(ctypes.c_void_p(x.data_ptr()), out, batch, p, q, kinner, 0b010 if is_b else 0b100, stream)
+    k = q if kinner else p
+    kc, n = _kw_chunks(k)
+    shape = (batch, p, 3 * kc * n) if kinner else (batch, 3 * kc * n, q)
+    out = (torch.zeros if kc * n != k else torch.empty)(shape, device=x.device, dtype=torch.float32)
+    lib.kw_split3_tf32(ctypes.c_void_p(x.data_ptr()), out, batch, p, q, kc, kc * n, kinner, 0b010 if is_b else 0b001,
+                       stream)
     return out
 
 
 def _kw_split3_kept(module, key, lib, w, trans, stream):
-    """A weight's split, kept in module.__dict__ while w (a view of it: W.t()) reads the same
+    \"\"\"A weight's split, kept in module.__dict__ while w (a view of it: W.t()) reads the same
     tensor at the same version and place; the cache holds that tensor, so no new one can take
-    its address and pass for it."""
+    its address and pass for it.\"\"\"
     owner = w._base if w._base is not None else w
     where = (owner._version, tuple(w.shape), w.stride(), w.storage_offset())
     cache = module.__dict__.setdefault("_kw_tf32", {})
@@ -123,8 +180,8 @@ def _kw_split3_kept(module, key, lib, w, trans, stream):
 
 
 def _kw_mm3(lib, a, b, stream, module=None, key=None):
-    """a @ b in 3xTF32 (a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N]; float32); b's split is
-    kept in `module` under `key` when b is a weight."""
+    \"\"\"a @ b in 3xTF32 (a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N]; float32); b's split is
+    kept in `module` under `key` when b is a weight.\"\"\"
     if a.dim() == 3 and b.dim() == 2 and a.is_contiguous():
         return _kw_mm3(lib, a.reshape(-1, a.shape[-1]), b, stream, module, key).view(*a.shape[:-1], b.shape[-1])
     ta, tb = _kw_trans(a), _kw_trans(b)
@@ -133,16 +190,17 @@ def _kw_mm3(lib, a, b, stream, module=None, key=None):
             or a.dtype != torch.float32 or b.dtype != torch.float32 or a.shape[-1] != b.shape[-2]):
         return torch.matmul(a, b)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    kc, chunks = _kw_chunks(k)
     batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
     a3 = _kw_split3(lib, a, ta, False, stream)
     b3 = _kw_split3_kept(module, key, lib, b, tb, stream) if module is not None else _kw_split3(lib, b, tb, True, stream)
     out = torch.empty((batch, m, n) if max(a.dim(), b.dim()) == 3 else (m, n), device=a.device, dtype=torch.float32)
-    sa = 3 * m * k if a.dim() == 3 else 0
-    sb = 3 * k * n if b.dim() == 3 else 0
-    lib.kw_gemm_tf32(a3, b3, out, m, n, 3 * k, ta, m if ta else 3 * k, sa, tb, 3 * k if tb else n, sb, m * n, batch,
-                     stream)
+    part = torch.empty((chunks, batch * m * n) if chunks > 1 else (1,), device=a.device, dtype=torch.float32)
+    lib.kw_gemm_3xtf32(a3, b3, part, out, m, n, kc, chunks, ta, m if ta else 3 * kc * chunks,
+                       a3[0].numel() if a.dim() == 3 else 0, tb, 3 * kc * chunks if tb else n,
+                       b3[0].numel() if b.dim() == 3 else 0, batch, stream)
     return out
-'''
+""".replace("@CHUNK@", str(CHUNK))
 
 
 def _intensity(m: int, n: int, k: int) -> float:

@@ -4,6 +4,7 @@ sandbox at the default (float32: 1e-4) tolerances, its time printed next to eage
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -53,12 +54,13 @@ def _load_model(files: dict[str, str], tmp_path: Path) -> dict:
     cres, art = build(files, EvalOptions(backend="cuda", cache_dir=str(tmp_path)))
     assert cres.ok, cres.log[-3000:]
     os.environ["KWRT_LIB"] = str(art.library)
+    os.environ["KW_BACKEND"] = "cuda"  # kwrt reads it once, at import
     runtime = str(Path(__file__).resolve().parents[3] / "sandbox" / "runtime")
     if runtime not in sys.path:
         sys.path.insert(0, runtime)
     import kwrt
 
-    kwrt._lib = None  # this candidate's library
+    importlib.reload(kwrt)  # this backend and this candidate's library
     ns: dict = {}
     exec(compile(files["model_new.py"], "model_new.py", "exec"), ns)
     return ns

@@ -32,39 +32,52 @@ def _from_ptr(ptr, n: int) -> torch.Tensor:
 
 
 class CpuLib:
-    """The two entry points on the CPU, argument for argument; the GEMM in float64 over the
-    thirds it is given, so what is checked is the layout, not the arithmetic."""
+    """The two entry points on the CPU, argument for argument; each chunk's GEMM in float64 over
+    the thirds it is given, so what is checked is the layout, not the arithmetic."""
 
     calls: list[str]
 
     def __init__(self):
         self.calls = []
 
-    def kw_split3_tf32(self, x, out, batch, p, q, kinner, lo_thirds, stream):
+    def kw_split3_tf32(self, x, out, batch, p, q, kc, kp, kinner, lo_thirds, stream):
         self.calls.append("split")
         v = _from_ptr(x, batch * p * q).view(batch, p, q).clone()
         hi = _tf32(v)
         lo = _tf32(v - hi)
-        thirds = [lo if (lo_thirds >> t) & 1 else hi for t in range(3)]
-        out.copy_(torch.cat(thirds, dim=2 if kinner else 1).view(out.shape))
+        k = q if kinner else p
+        dim = 2 if kinner else 1
+        pad = [0, kp - k] if kinner else [0, 0, 0, kp - k]  # zeros past K, as the caller allocates
+        hi, lo = torch.nn.functional.pad(hi, pad), torch.nn.functional.pad(lo, pad)
+        parts = []
+        for t in range(kp // kc):
+            piece = [x.narrow(dim, t * kc, kc) for x in (hi, lo)]
+            parts += [piece[1] if (lo_thirds >> s) & 1 else piece[0] for s in range(3)]
+        out.copy_(torch.cat(parts, dim=dim).view(out.shape))
 
-    def kw_gemm_tf32(self, a, b, c, m, n, k, ta, lda, sa, tb, ldb, sb, sc, batch, stream):
+    def kw_gemm_3xtf32(self, a, b, part, c, m, n, kc, chunks, ta, lda, sa, tb, ldb, sb, batch, stream):
         self.calls.append("gemm")
         fa, fb, fc = a.reshape(-1).double(), b.reshape(-1).double(), c.view(-1)
+        ca, cb = (3 * kc * lda if ta else 3 * kc), (3 * kc if tb else 3 * kc * ldb)
+        k = 3 * kc
 
         def colmajor(flat, off, rows, cols, ld):
             return flat.as_strided((rows, cols), (1, ld), off)
 
         for i in range(batch):
-            opb = colmajor(fb, i * sb, k, n, ldb).t() if tb else colmajor(fb, i * sb, n, k, ldb)  # N x K
-            opa = colmajor(fa, i * sa, m, k, lda).t() if ta else colmajor(fa, i * sa, k, m, lda)  # K x M
-            ct = opb @ opa  # C^T, N x M, column-major with ldc = N
-            fc.as_strided((n, m), (1, n), i * sc).copy_(ct.float())
+            acc = torch.zeros(n, m, dtype=torch.float64)
+            for t in range(chunks):
+                ob, oa = i * sb + t * cb, i * sa + t * ca
+                opb = colmajor(fb, ob, k, n, ldb).t() if tb else colmajor(fb, ob, n, k, ldb)  # N x K
+                opa = colmajor(fa, oa, m, k, lda).t() if ta else colmajor(fa, oa, k, m, lda)  # K x M
+                acc += opb @ opa  # C^T, N x M, column-major with ldc = N
+            fc.as_strided((n, m), (1, n), i * m * n).copy_(acc.float())
 
 
-def _helper_ns() -> dict:
+def _helper_ns(chunk: int = tf32x3.CHUNK) -> dict:
     ns: dict = {"torch": torch, "ctypes": ctypes}
     exec(tf32x3.HELPER, ns)
+    ns["_KW_CHUNK"] = chunk
     return ns
 
 
@@ -81,15 +94,17 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("chunk", [tf32x3.CHUNK, 32, 35])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_layout_reaches_the_gemm_with_the_right_strides(case):
-    """Each layout cuBLAS can read in place gets the split and one GEMM; the result is a @ b
-    within the split's 2^-21 (float64 accumulation here). A wrong leading dimension, stride or
-    third order is off by far more than that."""
+def test_every_layout_reaches_the_gemm_with_the_right_strides(case, chunk):
+    """Each layout cuBLAS can read in place gets the split and the chunked GEMM (K = 70: one
+    chunk; chunks of 24 with K padded to 72; two of 35); the result is a @ b within the split's
+    2^-21 (float64 accumulation here). A wrong leading dimension, stride, chunk offset, padding
+    or third order is off by far more than that."""
     torch.manual_seed(0)
     a, b = CASES[case]()
     lib = CpuLib()
-    out = _helper_ns()["_kw_mm3"](lib, a, b, None)
+    out = _helper_ns(chunk)["_kw_mm3"](lib, a, b, None)
     want = torch.matmul(a.double(), b.double())
     assert lib.calls == ["split", "split", "gemm"]
     assert out.shape == want.shape
