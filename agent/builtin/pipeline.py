@@ -33,17 +33,18 @@ class Candidate:
         return next(p for p in self.files if p.startswith("kernels/"))
 
 
-def make_plan(g: Graph, islands: bool = True) -> Plan:
+def make_plan(g: Graph, islands: bool = True, gemm: str = "cublas") -> Plan:
     """Lower and fuse g. With `islands`, a node that cannot be lowered or fused is kept as a
     library/ATen call (marked `island` with the reason) and the rest is planned again; without,
-    the first such node is a GenerationError."""
+    the first such node is a GenerationError. gemm "3xtf32" keeps every linear ours (its bias add
+    a kernel of its own if need be): the GEMM it saves is worth far more than one pass."""
     g = g.copy()
     _scalar_inputs(g)
     _expand_split_broadcasts(g)
     for _ in range(len(g.nodes) + 1):
         try:
             p = plan(lower(g))
-            lone = _lone_bias_adds(g, p) if islands else []
+            lone = _lone_bias_adds(g, p, ("conv2d",) if gemm == "3xtf32" else ("linear", "conv2d")) if islands else []
             if not lone:
                 return p
             for bias_add in lone:
@@ -116,8 +117,8 @@ LONE_BIAS = (
 )
 
 
-def _lone_bias_adds(g: Graph, p: Plan) -> list[str]:
-    """The linear/conv2d nodes of g whose lowered bias add is alone in its group (nothing to fuse it
+def _lone_bias_adds(g: Graph, p: Plan, ops: tuple[str, ...]) -> list[str]:
+    """The nodes of g of `ops` (linear, conv2d) whose lowered bias add is alone in its group (nothing to fuse it
     with: a view, a reduction over other dims or the output follows). With the bias, the library call
     (addmm, a convolution with bias) does the add in its epilogue, one launch fewer."""
     origin = p.graph.meta.get("origin") or {}
@@ -126,7 +127,7 @@ def _lone_bias_adds(g: Graph, p: Plan) -> list[str]:
         if len(grp.nodes) != 1 or grp.nodes[0].op != "add":
             continue
         src = origin.get(grp.nodes[0].name)
-        if src and _has(g, src) and g.node(src).op in ("linear", "conv2d") and not g.node(src).attrs.get("island"):
+        if src and _has(g, src) and g.node(src).op in ops and not g.node(src).attrs.get("island"):
             out.append(src)
     return out
 
@@ -182,7 +183,7 @@ def build_candidate(
     graph: bool = False,
     torch_ops: str = "forbid",
 ) -> Candidate:
-    p = make_plan(g)
+    p = make_plan(g, gemm=gemm)
     if not p.groups and not own_parts(p) and torch_ops != "allow" and gemm != "3xtf32":
         raise GenerationError(
             "after the rewrites nothing is left for a custom kernel (the forward is only library "

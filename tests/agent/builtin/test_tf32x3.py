@@ -238,3 +238,34 @@ def test_the_tf32_source_passes_nvcc(tmp_path):
         text=True,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+LONE_BIAS = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(40, 33)
+
+    def forward(self, x):
+        return torch.sum(self.fc(x), dim=0)
+
+def get_inputs():
+    return [torch.rand(24, 40)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_linear_whose_bias_add_is_alone_is_still_ours_in_3xtf32():
+    """With cuBLAS's float32 GEMM a lone bias add goes back into the library call (one launch
+    fewer); in 3xTF32 the GEMM is worth more than that pass (KernelBench L2/88 kept F.linear and
+    with it the float32 GEMM), so the linear stays ours."""
+    an = _plan(LONE_BIAS)
+    plain = build_candidate(an.graph, an.data, "cuda", torch_ops="allow").files["model_new.py"]
+    fast = build_candidate(an.graph, an.data, "cuda", gemm="3xtf32", torch_ops="allow").files["model_new.py"]
+    assert "torch.nn.functional.linear(" in plain
+    assert "_kw_mm3(lib, " in fast and "torch.nn.functional.linear(" not in fast
