@@ -239,7 +239,7 @@ class _Emitter:
             self.emit(f"{v} = {self.val(a[0])}.dim()")
         elif n.op == "matmul_nt":
             x, w = self.val(a[0]), self.val(a[1])
-            if self.backend == "cuda" and self.gemm == "3xtf32":
+            if self.backend == "cuda" and self.gemm == "3xtf32" and tf32x3.node_pays(self.g, n):
                 self.tf32x3 += 1
                 self.emit(
                     f"# {n.name}: GEMM x @ W^T as 3xTF32 on tensor cores (agent/builtin/tf32x3.py), W's split kept"
@@ -264,7 +264,7 @@ class _Emitter:
             else:
                 self.emit(f"# {n.name}: GEMM x @ W^T through the library (oneDNN/MKL), W read transposed in place")
                 self.emit(f"{v} = torch.matmul({x}, {w}.t())")
-        elif n.op == "matmul" and self.backend == "cuda" and self.gemm == "3xtf32":
+        elif n.op == "matmul" and self.backend == "cuda" and self.gemm == "3xtf32" and tf32x3.node_pays(self.g, n):
             self.tf32x3 += 1
             self.emit(
                 f"# {n.name}: GEMM as 3xTF32 on tensor cores (agent/builtin/tf32x3.py; other layouts: torch.matmul)"

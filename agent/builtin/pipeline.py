@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.builtin import tf32x3
 from agent.builtin.fusion import FusionError, Plan, plan
 from agent.builtin.graph import ELEMENTWISE, ISLAND_OPS, LIBRARY, Graph, Node, Ref, Scalar, makes_strided
 from agent.builtin.kernelgen import KernelSig, default_config, generate
@@ -44,7 +45,7 @@ def make_plan(g: Graph, islands: bool = True, gemm: str = "cublas") -> Plan:
     for _ in range(len(g.nodes) + 1):
         try:
             p = plan(lower(g))
-            lone = _lone_bias_adds(g, p, ("conv2d",) if gemm == "3xtf32" else ("linear", "conv2d")) if islands else []
+            lone = _lone_bias_adds(g, p, gemm) if islands else []
             if not lone:
                 return p
             for bias_add in lone:
@@ -117,17 +118,20 @@ LONE_BIAS = (
 )
 
 
-def _lone_bias_adds(g: Graph, p: Plan, ops: tuple[str, ...]) -> list[str]:
-    """The nodes of g of `ops` (linear, conv2d) whose lowered bias add is alone in its group (nothing to fuse it
+def _lone_bias_adds(g: Graph, p: Plan, gemm: str = "cublas") -> list[str]:
+    """The linear/conv2d nodes of g whose lowered bias add is alone in its group (nothing to fuse it
     with: a view, a reduction over other dims or the output follows). With the bias, the library call
-    (addmm, a convolution with bias) does the add in its epilogue, one launch fewer."""
+    (addmm, a convolution with bias) does the add in its epilogue, one launch fewer. Not a linear
+    that gemm "3xtf32" computes (tf32x3.node_pays): its GEMM is worth more than that pass."""
     origin = p.graph.meta.get("origin") or {}
     out = []
     for grp in p.groups:
         if len(grp.nodes) != 1 or grp.nodes[0].op != "add":
             continue
         src = origin.get(grp.nodes[0].name)
-        if src and _has(g, src) and g.node(src).op in ops and not g.node(src).attrs.get("island"):
+        if src and _has(g, src) and g.node(src).op in ("linear", "conv2d") and not g.node(src).attrs.get("island"):
+            if gemm == "3xtf32" and g.node(src).op == "linear" and tf32x3.node_pays(g, g.node(src)):
+                continue
             out.append(src)
     return out
 

@@ -204,13 +204,34 @@ def _kw_mm3(lib, a, b, stream, module=None, key=None):
 """.replace("@CHUNK@", str(CHUNK))
 
 
-def _intensity(m: int, n: int, k: int) -> float:
-    """Float32 FLOPs per byte of the operands and result, each moved once."""
-    return 2.0 * m * n * k / (4.0 * (m * k + k * n + m * n))
-
-
-MIN_INTENSITY = 16.0  # below it the H200's float32 GEMM is bound by memory, not by its CUDA cores
+# the H200 as measured (docs/benchmarks.md): float32 GEMM on the CUDA cores, TF32 on the tensor
+# cores as cuBLAS reaches them at these sizes, memory bandwidth as a copy sees it
+FP32_FLOPS, TF32_FLOPS, BANDWIDTH = 51e12, 400e12, 3.5e12
+GAIN = 1.25  # the estimate must promise at least this much: the model is rough
 MIN_FLOP = 2e8  # smaller GEMMs take microseconds; the split's launches would be most of them
+
+
+def estimate_s(batch: int, m: int, n: int, k: int, weight: bool) -> tuple[float, float]:
+    """(float32, 3xTF32) seconds of one GEMM: the float32 one bound by the CUDA cores; 3xTF32 by
+    three times the tensor-core FLOPs plus its memory traffic: each operand read once and written
+    three times by the split (a weight's split is kept: none for it), the chunks' partial results
+    written and read once more when there are several."""
+    flop = 2.0 * batch * m * n * k
+    chunks = -(-k // CHUNK)
+    split = 16.0 * batch * m * k + (0.0 if weight else 16.0 * (batch if batch > 1 else 1) * k * n)
+    partial = 8.0 * batch * m * n * chunks if chunks > 1 else 0.0
+    return flop / FP32_FLOPS, 3 * flop / TF32_FLOPS + (split + partial) / BANDWIDTH
+
+
+def node_pays(g: Graph, node: Node) -> bool:
+    """Whether 3xTF32 is estimated GAIN times faster than float32 for this GEMM node."""
+    shape = gemm_shape(g, node) if node.op in ("matmul", "matmul_nt", "linear") else None
+    if shape is None or 2.0 * shape[0] * shape[1] * shape[2] * shape[3] < MIN_FLOP:
+        return False
+    refs = node.refs()
+    weight = node.op in ("linear", "matmul_nt") or g.node(refs[1]).op == "param"
+    fp32, tf32 = estimate_s(*shape, weight=weight)
+    return fp32 >= GAIN * tf32
 
 
 def gemm_shape(g: Graph, node: Node) -> tuple[int, int, int, int] | None:
@@ -238,16 +259,5 @@ def _prod(dims: list[int]) -> int:
 
 
 def pays_off(g: Graph | None) -> bool:
-    """Whether some GEMM of g is large and bound by float32 compute, where 3xTF32 can win."""
-    if g is None:
-        return False
-    for node in g.nodes:
-        if node.op not in ("matmul", "matmul_nt", "linear"):
-            continue
-        shape = gemm_shape(g, node)
-        if shape is None:
-            continue
-        batch, m, n, k = shape
-        if 2.0 * batch * m * n * k >= MIN_FLOP and _intensity(m, n, k) >= MIN_INTENSITY:
-            return True
-    return False
+    """Whether some GEMM of g is estimated to gain from 3xTF32 (`node_pays`)."""
+    return g is not None and any(node_pays(g, node) for node in g.nodes)
