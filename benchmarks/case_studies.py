@@ -4,8 +4,9 @@
     python -m benchmarks.case_studies --backend cuda --out DIR --kernelbench KB --cases 3/13 3/8
 
 With `--kernelbench` (a local KernelBench checkout's problem folder, never committed) the cases
-are KernelBench problems named level/number, run at their published sizes; the fixture's meta
-names the file and its SHA-256, so the gallery says which problem, at which version, it shows.
+are KernelBench problems named level/number, run at their published sizes; the fixture holds
+none of KernelBench's text (benchmarks.kbfixture: each line of the problem is a token, put back
+from a local checkout when the gallery loads it) and its meta names the file and its SHA-256.
 
 Writes DIR/<case>.json (the trajectory: every event of every turn, with a "meta" block naming
 the device, date and torch version; agent.trajectory.Trajectory.from_dict reads it) and
@@ -24,6 +25,7 @@ from typing import Any
 
 from agent.builtin import BuiltinPolicy
 from agent.events import ModelMessage
+from benchmarks.kbfixture import redact, redact_text
 from benchmarks.runner import TASKS_DIR, TaskOutcome, environment, run_parallel, run_task, shrink_source
 
 CASES = ["basic_residual_block", "diag_scale_matmul", "gemm_divide_sum_scale", "rmsnorm_swish", "linear_gelu_residual"]
@@ -64,11 +66,15 @@ def main(argv: list[str] | None = None) -> int:
             "preset": args.preset,
             "task_source": shrink_source(path.read_text(), args.shrink),
         }
-        if args.kernelbench is not None:
-            data["meta"]["kernelbench"] = {
-                "file": str(path.relative_to(args.kernelbench)),
-                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            }
+        if args.kernelbench is not None:  # none of KernelBench's text in the fixture (benchmarks.kbfixture)
+            data = redact(
+                data,
+                data["meta"]["task_source"],
+                str(path.relative_to(args.kernelbench)),
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                args.shrink,
+            )
+            final = redact_text(final, shrink_source(path.read_text(), args.shrink))
         (out / f"{case}.json").write_text(json.dumps(data, indent=1))
         md = [
             f"# {case}: measured run",

@@ -4,6 +4,8 @@ Idempotent, and a case study keeps its id (so its URL, /jobs/<id>/) across loads
 each is keyed by its file's name (`Job.gallery_key`). A file loaded before with the same content
 (`Job.gallery_digest`, its SHA-256) is left as it is; a changed file updates its job in place.
 A case study of an older load without a key (matched by its name) is adopted, not re-created.
+A KernelBench case study holds none of KernelBench's text (benchmarks.kbfixture): it is loaded
+with the text put back from a local checkout, and skipped (said so) without one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from benchmarks import kbfixture
 from webapp.jobs.importer import ImportRefused, import_trajectory
 from webapp.jobs.models import Job
 
@@ -26,6 +29,27 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("paths", nargs="*", help="files or folders (default: the bundled fixtures)")
+        parser.add_argument(
+            "--kernelbench",
+            help=f"a KernelBench checkout's problem folder, for the KernelBench case studies (default: ${kbfixture.CHECKOUT_ENV}, "
+            "else .kernelbench/KernelBench/KernelBench)",
+        )
+
+    def _restored(self, path: Path, data: dict, root: str | None) -> dict | None:
+        """A KernelBench case study with the problem's text put back from a local checkout, or None
+        (said on stdout) when there is none or it is another version: the fixture holds none of it."""
+        where = Path(root) if root else kbfixture.checkout()
+        if where is None:
+            self.stdout.write(
+                f"{path.name}: skipped, a KernelBench case study needs a KernelBench checkout "
+                f"(git clone https://github.com/ScalingIntelligence/KernelBench, then ${kbfixture.CHECKOUT_ENV}=<it>/KernelBench)"
+            )
+            return None
+        try:
+            return kbfixture.restore(data, where)
+        except kbfixture.RestoreError as exc:
+            self.stdout.write(f"{path.name}: skipped, {exc}")
+            return None
 
     def handle(self, *args, **options):
         files: list[Path] = []
@@ -34,19 +58,25 @@ class Command(BaseCommand):
         if not files:
             self.stdout.write("no gallery fixtures found")
             return
-        counts = {"new": 0, "updated": 0, "unchanged": 0}
+        counts = {"new": 0, "updated": 0, "unchanged": 0, "skipped": 0}
         for path in files:
             try:
                 raw = path.read_bytes()
                 data = json.loads(raw.decode("utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise CommandError(f"{path}: {exc}") from exc
+            if kbfixture.is_kernelbench(data):
+                data = self._restored(path, data, options.get("kernelbench"))
+                if data is None:
+                    counts["skipped"] += 1
+                    continue
             outcome, job = load_case(path.stem, _case_name(data, path), data, hashlib.sha256(raw).hexdigest())
             counts[outcome] += 1
             self.stdout.write(f"{path.name}: {outcome}, job {job.pk} ({job.turns.count()} turns)")
         self.stdout.write(
             self.style.SUCCESS(
                 f"{len(files)} case studies: {counts['new']} new, {counts['updated']} updated, {counts['unchanged']} unchanged"
+                + (f", {counts['skipped']} KernelBench case(s) skipped" if counts["skipped"] else "")
             )
         )
 
