@@ -8,7 +8,7 @@ import hashlib
 import json
 
 from agent.trajectory import Trajectory
-from benchmarks import case_studies
+from benchmarks import case_studies, kbfixture
 
 PROBLEM = """
 import torch
@@ -37,7 +37,7 @@ def get_init_inputs():
 """
 
 
-def test_a_kernelbench_problem_becomes_a_fixture_that_names_its_file_and_version(tmp_path, capsys):
+def test_a_kernelbench_problem_becomes_a_fixture_that_names_its_file_and_version_and_holds_none_of_it(tmp_path, capsys):
     kb = tmp_path / "KernelBench"
     (kb / "level3").mkdir(parents=True)
     problem = kb / "level3" / "7_LinearReluResidual.py"
@@ -47,13 +47,18 @@ def test_a_kernelbench_problem_becomes_a_fixture_that_names_its_file_and_version
         ["--backend", "cpu", "--out", str(out), "--kernelbench", str(kb), "--cases", "3/7", "--max-turns", "4"]
     )
     assert rc == 0
-    data = json.loads((out / "kb3_7_LinearReluResidual.json").read_text())
-    assert data["meta"]["kernelbench"] == {
+    raw = (out / "kb3_7_LinearReluResidual.json").read_text()
+    data = json.loads(raw)
+    assert data["meta"]["kernelbench"] | {"fragments": 0} == {
         "file": "level3/7_LinearReluResidual.py",
         "sha256": hashlib.sha256(problem.read_bytes()).hexdigest(),
+        "shrink": 1,
+        "fragments": 0,
     }
-    assert data["meta"]["task_source"] == PROBLEM
-    traj = Trajectory.from_dict(data)
+    long_lines = [line.strip() for line in PROBLEM.splitlines() if len(line.strip()) >= kbfixture.MIN_LINE]
+    assert long_lines and not any(json.dumps(line)[1:-1] in raw for line in long_lines)  # none of its text
+    assert "task_source" not in data["meta"]
+    traj = Trajectory.from_dict(kbfixture.restore(data, kb))
     assert traj.task().name == "7_LinearReluResidual" and traj.task().source == PROBLEM  # the name KernelBench gives it
     summary = json.loads((out / "summary.json").read_text())
     assert [c["name"] for c in summary["cases"]] == ["kb3_7_LinearReluResidual"] and summary["cases"][0]["correct"]
