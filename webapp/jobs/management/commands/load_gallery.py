@@ -17,7 +17,6 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from benchmarks import kbfixture
 from webapp.jobs.importer import ImportRefused, import_trajectory
 from webapp.jobs.models import Job
 
@@ -28,6 +27,8 @@ class Command(BaseCommand):
     help = "Load trajectory JSON files as public gallery case studies (stable ids: keyed by file name)."
 
     def add_arguments(self, parser):
+        from benchmarks import kbfixture  # lazily, as every entry point into benchmarks/ (docs/architecture.md)
+
         parser.add_argument("paths", nargs="*", help="files or folders (default: the bundled fixtures)")
         parser.add_argument(
             "--kernelbench",
@@ -38,6 +39,8 @@ class Command(BaseCommand):
     def _restored(self, path: Path, data: dict, root: str | None) -> dict | None:
         """A KernelBench case study with the problem's text put back from a local checkout, or None
         (said on stdout) when there is none or it is another version: the fixture holds none of it."""
+        from benchmarks import kbfixture
+
         where = Path(root) if root else kbfixture.checkout()
         if where is None:
             self.stdout.write(
@@ -52,6 +55,8 @@ class Command(BaseCommand):
             return None
 
     def handle(self, *args, **options):
+        from benchmarks import kbfixture
+
         files: list[Path] = []
         for p in [Path(x) for x in options["paths"]] or [DEFAULT_DIR]:
             files += sorted(p.glob("*.json")) if p.is_dir() else [p]
