@@ -27,6 +27,7 @@ class FusionError(Exception):
 
 # How a group reads an external tensor: its index as a function of the flat index i = r*cols + c.
 FULL, SCALAR, ROW, ROWGEN, COL, COLGEN, GEN = "full", "scalar", "row", "rowgen", "col", "colgen", "gen"
+GAP = "gap"  # two blocks with dims it is broadcast over between them (pipeline.read_gaps_in_place)
 ROW_KINDS = (SCALAR, ROW, ROWGEN)
 
 
@@ -36,6 +37,7 @@ class Operand:
     kind: str
     block: tuple[int, int]  # dims [a, b) of D that the operand spans
     rpad: int = 0  # trailing dims of D it is aligned before (a rank-reduced per-row consumer)
+    gap: tuple[int, int] | None = None  # GAP: dims [g0, g1) of D it is broadcast over, inside block
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 
 from agent.builtin import tf32x3
 from agent.builtin.cexpr import REDUCE_INIT, c_accumulate, c_float, c_op
-from agent.builtin.fusion import COL, COLGEN, FULL, GEN, ROW, ROWGEN, SCALAR, Group, Plan
+from agent.builtin.fusion import COL, COLGEN, FULL, GAP, GEN, ROW, ROWGEN, SCALAR, Group, Plan
 from agent.builtin.graph import REDUCTIONS, Lit, Node, Ref, Scalar, fmt_shape
 from agent.builtin.ownkernels import CPU_SOURCE as OWN_CPU
 from agent.builtin.ownkernels import CUDA_SOURCE as OWN_CUDA
@@ -166,6 +166,8 @@ class _Body:
             return f"g{k}[{col}]" if o.block[1] == len(self.grp.full) else f"g{k}[{col} / inner{k}]"
         if o.kind == GEN:
             return f"in{k}[({lane_index} / inner{k}) % ext{k}]"
+        if o.kind == GAP:  # outer block index times the inner block's extent, plus the inner index
+            return f"in{k}[(({lane_index} / gap{k}) % ext{k}) * inner{k} + {lane_index} % inner{k}]"
         raise ValueError(o.kind)
 
     def row_load(self, k: int) -> str:
@@ -182,7 +184,7 @@ def signature(plan: Plan, grp: Group) -> KernelSig:
         grp.name,
         [o.value for o in grp.operands],
         list(grp.outputs),
-        [k for k, o in enumerate(grp.operands) if o.kind in (GEN, ROWGEN, COLGEN)],
+        [k for k, o in enumerate(grp.operands) if o.kind in (GEN, ROWGEN, COLGEN, GAP)],
         list(grp.scalars),
     )
     sig.bytes_moved = _bytes(plan, grp)
@@ -195,7 +197,7 @@ def _params(grp: Group, sig: KernelSig) -> str:
     p += [f"float* __restrict__ out{k}" for k in range(len(grp.outputs))]
     p += ["int64_t rows", "int64_t cols"]
     for k in sig.generic:
-        p += [f"int64_t inner{k}", f"int64_t ext{k}"]
+        p += [f"int64_t inner{k}", f"int64_t ext{k}"] + ([f"int64_t gap{k}"] if grp.operands[k].kind == GAP else [])
     p += [f"float s{i}" for i in range(len(grp.scalars))]
     return ", ".join(p)
 
@@ -203,7 +205,7 @@ def _params(grp: Group, sig: KernelSig) -> str:
 def _call_args(grp: Group, sig: KernelSig) -> str:
     a = [f"in{k}" for k in range(len(grp.operands))] + [f"out{k}" for k in range(len(grp.outputs))] + ["rows", "cols"]
     for k in sig.generic:
-        a += [f"inner{k}", f"ext{k}"]
+        a += [f"inner{k}", f"ext{k}"] + ([f"gap{k}"] if grp.operands[k].kind == GAP else [])
     a += [f"s{i}" for i in range(len(grp.scalars))]
     return ", ".join(a)
 
@@ -287,7 +289,7 @@ def cpu_kernel(plan: Plan, grp: Group, config: dict) -> tuple[str, KernelSig]:
     final_nodes = body.cone(full_out)
     out_index = {o: k for k, o in enumerate(grp.outputs)}
     row_operands = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
-    flat = not grp.reductions and not row_operands and all(o.kind in (FULL, GEN) for o in grp.operands)
+    flat = not grp.reductions and not row_operands and all(o.kind in (FULL, GEN, GAP) for o in grp.operands)
     # `parallel:` names the construct the condition is for: on the combined `parallel for simd` an
     # unmodified if() also applies to the simd part (OpenMP 5.0), and below the threshold the loop ran scalar
     par = f"if(parallel: rows * cols >= {int(config.get('parallel_min', 1 << 17))}) "

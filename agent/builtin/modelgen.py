@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.builtin import tf32x3
 from agent.builtin.fallback import REFERENCE_CLASS
-from agent.builtin.fusion import COLGEN, GEN, ROWGEN, Group, Plan
+from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.guard import HELPER as GUARD_HELPER
@@ -462,6 +462,10 @@ class _Emitter:
                 args += [f"_prod(_D[{b}:{sp}])", f"_prod(_D[{a}:{b}])"]
             elif o.kind in (COLGEN, GEN):
                 args += [f"_prod(_D[{b}:])", f"_prod(_D[{a}:{b}])"]
+            elif o.kind == GAP:
+                assert o.gap is not None, "a GAP operand has its gap"
+                g0, g1 = o.gap
+                args += [f"_prod(_D[{g1}:])", f"_prod(_D[{a}:{g0}])", f"_prod(_D[{g0}:])"]
         args += [self.val(s) for s in grp.scalars]
         args.append("_stream")
         self.emit(f"lib.{sig.symbol or grp.name}({', '.join(args)})")

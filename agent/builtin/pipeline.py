@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.builtin import tf32x3
-from agent.builtin.fusion import FusionError, Plan, plan
+from agent.builtin.fusion import GAP, ROW, ROWGEN, SCALAR, FusionError, Plan, plan
 from agent.builtin.graph import ELEMENTWISE, ISLAND_OPS, LIBRARY, Graph, Node, Ref, Scalar, makes_strided
 from agent.builtin.kernelgen import KernelSig, default_config, generate
 from agent.builtin.lower import LoweringError, lower
@@ -34,17 +34,21 @@ class Candidate:
         return next(p for p in self.files if p.startswith("kernels/"))
 
 
-def make_plan(g: Graph, islands: bool = True, gemm: str = "cublas") -> Plan:
+def make_plan(g: Graph, islands: bool = True, gemm: str = "cublas", gaps: bool = False) -> Plan:
     """Lower and fuse g. With `islands`, a node that cannot be lowered or fused is kept as a
     library/ATen call (marked `island` with the reason) and the rest is planned again; without,
     the first such node is a GenerationError. gemm "3xtf32" keeps every linear ours (its bias add
-    a kernel of its own if need be): the GEMM it saves is worth far more than one pass."""
+    a kernel of its own if need be): the GEMM it saves is worth far more than one pass. `gaps`
+    (cuda): split broadcasts read in place (read_gaps_in_place); the CPU's vector loops are faster
+    over the expanded copy than with two divisions per element."""
     g = g.copy()
     _scalar_inputs(g)
     _expand_split_broadcasts(g)
     for _ in range(len(g.nodes) + 1):
         try:
             p = plan(lower(g))
+            if gaps:
+                read_gaps_in_place(p)
             lone = _lone_bias_adds(g, p, gemm) if islands else []
             if not lone:
                 return p
@@ -110,6 +114,46 @@ def _expand_split_broadcasts(g: Graph) -> None:
                 n.args[j] = Ref(e.name)
         out.append(n)
     g.nodes[:] = out
+
+
+def read_gaps_in_place(p: Plan) -> None:
+    """An elementwise group (no reduction, no per-row operand) reads a split broadcast through its
+    index instead of the expand `_expand_split_broadcasts` made for it: rms [B, 1, H, W] against
+    x [B, C, H, W] as ((i / (C H W)) % B) * H W + i % (H W), a GAP operand. The expand, copied to
+    contiguous memory at the kernel boundary, was a tensor the input's size (7 GiB for KernelBench
+    L1/36's RMS norm, which then ran out of memory beside other evaluations)."""
+    g = p.graph
+    for grp in p.groups:
+        if grp.reductions or any(o.kind in (ROW, ROWGEN, SCALAR) for o in grp.operands):
+            continue
+        for o in grp.operands:
+            n = g.node(o.value)
+            if n.op != "expand" or "_kwexp" not in n.name or not n.args or not isinstance(n.args[0], Ref):
+                continue
+            gap = _gap_of(g.node(n.args[0].name).dims, grp.full)
+            if gap is None:
+                continue
+            src = n.args[0].name
+            for m in grp.nodes:  # the group's ops read the operand itself
+                m.args = [Ref(src) if isinstance(x, Ref) and x.name == n.name else x for x in m.args]
+            o.value, o.kind, o.block, o.gap = src, GAP, (gap[0], len(grp.full)), gap[1:]
+
+
+def _gap_of(shape: list[int], full: list[int]) -> tuple[int, int, int] | None:
+    """(a, g0, g1) when `shape`, aligned right to `full`, is full over [a, g0) and [g1, end), and 1
+    over [g0, g1) where full is not; None for any other pattern."""
+    k = len(full)
+    if len(shape) > k:
+        return None
+    s = [1] * (k - len(shape)) + [int(d) for d in shape]
+    nz = [i for i in range(k) if s[i] != 1]
+    if not nz or nz[-1] != k - 1 or any(s[i] != full[i] for i in nz):
+        return None
+    a = nz[0]
+    holes = [i for i in range(a, k) if s[i] == 1 and full[i] != 1]
+    if not holes or holes != list(range(holes[0], holes[-1] + 1)):
+        return None
+    return a, holes[0], holes[-1] + 1
 
 
 LONE_BIAS = (
@@ -186,8 +230,10 @@ def build_candidate(
     gemm: str = "cublas",
     graph: bool = False,
     torch_ops: str = "forbid",
+    gaps: bool | None = None,
 ) -> Candidate:
-    p = make_plan(g, gemm=gemm)
+    """gaps: split broadcasts read in place (make_plan), by default on cuda only."""
+    p = make_plan(g, gemm=gemm, gaps=backend == "cuda" if gaps is None else gaps)
     if not p.groups and not own_parts(p) and torch_ops != "allow" and gemm != "3xtf32":
         raise GenerationError(
             "after the rewrites nothing is left for a custom kernel (the forward is only library "
