@@ -67,14 +67,9 @@ def main(argv: list[str] | None = None) -> int:
             "task_source": shrink_source(path.read_text(), args.shrink),
         }
         if args.kernelbench is not None:  # none of KernelBench's text in the fixture (benchmarks.kbfixture)
-            data = redact(
-                data,
-                data["meta"]["task_source"],
-                str(path.relative_to(args.kernelbench)),
-                hashlib.sha256(path.read_bytes()).hexdigest(),
-                args.shrink,
-            )
-            final = redact_text(final, shrink_source(path.read_text(), args.shrink))
+            source = data["meta"]["task_source"]
+            file, sha = str(path.relative_to(args.kernelbench)), hashlib.sha256(path.read_bytes()).hexdigest()
+            data, final = redact(data, source, file, sha, args.shrink), redact_text(final, source)
         (out / f"{case}.json").write_text(json.dumps(data, indent=1))
         md = [
             f"# {case}: measured run",

@@ -192,12 +192,17 @@ def signature(plan: Plan, grp: Group) -> KernelSig:
     return sig
 
 
+def _generic_names(grp: Group, k: int) -> list[str]:
+    """The index arguments of generic operand k: its inner and outer extents, and a GAP's gap."""
+    return [f"inner{k}", f"ext{k}"] + ([f"gap{k}"] if grp.operands[k].kind == GAP else [])
+
+
 def _params(grp: Group, sig: KernelSig) -> str:
     p = [f"const float* __restrict__ in{k}" for k in range(len(grp.operands))]
     p += [f"float* __restrict__ out{k}" for k in range(len(grp.outputs))]
     p += ["int64_t rows", "int64_t cols"]
     for k in sig.generic:
-        p += [f"int64_t inner{k}", f"int64_t ext{k}"] + ([f"int64_t gap{k}"] if grp.operands[k].kind == GAP else [])
+        p += [f"int64_t {name}" for name in _generic_names(grp, k)]
     p += [f"float s{i}" for i in range(len(grp.scalars))]
     return ", ".join(p)
 
@@ -205,7 +210,7 @@ def _params(grp: Group, sig: KernelSig) -> str:
 def _call_args(grp: Group, sig: KernelSig) -> str:
     a = [f"in{k}" for k in range(len(grp.operands))] + [f"out{k}" for k in range(len(grp.outputs))] + ["rows", "cols"]
     for k in sig.generic:
-        a += [f"inner{k}", f"ext{k}"] + ([f"gap{k}"] if grp.operands[k].kind == GAP else [])
+        a += _generic_names(grp, k)
     a += [f"s{i}" for i in range(len(grp.scalars))]
     return ", ".join(a)
 

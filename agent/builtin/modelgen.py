@@ -165,7 +165,7 @@ class _Emitter:
         self.strided: set[str] = set()  # values that may not be contiguous where they are made
         self.gathers = 0  # strided operands copied to contiguous memory by the kw_gather kernel
         self.tf32x3 = 0  # GEMMs computed in 3xTF32 (agent.builtin.tf32x3.HELPER)
-        self.channels_last_weights = 0  # convolution weights kept in channels-last memory (_CL_HELPER)
+        self.channels_last_weights = 0  # convolution weights kept in channels-last memory (KEPT_HELPER)
         self.own = 0  # ATen ops computed by kernels of our own (agent.builtin.ownkernels)
         self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
@@ -302,7 +302,7 @@ class _Emitter:
         else:
             self.gathers += 1
             make = f"lambda w: _kw_contig(lib, w.permute{tuple(p)}, _stream).permute{tuple(back)}"
-        self.emit(f"{v} = _kw_channels_last(self, {v!r}, {w}, {make})")
+        self.emit(f"{v} = _kw_kept(self, '_kw_cl', {v!r}, {w}, {make})")
 
     def conv_geometry(self, at: dict[str, Any]) -> list[str]:
         """stride, padding, dilation, groups of a convolution as call arguments."""
@@ -609,19 +609,23 @@ class _Emitter:
         return L
 
 
-_CL_HELPER = '''
+KEPT_HELPER = '''
 
-def _kw_channels_last(module, key, w, make):
-    """make(w), a weight in channels-last memory, kept in module.__dict__ while w is the same tensor
-    at the same version (a load_state_dict or an optimiser step moves the version; a derived weight
-    recomputed is a new tensor). The cache holds w itself, so no new tensor can take its address
-    and pass for it. A copy per call would cost a launch per convolution."""
-    cache = module.__dict__.setdefault("_kw_cl", {})
+def _kw_kept(module, slot, key, w, make):
+    """make(w), a weight transformed once (channels-last memory, the 3xTF32 split), kept in
+    module.__dict__[slot] while w reads the same tensor (w itself, or the weight it is a view of:
+    W.t()) at the same version, shape, strides and offset (a load_state_dict or an optimiser step
+    moves the version; a derived weight recomputed is a new tensor). The cache holds that tensor,
+    so no new one can take its address and pass for it. A transform per call would cost a launch
+    and a pass over the weight."""
+    owner = w._base if w._base is not None else w
+    where = (owner._version, tuple(w.shape), w.stride(), w.storage_offset())
+    cache = module.__dict__.setdefault(slot, {})
     hit = cache.get(key)
-    if hit is not None and hit[0] is w and hit[1] == w._version:
+    if hit is not None and hit[0] is owner and hit[1] == where:
         return hit[2]
     out = make(w)
-    cache[key] = (w, w._version, out)
+    cache[key] = (owner, where, out)
     return out
 '''
 
@@ -765,8 +769,8 @@ def generate_model(
     parts.append(_HELPERS)
     if em.gathers:
         parts.append(_CONTIG_HELPER)
-    if em.channels_last_weights:
-        parts.append(_CL_HELPER)
+    if em.channels_last_weights or em.tf32x3:
+        parts.append(KEPT_HELPER)
     if em.tf32x3:
         parts.append(tf32x3.HELPER)
     if em.own:

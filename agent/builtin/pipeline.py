@@ -108,7 +108,12 @@ def _expand_split_broadcasts(g: Graph) -> None:
             if nz and any(s[i] == 1 and n.shape[i] != 1 for i in range(nz[0], nz[-1] + 1)):
                 shape = Node(f"{full.name}_kwshape{len(out)}", "shape", [full])
                 e = Node(
-                    f"{a.name}_kwexp{len(out)}", "expand", [a, Ref(shape.name)], {}, list(n.shape), g.node(a.name).dtype
+                    f"{a.name}_kwexp{len(out)}",
+                    "expand",
+                    [a, Ref(shape.name)],
+                    {"split_broadcast": True},  # read in place where a kernel can (read_gaps_in_place)
+                    list(n.shape),
+                    g.node(a.name).dtype,
                 )
                 out += [shape, e]
                 n.args[j] = Ref(e.name)
@@ -128,7 +133,7 @@ def read_gaps_in_place(p: Plan) -> None:
             continue
         for o in grp.operands:
             n = g.node(o.value)
-            if n.op != "expand" or "_kwexp" not in n.name or not n.args or not isinstance(n.args[0], Ref):
+            if not n.attrs.get("split_broadcast") or not isinstance(n.args[0], Ref):
                 continue
             gap = _gap_of(g.node(n.args[0].name).dims, grp.full)
             if gap is None:
@@ -137,6 +142,24 @@ def read_gaps_in_place(p: Plan) -> None:
             for m in grp.nodes:  # the group's ops read the operand itself
                 m.args = [Ref(src) if isinstance(x, Ref) and x.name == n.name else x for x in m.args]
             o.value, o.kind, o.block, o.gap = src, GAP, (gap[0], len(grp.full)), gap[1:]
+    _drop_unread_steps(p)
+
+
+def _drop_unread_steps(p: Plan) -> None:
+    """Python-level steps whose value nothing reads any more (the expand and its shape after
+    read_gaps_in_place): the forward runs every step in every call."""
+    while True:
+        read = {r for st in p.steps for n in st.nodes() for r in n.refs()}
+        read |= {o.value for grp in p.groups for o in grp.operands}
+        read |= {a.name for a in p.graph.output.args if isinstance(a, Ref)}
+        dead = [
+            st
+            for st in p.steps
+            if st.node is not None and st.node.op in ("expand", "shape") and st.node.name not in read
+        ]
+        if not dead:
+            return
+        p.steps = [st for st in p.steps if st not in dead]
 
 
 def _gap_of(shape: list[int], full: list[int]) -> tuple[int, int, int] | None:

@@ -22,6 +22,8 @@ dozen), where the split's extra reads and writes cost more than the tensor cores
 
 from __future__ import annotations
 
+import math
+
 from agent.builtin.graph import Graph, Node
 
 TITLE = "The same kernels with each large GEMM as 3xTF32 on tensor cores"  # the policy's step
@@ -125,8 +127,9 @@ extern "C" int kw_gemm_3xtf32(const float* a, const float* b, float* part, float
 }
 """
 
-# model_new.py's side: layouts, the split (a weight's kept), the GEMM; anything it cannot read
-# in place (4-d operands, broadcast batches, strided slices) goes to torch.matmul
+# model_new.py's side: layouts, the split (a weight's kept by modelgen.KEPT_HELPER's _kw_kept),
+# the GEMM; anything it cannot read in place (4-d operands, broadcast batches, strided slices)
+# goes to torch.matmul
 HELPER = """
 
 _KW_CHUNK = @CHUNK@
@@ -165,21 +168,6 @@ def _kw_split3(lib, x, trans, is_b, stream):
     return out
 
 
-def _kw_split3_kept(module, key, lib, w, trans, stream):
-    \"\"\"A weight's split, kept in module.__dict__ while w (a view of it: W.t()) reads the same
-    tensor at the same version and place; the cache holds that tensor, so no new one can take
-    its address and pass for it.\"\"\"
-    owner = w._base if w._base is not None else w
-    where = (owner._version, tuple(w.shape), w.stride(), w.storage_offset())
-    cache = module.__dict__.setdefault("_kw_tf32", {})
-    hit = cache.get(key)
-    if hit is not None and hit[0] is owner and hit[1] == where:
-        return hit[2]
-    out = _kw_split3(lib, w, trans, True, stream)
-    cache[key] = (owner, where, out)
-    return out
-
-
 def _kw_mm3(lib, a, b, stream, module=None, key=None):
     \"\"\"a @ b in 3xTF32 (a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N]; float32); b's split is
     kept in `module` under `key` when b is a weight.\"\"\"
@@ -194,9 +182,10 @@ def _kw_mm3(lib, a, b, stream, module=None, key=None):
     kc, chunks = _kw_chunks(k)
     batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
     a3 = _kw_split3(lib, a, ta, False, stream)
-    b3 = _kw_split3_kept(module, key, lib, b, tb, stream) if module is not None else _kw_split3(lib, b, tb, True, stream)
+    split_b = lambda w: _kw_split3(lib, w, tb, True, stream)
+    b3 = _kw_kept(module, "_kw_tf32", key, b, split_b) if module is not None else split_b(b)
     out = torch.empty((batch, m, n) if max(a.dim(), b.dim()) == 3 else (m, n), device=a.device, dtype=torch.float32)
-    part = torch.empty((chunks, batch * m * n) if chunks > 1 else (1,), device=a.device, dtype=torch.float32)
+    part = torch.empty((chunks, batch * m * n), device=a.device, dtype=torch.float32) if chunks > 1 else out
     lib.kw_gemm_3xtf32(a3, b3, part, out, m, n, kc, chunks, ta, m if ta else 3 * kc * chunks,
                        a3[0].numel() if a.dim() == 3 else 0, tb, 3 * kc * chunks if tb else n,
                        b3[0].numel() if b.dim() == 3 else 0, batch, stream)
@@ -218,7 +207,7 @@ def estimate_s(batch: int, m: int, n: int, k: int, weight: bool) -> tuple[float,
     written and read once more when there are several."""
     flop = 2.0 * batch * m * n * k
     chunks = -(-k // CHUNK)
-    split = 16.0 * batch * m * k + (0.0 if weight else 16.0 * (batch if batch > 1 else 1) * k * n)
+    split = 16.0 * batch * m * k + (0.0 if weight else 16.0 * batch * k * n)
     partial = 8.0 * batch * m * n * chunks if chunks > 1 else 0.0
     return flop / FP32_FLOPS, 3 * flop / TF32_FLOPS + (split + partial) / BANDWIDTH
 
@@ -228,9 +217,7 @@ def node_pays(g: Graph, node: Node) -> bool:
     shape = gemm_shape(g, node) if node.op in ("matmul", "matmul_nt", "linear") else None
     if shape is None or 2.0 * shape[0] * shape[1] * shape[2] * shape[3] < MIN_FLOP:
         return False
-    refs = node.refs()
-    weight = node.op in ("linear", "matmul_nt") or g.node(refs[1]).op == "param"
-    fp32, tf32 = estimate_s(*shape, weight=weight)
+    fp32, tf32 = estimate_s(*shape, weight=node.op in ("linear", "matmul_nt"))  # the kept splits
     return fp32 >= GAIN * tf32
 
 
@@ -247,15 +234,8 @@ def gemm_shape(g: Graph, node: Node) -> tuple[int, int, int, int] | None:
     nt = node.op in ("linear", "matmul_nt")
     if nt or len(b) == 2:
         n = b[0] if nt else b[-1]
-        return 1, _prod(a[:-1]), n, a[-1]
-    return max(_prod(a[:-2]), _prod(b[:-2])), a[-2], b[-1], a[-1]
-
-
-def _prod(dims: list[int]) -> int:
-    out = 1
-    for d in dims:
-        out *= d
-    return out
+        return 1, math.prod(a[:-1]), n, a[-1]
+    return max(math.prod(a[:-2]), math.prod(b[:-2])), a[-2], b[-1], a[-1]
 
 
 def pays_off(g: Graph | None) -> bool:

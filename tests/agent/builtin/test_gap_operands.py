@@ -64,6 +64,7 @@ def test_a_gap_operand_is_read_in_place_and_correct(extra, more, args, tmp_path)
     model = cuda.files["model_new.py"]
     calls = [line for line in model.splitlines() if "lib.fused" in line or "contiguous" in line or "_kw_contig" in line]
     assert calls and not any("kwexp" in line for line in calls)  # no kernel reads, and nothing copies, an expand
+    assert "_kwexp" not in model and "_kwshape" not in model  # nor does the forward make one it no longer reads
     cpu = build_candidate(an.graph, an.data, "cpu", torch_ops="allow", gaps=True)
     assert any(o.kind == GAP for grp in cpu.plan.groups for o in grp.operands)
     res = evaluate(

@@ -185,7 +185,7 @@ def test_the_channels_last_weight_follows_a_changed_parameter(tmp_path):
     src = _src("conv2d_relu_bias")
     an = _analysis(src)
     c = build_candidate(channels_last_convs(an.graph).graph, an.data, "cpu", torch_ops="allow")
-    assert "_kw_channels_last(self, " in c.files["model_new.py"]
+    assert "_kw_kept(self, '_kw_cl', " in c.files["model_new.py"]
     _check_candidate(src, c.files, tmp_path, change=lambda m: m.conv.weight.mul_(-1.5))
 
 

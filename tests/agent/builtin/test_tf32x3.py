@@ -15,6 +15,7 @@ import torch
 
 from agent.builtin import tf32x3
 from agent.builtin.graph import analyze_source
+from agent.builtin.modelgen import KEPT_HELPER
 from agent.builtin.pipeline import build_candidate
 
 from .test_codegen import _CUBLAS_STANDIN, _exec_model
@@ -76,7 +77,7 @@ class CpuLib:
 
 def _helper_ns(chunk: int = tf32x3.CHUNK) -> dict:
     ns: dict = {"torch": torch, "ctypes": ctypes}
-    exec(tf32x3.HELPER, ns)
+    exec(KEPT_HELPER + tf32x3.HELPER, ns)
     ns["_KW_CHUNK"] = chunk
     return ns
 
