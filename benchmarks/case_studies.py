@@ -46,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-turns", type=int, default=30)
     ap.add_argument("--preset", default="default", help="sandbox tolerance preset (default, kernelbench, cuda-agent)")
     ap.add_argument(
+        "--torch-ops",
+        choices=("allow", "forbid"),
+        help="the sandbox's rule on torch operators; default forbid for our cases, allow for KernelBench's "
+        "(as benchmarks.kernelbench runs them)",
+    )
+    ap.add_argument(
         "--jobs", type=int, default=1, help="cases run side by side (timed loops still take the device one at a time)"
     )
     args = ap.parse_args(argv)
@@ -54,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(args.backend)
     rows: list[dict[str, Any]] = []
     paths = case_paths(args.kernelbench, args.cases)
-    work = [(path, args.backend, args.preset, args.max_turns, args.shrink) for path in paths.values()]
+    torch_ops = args.torch_ops or ("allow" if args.kernelbench is not None else "forbid")
+    work = [(path, args.backend, args.preset, torch_ops, args.max_turns, args.shrink) for path in paths.values()]
     for outcome, data, final in run_parallel(_one, work, args.jobs):
         case = outcome.name
         path = paths[case]
@@ -64,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             "policy": "builtin",
             "shrink": args.shrink,
             "preset": args.preset,
+            "torch_ops": torch_ops,
             "task_source": shrink_source(path.read_text(), args.shrink),
         }
         if args.kernelbench is not None:  # none of KernelBench's text in the fixture (benchmarks.kbfixture)
@@ -117,12 +125,13 @@ def case_name(path: Path) -> str:
     return path.stem if path.parent == TASKS_DIR else f"kb{path.parent.name.removeprefix('level')}_{path.stem}"
 
 
-def _one(path: Path, backend: str, preset: str, max_turns: int, shrink: int) -> tuple[TaskOutcome, dict[str, Any], str]:
+def _one(
+    path: Path, backend: str, preset: str, torch_ops: str, max_turns: int, shrink: int
+) -> tuple[TaskOutcome, dict[str, Any], str]:
     """One case in a worker process: the outcome, the trajectory as a dict, the final message."""
     source = shrink_source(path.read_text(), shrink)
-    outcome, res = run_task(
-        path, backend, {"preset": preset}, BuiltinPolicy(), max_turns, source=source, name=case_name(path)
-    )
+    options = {"preset": preset, "torch_ops": torch_ops}
+    outcome, res = run_task(path, backend, options, BuiltinPolicy(), max_turns, source=source, name=case_name(path))
     messages = [e.content for e in res.trajectory.of_type(ModelMessage)]
     return outcome, res.trajectory.to_dict(), messages[-1] if messages else ""
 
