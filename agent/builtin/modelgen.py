@@ -164,7 +164,8 @@ class _Emitter:
         self.lines: list[str] = []
         self.strided: set[str] = set()  # values that may not be contiguous where they are made
         self.gathers = 0  # strided operands copied to contiguous memory by the kw_gather kernel
-        self.tf32x3 = 0  # GEMMs computed in 3xTF32 (agent.builtin.tf32x3.HELPER)
+        self.tf32x3 = 0  # GEMMs and convolutions computed in 3xTF32 (agent.builtin.tf32x3.HELPER)
+        self.conv3s = 0  # of them convolutions (agent.builtin.tf32x3.CONV_HELPER)
         self.channels_last_weights = 0  # convolution weights kept in channels-last memory (KEPT_HELPER)
         self.own = 0  # ATen ops computed by kernels of our own (agent.builtin.ownkernels)
         self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
@@ -201,6 +202,8 @@ class _Emitter:
             self.emit(f"# {n.name}: {op_label(n)} by our kernel {own['kernel']}")
             for line in emit_lines(own, v, n.dims, lambda r: self.val(r)):
                 self.emit(line)
+        elif self.conv3_applies(n):
+            self.conv3(n, v)
         elif n.attrs.get("island") or n.op in ISLAND_OPS:
             why = str(n.attrs.get("island") or "no generator for this op").replace("\n", " ")
             self.emit(f"# {n.name}: library/ATen call ({why[:150]})")
@@ -289,6 +292,35 @@ class _Emitter:
             self.channels_last(v, self.val(a[0]), len(n.dims))
         else:
             raise ValueError(f"no Python emission for {n.op}")
+
+    def conv3_applies(self, n: Node) -> bool:
+        """A convolution the 3xTF32 candidate times against float32 (tf32x3.CONV_HELPER); under
+        forbid not one whose bias is inside the ATen call (the bias would be a torch add)."""
+        if self.backend != "cuda" or self.gemm != "3xtf32" or not tf32x3.conv_worth_timing(self.g, n):
+            return False
+        return self.torch_ops == "allow" or not tf32x3.conv_bias(n)
+
+    def conv3(self, n: Node, v: str) -> None:
+        self.tf32x3 += 1
+        self.conv3s += 1
+        self.contiguous(n.args[0])
+        self.emit(
+            f"# {n.name}: convolution as 3xTF32 on tensor cores where that times faster on the first call "
+            "(agent/builtin/tf32x3.py), W's split kept"
+        )
+        if n.op == "conv2d":
+            x, w = self.val(n.args[0]), self.val(n.args[1])
+            geometry = ", ".join(self.conv_geometry(n.attrs))
+            self.emit(
+                f"{v} = _kw_conv3(lib, torch.ops.aten.conv2d.default, 'conv', _stream, self, {n.name!r}, {x}, {w}, "
+                f"None, {geometry})"
+            )
+            return
+        kind = tf32x3.conv_kind(n)
+        self.emit(
+            f"{v} = _kw_conv3(lib, torch.ops.{n.attrs['target']}, {kind!r}, _stream, self, {n.name!r}, "
+            f"{self.call_args(n, n.attrs['call'])})"
+        )
 
     def channels_last(self, v: str, w: str, nd: int) -> None:
         """v = w in channels-last memory (a convolution's weight: the layout picks cuDNN's NHWC kernels);
@@ -773,6 +805,8 @@ def generate_model(
         parts.append(KEPT_HELPER)
     if em.tf32x3:
         parts.append(tf32x3.HELPER)
+    if em.conv3s:
+        parts.append(tf32x3.CONV_HELPER)
     if em.own:
         parts.append(DENSE_HELPER)
     if graph:

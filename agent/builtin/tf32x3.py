@@ -18,6 +18,16 @@ result like any other: its error against float64 must stay inside the float32 to
 Where it does not pay: a GEMM that is bound by memory (a matrix-vector product, K of a few
 dozen), where the split's extra reads and writes cost more than the tensor cores save
 (`pays_off`). A weight's split is kept while the weight is the same tensor at the same version.
+
+Convolutions (`CONV_HELPER`): a convolution is a GEMM of depth C_in/groups * prod(kernel), so the
+thirds are stacked along the input channels, per group: conv([xl | xh | xh], [wh | wl | wh]) in one
+cuDNN convolution with TF32 allowed (torch.cudnn_convolution's own argument: no global flag).
+On the H200 its worst error against float64 was 0.04 tolerance units (0.09 on the wide trial)
+over 118 convolutions of KernelBench with K up to 8928, unchunked (docs/benchmarks.md,
+benchmarks/conv3x_probe.py), and it ran 1.4-8x faster than float32 cuDNN on most of them but
+2-20x slower on others (small K, grouped, some transposed 2-d shapes) with no rule on the shape
+that separates the two. So the candidate times both on the first call of each shape, as cuDNN's
+own benchmark mode times its algorithms, and keeps the faster (`_kw_conv3`).
 """
 
 from __future__ import annotations
@@ -26,8 +36,12 @@ import math
 
 from agent.builtin.graph import Graph, Node
 
-TITLE = "The same kernels with each large GEMM as 3xTF32 on tensor cores"  # the policy's step
-LINE = "3xTF32 GEMM: the .cu's split + one tensor-core GEMM per chunk of K, summed (float32's accuracy)"
+TITLE = "The same kernels with each large GEMM and convolution as 3xTF32 on tensor cores"  # the policy's step
+LINE = (
+    "3xTF32 GEMM: the .cu's split + one tensor-core GEMM per chunk of K, summed (float32's accuracy); "
+    "3xTF32 convolution: the split stacked along the input channels, one cuDNN TF32 convolution, "
+    "where it timed faster than float32 on the first call"
+)
 
 CHUNK = 1024  # K per chunk: the tensor cores' float32 accumulation restarts from zero each chunk
 
@@ -92,6 +106,30 @@ __global__ void kw_sum_chunks_kernel(const float* __restrict__ part, float* __re
 // operands (ta/tb: the logical matrix is the stored one transposed; sa/sb: batch strides, 0 to
 // broadcast), one TF32 GEMM of depth 3kc per chunk into `part` (chunks x batch x M x N; unused
 // for one chunk), then their sum. cuBLAS is column-major: it computes C^T = op(B)^T op(A)^T.
+// rows of x ([outer, inner], contiguous) into thirds, out [outer, 3, inner]: third s holds lo where bit s
+// of `lo_thirds` is set, else hi (a convolution's operands stacked along its input channels, per group)
+__global__ void kw_split3_rows_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n, int64_t inner,
+                                      int lo_thirds) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        const float h = kw_tf32_round(v);
+        const float l = isfinite(v) ? kw_tf32_round(v - h) : 0.0f;
+        float* o = out + (i / inner) * 3 * inner + i % inner;
+        #pragma unroll
+        for (int s = 0; s < 3; ++s) o[s * inner] = ((lo_thirds >> s) & 1) ? l : h;
+    }
+}
+
+extern "C" int kw_split3_rows(const float* x, float* out, int64_t outer, int64_t inner, int64_t lo_thirds,
+                              void* stream) {
+    const int64_t n = outer * inner;
+    if (n <= 0) return 0;
+    const int threads = 256;
+    const int64_t blocks = (n + threads - 1) / threads < 131072 ? (n + threads - 1) / threads : 131072;
+    kw_split3_rows_kernel<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(x, out, n, inner, (int)lo_thirds);
+    return (int)cudaGetLastError();
+}
+
 extern "C" int kw_gemm_3xtf32(const float* a, const float* b, float* part, float* c, int64_t M, int64_t N,
                               int64_t kc, int64_t chunks, int64_t ta, int64_t lda, int64_t sa, int64_t tb, int64_t ldb,
                               int64_t sb, int64_t batch, void* stream) {
@@ -193,6 +231,102 @@ def _kw_mm3(lib, a, b, stream, module=None, key=None):
 """.replace("@CHUNK@", str(CHUNK))
 
 
+# model_new.py's side for convolutions (after KEPT_HELPER): ATen's convolution ops take these
+# arguments in this order; the rest of a call goes to the op itself
+CONV_HELPER = """
+
+_KW_CONV_ARGS = {
+    "conv": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+    "conv_transpose": ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"),
+    "convolution": ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding",
+                    "groups"),
+}
+_KW_CONV_PICKS = {}  # (node, input shape, weight shape) -> whether 3xTF32 timed faster on its first call
+
+
+def _kw_split3_rows(lib, x, outer, lo_thirds, stream):
+    \"\"\"x's rows ([outer, rest]) as TF32 thirds, [outer, 3, rest]: lo where bit s of lo_thirds is set.\"\"\"
+    x = x if x.is_contiguous() else x.contiguous()
+    out = torch.empty((outer, 3, x.numel() // outer), device=x.device, dtype=torch.float32)
+    lib.kw_split3_rows(ctypes.c_void_p(x.data_ptr()), out, outer, x.numel() // outer, lo_thirds, stream)
+    return out
+
+
+def _kw_weight3(lib, w, groups, transposed, stream):
+    \"\"\"[wh | wl | wh] along the input channels of each group: [Cout, 3 Cin/g, k...] for a
+    convolution, [3 Cin, Cout/g, k...] for a transposed one (its weight is [Cin, Cout/g, k...]).\"\"\"
+    shape = list(w.shape)
+    shape[0 if transposed else 1] *= 3
+    return _kw_split3_rows(lib, w, groups if transposed else w.shape[0], 0b010, stream).view(shape)
+
+
+def _kw_cudnn(x, w, transposed, stride, padding, dilation, output_padding, groups):
+    \"\"\"cuDNN's convolution with TF32 allowed for this call alone (its benchmark mode as set).\"\"\"
+    bench = torch.backends.cudnn.benchmark
+    if transposed:
+        return torch.cudnn_convolution_transpose(x, w, padding, output_padding, stride, dilation, groups, bench,
+                                                 False, True)
+    return torch.cudnn_convolution(x, w, padding, stride, dilation, groups, bench, False, True)
+
+
+def _kw_faster(fast, slow, reps=3):
+    \"\"\"Whether fast() takes less than 0.95 of slow()'s device time (each warmed once, then reps
+    calls between two events).\"\"\"
+    times = []
+    for fn in (fast, slow):
+        fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times[0] < 0.95 * times[1]
+
+
+def _kw_conv3(lib, op, kind, stream, module, key, *args, **kwargs):
+    \"\"\"op(*args, **kwargs), an ATen convolution of `kind`, as one TF32 convolution over the
+    operands' thirds where that timed faster on the first call of these shapes; float32 otherwise
+    (and for what it cannot stack: other dtypes, string padding).\"\"\"
+    a = dict(zip(_KW_CONV_ARGS[kind], args), **kwargs)
+    x, w, bias = a["input"], a["weight"], a.get("bias")
+    nd = w.dim() - 2
+    if x.dtype != torch.float32 or w.dtype != torch.float32 or isinstance(a.get("padding"), str) or x.dim() != nd + 2:
+        return op(*args, **kwargs)
+
+    def geo(name, default):
+        v = a.get(name)
+        v = default if v is None else v
+        return [int(v)] * nd if isinstance(v, int) else [int(t) for t in v]
+
+    transposed = kind == "conv_transpose" or (kind == "convolution" and bool(a.get("transposed")))
+    groups = int(a.get("groups") or 1)
+    geometry = (geo("stride", 1), geo("padding", 0), geo("dilation", 1), geo("output_padding", 0), groups)
+
+    def three():
+        x3 = _kw_split3_rows(lib, x, x.shape[0] * groups, 0b001, stream).view(x.shape[0], 3 * x.shape[1], *x.shape[2:])
+        w3 = _kw_kept(module, "_kw_tf32", key, w, lambda w: _kw_weight3(lib, w, groups, transposed, stream))
+        y = _kw_cudnn(x3, w3, transposed, *geometry)
+        return y if bias is None else y.add_(bias.view(1, -1, *[1] * nd))
+
+    pick = _KW_CONV_PICKS.get((key, tuple(x.shape), tuple(w.shape)))
+    if pick is None:
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():  # no timing inside a CUDA graph's capture
+            return op(*args, **kwargs)
+        pick = _kw_faster(three, lambda: op(*args, **kwargs))
+        _KW_CONV_PICKS[(key, tuple(x.shape), tuple(w.shape))] = pick
+    return three() if pick else op(*args, **kwargs)
+"""
+
+CONV_TARGETS = {  # ATen convolution -> its argument order in CONV_HELPER's _KW_CONV_ARGS
+    **{f"aten.conv{d}d.default": "conv" for d in (1, 2, 3)},
+    **{f"aten.conv_transpose{d}d.input": "conv_transpose" for d in (1, 2, 3)},
+    "aten.convolution.default": "convolution",
+}
+CONV_MIN_K = 32  # input channels per group x kernel taps: a depthwise convolution is bound by memory
+
+
 # the H200 as measured (docs/benchmarks.md): float32 GEMM on the CUDA cores, TF32 on the tensor
 # cores as cuBLAS reaches them at these sizes, memory bandwidth as a copy sees it
 FP32_FLOPS, TF32_FLOPS, BANDWIDTH = 51e12, 400e12, 3.5e12
@@ -238,6 +372,48 @@ def gemm_shape(g: Graph, node: Node) -> tuple[int, int, int, int] | None:
     return max(math.prod(a[:-2]), math.prod(b[:-2])), a[-2], b[-1], a[-1]
 
 
+def conv_kind(node: Node) -> str | None:
+    """The argument order (CONV_HELPER's _KW_CONV_ARGS) of a convolution node, or None."""
+    if node.op == "conv2d":
+        return "conv"
+    return CONV_TARGETS.get(str(node.attrs.get("target", ""))) if node.op == "aten" else None
+
+
+def conv_worth_timing(g: Graph, node: Node) -> bool:
+    """Whether a convolution is large enough for the candidate to time 3xTF32 against float32 on
+    it (`_kw_conv3`): at least MIN_FLOP and CONV_MIN_K, float32, a weight that is no channels-last
+    copy. The timing decides; no estimate here separates the wins from the losses."""
+    if conv_kind(node) is None or len(node.refs()) < 2 or not node.shape:
+        return False
+    x, w = g.node(node.refs()[0]), g.node(node.refs()[1])
+    if not x.shape or not w.shape or len(w.shape) < 3 or w.op == "channels_last" or (w.dtype or "float32") != "float32":
+        return False
+    # w.shape[1]: input channels per group, or a transposed convolution's outputs per group (each
+    # input element reaches that many per tap): either way what the GEMM's depth or width scales with
+    taps = math.prod(int(d) for d in w.shape[2:]) * int(w.shape[1])
+    transposed = conv_kind(node) == "conv_transpose" or (conv_kind(node) == "convolution" and _call_arg(node, 6))
+    flop = 2.0 * math.prod(int(d) for d in (x.shape if transposed else node.shape)) * taps
+    return flop >= MIN_FLOP and taps >= CONV_MIN_K
+
+
+def _call_arg(node: Node, i: int) -> object:
+    """The literal value of an ATen node's i-th positional argument, or None."""
+    args = node.attrs.get("call", {}).get("args", [])
+    return args[i].get("v") if i < len(args) and isinstance(args[i], dict) else None
+
+
+def conv_bias(node: Node) -> bool:
+    """Whether an ATen convolution node adds a bias inside the call (a conv2d node never does:
+    lowering splits it off)."""
+    if node.op != "aten":
+        return False
+    call = node.attrs.get("call", {})
+    args, kwargs = call.get("args", []), call.get("kwargs", {})
+    b = args[2] if len(args) > 2 else kwargs.get("bias")
+    return isinstance(b, dict) and ("arg" in b or b.get("v") is not None)
+
+
 def pays_off(g: Graph | None) -> bool:
-    """Whether some GEMM of g is estimated to gain from 3xTF32 (`node_pays`)."""
-    return g is not None and any(node_pays(g, node) for node in g.nodes)
+    """Whether some GEMM of g is estimated to gain from 3xTF32 (`node_pays`), or some convolution
+    is worth timing in it (`conv_worth_timing`)."""
+    return g is not None and any(node_pays(g, node) or conv_worth_timing(g, node) for node in g.nodes)
