@@ -21,6 +21,7 @@ from agent.builtin.pipeline import build_candidate  # noqa: E402
 from sandbox import EvalOptions, evaluate  # noqa: E402
 from sandbox.build import build  # noqa: E402
 
+from .test_gpu_convsearch import TASK as CONV  # noqa: E402
 from .test_tf32x3 import LINEAR, MATMUL_T  # noqa: E402
 
 BMM = """
@@ -72,9 +73,9 @@ def _worst(out: torch.Tensor, exact: torch.Tensor) -> float:
     return ((out.double() - exact).abs() / (1e-4 + 1e-4 * exact.abs())).max().item()
 
 
-@pytest.mark.parametrize("name", sorted(TASKS))
-def test_3xtf32_is_as_accurate_as_float32(name, tmp_path):
-    src = TASKS[name]
+def _errors(src: str, tmp_path: Path, tf32_flag: str) -> tuple[float, float, float, dict]:
+    """Worst errors against float64 of float32, the 3xTF32 candidate and one TF32 computation (the
+    reference with `tf32_flag` of torch.backends set), and the candidate's namespace."""
     ns: dict = {}
     exec(src, ns)
     torch.manual_seed(0)
@@ -83,17 +84,37 @@ def test_3xtf32_is_as_accurate_as_float32(name, tmp_path):
     new_ns = _load_model(_candidate(src).files, tmp_path)
     new = new_ns["ModelNew"]().cuda()
     new.load_state_dict(ref.state_dict())
+    owner = torch.backends.cuda.matmul if tf32_flag == "matmul" else torch.backends.cudnn
     with torch.no_grad():
         exact = ref.double()(*[x.double() for x in inputs])
         ref.float()
         fp32 = ref(*inputs)
         ours = new(*inputs)
-        torch.backends.cuda.matmul.allow_tf32 = True
+        owner.allow_tf32 = True
         try:
             tf32 = ref(*inputs)
         finally:
-            torch.backends.cuda.matmul.allow_tf32 = False
-    e32, e3, e1 = _worst(fp32, exact), _worst(ours, exact), _worst(tf32, exact)
+            owner.allow_tf32 = False
+    return _worst(fp32, exact), _worst(ours, exact), _worst(tf32, exact), new_ns
+
+
+def _sandboxed(name: str, src: str, tmp_path: Path):
+    """The 3xTF32 candidate through the sandbox at the default tolerances, its time printed."""
+    opts = EvalOptions(
+        backend="cuda", torch_ops="allow", compile_baseline=False, timing_budget_s=0.5, cache_dir=str(tmp_path)
+    )
+    res = evaluate(src, _candidate(src).files, opts)
+    assert res.status.value == "ok", res.reasons
+    print(
+        f"{name}: 3xTF32 {res.timing.candidate.median_ms:.3f} ms, eager {res.timing.eager.median_ms:.3f} ms, "
+        f"{res.timing.eager.median_ms / res.timing.candidate.median_ms:.2f}x"
+    )
+    return res
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_3xtf32_is_as_accurate_as_float32(name, tmp_path):
+    e32, e3, e1, _ = _errors(TASKS[name], tmp_path, "matmul")
     print(f"{name}: worst error vs float64 in 1e-4 units: float32 {e32:.4f}, 3xTF32 {e3:.4f}, one TF32 {e1:.4f}")
     assert e3 <= 4 * e32 and e3 < 1.0 and e1 > 5 * e3
 
@@ -103,88 +124,31 @@ def test_3xtf32_is_as_accurate_as_float32(name, tmp_path):
 # the float32 reference's own 0.91 (allowed twice that), and the sandbox rejected it (2026-12-03)
 @pytest.mark.parametrize("name", sorted(n for n in TASKS if not n.startswith("bmm")))
 def test_3xtf32_passes_the_sandbox_and_is_timed(name, tmp_path):
-    src = TASKS[name]
-    opts = EvalOptions(
-        backend="cuda", torch_ops="allow", compile_baseline=False, timing_budget_s=0.5, cache_dir=str(tmp_path)
-    )
-    res = evaluate(src, _candidate(src).files, opts)
-    assert res.status.value == "ok", res.reasons
+    res = _sandboxed(name, TASKS[name], tmp_path)
     assert any("gemm" in k.lower() or "sm90" in k.lower() or "cutlass" in k.lower() for k in res.audit.kernels)
-    print(
-        f"{name}: 3xTF32 {res.timing.candidate.median_ms:.3f} ms, eager {res.timing.eager.median_ms:.3f} ms, "
-        f"{res.timing.eager.median_ms / res.timing.candidate.median_ms:.2f}x"
-    )
 
-
-CONV = """
-import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.{conv}
-
-    def forward(self, x):
-        return torch.relu(self.conv(x))
-
-def get_inputs():
-    return [torch.randn({shape})]
-
-def get_init_inputs():
-    return []
-"""
 
 CONV_TASKS = {  # shapes of the kind KernelBench's level 2 and VGG use (3xTF32 timed 4-8x and 3.8x faster)
     "transposed 3-d 32->64, k4 s2": CONV.format(
-        conv="ConvTranspose3d(32, 64, 4, stride=2, padding=1)", shape="16, 32, 16, 32, 32"
+        conv="ConvTranspose3d(32, 64, 4, stride=2, padding=1)", inputs="16, 32, 16, 32, 32"
     ),
-    "2-d 256->256 k3": CONV.format(conv="Conv2d(256, 256, 3, padding=1)", shape="10, 256, 56, 56"),
+    "2-d 256->256 k3": CONV.format(conv="Conv2d(256, 256, 3, padding=1)", inputs="10, 256, 56, 56"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CONV_TASKS))
 def test_3xtf32_convolutions_are_as_accurate_as_float32(name, tmp_path):
-    src = CONV_TASKS[name]
-    ns: dict = {}
-    exec(src, ns)
-    torch.manual_seed(0)
-    ref = ns["Model"]().cuda()
-    inputs = [x.cuda() for x in ns["get_inputs"]()]
-    files = _candidate(src).files
-    assert "_kw_conv3(lib, " in files["model_new.py"]
-    new_ns = _load_model(files, tmp_path)
-    new = new_ns["ModelNew"]().cuda()
-    new.load_state_dict(ref.state_dict())
-    with torch.no_grad():
-        exact = ref.double()(*[x.double() for x in inputs])
-        ref.float()
-        fp32 = ref(*inputs)
-        ours = new(*inputs)
-        picks = dict(new_ns["_KW_CONV_PICKS"])
-        torch.backends.cudnn.allow_tf32 = True
-        try:
-            tf32 = ref(*inputs)
-        finally:
-            torch.backends.cudnn.allow_tf32 = False
-    e32, e3, e1 = _worst(fp32, exact), _worst(ours, exact), _worst(tf32, exact)
+    assert "_kw_conv3(lib, " in _candidate(CONV_TASKS[name]).files["model_new.py"]
+    e32, e3, e1, ns = _errors(CONV_TASKS[name], tmp_path, "cudnn")
+    picks = list(ns["_KW_CONV_PICKS"].values())
     print(
         f"{name}: worst error vs float64 in 1e-4 units: float32 {e32:.4f}, ours {e3:.4f}, one TF32 {e1:.4f}; "
-        f"3xTF32 timed faster: {list(picks.values())}"
+        f"3xTF32 timed faster: {picks}"
     )
     assert len(picks) == 1 and e3 < 1.0 and e3 <= max(4 * e32, 0.05)
-    assert not list(picks.values())[0] or e1 > 5 * e3
+    assert not picks[0] or e1 > 5 * e3
 
 
 @pytest.mark.parametrize("name", sorted(CONV_TASKS))
 def test_3xtf32_convolutions_pass_the_sandbox_and_are_timed(name, tmp_path):
-    src = CONV_TASKS[name]
-    opts = EvalOptions(
-        backend="cuda", torch_ops="allow", compile_baseline=False, timing_budget_s=0.5, cache_dir=str(tmp_path)
-    )
-    res = evaluate(src, _candidate(src).files, opts)
-    assert res.status.value == "ok", res.reasons
-    print(
-        f"{name}: 3xTF32 candidate {res.timing.candidate.median_ms:.3f} ms, eager {res.timing.eager.median_ms:.3f} ms, "
-        f"{res.timing.eager.median_ms / res.timing.candidate.median_ms:.2f}x"
-    )
+    _sandboxed(name, CONV_TASKS[name], tmp_path)

@@ -205,6 +205,17 @@ def test_only_gemms_estimated_to_gain_get_the_step():
     assert tf32x3.gemm_shape(big, node) == (1, 1024, 2048, 2048)
 
 
+def reference_and_candidate(src: str, ns: dict) -> tuple:
+    """(ModelNew from the candidate's namespace `ns`, the task's Model with the same weights, inputs)."""
+    ref_ns: dict = {}
+    exec(src, ref_ns)
+    torch.manual_seed(1)
+    ref = ref_ns["Model"]()
+    new = ns["ModelNew"]()
+    new.load_state_dict(ref.state_dict())
+    return new, ref, ref_ns["get_inputs"]()
+
+
 @pytest.fixture
 def every_gemm(monkeypatch):
     """The tests below run tiny GEMMs that the estimate would leave to float32 cuBLAS."""
@@ -229,13 +240,7 @@ def test_the_generated_forward_computes_the_reference(src, every_gemm):
             out.copy_(torch.relu(x.view(out.shape)))
 
     ns = _exec_model(model, Lib)
-    ref_ns: dict = {}
-    exec(src, ref_ns)
-    torch.manual_seed(1)
-    ref = ref_ns["Model"]()
-    new = ns["ModelNew"]()
-    new.load_state_dict(ref.state_dict())
-    inputs = ref_ns["get_inputs"]()
+    new, ref, inputs = reference_and_candidate(src, ns)
     torch.testing.assert_close(new(*inputs), ref(*inputs), rtol=1e-5, atol=1e-5)
     assert "gemm" in calls
 

@@ -20,7 +20,7 @@ from agent.builtin.modelgen import KEPT_HELPER
 from agent.builtin.pipeline import build_candidate
 
 from .test_codegen import _exec_model
-from .test_tf32x3 import _from_ptr, _tf32
+from .test_tf32x3 import _from_ptr, _tf32, reference_and_candidate
 
 
 class CpuConvLib:
@@ -163,13 +163,7 @@ def test_the_generated_forward_computes_the_reference(every_conv, bias):
     lib = CpuConvLib()
     ns = _exec_model(model, lambda *a, **k: lib)
     ns["_kw_cudnn"], ns["_kw_faster"] = _cudnn_on_cpu, (lambda fast, slow: True)
-    ref_ns: dict = {}
-    exec(src, ref_ns)
-    torch.manual_seed(1)
-    ref = ref_ns["Model"]()
-    new = ns["ModelNew"]()
-    new.load_state_dict(ref.state_dict())
-    inputs = ref_ns["get_inputs"]()
+    new, ref, inputs = reference_and_candidate(src, ns)
     calls = []
     real = ns["_kw_conv3"]
     ns["_kw_conv3"] = lambda *a, **k: calls.append(a[2]) or real(*a, **k)
