@@ -85,6 +85,9 @@ def _errors(src: str, tmp_path: Path, tf32_flag: str) -> tuple[float, float, flo
     new = new_ns["ModelNew"]().cuda()
     new.load_state_dict(ref.state_dict())
     owner = torch.backends.cuda.matmul if tf32_flag == "matmul" else torch.backends.cudnn
+    # float32 means TF32 off: PyTorch's default allows it in cuDNN's convolutions (the sandbox turns it
+    # off in every process; this test runs outside it)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     with torch.no_grad():
         exact = ref.double()(*[x.double() for x in inputs])
         ref.float()
