@@ -20,21 +20,19 @@ from agent.builtin.modelgen import KEPT_HELPER
 from agent.builtin.pipeline import build_candidate
 
 from .test_codegen import _exec_model
-from .test_tf32x3 import _from_ptr, _tf32, reference_and_candidate
+from .test_tf32x3 import CpuLib, reference_and_candidate
 
 
-class CpuConvLib:
-    """kw_split3_rows on the CPU, argument for argument."""
+class CpuConvLib(CpuLib):
+    """The split kernel on the CPU (test_tf32x3.CpuLib), counting its calls."""
 
     def __init__(self):
+        super().__init__()
         self.splits = 0
 
-    def kw_split3_rows(self, x, out, outer, inner, lo_thirds, stream):
+    def kw_split3_tf32(self, *args):
         self.splits += 1
-        v = _from_ptr(x, outer * inner).view(outer, inner).clone()
-        hi = _tf32(v)
-        lo = _tf32(v - hi)
-        out.copy_(torch.stack([lo if (lo_thirds >> s) & 1 else hi for s in range(3)], dim=1))
+        super().kw_split3_tf32(*args)
 
 
 def _cudnn_on_cpu(x, w, transposed, stride, padding, dilation, output_padding, groups):
