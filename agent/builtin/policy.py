@@ -401,7 +401,9 @@ class BuiltinPolicy(Policy):
         why = "; ".join(t.reasons[:2]) or t.status
         return f"Result of the previous step ({t.label}): {t.status} — {why[:600]}\n\n"
 
-    def _write(self, files: dict[str, str], keep: set[str] | None = None) -> list[ToolInvocation]:
+    def _write(self, files: dict[str, str]) -> list[ToolInvocation]:
+        """Every file of the candidate, changed or not: the workspace holds what the last candidate
+        wrote, which need not be the best a variant or search starts from."""
         return [self._call("write_file", path=p, content=c) for p, c in sorted(files.items())]
 
     # -- turns -------------------------------------------------------------------------------
@@ -626,14 +628,13 @@ class BuiltinPolicy(Policy):
         self.pending = _Tried(
             f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]", cand.files, graph=graph, gemm=best.gemm
         )
-        changed = {p: c for p, c in cand.files.items() if best.files.get(p) != c}
         msg = (
             head
             + f"Try {step.title}: "
             + "; ".join(desc)
             + ". Same arithmetic, different launch parameters: only the kernel file changes."
         )
-        calls = self._write(changed or cand.files) + [self._call("compile"), self._call("evaluate")]
+        calls = self._write(cand.files) + [self._call("compile"), self._call("evaluate")]
         return Action(message=msg, tool_calls=calls)
 
     def _graph_action(self, head: str | None = None) -> Action:
@@ -667,7 +668,7 @@ class BuiltinPolicy(Policy):
             "launch per call, plus a copy into the graph's buffers per input and a copy of the result out, so every "
             "call still computes afresh and returns a new tensor. The kernels are the same; the timing decides."
         )
-        calls = self._write({p: c for p, c in cand.files.items() if best.files.get(p) != c} or cand.files)
+        calls = self._write(cand.files)
         return Action(message=msg, tool_calls=calls + [self._call("compile"), self._call("evaluate")])
 
     def _fallback_action(self, head: str | None = None) -> Action:
@@ -733,7 +734,8 @@ class BuiltinPolicy(Policy):
             "are the same; the evaluation records the setting, and the eager and torch.compile baselines keep "
             "the default."
         )
-        calls = self._write({"model_new.py": files["model_new.py"]}) + [self._call("compile"), self._call("evaluate")]
+        # every file of the best again: a later candidate may have rewritten one of them in the workspace
+        calls = self._write(files) + [self._call("compile"), self._call("evaluate")]
         return Action(message=msg, tool_calls=calls)
 
     def _to_fallback_or_finish(self, head: str) -> Action:

@@ -35,3 +35,29 @@ def test_convolutions_are_found_in_the_graph_or_else_in_the_source():
     head = '"""A docstring."""\nfrom __future__ import annotations\n\nimport torch\n'
     out = with_search(head)
     assert out.index("from __future__") < out.index("search_conv_algorithms()") < out.index("import torch")
+
+
+def test_the_search_rewrites_every_file_of_the_best_so_a_later_candidates_kernel_is_not_mixed_in():
+    """The workspace keeps what the last candidate wrote: when the best is an earlier candidate,
+    the search must write all of its files again, else its model_new.py runs a later candidate's
+    kernel and the kept result carries no label of this policy's (L2/11 on the H200, 2026-12-03)."""
+    from agent.builtin.convsearch import TAG
+    from agent.builtin.policy import _Tried
+
+    src = task_source("basic_residual_block", **SMALL["basic_residual_block"])
+    task = task_from_source(src, "basic_residual_block", "cpu", {"torch_ops": "allow"})
+    pol = BuiltinPolicy(max_variants=1)
+    pol.reset(task, [], [])
+    first = _Tried("Fuse", {"model_new.py": "import kernels\n", "kernels.cu": "// A\n"}, status="ok", reward=1)
+    first.speedup_vs_eager = 1.05
+    later = _Tried("3xTF32", {"model_new.py": "import kernels\n#3x\n", "kernels.cu": "// B\n"}, status="ok", reward=1)
+    later.speedup_vs_eager = 1.04
+    pol.tried = [first, later]
+    workspace = {**first.files, **later.files}
+    action = pol._search_action(head="")
+    for call in action.tool_calls:
+        if call.name == "write_file":
+            workspace[call.arguments["path"]] = call.arguments["content"]
+    assert workspace["kernels.cu"] == "// A\n"
+    assert "search_conv_algorithms()" in workspace["model_new.py"]
+    assert pol.label_of(workspace) == f"Fuse {TAG}"
