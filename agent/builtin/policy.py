@@ -607,7 +607,7 @@ class BuiltinPolicy(Policy):
         # tune the best correct graph (a rewrite that failed the check is not tuned)
         graph = best.graph
         try:
-            base = self._build(graph)
+            base = self._build(graph, gemm=best.gemm)  # the best's GEMM: its model_new.py calls that kernel file
         except GenerationError:
             return self._to_fallback_or_finish(head)
         cfgs = {}
@@ -618,7 +618,7 @@ class BuiltinPolicy(Policy):
                 cfgs[grp.name] = vs[step.variant]
                 desc.append(f"{grp.name}: {_fmt_cfg(vs[step.variant])}")
         try:
-            cand = self._build(graph, cfgs, note=f"Launch configuration: {'; '.join(desc)}.")
+            cand = self._build(graph, cfgs, note=f"Launch configuration: {'; '.join(desc)}.", gemm=best.gemm)
         except GenerationError as e:  # pragma: no cover - the same graph generated before
             return Action(message=head + f"cannot generate the variant: {e}", tool_calls=[self._call("list_files")])
         if not desc:

@@ -282,3 +282,27 @@ def test_the_search_candidate_is_the_best_one_asking_for_the_search_and_the_summ
     assert all(written[p] == best.files[p] for p in written if p != "model_new.py")
     summary = actions[-1].tool_calls[-1].arguments["summary"]
     assert TAG in summary and "set it in your own code and eager gains that part too" in summary, summary
+
+
+def test_a_launch_configuration_of_a_3xtf32_best_keeps_its_split_kernel(monkeypatch):
+    """A variant takes the best's model_new.py, so its kernel file must be built with the best's GEMM:
+    one built with the default lacked kw_split3_tf32 and every configuration of a 3xTF32 best raised
+    (KernelBench L2/34 on the H200, 2026-12-04)."""
+    import agent.builtin.policy as policy_mod
+    from agent.builtin.policy import _Tried
+    from agent.policy import TaskInfo
+
+    real = policy_mod.analyze_source
+    monkeypatch.setattr(policy_mod, "analyze_source", lambda src, device, **k: real(src, device="cpu", **k))
+    pol = BuiltinPolicy(max_variants=3, profile_best=False)
+    name = "linear_gelu_residual"
+    pol.reset(TaskInfo(name, task_source(name), "cuda", options={"torch_ops": "allow"}), [], [])
+    best = pol._build(pol.final_graph, gemm="3xtf32")
+    assert "kw_split3_tf32(" in best.files["model_new.py"]
+    pol.tried = [_Tried("3xTF32", best.files, status="ok", reward=1, graph=pol.final_graph, gemm="3xtf32")]
+    step = next(s for s in pol.steps if s.kind == "variant")
+    action = pol._variant_action(step)
+    written = {c.arguments["path"]: c.arguments["content"] for c in action.tool_calls if c.name == "write_file"}
+    assert written["model_new.py"] == best.files["model_new.py"]
+    assert all("kw_split3_tf32" in text for path, text in written.items() if path.endswith(".cu")), list(written)
+    assert pol.pending is not None and pol.pending.gemm == "3xtf32"
