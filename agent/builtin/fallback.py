@@ -35,13 +35,23 @@ def source_parts(src: str) -> dict[str, Any]:
             for f in n.body:
                 if isinstance(f, ast.FunctionDef) and f.name == "__init__":
                     init = ast.get_source_segment(src, f, padded=True)
-    helpers = [
+    # assignments and helper functions/classes in the source's order: `to_2tuple = _ntuple(2)` needs
+    # the function above it (KernelBench L3/29), a helper may read a constant assigned before it
+    body = [
         ast.get_source_segment(src, n)
         for n in tree.body
-        if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name not in ("Model", "get_inputs", "get_init_inputs")
+        if isinstance(n, ast.Assign | ast.AnnAssign)
+        or (isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name not in ("Model", "get_inputs", "get_init_inputs"))
     ]
-    assigns = [ast.get_source_segment(src, n) for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)]
-    return {"imports": imports, "init": init, "helpers": helpers, "assigns": assigns, "model_class": model_class}
+    return {"imports": imports, "init": init, "body": body, "model_class": model_class}
+
+
+def module_body(parts: dict[str, Any]) -> list[str]:
+    """The reference's module-level assignments and helpers, as lines of a candidate file."""
+    out: list[str] = []
+    for seg in parts.get("body", []):
+        out += ["", "", seg] if seg.lstrip().startswith(("def ", "class ", "@", "async ")) else [seg]
+    return out
 
 
 def rename_model(class_src: str) -> str:
@@ -58,10 +68,7 @@ def module_header(parts: dict[str, Any], summary: str, extra_imports: tuple[str,
         dict.fromkeys(list(parts.get("imports", [])) + ["import torch", "import torch.nn as nn", *extra_imports])
     )
     out += imports
-    out += [""] + list(parts.get("assigns", []))
-    for h in parts.get("helpers", []):
-        out += ["", "", h]
-    return out
+    return [*out, "", *module_body(parts)]
 
 
 def fallback_model(source: str, why: list[str]) -> str:

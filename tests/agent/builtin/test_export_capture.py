@@ -255,6 +255,58 @@ def test_the_fallback_is_the_reference_forward_under_another_name(tmp_path):
     _check_candidate(src, files, tmp_path)
 
 
+ORDERED = """
+import collections.abc
+from itertools import repeat
+
+import torch
+import torch.nn as nn
+
+SCALE = 0.5
+
+
+def _ntuple(n):
+    def parse(x):
+        if isinstance(x, collections.abc.Iterable) and not isinstance(x, str):
+            return tuple(x)
+        return tuple(repeat(x, n))
+    return parse
+to_2tuple = _ntuple(2)
+HALF = to_2tuple(SCALE)
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.proj = nn.Linear(n, n)
+        self.scale = HALF
+
+    def forward(self, x):
+        return torch.relu(self.proj(x)) * self.scale[0]
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return [16]
+"""
+
+
+def test_module_level_code_keeps_its_order_in_the_fallback_and_the_generated_candidate(tmp_path):
+    """`to_2tuple = _ntuple(2)` after its function, a constant before the function reading it (as in
+    KernelBench L3/29 SwinMLP): both candidate kinds must import."""
+    body = source_parts(ORDERED)["body"]
+    assert [b.split("(")[0].split(" =")[0] for b in body] == ["SCALE", "def _ntuple", "to_2tuple", "HALF"]
+    _check_candidate(
+        ORDERED, {"model_new.py": fallback_model(ORDERED, ["for the test"])}, _mkdir(tmp_path / "fallback")
+    )
+    an = _analysis(ORDERED, profile=False)
+    gen = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
+    _check_candidate(ORDERED, gen.files, _mkdir(tmp_path / "generated"))
+
+
 def test_a_library_only_forward_is_a_candidate_under_allow_and_a_named_blocker_under_forbid():
     from agent.builtin.pipeline import GenerationError
     from agent.builtin.policy import _forbid_blockers
@@ -367,3 +419,8 @@ def test_a_per_channel_operand_splits_the_iteration_space_into_long_rows():
     assert an.ok, an.error
     (grp,) = make_plan(an.graph).groups
     assert grp.full == [2, 8, 5, 6] and grp.split == 2
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
