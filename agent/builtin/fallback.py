@@ -26,19 +26,15 @@ def source_parts(src: str) -> dict[str, Any]:
     model_class = None
     for n in tree.body:
         if isinstance(n, ast.ClassDef) and n.name == "Model":
-            seg = ast.get_source_segment(src, n)
-            assert seg is not None, "a node parsed from src has its segment"
-            if n.decorator_list:
-                first = n.decorator_list[0]
-                seg = "\n".join(src.splitlines()[first.lineno - 1 : n.end_lineno])
-            model_class = rename_model(seg)
+            model_class = rename_model(_segment(src, n))
             for f in n.body:
                 if isinstance(f, ast.FunctionDef) and f.name == "__init__":
                     init = ast.get_source_segment(src, f, padded=True)
     # assignments and helper functions/classes in the source's order: `to_2tuple = _ntuple(2)` needs
     # the function above it (KernelBench L3/29), a helper may read a constant assigned before it
+    # (a definition after two blank lines, as written)
     body = [
-        ast.get_source_segment(src, n)
+        _segment(src, n) if isinstance(n, ast.Assign | ast.AnnAssign) else "\n\n" + _segment(src, n)
         for n in tree.body
         if isinstance(n, ast.Assign | ast.AnnAssign)
         or (isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name not in ("Model", "get_inputs", "get_init_inputs"))
@@ -46,12 +42,14 @@ def source_parts(src: str) -> dict[str, Any]:
     return {"imports": imports, "init": init, "body": body, "model_class": model_class}
 
 
-def module_body(parts: dict[str, Any]) -> list[str]:
-    """The reference's module-level assignments and helpers, as lines of a candidate file."""
-    out: list[str] = []
-    for seg in parts.get("body", []):
-        out += ["", "", seg] if seg.lstrip().startswith(("def ", "class ", "@", "async ")) else [seg]
-    return out
+def _segment(src: str, node: ast.stmt) -> str:
+    """A statement's text, with a definition's decorators (its segment starts at `def`/`class`)."""
+    decorators = getattr(node, "decorator_list", None)
+    if decorators:
+        return "\n".join(src.splitlines()[decorators[0].lineno - 1 : node.end_lineno])
+    seg = ast.get_source_segment(src, node)
+    assert seg is not None, "a node parsed from src has its segment"
+    return seg
 
 
 def rename_model(class_src: str) -> str:
@@ -68,7 +66,7 @@ def module_header(parts: dict[str, Any], summary: str, extra_imports: tuple[str,
         dict.fromkeys(list(parts.get("imports", [])) + ["import torch", "import torch.nn as nn", *extra_imports])
     )
     out += imports
-    return [*out, "", *module_body(parts)]
+    return [*out, "", *parts.get("body", [])]
 
 
 def fallback_model(source: str, why: list[str]) -> str:

@@ -15,7 +15,7 @@ import textwrap
 from typing import Any
 
 from agent.builtin import tf32x3
-from agent.builtin.fallback import REFERENCE_CLASS, module_body
+from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
@@ -795,7 +795,7 @@ def generate_model(
         )
     )
     parts += imports
-    parts += ["", *module_body(src)]
+    parts += ["", *src.get("body", [])]
     parts.append(_HELPERS)
     if em.gathers:
         parts.append(_CONTIG_HELPER)

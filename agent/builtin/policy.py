@@ -294,6 +294,12 @@ class BuiltinPolicy(Policy):
         assert self.analysis is not None
         return build_candidate(g, self.analysis.data, self.backend, configs, torch_ops=self.torch_ops, **kw)
 
+    def _rebuild(self, best: _Tried, configs: dict[str, dict] | None = None, **kw: Any) -> Candidate:
+        """The best's graph built again with the best's GEMM: a variant keeps the best's model_new.py,
+        which calls that GEMM's kernels (a 3xTF32 forward calls kw_split3_tf32)."""
+        assert best.graph is not None
+        return self._build(best.graph, configs, gemm=best.gemm, **kw)
+
     def _resume(self, history: list[Event]) -> None:
         """Skip the turns already taken and recover what they measured (the steps are a pure
         function of the task, so turn k of the old run is step k here)."""
@@ -605,9 +611,8 @@ class BuiltinPolicy(Policy):
         if best is None or best.graph is None:
             return self._to_fallback_or_finish(head)
         # tune the best correct graph (a rewrite that failed the check is not tuned)
-        graph = best.graph
         try:
-            base = self._build(graph, gemm=best.gemm)  # the best's GEMM: its model_new.py calls that kernel file
+            base = self._rebuild(best)
         except GenerationError:
             return self._to_fallback_or_finish(head)
         cfgs = {}
@@ -618,7 +623,7 @@ class BuiltinPolicy(Policy):
                 cfgs[grp.name] = vs[step.variant]
                 desc.append(f"{grp.name}: {_fmt_cfg(vs[step.variant])}")
         try:
-            cand = self._build(graph, cfgs, note=f"Launch configuration: {'; '.join(desc)}.", gemm=best.gemm)
+            cand = self._rebuild(best, cfgs, note=f"Launch configuration: {'; '.join(desc)}.")
         except GenerationError as e:  # pragma: no cover - the same graph generated before
             return Action(message=head + f"cannot generate the variant: {e}", tool_calls=[self._call("list_files")])
         if not desc:
@@ -626,7 +631,10 @@ class BuiltinPolicy(Policy):
         if "model_new.py" in best.files:  # the forward does not depend on launch parameters
             cand.files["model_new.py"] = best.files["model_new.py"]
         self.pending = _Tried(
-            f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]", cand.files, graph=graph, gemm=best.gemm
+            f"{best.label.split(' [')[0]} [configuration {step.variant + 1}]",
+            cand.files,
+            graph=best.graph,
+            gemm=best.gemm,
         )
         msg = (
             head
@@ -645,12 +653,7 @@ class BuiltinPolicy(Policy):
         if best is None or best.graph is None:
             return self._next_or_finish(head)
         try:
-            cand = self._build(
-                best.graph,
-                gemm=best.gemm,
-                graph=True,
-                note="The forward replays one CUDA graph of the generated kernels.",
-            )
+            cand = self._rebuild(best, graph=True, note="The forward replays one CUDA graph of the generated kernels.")
         except GenerationError as e:
             return self._next_or_finish(head + f"No CUDA graph: {e}.\n\n")
         launches = len(cand.plan.groups) + len(_library_calls(cand.plan))

@@ -257,6 +257,7 @@ def test_the_fallback_is_the_reference_forward_under_another_name(tmp_path):
 
 ORDERED = """
 import collections.abc
+import functools
 from itertools import repeat
 
 import torch
@@ -265,6 +266,7 @@ import torch.nn as nn
 SCALE = 0.5
 
 
+@functools.lru_cache(maxsize=None)
 def _ntuple(n):
     def parse(x):
         if isinstance(x, collections.abc.Iterable) and not isinstance(x, str):
@@ -295,10 +297,10 @@ def get_init_inputs():
 
 
 def test_module_level_code_keeps_its_order_in_the_fallback_and_the_generated_candidate(tmp_path):
-    """`to_2tuple = _ntuple(2)` after its function, a constant before the function reading it (as in
-    KernelBench L3/29 SwinMLP): both candidate kinds must import."""
-    body = source_parts(ORDERED)["body"]
-    assert [b.split("(")[0].split(" =")[0] for b in body] == ["SCALE", "def _ntuple", "to_2tuple", "HALF"]
+    """`to_2tuple = _ntuple(2)` after its (decorated) function, a constant before the function reading
+    it (as in KernelBench L3/29 SwinMLP): both candidate kinds must import."""
+    body = [b.strip() for b in source_parts(ORDERED)["body"]]
+    assert [b.split("(")[0].split(" =")[0] for b in body] == ["SCALE", "@functools.lru_cache", "to_2tuple", "HALF"]
     _check_candidate(
         ORDERED, {"model_new.py": fallback_model(ORDERED, ["for the test"])}, _mkdir(tmp_path / "fallback")
     )
