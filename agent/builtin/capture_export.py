@@ -29,6 +29,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from agent.builtin import rnn_standins
 from agent.builtin.guard import guard
 
 
@@ -50,7 +51,7 @@ _DECOMPOSE = ("einsum", "triplet_margin_loss", "pairwise_distance")
 
 
 def export_program(model: nn.Module, inputs: list[Any]) -> Any:
-    with torch.no_grad():
+    with torch.no_grad(), rnn_standins.standins():
         ep = torch.export.export(model, tuple(inputs), strict=False)
     table = torch.export.default_decompositions()
     wanted = {getattr(torch.ops.aten, op).default for op in _DECOMPOSE}
@@ -675,6 +676,7 @@ class ExportBuilder:
         t = n.target
         if isinstance(t, torch._ops.OpOverload):
             target = f"{t.namespace}.{t.overloadpacket.__name__}.{t._overloadname}"
+            target = rnn_standins.ISLAND_TARGET.get(target, target)
         else:
             raise ExportUnsupported(f"{n.name}: the call {getattr(t, '__name__', t)!r}")
         v = self.val(n)

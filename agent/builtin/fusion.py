@@ -175,8 +175,9 @@ def plan(g: Graph) -> Plan:
                 raise FusionError(f"{n.name}: {n.op} of shape {n.shape} cannot start a fused group", n.name)
         producer[n.name] = cur
     close()
-    # outputs: values used outside their group or returned
+    # outputs: values used outside their group or returned, judged under the group's final split
     for grp in groups:
+        _choose_split(g, grp)
         for n in grp.nodes:
             used_outside = any(not grp.member(u.name) for u in g.users(n.name))
             if used_outside:
@@ -268,10 +269,17 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
     return True
 
 
-def _finish_operands(g: Graph, grp: Group) -> None:
+def _choose_split(g: Graph, grp: Group) -> None:
+    """A reduction-free group's split is chosen once its members are known (`_try_join` gave
+    their spaces for a provisional one): before its outputs are checked, which asks whether an
+    output is one value per row of that split."""
     if grp.split is None:
         grp.split = _best_split(g, grp)
         grp.space = _spaces(g, grp, grp.split) or grp.space
+
+
+def _finish_operands(g: Graph, grp: Group) -> None:
+    assert grp.split is not None, "_choose_split runs first"
     for n in grp.nodes:
         for a in n.args:
             if isinstance(a, Ref) and not grp.member(a.name) and all(o.value != a.name for o in grp.operands):

@@ -206,13 +206,33 @@ class BuiltinPolicy(Policy):
                 ("the reference raises: " if self.analysis.data.get("task_fails") else "not captured: ")
                 + _headline(self.analysis.error)
             )
-            if self.torch_ops == "allow" and not self.analysis.data.get("task_fails"):
-                self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
-                self._plan_search(None)
-            self.steps.append(_Step("finish"))
+            self._plan_without_graph()
             return
         g = self.analysis.graph
         assert g is not None, "a capture that succeeded has its graph"
+        try:
+            self._plan_generated(g)
+        except Exception as exc:  # a bug in the rewrites or the planner must not cost the fallback
+            why = f"planning failed inside the built-in policy ({type(exc).__name__}: {exc})"
+            self.steps = [_Step("analyse")]
+            self.final_graph = self.final_plan = None
+            self.rewrites, self.library_parts, self.own_parts = [], [], []
+            self.blockers.append(why)
+            self.failures.append(f"not planned: {_headline(why)}")
+            self._plan_without_graph()
+
+    def _plan_without_graph(self) -> None:
+        """No graph to generate from: under torch-ops=allow the reference's own computation (and
+        cuDNN's search on it), unless the reference itself raises."""
+        assert self.analysis is not None
+        if self.torch_ops == "allow" and not self.analysis.data.get("task_fails"):
+            self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
+            self._plan_search(None)
+        self.steps.append(_Step("finish"))
+
+    def _plan_generated(self, g: Graph) -> None:
+        assert self.task is not None and self.analysis is not None
+        backend = self.backend
         self.rewrites = all_rewrites(g)
         if self.try_unrewritten or not self.rewrites:
             self.steps.append(_Step("candidate", "Fuse the captured graph as it is", graph=g))
