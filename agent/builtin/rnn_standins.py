@@ -66,9 +66,9 @@ class _Route(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = _VF_CALLS.get(func)
-        # the .input overload: (input, hx, params, has_biases, ...); a packed sequence passes
-        # (data, batch_sizes, hx, ...) with hx a list in the third place
-        if name is not None and not kwargs and len(args) == 9 and isinstance(args[2], list | tuple):
+        # the .input overload: (input, hx, params, has_biases, ...); a packed sequence's .data
+        # overload has nine arguments too, (data, batch_sizes, hx, params, has_biases, ...)
+        if name is not None and not kwargs and len(args) == 9 and isinstance(args[3], bool):
             return _OPS[name](args[0], *(list(a) if isinstance(a, tuple) else a for a in args[1:3]), *args[3:])
         return func(*args, **kwargs)
 

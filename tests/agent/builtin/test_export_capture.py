@@ -518,3 +518,21 @@ def test_recurrent_layers_export_as_one_op_each_and_stay_islands_of_the_aten_op(
     c = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
     assert "torch.ops.aten.lstm.input(" in c.files["model_new.py"]
     _check_candidate(RECURRENT, c.files, tmp_path)
+
+
+def test_a_packed_sequence_passes_the_recurrent_stand_ins_untouched():
+    """The packed overload (data, batch_sizes, hx, params, ...) has as many arguments as the one
+    the stand-ins replace; inside `standins()` it still runs ATen's own op, with the same result."""
+    from agent.builtin.rnn_standins import standins
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 6, 2, bidirectional=True).eval()
+    x = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(7, 3, 4), [7, 5, 2])
+    with torch.no_grad():
+        want, (hw, cw) = lstm(x)
+        with standins():
+            got, (hg, cg) = lstm(x)
+            plain, _ = lstm(torch.randn(7, 3, 4))  # the .input overload through the stand-in
+    assert plain.shape == (7, 3, 12)
+    for a, b in ((got.data, want.data), (hg, hw), (cg, cw)):
+        torch.testing.assert_close(a, b)
