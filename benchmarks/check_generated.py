@@ -35,14 +35,18 @@ def _module(name: str, src: str) -> types.ModuleType:
     return m
 
 
-def _build(code: str, backend: str, d: str) -> str:
+def _build(files: dict[str, str], backend: str, d: str) -> str:
+    """The candidate's kernels/ files written under d; its main file (which includes any parts) built."""
+    for name, text in files.items():
+        if name.startswith("kernels/"):
+            Path(d, name).parent.mkdir(parents=True, exist_ok=True)
+            Path(d, name).write_text(text)
+    src = os.path.join(d, "kernels", "fused.cu" if backend == "cuda" else "fused.cpp")
+    so = os.path.join(d, "k.so")
     if backend == "cuda":
-        src, so = os.path.join(d, "k.cu"), os.path.join(d, "k.so")
         cmd = ["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", src, "-o", so, "-lcublas"]
     else:
-        src, so = os.path.join(d, "k.cpp"), os.path.join(d, "k.so")
         cmd = ["g++", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", src, "-o", so]
-    Path(src).write_text(code)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(r.stderr[-2000:])
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             g = rw[-1].graph if rw else g
             cand = build_candidate(g, an.data, args.backend)
             d = tempfile.mkdtemp(prefix="kw-check-")
-            os.environ["KWRT_LIB"] = _build(cand.files[cand.kernel_path], args.backend, d)
+            os.environ["KWRT_LIB"] = _build(cand.files, args.backend, d)
             kwrt._lib = None
             ref = _module("ref_" + name, src)
             torch.manual_seed(0)

@@ -1068,10 +1068,14 @@ def _kernel_key(src: str, name: str) -> str:
     return re.sub(r"\bv_\w+", lambda m: names.setdefault(m.group(0), f"v{len(names)}"), body)
 
 
-def generate(plan: Plan, backend: str, configs: dict[str, dict], gemm: str = "cublas") -> tuple[str, list[KernelSig]]:
-    """The whole kernel file for a plan; configs maps group name -> launch configuration; gemm
-    "3xtf32" (cuda) adds the split and the TF32 GEMM (agent.builtin.tf32x3)."""
-    parts = [CUDA_PRELUDE if backend == "cuda" else CPU_PRELUDE]
+def generate(
+    plan: Plan, backend: str, configs: dict[str, dict], gemm: str = "cublas", limit: int | None = None
+) -> tuple[dict[str, str], list[KernelSig]]:
+    """The kernel source for a plan as files (path -> text); configs maps group name -> launch
+    configuration; gemm "3xtf32" (cuda) adds the split and the TF32 GEMM (agent.builtin.tf32x3).
+    limit: the most bytes one file may hold (agent.workspace.MAX_FILE_BYTES); see kernel_files."""
+    head = CUDA_PRELUDE if backend == "cuda" else CPU_PRELUDE
+    bodies = []
     sigs = []
     seen: dict[str, str] = {}  # a group's source with its own name blanked -> the group that emitted it
     for grp in plan.groups:
@@ -1082,14 +1086,45 @@ def generate(plan: Plan, backend: str, configs: dict[str, dict], gemm: str = "cu
             sig.symbol = seen[key]
         else:
             seen[key] = grp.name
-            parts += [src, ""]
+            bodies.append(src + "\n")
         sigs.append(sig)
-    parts.append(CUDA_DERIVED if backend == "cuda" else CPU_DERIVED)
+    tail = [CUDA_DERIVED if backend == "cuda" else CPU_DERIVED]
     if backend == "cuda" and gemm == "3xtf32":  # after CUDA_DERIVED: it uses kw_cublas()
-        parts.append(tf32x3.CUDA)
+        tail.append(tf32x3.CUDA)
     if any(own_call(st.node, plan.graph) for st in plan.steps if st.node is not None):
-        parts.append(OWN_CUDA if backend == "cuda" else OWN_CPU)
-    return "\n".join(parts), sigs
+        tail.append(OWN_CUDA if backend == "cuda" else OWN_CPU)
+    return kernel_files(backend, head, bodies, "\n".join(tail), limit), sigs
+
+
+def kernel_files(backend: str, head: str, bodies: list[str], tail: str, limit: int | None) -> dict[str, str]:
+    """One translation unit, kernels/fused.cu (.cpp on cpu), in as many files as the limit per
+    file needs: where head + bodies + tail is over it, the bodies go into headers
+    kernels/fused_partN.cuh (.h) that fused.cu includes between its head and its tail. Headers,
+    because the build compiles every kernels/*.cu: a part a later, smaller candidate no longer
+    includes stays in the workspace (no tool deletes a file) and must then be inert, which an
+    unincluded header is and a second .cu defining the same kernels is not. A body over the limit
+    on its own stays in its part; the size check then names it (pipeline.check_sizes)."""
+    main, ext = ("kernels/fused.cu", ".cuh") if backend == "cuda" else ("kernels/fused.cpp", ".h")
+    whole = "\n".join([head, *bodies, tail])
+    if limit is None or len(whole.encode()) <= limit:
+        return {main: whole}
+    parts: list[list[str]] = [[]]
+    size = 0
+    budget = limit - 256  # the part's comment line
+    for body in bodies:
+        n = len(body.encode()) + 1
+        if parts[-1] and size + n > budget:
+            parts.append([])
+            size = 0
+        parts[-1].append(body)
+        size += n
+    names = [f"fused_part{i + 1}{ext}" for i in range(len(parts))]
+    files = {}
+    for name, chunk in zip(names, parts, strict=True):
+        note = f"// Part of {main.removeprefix('kernels/')}, which includes it (one translation unit).\n"
+        files[f"kernels/{name}"] = note + "\n".join(chunk)
+    includes = "\n".join(f'#include "{n}"' for n in names)
+    return {main: "\n".join([head, includes, "", tail]), **files}
 
 
 def default_config(grp: Group, backend: str) -> dict:

@@ -680,9 +680,10 @@ class BuiltinPolicy(Policy):
         why = _graph_skip_reason(best, launches)
         if why:
             return self._next_or_finish(head + why + "\n\n")
-        kernel = cand.kernel_path
-        if "kw_copy" in best.files.get(kernel, ""):
-            cand.files[kernel] = best.files[kernel]  # the best's launch configuration; only the forward changes
+        if "kw_copy" in best.files.get(
+            cand.kernel_path, ""
+        ):  # the best's launch configuration: only the forward changes
+            cand.files.update({p: t for p, t in best.files.items() if p.startswith("kernels/")})
         self.pending = _Tried(f"{best.label.split(' [')[0]} [CUDA graph]", cand.files, graph=best.graph, gemm=best.gemm)
         msg = (
             head + f"{self.steps[self.pos - 1].title}: the best candidate ('{best.label}') is host-bound: each call "
@@ -1032,7 +1033,9 @@ def _fmt_cfg(cfg: dict) -> str:
 def _describe_candidate(c: Candidate, backend: str, gemm: str = "cublas") -> str:
     shared = sum(1 for s in c.sigs if s.symbol)
     count = f"{len(c.plan.groups)} fused kernel(s)" + (f", {len(c.sigs) - shared} distinct" if shared else "")
-    lines = [f"Generated {c.kernel_path} ({count}) and model_new.py:"]
+    parts = [p for p in c.files if p.startswith("kernels/") and p != c.kernel_path]
+    split = f", split into {', '.join(parts)}, which it includes (the workspace's limit per file)" if parts else ""
+    lines = [f"Generated {c.kernel_path} ({count}{split}) and model_new.py:"]
     for s in c.sigs:
         grp = next(g for g in c.plan.groups if g.name == s.name)
         red = [n.op for n in grp.reductions]
