@@ -588,6 +588,8 @@ class _Builder:
             raise Unsupported(f"{n.name}: indexing a non-tensor is not supported")
         srcnode = next(x for x in self.nodes if x["name"] == self.alias[src.name])
         if srcnode["op"] == "shape":
+            if not isinstance(idx, int):  # x.size()[:-1] + (h, d): torch.export specialises it
+                raise Unsupported(f"{n.name}: a slice of a tensor's sizes is not supported in an fx graph")
             self.emit(n, "size", [{"ref": srcnode["args"][0]["ref"]}, {"lit": idx}])
         elif srcnode["attrs"].get("tuple"):
             if idx != 0:
@@ -800,6 +802,10 @@ def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], note
                 f"{node['name']}: dtype {node['dtype']} is not supported (the built-in policy "
                 "generates float32 kernels)"
             )
+    try:  # the graph leaves this process as JSON: a value it cannot hold is a capture failure
+        json.dumps(b.nodes)
+    except (TypeError, ValueError) as e:
+        raise Unsupported(f"the fx graph holds a value that cannot be serialised ({e})") from None
     notes += fx_notes
     return b.nodes, gm.code.strip()
 

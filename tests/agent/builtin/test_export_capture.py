@@ -94,6 +94,32 @@ def get_init_inputs():
     return [8]
 """
 
+# BERT's transpose_for_scores: a slice of the sizes (x.size()[:-1]), which fx keeps as a value
+SIZES_SLICE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_size = 16 // heads
+
+    def forward(self, x):
+        new_x_shape = x.size()[:-1] + (self.heads, self.head_size)
+        y = x.view(new_x_shape).permute(0, 2, 1, 3)
+        return torch.softmax(y * 0.5, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(2, 6, 16)]
+
+
+def get_init_inputs():
+    return [4]
+"""
+
 
 @pytest.mark.parametrize(
     "src, islands",
@@ -101,6 +127,7 @@ def get_init_inputs():
         (SE, []),
         (GPT2, ["aten.ones.default", "aten.tril.default", "aten.eq.Scalar", "aten._to_copy.default"]),
         (ROTARY, ["aten.cat.default"]),
+        (SIZES_SLICE, []),
     ],
 )
 def test_modules_fx_cannot_trace_are_captured_by_export(src, islands):
