@@ -125,6 +125,10 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
             env[n.name] = getattr(v(a[0]), op)(*v(a[1]))
         elif op in ("flatten", "transpose", "unsqueeze", "squeeze", "t", "contiguous"):
             env[n.name] = getattr(v(a[0]), op)(*[v(x) for x in a[1:]])
+        elif op == "slice":
+            x = v(a[0])
+            d = at["dim"] % x.dim()
+            env[n.name] = x[(slice(None),) * d + (slice(at["start"], at["end"], at["step"]),)]
         elif op == "size":
             env[n.name] = v(a[0]).shape[a[1].value]
         elif op == "shape":
@@ -136,6 +140,8 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
             env[n.name] = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
         elif op == "derived":
             env[n.name] = _derived(n.attrs, [v(x) for x in a])
+        elif op == "aten":
+            env[n.name] = _aten(at, [v(x) for x in a], scope)
         else:
             raise ValueError(f"interp: no rule for {op}")
     raise ValueError("graph has no output node")
@@ -189,3 +195,28 @@ def _is_param(m: torch.nn.Module, name: str) -> bool:
         return True
     except AttributeError:
         return False
+
+
+def _aten(attrs: dict[str, Any], args: list[Any], scope: dict[str, Any]) -> Any:
+    """An island: the ATen op itself, its call decoded as modelgen writes it."""
+
+    def dec(x: dict[str, Any]) -> Any:
+        if "arg" in x:
+            return args[x["arg"]]
+        if "list" in x:
+            return [dec(y) for y in x["list"]]
+        if "dtype" in x:
+            return getattr(torch, x["dtype"])
+        if "device" in x:
+            return None  # the default device, as the candidate's _dev on the CPU
+        if "layout" in x or "memory_format" in x:
+            return getattr(torch, x.get("layout") or x["memory_format"])
+        if x.get("expr"):
+            return float(eval(x["expr"], {}, scope))  # our own expressions on self
+        return x["v"]
+
+    fn = torch.ops
+    for part in attrs["target"].split("."):
+        fn = getattr(fn, part)
+    call = attrs["call"]
+    return fn(*[dec(x) for x in call["args"]], **{k: dec(x) for k, x in call["kwargs"].items()})

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.builtin.attention import attention_to_sdpa
 from agent.builtin.convsearch import TAG, has_convolutions, with_search
 from agent.builtin.fallback import fallback_model
 from agent.builtin.fusion import Plan
@@ -239,6 +240,7 @@ class BuiltinPolicy(Policy):
         for r in self.rewrites:
             self.steps.append(_Step("candidate", r.title, graph=r.graph, rewrite=r))
         self.final_graph = self.rewrites[-1].graph if self.rewrites else g
+        written_out = self._plan_attention()
         layout = (
             channels_last_convs(self.final_graph)
             if _layout_may_pay(backend, self.analysis.data, self.task.options)
@@ -291,6 +293,10 @@ class BuiltinPolicy(Policy):
         if backend == "cuda" and self.final_plan is not None and tf32x3_pays_off(self.final_graph):
             # float32 GEMMs bound by the CUDA cores: tensor cores at float32's accuracy, judged by its error
             self.steps.append(_Step("candidate", TF32X3_TITLE, graph=self.final_graph, gemm="3xtf32"))
+        if backend == "cuda" and written_out is not None and tf32x3_pays_off(written_out):
+            # the SDPA kernel may lose to the written-out form in float32: its GEMMs get 3xTF32 too
+            title = f"{TF32X3_TITLE}, attention written out"
+            self.steps.append(_Step("candidate", title, graph=written_out, gemm="3xtf32"))
         for v in range(1, min(n_variants, self.max_variants)):
             self.steps.append(_Step("variant", f"launch configuration {v + 1}", graph=self.final_graph, variant=v))
         if backend == "cuda" and self.final_plan is not None and self.final_plan.groups:
@@ -302,6 +308,20 @@ class BuiltinPolicy(Policy):
         self._plan_search(self.final_graph)
         self.steps.append(_Step("restore"))
         self.steps.append(_Step("finish"))
+
+    def _plan_attention(self) -> Graph | None:
+        """Under torch-ops=allow, written-out attention as one SDPA call (agent.builtin.attention):
+        one more candidate, and the graph the later steps tune. Returns the graph before it."""
+        if self.torch_ops != "allow" or self.final_graph is None:
+            return None
+        r = attention_to_sdpa(self.final_graph)
+        if r is None:
+            return None
+        r.graph.toposort()
+        self.steps.append(_Step("candidate", r.title, graph=r.graph, rewrite=r))
+        self.rewrites.append(r)
+        before, self.final_graph = self.final_graph, r.graph
+        return before
 
     def _plan_search(self, graph: Graph | None) -> None:
         """On a GPU, a forward that convolves gets one more candidate: the best so far with
@@ -937,7 +957,8 @@ def _library_line(n: Node, backend: str, plan: Plan | None = None) -> str:
             if op in ("mm", "bmm", "addmm", "baddbmm")
             else "an ATen call"
         )
-        return f"{n.name}: {op} stays {where} (no generator for it)"
+        why = str(n.attrs.get("island") or "no generator for it")[:160]
+        return f"{n.name}: {op} stays {where} ({why})"
     if n.attrs.get("island"):
         return f"{n.name}: {n.op} stays a torch call ({str(n.attrs['island'])[:160]})"
     fused = plan is not None and any(o.value == n.name for grp in plan.groups for o in grp.operands)

@@ -1,0 +1,218 @@
+"""Attention written out as ops, recognised and called as one scaled-dot-product-attention kernel.
+
+`softmax(Q @ K^T * s, masked with -inf) @ V` (minGPT, GPT-2, BERT's self-attention as people write
+it) is what `F.scaled_dot_product_attention` computes. Written out, eager PyTorch writes the
+[..., L, S] score matrix and reads it back for the scale, the mask and the softmax; the SDPA
+kernels (FlashAttention, memory-efficient attention) keep each row block on chip and never write
+it. The rewrite is exact up to floating-point reassociation: SDPA adds the mask to the scaled
+scores, and `where(c, -inf, x)` is `x + (c ? -inf : 0)` bit for bit; a boolean mask `keep = (c == 0)`
+is what SDPA turns into that additive mask. Fully masked rows differ (the written form gives NaN,
+SDPA may give zeros): the sandbox's correctness check on the task's own mask decides.
+
+The result is an ATen call (an island), so it is offered only under torch-ops=allow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agent.builtin.graph import Graph, Node, Ref, Scalar
+from agent.builtin.rewrites import Rewrite
+
+SDPA = "aten.scaled_dot_product_attention.default"
+_PASS_THROUGH = ("contiguous", "identity")  # ops on the probabilities that compute nothing
+
+
+@dataclass
+class _Match:
+    out: Node  # the P @ V matmul
+    q: str
+    k: str
+    v: str
+    scale: Scalar
+    mask: tuple[str, str] | None  # ("fill", c): -inf where c != 0; ("add", m): m added to the scaled scores
+
+
+def _single_use(g: Graph, name: str) -> bool:
+    return len(g.users(name)) == 1 and name not in g.output.refs()
+
+
+def _ref_node(g: Graph, a: object) -> Node | None:
+    return g.node(a.name) if isinstance(a, Ref) else None
+
+
+def _swaps_last_two(n: Node) -> bool:
+    nd = len(n.dims)
+    if n.op == "t":
+        return nd == 2
+    if n.op == "transpose" and len(n.args) == 3:
+        dims = {getattr(a, "value", None) for a in n.args[1:3]}
+        return {d % nd for d in dims if isinstance(d, int)} == {nd - 2, nd - 1}
+    return False
+
+
+def _scale_of(n: Node) -> tuple[Scalar, object] | None:
+    """n = x * s, s * x or x / d with a positive scalar: (the scale, x)."""
+    if n.op == "mul":
+        for i in (0, 1):
+            s, x = n.args[i], n.args[1 - i]
+            if isinstance(s, Scalar) and s.value > 0:
+                return s, x
+    if n.op == "div" and isinstance(n.args[1], Scalar) and n.args[1].value > 0:
+        d = n.args[1]
+        expr = f"1.0 / ({d.expr})" if d.expr is not None else None
+        return Scalar(1.0 / d.value, expr), n.args[0]
+    return None
+
+
+def _filled(n: Node) -> tuple[str, object] | None:
+    """n = where(c, -inf, x) (masked_fill with -inf): (c, x)."""
+    if n.op != "where" or len(n.args) != 3 or not isinstance(n.args[0], Ref):
+        return None
+    fill = n.args[1]
+    if not isinstance(fill, Scalar) or fill.runtime or not (math.isinf(fill.value) and fill.value < 0):
+        return None
+    return n.args[0].name, n.args[2]
+
+
+def _added(g: Graph, n: Node) -> tuple[str, object] | None:
+    """n = x + m with m a float32 tensor broadcast over the scores (BERT's extended attention mask,
+    a relative position bias): (m, x), x being the operand the scores come through."""
+    if n.op != "add" or not all(isinstance(a, Ref) for a in n.args):
+        return None
+    for i in (0, 1):
+        x, m = g.node(n.args[i].name), g.node(n.args[1 - i].name)
+        scores_like = x.shape == n.shape and x.op in ("matmul", "mul", "div", "where") and _single_use(g, x.name)
+        if scores_like and m.dtype in (None, "float32") and len(m.dims) <= len(n.dims):
+            return m.name, Ref(x.name)
+    return None
+
+
+def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, tuple[str, str] | None] | None:
+    """Walk from the softmax's input to the Q @ K^T matmul through at most one positive scale and
+    one mask; a mask added after the scale only (SDPA adds it to the scaled scores)."""
+    scale: Scalar | None = None
+    mask: tuple[str, str] | None = None
+    while s is not None and s.op != "matmul" and _single_use(g, s.name):
+        sc, filled, added = _scale_of(s), _filled(s), _added(g, s)
+        if sc is not None and scale is None:
+            scale, nxt = sc
+        elif filled is not None and mask is None:
+            mask, nxt = ("fill", filled[0]), filled[1]
+        elif added is not None and mask is None and scale is None:
+            mask, nxt = ("add", added[0]), added[1]
+        else:
+            return None
+        s = _ref_node(g, nxt)
+    if s is None or s.op != "matmul" or not _single_use(g, s.name):
+        return None
+    return s, scale or Scalar(1.0), mask
+
+
+def _match(g: Graph, out: Node) -> _Match | None:
+    if out.op != "matmul" or len(out.args) != 2:
+        return None
+    p, v = _ref_node(g, out.args[0]), _ref_node(g, out.args[1])
+    while p is not None and p.op in _PASS_THROUGH and _single_use(g, p.name):
+        p = _ref_node(g, p.args[0])
+    if p is None or v is None or p.op != "softmax" or not _single_use(g, p.name):
+        return None
+    if p.attrs.get("dim") not in (-1, len(p.dims) - 1):
+        return None
+    found = _scores(g, _ref_node(g, p.args[0]))
+    if found is None:
+        return None
+    s, scale, mask = found
+    q, kt = _ref_node(g, s.args[0]), _ref_node(g, s.args[1])
+    if q is None or kt is None or not _swaps_last_two(kt) or not isinstance(kt.args[0], Ref):
+        return None
+    k = g.node(kt.args[0].name)
+    if not _shapes_fit(q, k, v, s):
+        return None
+    return _Match(out, q.name, k.name, v.name, scale, mask)
+
+
+def _shapes_fit(q: Node, k: Node, v: Node, scores: Node) -> bool:
+    """Q [..., L, E], K [..., S, E], V [..., S, Ev] with the same batch dims, float32: what the
+    fused kernels take (they do not broadcast batch dims)."""
+    if any(n.dtype not in (None, "float32") for n in (q, k, v)):
+        return False
+    qs, ks, vs = q.dims, k.dims, v.dims
+    if not (len(qs) == len(ks) == len(vs) >= 3) or qs[:-2] != ks[:-2] or qs[:-2] != vs[:-2]:
+        return False
+    return qs[-1] == ks[-1] and ks[-2] == vs[-2] and scores.dims[-2:] == [qs[-2], ks[-2]]
+
+
+def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, Node | None]:
+    args: list[object] = [Ref(m.q), Ref(m.k), Ref(m.v)]
+    kwargs: dict[str, object] = {}
+    keep = None
+    if m.mask is not None and m.mask[0] == "add":
+        args.append(Ref(m.mask[1]))
+        kwargs["attn_mask"] = {"arg": 3}
+    elif m.mask is not None:
+        c = g.node(m.mask[1])
+        keep = Node(
+            g.fresh("attn_keep"),
+            "aten",
+            [Ref(c.name)],
+            {
+                "target": "aten.eq.Scalar",
+                "call": {"args": [{"arg": 0}, {"v": 0}], "kwargs": {}},
+                "tuple": False,
+                "island": "the attention mask, as the boolean SDPA takes",
+            },
+            shape=list(c.dims),
+            dtype="bool",
+        )
+        args.append(Ref(keep.name))
+        kwargs["attn_mask"] = {"arg": 3}
+    kwargs["scale"] = {"v": m.scale.value, **({"expr": m.scale.expr} if m.scale.expr else {})}
+    node = Node(
+        g.fresh("sdpa"),
+        "aten",
+        args,
+        {
+            "target": SDPA,
+            "call": {"args": [{"arg": 0}, {"arg": 1}, {"arg": 2}], "kwargs": kwargs},
+            "tuple": False,
+            "island": "fused attention: PyTorch's flash or memory-efficient kernel, the score matrix never written",
+        },
+        shape=list(m.out.dims),
+        dtype="float32",
+    )
+    return node, keep
+
+
+def attention_to_sdpa(g: Graph) -> Rewrite | None:
+    """Every written-out attention in g as one SDPA call; None when there is none."""
+    g = g.copy()
+    done: list[str] = []
+    for n in list(g.nodes):
+        m = _match(g, n)
+        if m is None:
+            continue
+        node, keep = _sdpa_node(g, m)
+        for extra in (keep, node):
+            if extra is not None:
+                g.insert_before(n.name, extra)
+        g.replace_uses(n.name, node.name)
+        g.nodes.remove(n)
+        g.remove_dead()
+        how = f"scale {m.scale.value:.6g}"
+        if m.mask is not None:
+            how += f", -inf where {m.mask[1]} != 0" if m.mask[0] == "fill" else f", {m.mask[1]} added"
+        done.append(f"{n.name} = softmax({m.q} @ {m.k}^T) @ {m.v} ({how})")
+    if not done:
+        return None
+    return Rewrite(
+        "attention_to_sdpa",
+        "Attention as one scaled-dot-product-attention kernel",
+        "Recognised " + "; ".join(done) + ". F.scaled_dot_product_attention computes the same "
+        "softmax(Q K^T s + mask) V in one fused kernel (memory-efficient or flash attention) that keeps each "
+        "block of scores on chip: the L x S score matrix is never written, where eager writes it and reads "
+        "it back for the scale, the mask and the softmax. The -inf fill becomes SDPA's boolean mask "
+        "(keep where the condition is 0): the same additive -inf.",
+        g,
+    )

@@ -1,0 +1,148 @@
+"""Written-out attention becomes one SDPA call (agent.builtin.attention), and stays the function.
+
+The modules are written as people write them (minGPT's registered causal buffer, BERT's additive
+mask with a division by sqrt(d)); the cases that must not match are the near misses: a score
+matrix read twice, a mask added before the scale, a ReLU in place of the softmax, and a fill that
+is not -inf. Each match is run with eager ops (agent.builtin.interp) against the module itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent.builtin.attention import SDPA, attention_to_sdpa
+from agent.builtin.graph import analyze_source
+from agent.builtin.interp import run_graph
+from agent.builtin.rewrites import all_rewrites
+
+from .conftest import load_module
+
+HEAD = """
+import math
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+"""
+
+CAUSAL = (
+    HEAD
+    + """
+class Model(nn.Module):
+    def __init__(self, d, h, n):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.h, self.d = h, d
+        self.register_buffer("mask", torch.tril(torch.ones(n, n)).view(1, 1, n, n))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.qkv(x).split(self.d, dim=2)
+        q = q.view(B, T, self.h, C // self.h).transpose(1, 2)
+        k = k.view(B, T, self.h, C // self.h).transpose(1, 2)
+        v = v.view(B, T, self.h, C // self.h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+def get_inputs():
+    return [torch.randn(2, 12, 32)]
+
+def get_init_inputs():
+    return [32, 4, 16]
+"""
+)
+
+ADDITIVE = (
+    HEAD
+    + """
+class Model(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.h, self.hd = h, d // h
+
+    def split(self, x):
+        return x.view(x.size(0), x.size(1), self.h, self.hd).permute(0, 2, 1, 3)
+
+    def forward(self, x, mask):
+        q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.hd)
+        scores = scores + mask
+        probs = nn.functional.softmax(scores, dim=-1)
+        ctx = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        return ctx.view(x.size(0), x.size(1), -1)
+
+def get_inputs():
+    keep = torch.rand(3, 1, 1, 10) > 0.3
+    return [torch.randn(3, 10, 24), (~keep).float() * -10000.0]
+
+def get_init_inputs():
+    return [24, 3]
+"""
+)
+
+
+def _near_miss(scores: str, probs: str = "F.softmax(s, dim=-1)", extra: str = "") -> str:
+    return (
+        HEAD
+        + f"""
+class Model(nn.Module):
+    def forward(self, q, k, v, m):
+        s = {scores}
+        p = {probs}
+        return p @ v{extra}
+
+def get_inputs():
+    return [torch.randn(2, 3, 8, 4), torch.randn(2, 3, 8, 4), torch.randn(2, 3, 8, 5), torch.randn(1, 1, 8, 8)]
+
+def get_init_inputs():
+    return []
+"""
+    )
+
+
+NEAR_MISSES = {
+    "scores read twice": _near_miss("q @ k.transpose(-2, -1) * 0.5", extra=", s"),
+    "mask added before the scale": _near_miss("(q @ k.transpose(-2, -1) + m) * 0.5"),
+    "relu in place of softmax": _near_miss("q @ k.transpose(-2, -1) * 0.5", probs="torch.relu(s)"),
+    "fill that is not -inf": _near_miss("(q @ k.transpose(-2, -1)).masked_fill(m > 0, -100.0)"),
+    "softmax over another dim": _near_miss("q @ k.transpose(-2, -1)", probs="F.softmax(s, dim=-2)"),
+}
+
+
+def _rewritten(src: str):
+    an = analyze_source(src, profile=False)
+    assert an.ok, an.error
+    steps = all_rewrites(an.graph)
+    return attention_to_sdpa(steps[-1].graph if steps else an.graph)
+
+
+def _check(src: str) -> None:
+    r = _rewritten(src)
+    assert r is not None, "written-out attention was not recognised"
+    assert [n.attrs["target"] for n in r.graph.nodes if n.op == "aten" and "scaled_dot" in n.attrs["target"]] == [SDPA]
+    assert not any(n.op == "softmax" for n in r.graph.nodes), "the softmax is still in the graph"
+    mod = load_module("task", src)
+    torch.manual_seed(0)
+    model = mod.Model(*mod.get_init_inputs()).eval()
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        inputs = mod.get_inputs()
+        torch.testing.assert_close(run_graph(r.graph, model, inputs), model(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_causal_attention_with_a_registered_mask_is_one_sdpa_call():
+    _check(CAUSAL)
+
+
+def test_additive_mask_divided_scores_is_one_sdpa_call():
+    _check(ADDITIVE)
+
+
+@pytest.mark.parametrize("name", sorted(NEAR_MISSES))
+def test_near_misses_stay_written_out(name):
+    assert _rewritten(NEAR_MISSES[name]) is None
