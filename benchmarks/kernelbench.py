@@ -49,6 +49,7 @@ from sandbox import devmem
 
 BLOCKS_DIR = Path(__file__).resolve().parent / "blocks"
 FALLBACK_LABEL = "The reference's own computation"
+GRAPH_TAG = "[CUDA graph]"
 
 
 def shrink_ints(source: str, cap: int = 32, floor: int = 64, batch_apart: bool = False) -> str:
@@ -377,8 +378,15 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     ]
     fast = [r for r in ok if (r.get("ci_low_vs_eager") or 0) > 1.05]
     searched = [r for r in fast if SEARCH_TAG in (r.get("best_label") or "")]
-    fallback = [r for r in fast if (r.get("best_label") or "").startswith(FALLBACK_LABEL) and r not in searched]
+    graphed = [r for r in fast if GRAPH_TAG in (r.get("best_label") or "")]
+    fallback = [
+        r
+        for r in fast
+        if (r.get("best_label") or "").startswith(FALLBACK_LABEL) and r not in searched and r not in graphed
+    ]
     notes = [f"{len(fallback)} of them the reference's own computation: a timing artefact"] if fallback else []
+    if graphed:
+        notes.append(f"{len(graphed)} of them replayed as one CUDA graph")
     if searched:
         notes.append(f"{len(searched)} of them with cuDNN's algorithm search: a setting the user can make too")
     lines.append(

@@ -13,6 +13,8 @@ import ast
 import re
 from typing import Any
 
+from agent.builtin.cudagraph import CAPTURE_HELPER, REFERENCE_HELPER
+
 REFERENCE_CLASS = "_KwReference"
 
 
@@ -69,9 +71,10 @@ def module_header(parts: dict[str, Any], summary: str, extra_imports: tuple[str,
     return [*out, "", *parts.get("body", [])]
 
 
-def fallback_model(source: str, why: list[str]) -> str:
+def fallback_model(source: str, why: list[str], graphed: bool = False) -> str:
     """model_new.py whose forward is the reference's own: every op stays the library/ATen call
-    the reference makes. `why`: the reasons, one line each, written into the docstring."""
+    the reference makes. `why`: the reasons, one line each, written into the docstring. graphed
+    (cuda): the same forward replayed as one CUDA graph per input signature (agent.builtin.cudagraph)."""
     parts = source_parts(source)
     if not parts.get("model_class"):
         raise ValueError("the task defines no class Model")
@@ -81,14 +84,18 @@ def fallback_model(source: str, why: list[str]) -> str:
         "makes (cuBLAS/cuDNN/oneDNN, ATen):\n" + "\n".join(f"- {w}" for w in why)
     )
     lines = module_header(parts, summary)
-    lines += [
-        "",
-        "",
-        parts["model_class"],
-        "",
-        "",
-        f"class ModelNew({REFERENCE_CLASS}):",
-        '    """The reference Model, unchanged: its constructor, parameters and forward (library/ATen calls)."""',
-        "",
-    ]
-    return "\n".join(lines) + "\n"
+    if graphed:
+        lines += [CAPTURE_HELPER.rstrip(), REFERENCE_HELPER.rstrip()]
+    lines += ["", "", parts["model_class"], "", "", f"class ModelNew({REFERENCE_CLASS}):"]
+    if not graphed:
+        lines.append(
+            '    """The reference Model, unchanged: its constructor, parameters and forward (library/ATen calls)."""'
+        )
+    else:
+        lines += [
+            '    """The reference Model, its forward replayed as one CUDA graph (same ops, one launch per call)."""',
+            "",
+            "    def forward(self, *inputs):",
+            "        return _kw_graphed_reference(self, super().forward, inputs)",
+        ]
+    return "\n".join([*lines, ""]) + "\n"

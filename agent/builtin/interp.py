@@ -215,7 +215,7 @@ def _aten(attrs: dict[str, Any], args: list[Any], scope: dict[str, Any]) -> Any:
             return float(eval(x["expr"], {}, scope))  # our own expressions on self
         return x["v"]
 
-    fn = torch.ops
+    fn: Any = torch.ops
     for part in attrs["target"].split("."):
         fn = getattr(fn, part)
     call = attrs["call"]

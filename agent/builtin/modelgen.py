@@ -15,6 +15,7 @@ import textwrap
 from typing import Any
 
 from agent.builtin import tf32x3
+from agent.builtin.cudagraph import CAPTURE_HELPER
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
@@ -112,24 +113,6 @@ def _graphed(module, eager, inputs, paths, scalars):
     lib.kw_copy(out, static_out, out.numel() * out.element_size(), stream)
     return out
 
-
-def _capture(eager, inputs):
-    """(graph, its input buffers, its output buffer). One eager call on a side stream first, as
-    PyTorch's CUDA-graph notes ask: cuBLAS and cuDNN set up handles, workspaces and algorithms
-    outside the capture, and derived weights are computed then and read by the graph. The input
-    buffers' contents do not matter here: _graphed copies the inputs in before every replay."""
-    static_in = [torch.empty_like(t) if isinstance(t, torch.Tensor) else t for t in inputs]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        eager(*static_in)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = eager(*static_in)
-    if not (isinstance(static_out, torch.Tensor) and static_out.is_contiguous()):
-        return None, None, None
-    return graph, static_in, static_out
 '''
 
 
@@ -808,7 +791,7 @@ def generate_model(
     if em.own:
         parts.append(DENSE_HELPER)
     if graph:
-        parts.append(_GRAPH_HELPERS)
+        parts += [_GRAPH_HELPERS, CAPTURE_HELPER]
     if guarded:
         guard = meta.get("guard") or {}
         parts.append(GUARD_HELPER)

@@ -45,6 +45,9 @@ from agent.builtin.tf32x3 import pays_off as tf32x3_pays_off
 from agent.events import BestChanged, EvaluationEvent, Event, TurnStarted
 from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation
 
+FALLBACK_TITLE = "The reference's own computation (library/ATen calls)"
+REFERENCE_GRAPH_TITLE = "Replay the reference's forward as one CUDA graph"
+
 # Nominal peaks used only for the first, pre-measurement estimate (the sandbox's profile
 # reports measured ceilings, which the later turns quote instead).
 _NOMINAL: dict[str, dict[str, Any]] = {
@@ -185,6 +188,8 @@ class BuiltinPolicy(Policy):
             return self._restore_action()
         if step.kind == "fallback":
             return self._fallback_action()
+        if step.kind == "refgraph":
+            return self._reference_graph_action()
         if step.kind == "search":
             return self._search_action()
         return self._finish_action()
@@ -227,7 +232,7 @@ class BuiltinPolicy(Policy):
         cuDNN's search on it), unless the reference itself raises."""
         assert self.analysis is not None
         if self.torch_ops == "allow" and not self.analysis.data.get("task_fails"):
-            self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
+            self.steps.append(_Step("fallback", FALLBACK_TITLE))
             self._plan_search(None)
         self.steps.append(_Step("finish"))
 
@@ -304,7 +309,9 @@ class BuiltinPolicy(Policy):
             self.steps.append(_Step("graph", "Replay the forward as one CUDA graph"))
         if self.torch_ops == "allow":
             # taken only if no generated candidate turned out correct (decided when its turn comes)
-            self.steps.append(_Step("fallback", "The reference's own computation (library/ATen calls)"))
+            self.steps.append(_Step("fallback", FALLBACK_TITLE))
+            if backend == "cuda":  # taken only if the fallback is the best and host-bound
+                self.steps.append(_Step("refgraph", REFERENCE_GRAPH_TITLE))
         self._plan_search(self.final_graph)
         self.steps.append(_Step("restore"))
         self.steps.append(_Step("finish"))
@@ -761,6 +768,33 @@ class BuiltinPolicy(Policy):
         calls = self._write(files) + [self._call("compile"), self._call("evaluate")]
         return Action(message=msg, tool_calls=calls)
 
+    def _reference_graph_action(self, head: str | None = None) -> Action:
+        """The reference's own computation replayed as one CUDA graph, when it is the best candidate
+        and launching its ops costs at least half its device time (many small ops, a recurrent layer's
+        per-step kernels): what torch.compile's reduce-overhead mode does, without compiling."""
+        assert self.task is not None
+        head = self._report_last() if head is None else head
+        best = self._best()
+        if best is None or best.label != FALLBACK_TITLE:
+            return self._next_or_finish(head)
+        if best.host_ms is None or best.device_ms is None or best.host_ms < 0.5 * best.device_ms:
+            host = "not measured" if best.host_ms is None else _ms(best.host_ms)
+            why = f"the reference's forward is not launch-bound ({host} of host time per call"
+            return self._next_or_finish(
+                head + f"No CUDA graph of the reference: {why}, {_ms(best.device_ms)} on the device).\n\n"
+            )
+        files = {"model_new.py": fallback_model(self.task.source, [REFERENCE_GRAPH_TITLE], graphed=True)}
+        self.pending = _Tried(f"{FALLBACK_TITLE} [CUDA graph]", files)
+        msg = (
+            head + f"The reference's own computation is the best so far, and launching it is a large part of its "
+            f"time ({_ms(best.host_ms)} of host time per call against {_ms(best.device_ms)} on the device). "
+            "Replay its forward as one CUDA graph per input shape: the same ops and kernels, one launch per call; "
+            "each call copies its inputs into the graph's buffers and returns a copy of the result, and a changed "
+            "parameter or buffer recaptures. The timing decides."
+        )
+        calls = self._write(files) + [self._call("compile"), self._call("evaluate")]
+        return Action(message=msg, tool_calls=calls)
+
     def _search_action(self, head: str | None = None) -> Action:
         """The best correct candidate (generated, or the reference's own computation) again, with
         cuDNN timing its convolution algorithms; kept only if the paired timing says it is faster."""
@@ -801,6 +835,9 @@ class BuiltinPolicy(Policy):
         if self.pos < len(self.steps) and self.steps[self.pos].kind == "fallback":
             self.pos += 1
             return self._fallback_action(head)
+        if self.pos < len(self.steps) and self.steps[self.pos].kind == "refgraph":
+            self.pos += 1
+            return self._reference_graph_action(head)
         if self.pos < len(self.steps) and self.steps[self.pos].kind == "search":
             self.pos += 1
             return self._search_action(head)
@@ -885,6 +922,11 @@ class BuiltinPolicy(Policy):
                     "Not optimised: " + why + ". The candidate is the reference's own computation (every op "
                     "the library/ATen call the reference makes), verified correct. " + summary
                 )
+                if best.label.endswith("[CUDA graph]"):
+                    summary += (
+                        " Its speed is the reference's own ops replayed as one CUDA graph (one launch per call, as "
+                        "torch.compile's reduce-overhead mode does): no kernel was generated for it."
+                    )
             if TAG in best.label:
                 summary += (
                     " Its speed includes cuDNN's algorithm search (torch.backends.cudnn.benchmark = True in the "

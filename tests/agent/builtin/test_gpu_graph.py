@@ -44,3 +44,42 @@ def test_graphed_forward_passes_the_sandbox(name, sizes, tmp_path):
         f"{name}: op by op {p.median_ms:.4f} ms (host {p.host_median_ms:.4f}), graph {c.median_ms:.4f} ms "
         f"(host {c.host_median_ms:.4f}), eager {plain.timing.eager.median_ms:.4f} ms"
     )
+
+
+LSTM_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, d, h, layers):
+        super().__init__()
+        self.lstm = nn.LSTM(d, h, layers, batch_first=True)
+        self.fc = nn.Linear(h, 4)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.fc(out[:, -1, :])
+
+def get_inputs():
+    return [torch.rand(4, 64, 32)]
+
+def get_init_inputs():
+    return [32, 64, 2]
+"""
+
+
+def test_graphed_reference_passes_the_sandbox(tmp_path):
+    """A recurrent layer's per-step kernels replayed as one graph: every check the reference's own
+    computation passes (fresh inputs, the shape trial falls back to a new capture), and graph launches."""
+    from agent.builtin.fallback import fallback_model
+
+    opts = EvalOptions(
+        backend="cuda", compile_baseline=False, timing_budget_s=0.2, cache_dir=str(tmp_path), eval_timeout_s=300
+    )
+    plain = evaluate(LSTM_TASK, {"model_new.py": fallback_model(LSTM_TASK, ["test"])}, opts)
+    graphed = evaluate(LSTM_TASK, {"model_new.py": fallback_model(LSTM_TASK, ["test"], graphed=True)}, opts)
+    assert plain.status.value == "ok", plain.reasons
+    assert graphed.status.value == "ok", graphed.reasons
+    assert graphed.audit.graph_launches >= 1 and plain.audit.graph_launches == 0
+    c, p = graphed.timing.candidate, plain.timing.candidate
+    print(f"lstm: reference {p.median_ms:.4f} ms (host {p.host_median_ms:.4f}), graphed {c.median_ms:.4f} ms")

@@ -1,0 +1,62 @@
+"""CUDA graphs in candidates: the capture shared by every graphed forward, and the graphed
+reference (the task's own forward replayed as one graph).
+
+Text only (this module imports no torch): the helpers are written into model_new.py, which runs
+in the sandbox. A graph replay issues every kernel of a forward with one launch; where launching
+op by op costs more than the kernels take (many small ops, a recurrent layer's per-step kernels),
+that is the speedup, with the same kernels and the same arithmetic. Every call copies its inputs
+into the graph's buffers and its result out, so it computes afresh and returns a new tensor.
+"""
+
+from __future__ import annotations
+
+CAPTURE_HELPER = '''
+
+def _capture(eager, inputs):
+    """(graph, its input buffers, its output buffer). One eager call on a side stream first, as
+    PyTorch's CUDA-graph notes ask: cuBLAS and cuDNN set up handles, workspaces and algorithms
+    outside the capture, and derived weights are computed then and read by the graph. The input
+    buffers start as copies of the first call's inputs (a forward that indexes by an input must not
+    see garbage); every replay copies the call's inputs in first."""
+    static_in = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager(*static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = eager(*static_in)
+    if not (isinstance(static_out, torch.Tensor) and static_out.is_contiguous()):
+        return None, None, None
+    return graph, static_in, static_out
+'''
+
+REFERENCE_HELPER = '''
+
+def _kw_graphed_reference(module, eager, inputs):
+    """The reference's forward as one CUDA graph replay per input signature (shapes, dtypes,
+    strides, non-tensor values). Recaptured when any parameter's or buffer's storage or version
+    changes; inputs that are not all CUDA tensors, autograd, or a result that is not one contiguous
+    tensor take the reference's forward op by op."""
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    if not tensors or not all(t.is_cuda for t in tensors) or torch.is_grad_enabled():
+        return eager(*inputs)
+    state = module.__dict__.get("_kw_state")
+    if state is None:
+        state = module.__dict__["_kw_state"] = [*module.parameters(), *module.buffers()]
+    wkey = [(w.data_ptr(), w._version) for w in state]
+    key = tuple((tuple(t.shape), t.dtype, t.stride()) if isinstance(t, torch.Tensor) else t for t in inputs)
+    graphs = module.__dict__.setdefault("_kw_graphs", {})
+    entry = graphs.get(key)
+    if entry is None or entry[0] != wkey:
+        entry = graphs[key] = (wkey, *_capture(eager, inputs))
+    _, graph, static_in, static_out = entry
+    if graph is None:
+        return eager(*inputs)
+    for dst, src in zip(static_in, inputs):
+        if isinstance(src, torch.Tensor):
+            dst.copy_(src)
+    graph.replay()
+    return static_out.clone()
+'''
