@@ -24,3 +24,51 @@ def test_graphed_reference_on_cpu_is_the_reference():
     with torch.no_grad():
         torch.testing.assert_close(new(*x), ref(*x), rtol=0, atol=0)
     assert "_kw_graphs" not in new.__dict__, "a CPU call captured a graph"
+
+
+def _cuda_policy(monkeypatch, torch_ops="allow"):
+    """The policy planned for cuda on this CPU machine (the analysis runs on the CPU)."""
+    import agent.builtin.policy as policy_mod
+    from agent.builtin.policy import BuiltinPolicy
+    from agent.policy import TaskInfo
+
+    real = policy_mod.analyze_source
+    monkeypatch.setattr(policy_mod, "analyze_source", lambda src, device, **k: real(src, device="cpu", **k))
+    pol = BuiltinPolicy(max_variants=1, profile_best=False)
+    pol.reset(TaskInfo("lstm", LSTM_TASK, "cuda", options={"torch_ops": torch_ops}), [], [])
+    return pol
+
+
+def _fallback_best(host_ms, device_ms):
+    from agent.builtin.policy import FALLBACK_TITLE, _Tried
+
+    t = _Tried(FALLBACK_TITLE, {"model_new.py": fallback_model(LSTM_TASK, ["x"])}, "ok", 1, 2.0, 1.0)
+    t.host_ms, t.device_ms = host_ms, device_ms
+    return t
+
+
+def test_the_reference_graph_is_tried_only_for_a_launch_bound_fallback(monkeypatch):
+    from agent.builtin.policy import REFERENCE_GRAPH_TITLE, _Tried
+
+    pol = _cuda_policy(monkeypatch)
+    kinds = [s.kind for s in pol.steps]
+    assert kinds.index("fallback") + 1 == kinds.index("refgraph"), kinds
+    assert REFERENCE_GRAPH_TITLE in [s.title for s in pol.steps]
+    assert "refgraph" not in [s.kind for s in _cuda_policy(monkeypatch, "forbid").steps]
+
+    pol.tried = [_fallback_best(1.9, 2.0)]  # launching is most of its time: graph it
+    action = pol._reference_graph_action(head="")
+    written = {c.arguments["path"]: c.arguments["content"] for c in action.tool_calls if c.name == "write_file"}
+    assert "_kw_graphed_reference(self, super().forward, inputs)" in written["model_new.py"]
+    assert pol.pending is not None and pol.pending.label.endswith("[CUDA graph]")
+
+    pol.pending = None
+    pol.tried = [_fallback_best(0.2, 2.0)]  # device-bound: no graph, the next step instead
+    action = pol._reference_graph_action(head="")
+    assert "not launch-bound" in action.message and pol.pending is None
+
+    generated = _Tried("Fuse the captured graph as it is", {"model_new.py": ""}, "ok", 2, 1.0, 1.3)
+    generated.host_ms, generated.device_ms = 1.9, 2.0
+    pol.tried = [generated]  # a generated best has its own graph step
+    action = pol._reference_graph_action(head="")
+    assert pol.pending is None or not pol.pending.label.endswith("[CUDA graph]")
