@@ -12,13 +12,11 @@ from __future__ import annotations
 
 CAPTURE_HELPER = '''
 
-def _capture(eager, inputs):
-    """(graph, its input buffers, its output buffer). One eager call on a side stream first, as
-    PyTorch's CUDA-graph notes ask: cuBLAS and cuDNN set up handles, workspaces and algorithms
-    outside the capture, and derived weights are computed then and read by the graph. The input
-    buffers start as copies of the first call's inputs (a forward that indexes by an input must not
-    see garbage); every replay copies the call's inputs in first."""
-    static_in = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+def _capture(eager, static_in):
+    """(graph, its input buffers, its output buffer), over the caller's input buffers `static_in`
+    (every replay copies the call's inputs into them first). One eager call on a side stream first,
+    as PyTorch's CUDA-graph notes ask: cuBLAS and cuDNN set up handles, workspaces and algorithms
+    outside the capture, and derived weights are computed then and read by the graph."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -50,7 +48,8 @@ def _kw_graphed_reference(module, eager, inputs):
     graphs = module.__dict__.setdefault("_kw_graphs", {})
     entry = graphs.get(key)
     if entry is None or entry[0] != wkey:
-        entry = graphs[key] = (wkey, *_capture(eager, inputs))
+        # copies of the first inputs, not empty buffers: the reference may index by an input
+        entry = graphs[key] = (wkey, *_capture(eager, [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]))
     _, graph, static_in, static_out = entry
     if graph is None:
         return eager(*inputs)

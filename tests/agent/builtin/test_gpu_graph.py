@@ -74,7 +74,12 @@ def test_graphed_reference_passes_the_sandbox(tmp_path):
     from agent.builtin.fallback import fallback_model
 
     opts = EvalOptions(
-        backend="cuda", compile_baseline=False, timing_budget_s=0.2, cache_dir=str(tmp_path), eval_timeout_s=300
+        backend="cuda",
+        torch_ops="allow",
+        compile_baseline=False,
+        timing_budget_s=0.2,
+        cache_dir=str(tmp_path),
+        eval_timeout_s=300,
     )
     plain = evaluate(LSTM_TASK, {"model_new.py": fallback_model(LSTM_TASK, ["test"])}, opts)
     graphed = evaluate(LSTM_TASK, {"model_new.py": fallback_model(LSTM_TASK, ["test"], graphed=True)}, opts)
