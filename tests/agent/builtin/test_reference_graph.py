@@ -67,8 +67,12 @@ def test_the_reference_graph_is_tried_only_for_a_launch_bound_fallback(monkeypat
     action = pol._reference_graph_action(head="")
     assert "not launch-bound" in action.message and pol.pending is None
 
-    generated = _Tried("Fuse the captured graph as it is", {"model_new.py": ""}, "ok", 2, 1.0, 1.3)
+    generated = _Tried("Fuse the captured graph as it is", {"model_new.py": ""}, "ok", 1, 1.9, 1.03)
     generated.host_ms, generated.device_ms = 1.9, 2.0
-    pol.tried = [generated]  # a generated best has its own graph step
-    action = pol._reference_graph_action(head="")
-    assert pol.pending is None or not pol.pending.label.endswith("[CUDA graph]")
+    pol.tried = [generated]  # no fallback ran: nothing to graph here (a generated best has its own step)
+    pol._reference_graph_action(head="")
+    assert pol.pending is None
+
+    pol.tried = [generated, _fallback_best(1.9, 2.0)]  # a generated candidate edged the fallback in noise
+    pol._reference_graph_action(head="")
+    assert pol.pending is not None and pol.pending.label.endswith("[CUDA graph]")
