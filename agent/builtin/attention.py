@@ -34,8 +34,27 @@ class _Match:
     mask: tuple[str, str] | None  # ("fill", c): -inf where c != 0; ("add", m): m added to the scaled scores
 
 
+_ASSERTS = ("aten._assert_tensor_metadata.default",)  # `.to(same dtype)` leaves a check that reads no value
+
+
 def _single_use(g: Graph, name: str) -> bool:
-    return len(g.users(name)) == 1 and name not in g.output.refs()
+    users = [u for u in g.users(name) if u.attrs.get("target") not in _ASSERTS]
+    return len(users) == 1 and name not in g.output.refs()
+
+
+def _softmax_dim(p: Node) -> object:
+    """The dim of a softmax node: the IR's, or an ATen island's (`softmax(x, dim, dtype=float32)`, as
+    transformers' eager attention calls it on float32 scores); None for anything else."""
+    if p.op == "softmax":
+        return p.attrs.get("dim")
+    call = p.attrs.get("call") or {}
+    args = call.get("args") or []
+    if p.op != "aten" or p.attrs.get("target") not in ("aten.softmax.int", "aten._softmax.default") or len(args) < 2:
+        return None
+    extra = args[2] if len(args) > 2 else {"v": None}
+    if extra not in ({"v": None}, {"dtype": "float32"}, {"v": False}) or call.get("kwargs"):
+        return None
+    return args[1].get("v")
 
 
 def _ref_node(g: Graph, a: object) -> Node | None:
@@ -116,9 +135,9 @@ def _match(g: Graph, out: Node) -> _Match | None:
     p, v = _ref_node(g, out.args[0]), _ref_node(g, out.args[1])
     while p is not None and p.op in _PASS_THROUGH and _single_use(g, p.name):
         p = _ref_node(g, p.args[0])
-    if p is None or v is None or p.op != "softmax" or not _single_use(g, p.name):
+    if p is None or v is None or not _single_use(g, p.name) or p.dtype not in (None, "float32"):
         return None
-    if p.attrs.get("dim") not in (-1, len(p.dims) - 1):
+    if _softmax_dim(p) not in (-1, len(p.dims) - 1):
         return None
     found = _scores(g, _ref_node(g, p.args[0]))
     if found is None:

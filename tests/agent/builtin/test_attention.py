@@ -16,7 +16,7 @@ from agent.builtin.graph import analyze_source
 from agent.builtin.interp import run_graph
 from agent.builtin.rewrites import all_rewrites
 
-from .conftest import load_module
+from .conftest import REPO, load_module
 
 HEAD = """
 import math
@@ -114,15 +114,15 @@ NEAR_MISSES = {
 }
 
 
-def _rewritten(src: str):
+def _rewritten(src: str, rewrites_first: bool = True):
     an = analyze_source(src, profile=False)
     assert an.ok, an.error
-    steps = all_rewrites(an.graph)
+    steps = all_rewrites(an.graph) if rewrites_first else []
     return attention_to_sdpa(steps[-1].graph if steps else an.graph)
 
 
-def _check(src: str) -> None:
-    r = _rewritten(src)
+def _check(src: str, rewrites_first: bool = True) -> None:
+    r = _rewritten(src, rewrites_first)
     assert r is not None, "written-out attention was not recognised"
     assert [n.attrs["target"] for n in r.graph.nodes if n.op == "aten" and "scaled_dot" in n.attrs["target"]] == [SDPA]
     assert not any(n.op == "softmax" for n in r.graph.nodes), "the softmax is still in the graph"
@@ -141,6 +141,16 @@ def test_causal_attention_with_a_registered_mask_is_one_sdpa_call():
 
 def test_additive_mask_divided_scores_is_one_sdpa_call():
     _check(ADDITIVE)
+
+
+def test_transformers_eager_attention_is_one_sdpa_call():
+    """transformers' eager_attention_forward: softmax in float32 is an ATen island with a dtype, and
+    `.to(query.dtype)` leaves a metadata assertion that reads the probabilities."""
+    src = (REPO / "benchmarks" / "blocks" / "hf_siglip_attention.py").read_text()
+    small = src.replace("num_patches = 196", "num_patches = 24").replace("embed_dim = 768", "embed_dim = 48")
+    small = small.replace("num_heads = 12", "num_heads = 4").replace("batch_size = 8", "batch_size = 2")
+    _check(small)
+    _check(small, rewrites_first=False)  # the assertion still in the graph (no rewrite removed it as dead)
 
 
 @pytest.mark.parametrize("name", sorted(NEAR_MISSES))
