@@ -14,7 +14,6 @@ The result is an ATen call (an island), so it is offered only under torch-ops=al
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from agent.builtin.graph import Graph, Node, Ref, Scalar
@@ -31,7 +30,8 @@ class _Match:
     k: str
     v: str
     scale: Scalar
-    mask: tuple[str, str] | None  # ("fill", c): -inf where c != 0; ("add", m): m added to the scaled scores
+    # ("fill", c): -inf where c != 0; ("keep", c): -inf where c == 0; ("add", m): m added to the scaled scores
+    mask: tuple[str, str] | None
 
 
 _ASSERTS = ("aten._assert_tensor_metadata.default",)  # `.to(same dtype)` leaves a check that reads no value
@@ -71,28 +71,50 @@ def _swaps_last_two(n: Node) -> bool:
     return False
 
 
-def _scale_of(n: Node) -> tuple[Scalar, object] | None:
-    """n = x * s, s * x or x / d with a positive scalar: (the scale, x)."""
+def _constant(g: Graph, a: object) -> Scalar | None:
+    """A scalar operand: a Scalar, or a 0-d `torch.full([], v)` (transformers' GPT-2 divides by one
+    and fills with one)."""
+    if isinstance(a, Scalar):
+        return a
+    n = _ref_node(g, a)
+    if n is None or n.op != "aten" or n.attrs.get("target") != "aten.full.default" or n.shape != []:
+        return None
+    args = n.attrs["call"]["args"]
+    v = args[1].get("v") if len(args) > 1 else None
+    return Scalar(float(v)) if isinstance(v, int | float) else None
+
+
+def _scale_of(g: Graph, n: Node) -> tuple[Scalar, object] | None:
+    """n = x * s, s * x or x / d with a positive constant: (the scale, x)."""
     if n.op == "mul":
         for i in (0, 1):
-            s, x = n.args[i], n.args[1 - i]
-            if isinstance(s, Scalar) and s.value > 0:
+            s, x = _constant(g, n.args[i]), n.args[1 - i]
+            if s is not None and s.value > 0 and isinstance(x, Ref):
                 return s, x
-    if n.op == "div" and isinstance(n.args[1], Scalar) and n.args[1].value > 0:
-        d = n.args[1]
+    d = _constant(g, n.args[1]) if n.op == "div" else None
+    if d is not None and d.value > 0:
         expr = f"1.0 / ({d.expr})" if d.expr is not None else None
         return Scalar(1.0 / d.value, expr), n.args[0]
     return None
 
 
-def _filled(n: Node) -> tuple[str, object] | None:
-    """n = where(c, -inf, x) (masked_fill with -inf): (c, x)."""
+def _no_score_reaches(c: Scalar | None) -> bool:
+    """-inf, or a fill so low (float32's minimum, as transformers fills) that exp(fill - max) is
+    exactly 0 unless the whole row is masked: then the softmax is SDPA's with -inf."""
+    return c is not None and not c.runtime and c.value <= -3.0e38
+
+
+def _filled(g: Graph, n: Node) -> tuple[tuple[str, str], object] | None:
+    """n = where(c, FILL, x) (masked_fill: masked where c != 0) or where(c, x, FILL) (torch.where with
+    a keep mask: masked where c == 0), FILL -inf or float32's minimum: ((how, c), x)."""
     if n.op != "where" or len(n.args) != 3 or not isinstance(n.args[0], Ref):
         return None
-    fill = n.args[1]
-    if not isinstance(fill, Scalar) or fill.runtime or not (math.isinf(fill.value) and fill.value < 0):
-        return None
-    return n.args[0].name, n.args[2]
+    c = n.args[0].name
+    if _no_score_reaches(_constant(g, n.args[1])) and isinstance(n.args[2], Ref):
+        return ("fill", c), n.args[2]
+    if _no_score_reaches(_constant(g, n.args[2])) and isinstance(n.args[1], Ref):
+        return ("keep", c), n.args[1]
+    return None
 
 
 def _added(g: Graph, n: Node) -> tuple[str, object] | None:
@@ -114,11 +136,11 @@ def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, tuple[str, str] | N
     scale: Scalar | None = None
     mask: tuple[str, str] | None = None
     while s is not None and s.op != "matmul" and _single_use(g, s.name):
-        sc, filled, added = _scale_of(s), _filled(s), _added(g, s)
+        sc, filled, added = _scale_of(g, s), _filled(g, s), _added(g, s)
         if sc is not None and scale is None:
             scale, nxt = sc
         elif filled is not None and mask is None:
-            mask, nxt = ("fill", filled[0]), filled[1]
+            mask, nxt = filled
         elif added is not None and mask is None and scale is None:
             mask, nxt = ("add", added[0]), added[1]
         else:
@@ -177,7 +199,7 @@ def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, Node | None]:
             "aten",
             [Ref(c.name)],
             {
-                "target": "aten.eq.Scalar",
+                "target": "aten.eq.Scalar" if m.mask[0] == "fill" else "aten.ne.Scalar",
                 "call": {"args": [{"arg": 0}, {"v": 0}], "kwargs": {}},
                 "tuple": False,
                 "island": "the attention mask, as the boolean SDPA takes",
@@ -221,7 +243,9 @@ def attention_to_sdpa(g: Graph) -> Rewrite | None:
         g.remove_dead()
         how = f"scale {m.scale.value:.6g}"
         if m.mask is not None:
-            how += f", -inf where {m.mask[1]} != 0" if m.mask[0] == "fill" else f", {m.mask[1]} added"
+            how += {"fill": f", -inf where {m.mask[1]} != 0", "keep": f", -inf where {m.mask[1]} == 0"}.get(
+                m.mask[0], f", {m.mask[1]} added"
+            )
         done.append(f"{n.name} = softmax({m.q} @ {m.k}^T) @ {m.v} ({how})")
     if not done:
         return None

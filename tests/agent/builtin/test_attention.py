@@ -153,6 +153,16 @@ def test_transformers_eager_attention_is_one_sdpa_call():
     _check(small, rewrites_first=False)  # the assertion still in the graph (no rewrite removed it as dead)
 
 
+def test_transformers_gpt2_where_with_the_minimum_is_one_sdpa_call():
+    """GPT-2's torch.where(causal_mask, scores, finfo.min) keeps where the mask is true (the other
+    branch from masked_fill), divides by a 0-d torch.full tensor and fills with one."""
+    src = (REPO / "benchmarks" / "blocks" / "hf_gpt2_eager_attention.py").read_text()
+    sizes = {"seq_len = 256": "seq_len = 24", "n_embd = 768": "n_embd = 48", "n_head = 12": "n_head = 4"}
+    for old, new in {**sizes, "batch_size = 4": "batch_size = 2", "n_positions = 1024": "n_positions = 32"}.items():
+        src = src.replace(old, new)
+    _check(src)
+
+
 @pytest.mark.parametrize("name", sorted(NEAR_MISSES))
 def test_near_misses_stay_written_out(name):
     assert _rewritten(NEAR_MISSES[name]) is None
