@@ -230,8 +230,9 @@ def attention_to_sdpa(g: Graph) -> Rewrite | None:
     """Every written-out attention in g as one SDPA call; None when there is none."""
     g = g.copy()
     done: list[str] = []
+    alive = {n.name for n in g.nodes}
     for n in list(g.nodes):
-        m = _match(g, n)
+        m = _match(g, n) if n.name in alive else None  # an earlier match may have removed n
         if m is None:
             continue
         node, keep = _sdpa_node(g, m)
@@ -241,6 +242,7 @@ def attention_to_sdpa(g: Graph) -> Rewrite | None:
         g.replace_uses(n.name, node.name)
         g.nodes.remove(n)
         g.remove_dead()
+        alive = {x.name for x in g.nodes}
         how = f"scale {m.scale.value:.6g}"
         if m.mask is not None:
             how += {"fill": f", -inf where {m.mask[1]} != 0", "keep": f", -inf where {m.mask[1]} == 0"}.get(
