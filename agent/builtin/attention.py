@@ -1,13 +1,14 @@
 """Attention written out as ops, recognised and called as one scaled-dot-product-attention kernel.
 
-`softmax(Q @ K^T * s, masked with -inf) @ V` (minGPT, GPT-2, BERT's self-attention as people write
-it) is what `F.scaled_dot_product_attention` computes. Written out, eager PyTorch writes the
+`softmax(Q @ K^T * s + mask) @ V` (minGPT, nanoGPT, BERT, transformers' eager attention as people
+write it) is what `F.scaled_dot_product_attention` computes. Written out, eager PyTorch writes the
 [..., L, S] score matrix and reads it back for the scale, the mask and the softmax; the SDPA
 kernels (FlashAttention, memory-efficient attention) keep each row block on chip and never write
 it. The rewrite is exact up to floating-point reassociation: SDPA adds the mask to the scaled
-scores, and `where(c, -inf, x)` is `x + (c ? -inf : 0)` bit for bit; a boolean mask `keep = (c == 0)`
-is what SDPA turns into that additive mask. Fully masked rows differ (the written form gives NaN,
-SDPA may give zeros): the sandbox's correctness check on the task's own mask decides.
+scores; `where(c, -inf, x)` is `x + (c ? -inf : 0)` bit for bit, which SDPA builds from the boolean
+`c == 0`, and a fill of float32's minimum gives the same softmax because exp underflows to 0. Fully
+masked rows differ (NaN or a uniform row written out, possibly zeros in SDPA): the sandbox's
+correctness check on the task's own mask decides.
 
 The result is an ATen call (an island), so it is offered only under torch-ops=allow.
 """
@@ -42,7 +43,7 @@ def _single_use(g: Graph, name: str) -> bool:
     return len(users) == 1 and name not in g.output.refs()
 
 
-def _softmax_dim(p: Node) -> object:
+def _softmax_dim(p: Node) -> int | None:
     """The dim of a softmax node: the IR's, or an ATen island's (`softmax(x, dim, dtype=float32)`, as
     transformers' eager attention calls it on float32 scores); None for anything else."""
     if p.op == "softmax":
@@ -257,7 +258,7 @@ def attention_to_sdpa(g: Graph) -> Rewrite | None:
         "Recognised " + "; ".join(done) + ". F.scaled_dot_product_attention computes the same "
         "softmax(Q K^T s + mask) V in one fused kernel (memory-efficient or flash attention) that keeps each "
         "block of scores on chip: the L x S score matrix is never written, where eager writes it and reads "
-        "it back for the scale, the mask and the softmax. The -inf fill becomes SDPA's boolean mask "
-        "(keep where the condition is 0): the same additive -inf.",
+        "it back for the scale, the mask and the softmax. A -inf (or float32-minimum) fill becomes SDPA's "
+        "boolean mask of the kept positions, an added mask its additive mask.",
         g,
     )
