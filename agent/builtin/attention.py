@@ -15,13 +15,15 @@ The result is an ATen call (an island), so it is offered only under torch-ops=al
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from agent.builtin.graph import Graph, Node, Ref, Scalar
+from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
 from agent.builtin.rewrites import Rewrite
 
 SDPA = "aten.scaled_dot_product_attention.default"
 _PASS_THROUGH = ("contiguous", "identity")  # ops on the probabilities that compute nothing
+_REGROUP = ("view", "reshape")
 
 
 @dataclass
@@ -33,6 +35,7 @@ class _Match:
     scale: Scalar
     # ("fill", c): -inf where c != 0; ("keep", c): -inf where c == 0; ("add", m): m added to the scaled scores
     mask: tuple[str, str] | None
+    batch: list[int]  # the batch dims SDPA runs over (the mask's, where views regroup them)
 
 
 _ASSERTS = ("aten._assert_tensor_metadata.default",)  # `.to(same dtype)` leaves a check that reads no value
@@ -125,17 +128,27 @@ def _added(g: Graph, n: Node) -> tuple[str, object] | None:
         return None
     for i in (0, 1):
         x, m = g.node(n.args[i].name), g.node(n.args[1 - i].name)
-        scores_like = x.shape == n.shape and x.op in ("matmul", "mul", "div", "where") and _single_use(g, x.name)
+        scores_like = x.shape == n.shape and x.op in ("matmul", "mul", "div", "where", *_REGROUP)
+        scores_like = scores_like and _single_use(g, x.name)
         if scores_like and m.dtype in (None, "float32") and len(m.dims) <= len(n.dims):
             return m.name, Ref(x.name)
     return None
 
 
-def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, tuple[str, str] | None] | None:
-    """Walk from the softmax's input to the Q @ K^T matmul through at most one positive scale and
-    one mask; a mask added after the scale only (SDPA adds it to the scaled scores)."""
+def _regroups_batch(g: Graph, n: Node) -> bool:
+    """n is a view that only regroups the batch dims ([B*H, L, S] <-> [B, H, L, S], as CLIP before
+    transformers 4.48 adds its masks): the last two dims and the element count stay."""
+    src = _ref_node(g, n.args[0]) if n.op in _REGROUP and n.args else None
+    return src is not None and src.dims[-2:] == n.dims[-2:] and src.numel == n.numel
+
+
+def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, tuple[str, str] | None, list[int] | None] | None:
+    """Walk from the softmax's input to the Q @ K^T matmul through at most one positive scale, one
+    mask (added after the scale only: SDPA adds it to the scaled scores) and views that regroup the
+    batch dims; also the batch dims where the mask applies (None without a mask)."""
     scale: Scalar | None = None
     mask: tuple[str, str] | None = None
+    batch: list[int] | None = None
     while s is not None and s.op != "matmul" and _single_use(g, s.name):
         sc, filled, added = _scale_of(g, s), _filled(g, s), _added(g, s)
         if sc is not None and scale is None:
@@ -144,12 +157,16 @@ def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, tuple[str, str] | N
             mask, nxt = filled
         elif added is not None and mask is None and scale is None:
             mask, nxt = ("add", added[0]), added[1]
+        elif _regroups_batch(g, s):
+            nxt = s.args[0]
         else:
             return None
+        if s.op not in _REGROUP and mask is not None and batch is None:
+            batch = s.dims[:-2]
         s = _ref_node(g, nxt)
     if s is None or s.op != "matmul" or not _single_use(g, s.name):
         return None
-    return s, scale or Scalar(1.0), mask
+    return s, scale or Scalar(1.0), mask, batch
 
 
 def _match(g: Graph, out: Node) -> _Match | None:
@@ -165,14 +182,14 @@ def _match(g: Graph, out: Node) -> _Match | None:
     found = _scores(g, _ref_node(g, p.args[0]))
     if found is None:
         return None
-    s, scale, mask = found
+    s, scale, mask, batch = found
     q, kt = _ref_node(g, s.args[0]), _ref_node(g, s.args[1])
     if q is None or kt is None or not _swaps_last_two(kt) or not isinstance(kt.args[0], Ref):
         return None
     k = g.node(kt.args[0].name)
-    if not _shapes_fit(q, k, v, s):
+    if not _shapes_fit(q, k, v, s) or (batch is not None and math.prod(batch) != math.prod(q.dims[:-2])):
         return None
-    return _Match(out, q.name, k.name, v.name, scale, mask)
+    return _Match(out, q.name, k.name, v.name, scale, mask, batch if batch is not None else q.dims[:-2])
 
 
 def _shapes_fit(q: Node, k: Node, v: Node, scores: Node) -> bool:
@@ -184,6 +201,41 @@ def _shapes_fit(q: Node, k: Node, v: Node, scores: Node) -> bool:
     if not (len(qs) == len(ks) == len(vs) >= 3) or qs[:-2] != ks[:-2] or qs[:-2] != vs[:-2]:
         return False
     return qs[-1] == ks[-1] and ks[-2] == vs[-2] and scores.dims[-2:] == [qs[-2], ks[-2]]
+
+
+def _regrouped(g: Graph, name: str, batch: list[int]) -> Node | None:
+    """A reshape of `name` to `batch` + its last two dims; None where its batch dims already are."""
+    n = g.node(name)
+    if n.dims[:-2] == batch:
+        return None
+    return Node(
+        g.fresh(f"{name}_heads"),
+        "reshape",
+        [Ref(name), Lit([*batch, *n.dims[-2:]])],
+        shape=[*batch, *n.dims[-2:]],
+        dtype=n.dtype,
+    )
+
+
+def _sdpa_nodes(g: Graph, m: _Match) -> list[Node]:
+    """The nodes that replace m.out, in order; the last one is read where m.out was."""
+    views: dict[str, Node | None] = {x: _regrouped(g, x, m.batch) for x in (m.q, m.k, m.v)}
+    names = {x: (view.name if view is not None else x) for x, view in views.items()}
+    m.q, m.k, m.v = names[m.q], names[m.k], names[m.v]
+    sdpa, keep = _sdpa_node(g, m)
+    out = sdpa.dims
+    back = (
+        None
+        if out == m.out.dims
+        else Node(
+            g.fresh("sdpa_out"),
+            "reshape",
+            [Ref(sdpa.name), Lit(list(m.out.dims))],
+            shape=list(m.out.dims),
+            dtype="float32",
+        )
+    )
+    return [x for x in (*views.values(), keep, sdpa, back) if x is not None]
 
 
 def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, Node | None]:
@@ -221,7 +273,7 @@ def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, Node | None]:
             "tuple": False,
             "island": "fused attention: PyTorch's flash or memory-efficient kernel, the score matrix never written",
         },
-        shape=list(m.out.dims),
+        shape=[*m.batch, *m.out.dims[-2:]],
         dtype="float32",
     )
     return node, keep
@@ -236,11 +288,11 @@ def attention_to_sdpa(g: Graph) -> Rewrite | None:
         m = _match(g, n) if n.name in alive else None  # an earlier match may have removed n
         if m is None:
             continue
-        node, keep = _sdpa_node(g, m)
-        for extra in (keep, node):
-            if extra is not None:
-                g.insert_before(n.name, extra)
-        g.replace_uses(n.name, node.name)
+        q, k, v = m.q, m.k, m.v
+        nodes = _sdpa_nodes(g, m)
+        for extra in nodes:
+            g.insert_before(n.name, extra)
+        g.replace_uses(n.name, nodes[-1].name)
         g.nodes.remove(n)
         g.remove_dead()
         alive = {x.name for x in g.nodes}
@@ -249,7 +301,7 @@ def attention_to_sdpa(g: Graph) -> Rewrite | None:
             how += {"fill": f", -inf where {m.mask[1]} != 0", "keep": f", -inf where {m.mask[1]} == 0"}.get(
                 m.mask[0], f", {m.mask[1]} added"
             )
-        done.append(f"{n.name} = softmax({m.q} @ {m.k}^T) @ {m.v} ({how})")
+        done.append(f"{n.name} = softmax({q} @ {k}^T) @ {v} ({how})")
     if not done:
         return None
     return Rewrite(

@@ -140,6 +140,8 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
             env[n.name] = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
         elif op == "derived":
             env[n.name] = _derived(n.attrs, [v(x) for x in a])
+        elif op == "constant":
+            env[n.name] = torch.tensor(at["value"], dtype=getattr(torch, at.get("dtype") or "float32"))
         elif op == "aten":
             env[n.name] = _aten(at, [v(x) for x in a], scope)
         else:

@@ -183,6 +183,17 @@ def test_transformers_gpt2_where_with_the_minimum_is_one_sdpa_call():
     _check(src)
 
 
+def test_clip_scores_viewed_to_heads_for_the_mask_are_one_sdpa_call():
+    """CLIP before transformers 4.48: bmm over [B*H, L, E], the scores viewed to [B, H, L, S] for the
+    causal mask's add and back; SDPA runs over [B, H] (q, k, v reshaped) and its result is viewed back."""
+    src = (REPO / "benchmarks" / "blocks" / "hf_clip_encoder_layer.py").read_text()
+    for old, new in {"seq_len = 77": "seq_len = 13", "hidden_size = 256": "hidden_size = 32"}.items():
+        src = src.replace(old, new)
+    _check(src.replace("intermediate_size = 1024", "intermediate_size = 64"))
+    sdpa = next(n for n in _rewritten(src).graph.nodes if n.attrs.get("target") == SDPA)
+    assert sdpa.dims == [4, 4, 13, 8], sdpa.dims
+
+
 @pytest.mark.parametrize("name", sorted(NEAR_MISSES))
 def test_near_misses_stay_written_out(name):
     assert _rewritten(NEAR_MISSES[name]) is None
