@@ -40,6 +40,7 @@ from typing import Any
 
 from agent.builtin import BuiltinPolicy
 from agent.builtin.convsearch import TAG as SEARCH_TAG
+from agent.builtin.cudagraph import TAG as GRAPH_TAG
 from agent.evaluator import LocalEvaluator
 from agent.events import EvaluationEvent
 from agent.loop import Budgets, run
@@ -49,7 +50,6 @@ from sandbox import devmem
 
 BLOCKS_DIR = Path(__file__).resolve().parent / "blocks"
 FALLBACK_LABEL = "The reference's own computation"
-GRAPH_TAG = "[CUDA graph]"
 
 
 def shrink_ints(source: str, cap: int = 32, floor: int = 64, batch_apart: bool = False) -> str:

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
-from agent.builtin.rewrites import Rewrite
+from agent.builtin.rewrites import Rewrite, single_use, transposed_dims
 
 SDPA = "aten.scaled_dot_product_attention.default"
 _PASS_THROUGH = ("contiguous", "identity")  # ops on the probabilities that compute nothing
@@ -36,14 +36,6 @@ class _Match:
     # ("fill", c): -inf where c != 0; ("keep", c): -inf where c == 0; ("add", m): m added to the scaled scores
     mask: tuple[str, str] | None
     batch: list[int]  # the batch dims SDPA runs over (the mask's, where views regroup them)
-
-
-_ASSERTS = ("aten._assert_tensor_metadata.default",)  # `.to(same dtype)` leaves a check that reads no value
-
-
-def _single_use(g: Graph, name: str) -> bool:
-    users = [u for u in g.users(name) if u.attrs.get("target") not in _ASSERTS]
-    return len(users) == 1 and name not in g.output.refs()
 
 
 def _softmax_dim(p: Node) -> int | None:
@@ -67,12 +59,7 @@ def _ref_node(g: Graph, a: object) -> Node | None:
 
 def _swaps_last_two(n: Node) -> bool:
     nd = len(n.dims)
-    if n.op == "t":
-        return nd == 2
-    if n.op == "transpose" and len(n.args) == 3:
-        dims = {getattr(a, "value", None) for a in n.args[1:3]}
-        return {d % nd for d in dims if isinstance(d, int)} == {nd - 2, nd - 1}
-    return False
+    return n.op in ("t", "transpose") and tuple(d % nd for d in transposed_dims(n)) == (nd - 2, nd - 1)
 
 
 def _constant(g: Graph, a: object) -> Scalar | None:
@@ -129,7 +116,7 @@ def _added(g: Graph, n: Node) -> tuple[str, object] | None:
     for i in (0, 1):
         x, m = g.node(n.args[i].name), g.node(n.args[1 - i].name)
         scores_like = x.shape == n.shape and x.op in ("matmul", "mul", "div", "where", *_REGROUP)
-        scores_like = scores_like and _single_use(g, x.name)
+        scores_like = scores_like and single_use(g, x.name)
         if scores_like and m.dtype in (None, "float32") and len(m.dims) <= len(n.dims):
             return m.name, Ref(x.name)
     return None
@@ -149,7 +136,7 @@ def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, tuple[str, str] | N
     scale: Scalar | None = None
     mask: tuple[str, str] | None = None
     batch: list[int] | None = None
-    while s is not None and s.op != "matmul" and _single_use(g, s.name):
+    while s is not None and s.op != "matmul" and single_use(g, s.name):
         sc, filled, added = _scale_of(g, s), _filled(g, s), _added(g, s)
         if sc is not None and scale is None:
             scale, nxt = sc
@@ -164,7 +151,7 @@ def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, tuple[str, str] | N
         if s.op not in _REGROUP and mask is not None and batch is None:
             batch = s.dims[:-2]
         s = _ref_node(g, nxt)
-    if s is None or s.op != "matmul" or not _single_use(g, s.name):
+    if s is None or s.op != "matmul" or not single_use(g, s.name):
         return None
     return s, scale or Scalar(1.0), mask, batch
 
@@ -173,9 +160,9 @@ def _match(g: Graph, out: Node) -> _Match | None:
     if out.op != "matmul" or len(out.args) != 2:
         return None
     p, v = _ref_node(g, out.args[0]), _ref_node(g, out.args[1])
-    while p is not None and p.op in _PASS_THROUGH and _single_use(g, p.name):
+    while p is not None and p.op in _PASS_THROUGH and single_use(g, p.name):
         p = _ref_node(g, p.args[0])
-    if p is None or v is None or not _single_use(g, p.name) or p.dtype not in (None, "float32"):
+    if p is None or v is None or not single_use(g, p.name) or p.dtype not in (None, "float32"):
         return None
     if _softmax_dim(p) not in (-1, len(p.dims) - 1):
         return None
@@ -282,6 +269,7 @@ def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, Node | None]:
 def attention_to_sdpa(g: Graph) -> Rewrite | None:
     """Every written-out attention in g as one SDPA call; None when there is none."""
     g = g.copy()
+    g.remove_dead()  # `.to(the same dtype)` leaves a metadata assertion that would read the probabilities
     done: list[str] = []
     alive = {n.name for n in g.nodes}
     for n in list(g.nodes):

@@ -23,6 +23,7 @@ from typing import Any
 
 from agent.builtin.attention import attention_to_sdpa
 from agent.builtin.convsearch import TAG, has_convolutions, with_search
+from agent.builtin.cudagraph import TAG as GRAPH_TAG
 from agent.builtin.fallback import fallback_model
 from agent.builtin.fusion import Plan
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
@@ -310,7 +311,7 @@ class BuiltinPolicy(Policy):
         if self.torch_ops == "allow":
             # taken only if no generated candidate turned out correct (decided when its turn comes)
             self.steps.append(_Step("fallback", FALLBACK_TITLE))
-            if backend == "cuda":  # taken only if the fallback is the best and host-bound
+            if backend == "cuda":  # taken only if the fallback ran correct and launch-bound
                 self.steps.append(_Step("refgraph", REFERENCE_GRAPH_TITLE))
         self._plan_search(self.final_graph)
         self.steps.append(_Step("restore"))
@@ -711,7 +712,7 @@ class BuiltinPolicy(Policy):
             cand.kernel_path, ""
         ):  # the best's launch configuration: only the forward changes
             cand.files.update({p: t for p, t in best.files.items() if p.startswith("kernels/")})
-        self.pending = _Tried(f"{best.label.split(' [')[0]} [CUDA graph]", cand.files, graph=best.graph, gemm=best.gemm)
+        self.pending = _Tried(f"{best.label.split(' [')[0]} {GRAPH_TAG}", cand.files, graph=best.graph, gemm=best.gemm)
         msg = (
             head + f"{self.steps[self.pos - 1].title}: the best candidate ('{best.label}') is host-bound: each call "
             f"spends {_ms(best.host_ms)} on the host (Python, allocations and {launches} launches) against "
@@ -776,20 +777,20 @@ class BuiltinPolicy(Policy):
         island) can edge it within noise, and the graph then competes with both."""
         assert self.task is not None
         head = self._report_last() if head is None else head
-        best = next((t for t in self.tried if t.label == FALLBACK_TITLE and t.correct), None)
-        if best is None:
+        ref = next((t for t in self.tried if t.label == FALLBACK_TITLE and t.correct), None)
+        if ref is None:
             return self._next_or_finish(head)
-        if best.host_ms is None or best.device_ms is None or best.host_ms < 0.5 * best.device_ms:
-            host = "not measured" if best.host_ms is None else _ms(best.host_ms)
+        if ref.host_ms is None or ref.device_ms is None or ref.host_ms < 0.5 * ref.device_ms:
+            host = "not measured" if ref.host_ms is None else _ms(ref.host_ms)
             why = f"the reference's forward is not launch-bound ({host} of host time per call"
             return self._next_or_finish(
-                head + f"No CUDA graph of the reference: {why}, {_ms(best.device_ms)} on the device).\n\n"
+                head + f"No CUDA graph of the reference: {why}, {_ms(ref.device_ms)} on the device).\n\n"
             )
         files = {"model_new.py": fallback_model(self.task.source, [REFERENCE_GRAPH_TITLE], graphed=True)}
-        self.pending = _Tried(f"{FALLBACK_TITLE} [CUDA graph]", files)
+        self.pending = _Tried(f"{FALLBACK_TITLE} {GRAPH_TAG}", files)
         msg = (
             head + f"The reference's own computation is correct, and launching it is a large part of its "
-            f"time ({_ms(best.host_ms)} of host time per call against {_ms(best.device_ms)} on the device). "
+            f"time ({_ms(ref.host_ms)} of host time per call against {_ms(ref.device_ms)} on the device). "
             "Replay its forward as one CUDA graph per input shape: the same ops and kernels, one launch per call; "
             "each call copies its inputs into the graph's buffers and returns a copy of the result, and a changed "
             "parameter or buffer recaptures. The timing decides."
@@ -924,7 +925,7 @@ class BuiltinPolicy(Policy):
                     "Not optimised: " + why + ". The candidate is the reference's own computation (every op "
                     "the library/ATen call the reference makes), verified correct. " + summary
                 )
-                if best.label.endswith("[CUDA graph]"):
+                if best.label.endswith(GRAPH_TAG):
                     summary += (
                         " Its speed is the reference's own ops replayed as one CUDA graph (one launch per call, as "
                         "torch.compile's reduce-overhead mode does): no kernel was generated for it."

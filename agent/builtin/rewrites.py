@@ -31,7 +31,8 @@ def _scalar(a: object) -> bool:
     return isinstance(a, Scalar)
 
 
-def _single_use(g: Graph, name: str) -> bool:
+def single_use(g: Graph, name: str) -> bool:
+    """name is read by one node and is not an output: a rewrite may fold it into that node."""
     return len(g.users(name)) == 1 and name not in g.output.refs()
 
 
@@ -71,7 +72,7 @@ def remove_identities(g: Graph) -> Rewrite | None:
                 src = n.args[0]
             elif n.op in ("transpose", "t") and isinstance(n.args[0], Ref):
                 inner = g.node(n.args[0].name)
-                if inner.op == n.op and _tdims(inner) == _tdims(n) and isinstance(inner.args[0], Ref):
+                if inner.op == n.op and transposed_dims(inner) == transposed_dims(n) and isinstance(inner.args[0], Ref):
                     src = inner.args[0]
             if isinstance(src, Ref) and g.node(src.name).shape == n.shape:
                 g.replace_uses(n.name, src.name)
@@ -90,7 +91,8 @@ def remove_identities(g: Graph) -> Rewrite | None:
     )
 
 
-def _tdims(n: Node) -> tuple:
+def transposed_dims(n: Node) -> tuple:
+    """The two dims a transpose (or .t()) swaps, sorted."""
     if n.op == "t":
         return (-2, -1)
     nd = _ndim(n)
@@ -176,7 +178,7 @@ def scale_through_reduction(g: Graph) -> Rewrite | None:
         if n.op not in ("sum", "mean") or not isinstance(n.args[0], Ref):
             continue
         m = g.node(n.args[0].name)
-        if m.op not in ("mul", "div") or not _single_use(g, m.name):
+        if m.op not in ("mul", "div") or not single_use(g, m.name):
             continue
         if m.op == "mul" and _scalar(m.args[0]):
             s, x = m.args[0], m.args[1]
@@ -238,7 +240,7 @@ def fold_scalar_chains(g: Graph) -> Rewrite | None:
                 continue
             inner = g.node(f_out[0].name)
             f_in = _as_factor(inner)
-            if f_in is None or not _single_use(g, inner.name):
+            if f_in is None or not single_use(g, inner.name):
                 continue
             s = _combine(f_in[1], f_in[2], f_out[1], f_out[2])
             n.op, n.args = "mul", [f_in[0], s]
@@ -265,7 +267,7 @@ def linear_sum_to_matvec(g: Graph) -> Rewrite | None:
         if n.op != "sum" or not isinstance(n.args[0], Ref):
             continue
         lin = g.node(n.args[0].name)
-        if lin.op != "linear" or not _single_use(g, lin.name):
+        if lin.op != "linear" or not single_use(g, lin.name):
             continue
         nd = _ndim(lin)
         dims = n.attrs.get("dim")
@@ -331,7 +333,7 @@ def fold_batchnorm(g: Graph) -> Rewrite | None:
         if n.op != "batchnorm" or not isinstance(n.args[0], Ref):
             continue
         prod = g.node(n.args[0].name)
-        if prod.op not in ("conv2d", "linear") or not _single_use(g, prod.name):
+        if prod.op not in ("conv2d", "linear") or not single_use(g, prod.name):
             continue
         if prod.op == "linear" and _ndim(prod) != 2:
             continue

@@ -44,3 +44,11 @@ SMALL = {
 @pytest.fixture
 def small_source():
     return lambda name: task_source(name, **SMALL.get(name, {}))
+
+
+def cuda_options(tmp_path: Path, **kw):
+    """EvalOptions for the GPU tests: cuda, no torch.compile baseline, a short timing budget."""
+    from sandbox import EvalOptions
+
+    base = {"compile_baseline": False, "timing_budget_s": 0.2, "cache_dir": str(tmp_path), "eval_timeout_s": 300}
+    return EvalOptions(backend="cuda", **{**base, **kw})

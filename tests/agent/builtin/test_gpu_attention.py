@@ -14,8 +14,9 @@ from agent.builtin.attention import attention_to_sdpa  # noqa: E402
 from agent.builtin.graph import analyze_source  # noqa: E402
 from agent.builtin.pipeline import build_candidate  # noqa: E402
 from agent.builtin.rewrites import all_rewrites  # noqa: E402
-from sandbox import EvalOptions, evaluate  # noqa: E402
+from sandbox import evaluate  # noqa: E402
 
+from .conftest import cuda_options  # noqa: E402
 from .test_attention import ADDITIVE, CAUSAL  # noqa: E402
 
 
@@ -30,14 +31,7 @@ def test_sdpa_candidate_passes_the_sandbox(name, src, tmp_path):
     g = rw[-1].graph if rw else an.graph
     sdpa = attention_to_sdpa(g)
     assert sdpa is not None
-    opts = EvalOptions(
-        backend="cuda",
-        torch_ops="allow",
-        compile_baseline=False,
-        timing_budget_s=0.3,
-        cache_dir=str(tmp_path),
-        eval_timeout_s=300,
-    )
+    opts = cuda_options(tmp_path, torch_ops="allow", timing_budget_s=0.3)
     written = evaluate(big, build_candidate(g, an.data, "cuda", torch_ops="allow").files, opts)
     fused = evaluate(big, build_candidate(sdpa.graph, an.data, "cuda", torch_ops="allow").files, opts)
     assert written.status.value == "ok", written.reasons

@@ -12,9 +12,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 from agent.builtin.graph import analyze_source  # noqa: E402
 from agent.builtin.pipeline import build_candidate  # noqa: E402
 from agent.builtin.rewrites import all_rewrites  # noqa: E402
-from sandbox import EvalOptions, evaluate  # noqa: E402
+from sandbox import evaluate  # noqa: E402
 
-from .conftest import task_source  # noqa: E402
+from .conftest import cuda_options, task_source  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -29,9 +29,7 @@ def test_graphed_forward_passes_the_sandbox(name, sizes, tmp_path):
     an = analyze_source(src, profile=False)
     rw = all_rewrites(an.graph)
     g = rw[-1].graph if rw else an.graph
-    opts = EvalOptions(
-        backend="cuda", compile_baseline=False, timing_budget_s=0.2, cache_dir=str(tmp_path), eval_timeout_s=300
-    )
+    opts = cuda_options(tmp_path)
     plain = evaluate(src, build_candidate(g, an.data, "cuda").files, opts)
     graphed = evaluate(src, build_candidate(g, an.data, "cuda", graph=True).files, opts)
     assert plain.status.value == "ok", plain.reasons
@@ -73,14 +71,7 @@ def test_graphed_reference_passes_the_sandbox(tmp_path):
     computation passes (fresh inputs, the shape trial falls back to a new capture), and graph launches."""
     from agent.builtin.fallback import fallback_model
 
-    opts = EvalOptions(
-        backend="cuda",
-        torch_ops="allow",
-        compile_baseline=False,
-        timing_budget_s=0.2,
-        cache_dir=str(tmp_path),
-        eval_timeout_s=300,
-    )
+    opts = cuda_options(tmp_path, torch_ops="allow")
     plain = evaluate(LSTM_TASK, {"model_new.py": fallback_model(LSTM_TASK, ["test"])}, opts)
     graphed = evaluate(LSTM_TASK, {"model_new.py": fallback_model(LSTM_TASK, ["test"], graphed=True)}, opts)
     assert plain.status.value == "ok", plain.reasons
