@@ -1030,12 +1030,16 @@ def replayed_calls(prints: list[tuple[int, float]], bounds: list) -> int:
     """Timed calls whose output repeats, bit for bit, the output of a call on another input set
     whose expected output differs. A replayed output can pass the bound check where the sets'
     expected outputs lie within the tolerance of each other (a softmax of 16k near-equal values),
-    but an honest output of other inputs never has the same projection to the last bit."""
+    but an honest output of other inputs never has the same projection to the last bit. A set
+    without a bound (its reference output is not finite) has no expected value to tell apart, so
+    it is left to the correctness trials here as in the bound check."""
     first: dict[float, int] = {}
     replayed = 0
     for k, value in prints:
         j = first.setdefault(value, k)
-        if j != k and 0 <= j < len(bounds) and 0 <= k < len(bounds) and bounds[j][0] != bounds[k][0]:
+        bj = bounds[j] if 0 <= j < len(bounds) else None
+        bk = bounds[k] if 0 <= k < len(bounds) else None
+        if j != k and bj is not None and bk is not None and bj[0] != bk[0]:
             replayed += 1
     return replayed
 

@@ -48,3 +48,7 @@ def test_an_output_repeated_across_input_sets_is_a_replay():
     assert replayed_calls(replay, bounds) == 1  # set 2 expects what set 0 does: a repeat there is no proof
     constant = [(0, 3.0), (1, 3.0)]  # a task whose output does not depend on its input
     assert replayed_calls(constant, [(3.0, 0.1), (3.0, 0.1)]) == 0
+    # a set whose reference output is not finite has no bound (a causal mask with fully masked rows):
+    # the rule must still judge the other sets, not raise (it raised on None, 2026-12-05)
+    assert replayed_calls(replay, [(1.0, 0.5), None, (1.2, 0.5)]) == 1
+    assert replayed_calls(replay, [None, None, None]) == 0
