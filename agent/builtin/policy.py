@@ -233,9 +233,17 @@ class BuiltinPolicy(Policy):
         cuDNN's search on it), unless the reference itself raises."""
         assert self.analysis is not None
         if self.torch_ops == "allow" and not self.analysis.data.get("task_fails"):
-            self.steps.append(_Step("fallback", FALLBACK_TITLE))
+            self._plan_reference()
             self._plan_search(None)
         self.steps.append(_Step("finish"))
+
+    def _plan_reference(self) -> None:
+        """Under torch-ops=allow: the reference's own computation, taken only if no generated
+        candidate turned out correct, and on cuda that computation replayed as one CUDA graph,
+        taken only if it ran correct and launch-bound (both decided when their turn comes)."""
+        self.steps.append(_Step("fallback", FALLBACK_TITLE))
+        if self.backend == "cuda":
+            self.steps.append(_Step("refgraph", REFERENCE_GRAPH_TITLE))
 
     def _plan_generated(self, g: Graph) -> None:
         assert self.task is not None and self.analysis is not None
@@ -309,10 +317,7 @@ class BuiltinPolicy(Policy):
             # taken only if the best candidate turns out host-bound (decided when its turn comes)
             self.steps.append(_Step("graph", "Replay the forward as one CUDA graph"))
         if self.torch_ops == "allow":
-            # taken only if no generated candidate turned out correct (decided when its turn comes)
-            self.steps.append(_Step("fallback", FALLBACK_TITLE))
-            if backend == "cuda":  # taken only if the fallback ran correct and launch-bound
-                self.steps.append(_Step("refgraph", REFERENCE_GRAPH_TITLE))
+            self._plan_reference()
         self._plan_search(self.final_graph)
         self.steps.append(_Step("restore"))
         self.steps.append(_Step("finish"))

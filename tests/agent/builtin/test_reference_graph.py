@@ -26,7 +26,7 @@ def test_graphed_reference_on_cpu_is_the_reference():
     assert "_kw_graphs" not in new.__dict__, "a CPU call captured a graph"
 
 
-def _cuda_policy(monkeypatch, torch_ops="allow"):
+def _cuda_policy(monkeypatch, torch_ops="allow", source=LSTM_TASK):
     """The policy planned for cuda on this CPU machine (the analysis runs on the CPU)."""
     import agent.builtin.policy as policy_mod
     from agent.builtin.policy import BuiltinPolicy
@@ -35,7 +35,7 @@ def _cuda_policy(monkeypatch, torch_ops="allow"):
     real = policy_mod.analyze_source
     monkeypatch.setattr(policy_mod, "analyze_source", lambda src, device, **k: real(src, device="cpu", **k))
     pol = BuiltinPolicy(max_variants=1, profile_best=False)
-    pol.reset(TaskInfo("lstm", LSTM_TASK, "cuda", options={"torch_ops": torch_ops}), [], [])
+    pol.reset(TaskInfo("lstm", source, "cuda", options={"torch_ops": torch_ops}), [], [])
     return pol
 
 
@@ -76,3 +76,36 @@ def test_the_reference_graph_is_tried_only_for_a_launch_bound_fallback(monkeypat
     pol.tried = [generated, _fallback_best(1.9, 2.0)]  # a generated candidate edged the fallback in noise
     pol._reference_graph_action(head="")
     assert pol.pending is not None and pol.pending.label.endswith("[CUDA graph]")
+
+
+UNCAPTURED_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.abs().max().item() > 1e6:  # data-dependent control flow: no graph to generate from
+            return y * 0
+        return torch.tanh(y)
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_forward_that_cannot_be_captured_still_gets_the_reference_graph(monkeypatch):
+    """Captures can fail where the graph would pay most (bidirectional RNNs ran the analysis out of
+    CPU time): the reference's computation and its CUDA graph do not need a captured graph."""
+    pol = _cuda_policy(monkeypatch, source=UNCAPTURED_TASK)
+    assert not pol.analysis.ok
+    kinds = [s.kind for s in pol.steps]
+    assert kinds[:3] == ["analyse", "fallback", "refgraph"] and kinds[-1] == "finish", kinds
+    assert "refgraph" not in [s.kind for s in _cuda_policy(monkeypatch, "forbid", UNCAPTURED_TASK).steps]
