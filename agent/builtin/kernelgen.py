@@ -823,7 +823,7 @@ def _lane_body(
 
 def _cuda_elementwise(plan: Plan, grp: Group, body: _Body, sig: KernelSig, config: dict) -> str:
     block = int(config.get("block", 256))
-    full_out, _ = _final_targets(grp)
+    full_out, row_out = _final_targets(grp)
     nodes = body.cone(full_out)
     ks = body.operands_of(nodes)
     row_ks = [k for k, o in enumerate(grp.operands) if o.kind in (ROW, ROWGEN, SCALAR)]
@@ -844,6 +844,8 @@ def _cuda_elementwise(plan: Plan, grp: Group, body: _Body, sig: KernelSig, confi
         L.append(f"        const float a{k} = {body.row_load(k)};")
     # per-row values (batch norm's rsqrt(var + eps) per channel): once per element group, not per lane
     L += ["        " + s for s in body.compute(body.row_nodes_ready(set()), "")]
+    # a per-row output (a 0-d tensor's log, a per-head scale): written by the row's first element
+    L += [f"        if (c0 == 0) out{out_index[o]}[r] = v_{o};" for o in row_out]
     L.append("        if constexpr (VEC == 4) {")
     L += ["            " + s for s in _lane_body(body, nodes, ks, 4, (FULL, COL))]
     for o in full_out:

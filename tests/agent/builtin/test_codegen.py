@@ -112,6 +112,69 @@ def test_every_value_a_cuda_kernel_reads_is_defined():
     assert checked >= len(task_paths())
 
 
+LOGIT_SCALE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self, heads):
+        super().__init__()
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones((heads, 1, 1))))
+
+    def forward(self, q, k):
+        attn = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        scale = torch.clamp(self.logit_scale, max=torch.log(torch.tensor(1.0 / 0.01, device=q.device))).exp()
+        return torch.softmax(attn * scale, dim=-1)
+
+def get_inputs():
+    return [torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8)]
+
+def get_init_inputs():
+    return [3]
+"""
+
+
+def _stores(code: str, marker: str) -> list[tuple[str, set[str], set[str]]]:
+    """(kernel head, output pointers it is given, output pointers it stores to) per kernel."""
+    import re
+
+    out = []
+    for kernel in code.split(marker)[1:]:
+        head, _, body = kernel.partition("{")
+        given = set(re.findall(r"float\* __restrict__ (out\d+)", head))
+        stored = set(re.findall(r"\b(out\d+)\[[^]]*\] =", body))
+        stored |= set(re.findall(r"reinterpret_cast<float4\*>\((out\d+)", body))
+        stored |= set(re.findall(r"\b(out\d+) \+ [^;]*\) = ", body))
+        out.append((head.strip()[:80], given, stored))
+    return out
+
+
+def test_every_output_a_kernel_is_given_is_written():
+    """Each output pointer is stored to, in every generated kernel (CUDA and C++), for every suite
+    task and for SwinV2's per-head logit scale (the log of a 0-d tensor, a value per row with no
+    reduction). The CUDA elementwise kernel wrote only full-size outputs: the scale was left as
+    uninitialised memory and every SwinV2 candidate put out NaN on the H100 (2026-12-05)."""
+    an = analyze_source(LOGIT_SCALE, profile=False)
+    assert an.ok, an.error
+    cases = [("logit_scale", an, all_rewrites(an.graph))] + list(_suite_analyses())
+    checked = 0
+    for name, an, rw in cases:
+        for g in [an.graph] + ([rw[-1].graph] if rw else []):
+            for backend, path, marker in (
+                ("cuda", "kernels/fused.cu", "__global__"),
+                ("cpu", "kernels/fused.cpp", 'extern "C"'),
+            ):
+                try:
+                    code = build_candidate(g, an.data, backend).files[path]
+                except GenerationError:
+                    continue
+                for head, given, stored in _stores(code, marker):
+                    checked += 1
+                    assert given <= stored, f"{name} ({backend}): {head} never writes {sorted(given - stored)}"
+    assert checked > 2 * len(task_paths())
+
+
 def test_kernels_say_what_they_fuse_and_the_bytes_they_move():
     cand = _candidate(task_source("rmsnorm_swish", rows=64, hidden=256), "cpu")
     code = cand.files["kernels/fused.cpp"]
