@@ -310,6 +310,8 @@ class _Builder:
         return f"{n.name}:{i}"
 
     def add_binary(self, n: fx.Node, op: str, x: Any, y: Any) -> None:
+        if self.meta(n)[0] is None:  # `bsz * self.num_heads`: arithmetic on sizes, a Python number
+            raise Unsupported(f"{n.name}: arithmetic on a tensor's sizes (torch.export specialises it)")
         if op == "pow" and not isinstance(x, fx.Node):
             raise Unsupported(f"{n.name}: a scalar raised to a tensor power is not supported")
         self.emit(n, op, [self.ref(x, self.pos(n, 0)), self.ref(y, self.pos(n, 1))])

@@ -46,6 +46,7 @@ def _block(name: str, **sizes: int) -> str:
 SE = _block("se_block", batch=2, channels=16, size=6)
 GPT2 = _block("gpt2_attention", batch=2, seq=8, n_embd=32, n_head=2)
 ROTARY = _block("rotary_embedding", batch=2, heads=2, seq=8, head_dim=16)
+BART = _block("hf_bart_attention")  # `bsz * self.num_heads`: fx traces the product of a size and an int
 
 ATAN_GELU = """
 import torch
@@ -128,6 +129,7 @@ def get_init_inputs():
         (GPT2, ["aten.ones.default", "aten.tril.default", "aten.eq.Scalar", "aten._to_copy.default"]),
         (ROTARY, ["aten.cat.default"]),
         (SIZES_SLICE, []),
+        (BART, []),
     ],
 )
 def test_modules_fx_cannot_trace_are_captured_by_export(src, islands):
@@ -138,6 +140,19 @@ def test_modules_fx_cannot_trace_are_captured_by_export(src, islands):
     assert an.data["guard"]["inputs"][0]["shape"]
     ops = {n.op for n in an.graph.nodes}
     assert ops & {"linear", "softmax", "mul", "add"}  # mapped onto the IR vocabulary, not all islands
+
+
+def test_arithmetic_on_sizes_goes_to_export_and_the_attention_is_matched():
+    """fx traced `bsz * self.num_heads` as a mul node without a tensor shape, and planning failed
+    on it (transformers' BartAttention, the bmm form); export specialises the product away."""
+    from agent.builtin.attention import attention_to_sdpa
+
+    an = _analysis(BART, profile=False)
+    assert "arithmetic on a tensor's sizes" in an.data["fx_error"]
+    assert all(n.shape is not None for n in an.graph.nodes if n.op in ("mul", "add", "sub", "div")), [
+        (n.name, n.op) for n in an.graph.nodes if n.shape is None
+    ]
+    assert attention_to_sdpa(an.graph) is not None
 
 
 def test_se_block_gate_broadcast_is_a_view_and_the_mean_a_reduction():
