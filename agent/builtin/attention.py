@@ -36,6 +36,7 @@ class _Match:
     # ("fill", c): -inf where c != 0; ("keep", c): -inf where c == 0; ("add", m): m added to the scaled scores
     mask: tuple[str, str] | None
     batch: list[int]  # the batch dims SDPA runs over (the mask's, where views regroup them)
+    k_node: Node | None = None  # K made here: K^T came as one permute of the heads' split (Whisper)
 
 
 def _softmax_dim(p: Node) -> int | None:
@@ -170,13 +171,49 @@ def _match(g: Graph, out: Node) -> _Match | None:
     if found is None:
         return None
     s, scale, mask, batch = found
-    q, kt = _ref_node(g, s.args[0]), _ref_node(g, s.args[1])
-    if q is None or kt is None or not _swaps_last_two(kt) or not isinstance(kt.args[0], Ref):
+    (q, sq), (kt, sk) = _unscaled(g, _ref_node(g, s.args[0])), _unscaled(g, _ref_node(g, s.args[1]))
+    k, k_node = _key(g, kt)
+    if q is None or k is None:
         return None
-    k = g.node(kt.args[0].name)
     if not _shapes_fit(q, k, v, s) or (batch is not None and math.prod(batch) != math.prod(q.dims[:-2])):
         return None
-    return _Match(out, q.name, k.name, v.name, scale, mask, batch if batch is not None else q.dims[:-2])
+    scale = _product(_product(scale, sq), sk)
+    return _Match(out, q.name, k.name, v.name, scale, mask, batch if batch is not None else q.dims[:-2], k_node)
+
+
+def _unscaled(g: Graph, n: Node | None) -> tuple[Node | None, Scalar | None]:
+    """A matmul operand without its positive constant scale, and the scale (Whisper scales both Q
+    and K^T by head_dim ** -0.25, timm and BART scale Q): SDPA takes their product."""
+    sc = _scale_of(g, n) if n is not None and single_use(g, n.name) else None
+    return (n, None) if sc is None else (_ref_node(g, sc[1]), sc[0])
+
+
+def _key(g: Graph, kt: Node | None) -> tuple[Node | None, Node | None]:
+    """K from the K^T operand: the transpose's input, or, where K^T is one permute of the heads'
+    split (Whisper's `k.view(B, S, H, -1).permute(0, 2, 3, 1)`), a new permute to [..., S, E]
+    (returned second: it is to be inserted)."""
+    if kt is None or not isinstance(kt.args[0] if kt.args else None, Ref):
+        return None, None
+    if _swaps_last_two(kt):
+        return g.node(kt.args[0].name), None
+    if kt.op != "permute" or not single_use(g, kt.name) or len(kt.args) != 2:
+        return None, None
+    perm = list(kt.args[1].value) if isinstance(kt.args[1], Lit) else None
+    if perm is None or len(perm) != len(kt.dims) or len(perm) < 3:
+        return None, None
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    dims = [*kt.dims[:-2], kt.dims[-1], kt.dims[-2]]
+    node = Node(g.fresh(f"{kt.name}_k"), "permute", [Ref(kt.args[0].name), Lit(perm)], shape=dims, dtype=kt.dtype)
+    return node, node
+
+
+def _product(a: Scalar, b: Scalar | None) -> Scalar:
+    """a * b, read at run time where either is (a model attribute)."""
+    if b is None:
+        return a
+    if a.expr is None and b.expr is None:
+        return Scalar(a.value * b.value)
+    return Scalar(a.value * b.value, f"({a.expr or repr(a.value)}) * ({b.expr or repr(b.value)})")
 
 
 def _shapes_fit(q: Node, k: Node, v: Node, scores: Node) -> bool:
@@ -276,6 +313,8 @@ def attention_to_sdpa(g: Graph) -> Rewrite | None:
         m = _match(g, n) if n.name in alive else None  # an earlier match may have removed n
         if m is None:
             continue
+        if m.k_node is not None:
+            g.insert_before(n.name, m.k_node)
         q, k, v = m.q, m.k, m.v
         nodes = _sdpa_nodes(g, m)
         for extra in nodes:

@@ -129,6 +129,8 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
             x = v(a[0])
             d = at["dim"] % x.dim()
             env[n.name] = x[(slice(None),) * d + (slice(at["start"], at["end"], at["step"]),)]
+        elif op == "select":
+            env[n.name] = v(a[0]).select(at["dim"], at["index"])
         elif op == "size":
             env[n.name] = v(a[0]).shape[a[1].value]
         elif op == "shape":

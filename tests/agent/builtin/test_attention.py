@@ -111,6 +111,8 @@ NEAR_MISSES = {
     "relu in place of softmax": _near_miss("q @ k.transpose(-2, -1) * 0.5", probs="torch.relu(s)"),
     "fill that is not -inf": _near_miss("(q @ k.transpose(-2, -1)).masked_fill(m > 0, -100.0)"),
     "softmax over another dim": _near_miss("q @ k.transpose(-2, -1)", probs="F.softmax(s, dim=-2)"),
+    "K scaled by a negative constant": _near_miss("(q * 0.5) @ (k.transpose(-2, -1) * -0.5)"),
+    "K^T scaled and read again": _near_miss("(q * 0.5) @ (kt := k.transpose(-2, -1) * 0.5)", extra=" + kt.sum()"),
 }
 
 
@@ -197,3 +199,31 @@ def test_clip_scores_viewed_to_heads_for_the_mask_are_one_sdpa_call():
 @pytest.mark.parametrize("name", sorted(NEAR_MISSES))
 def test_near_misses_stay_written_out(name):
     assert _rewritten(NEAR_MISSES[name]) is None
+
+
+def _small_block(name: str, init: list[int], inputs: str) -> str:
+    """A block of benchmarks/blocks at test sizes (its get_inputs and get_init_inputs replaced)."""
+    src = (REPO / "benchmarks" / "blocks" / f"{name}.py").read_text()
+    head = src[: src.index("def get_inputs():")]
+    return head + f"def get_inputs():\n    return {inputs}\n\n\ndef get_init_inputs():\n    return {init}\n"
+
+
+def test_scales_on_q_and_on_a_permuted_k_are_one_sdpa_call():
+    """Whisper scales Q and K^T by head_dim ** -0.25 each and makes K^T with one permute of the heads'
+    split, (0, 2, 3, 1): SDPA gets the product of the scales and K as a permute of its own."""
+    src = _small_block("whisper_encoder_stem", [8, 12, 32, 4], "[torch.randn(2, 8, 24)]")
+    _check(src)
+    sdpa = next(n for n in _rewritten(src).graph.nodes if n.attrs.get("target") == SDPA)
+    assert abs(sdpa.attrs["call"]["kwargs"]["scale"]["v"] - 8**-0.5) < 1e-9, sdpa.attrs["call"]["kwargs"]
+
+
+@pytest.mark.parametrize(
+    "name, init, inputs",
+    [
+        ("timm_vit_attention", [32, 4], "[torch.randn(2, 9, 32)]"),
+        ("hf_bart_attention", [32, 4], "[torch.randn(2, 10, 32), torch.zeros(2, 1, 1, 10)]"),
+    ],
+)
+def test_q_scaled_before_the_product_is_one_sdpa_call(name, init, inputs):
+    """timm (q * scale after unbind) and BART (the projection scaled before the heads' split)."""
+    _check(_small_block(name, init, inputs))
