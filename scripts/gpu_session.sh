@@ -48,6 +48,9 @@ for s in $stages; do case $s in
   kernelbench) mkdir -p "$WORK/kb"; set -f
     nvidia-smi --query-gpu=timestamp,memory.used,memory.total,utilization.gpu --format=csv,noheader -l 1 > "$WORK/kb/gpu.csv" 2>&1 &
     smi=$!
+    # the rows so far, every 30 s: a call cut off by the device budget still brings back the finished problems
+    (while sleep 30; do tar czf "$OUT/kernelbench.tgz.part" -C "$WORK" kb && mv "$OUT/kernelbench.tgz.part" "$OUT/kernelbench.tgz"; done) &
+    saver=$!
     which="--level ${KW_KB_LEVELS:-1 2 3} --sample ${KW_KB_SAMPLE:-30} --stratified --seed ${KW_KB_SEED:-2612}"
     [ -n "${KW_KB_PROBLEMS:-}" ] && which="--problems $KW_KB_PROBLEMS"
     for k in $(seq 0 $((${KW_KB_SHARDS:-5} - 1))); do
@@ -56,7 +59,7 @@ for s in $stages; do case $s in
         --cap 0 --max-turns ${KW_KB_TURNS:-10} --compile-baseline --shard $k/${KW_KB_SHARDS:-5} --time-limit ${KW_KB_LIMIT:-400} \
         --out "$WORK/kb/s$k.json" > "$WORK/kb/s$k.log" 2>&1 &
       shards="${shards:-} $!"
-    done; wait $shards; kill $smi 2>/dev/null; set +f
+    done; wait $shards; kill $smi $saver 2>/dev/null; wait $saver 2>/dev/null; rm -f "$OUT/kernelbench.tgz.part"; set +f
     python3 scripts/gpu_trace.py "$WORK/kb/gpu.csv" | tee -a "$summary"
     python3 -m benchmarks.kernelbench --merge "$WORK"/kb/s*.json | tee -a "$summary"
     tar czf "$OUT/kernelbench.tgz" -C "$WORK" kb ;;
