@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
-from agent.builtin.rewrites import Rewrite, single_use, transposed_dims
+from agent.builtin.rewrites import Rewrite, combine_scales, single_use, transposed_dims
 
 SDPA = "aten.scaled_dot_product_attention.default"
 _PASS_THROUGH = ("contiguous", "identity")  # ops on the probabilities that compute nothing
@@ -208,12 +208,8 @@ def _key(g: Graph, kt: Node | None) -> tuple[Node | None, Node | None]:
 
 
 def _product(a: Scalar, b: Scalar | None) -> Scalar:
-    """a * b, read at run time where either is (a model attribute)."""
-    if b is None:
-        return a
-    if a.expr is None and b.expr is None:
-        return Scalar(a.value * b.value)
-    return Scalar(a.value * b.value, f"({a.expr or repr(a.value)}) * ({b.expr or repr(b.value)})")
+    """a * b (b may be absent), read at run time where either is a model attribute."""
+    return a if b is None else combine_scales(a, False, b, False)
 
 
 def _shapes_fit(q: Node, k: Node, v: Node, scores: Node) -> bool:

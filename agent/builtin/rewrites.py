@@ -213,7 +213,7 @@ def _as_factor(n: Node) -> tuple[object, Scalar, bool] | None:
     return None
 
 
-def _combine(a: Scalar, a_div: bool, b: Scalar, b_div: bool) -> Scalar:
+def combine_scales(a: Scalar, a_div: bool, b: Scalar, b_div: bool) -> Scalar:
     """The factor of (x (op_a) a) (op_b) b as one multiplier."""
     va = 1.0 / a.value if a_div else a.value
     vb = 1.0 / b.value if b_div else b.value
@@ -242,7 +242,7 @@ def fold_scalar_chains(g: Graph) -> Rewrite | None:
             f_in = _as_factor(inner)
             if f_in is None or not single_use(g, inner.name):
                 continue
-            s = _combine(f_in[1], f_in[2], f_out[1], f_out[2])
+            s = combine_scales(f_in[1], f_in[2], f_out[1], f_out[2])
             n.op, n.args = "mul", [f_in[0], s]
             g.nodes.remove(inner)
             folded.append(f"{inner.name}·{n.name} -> x * {_fmt(s)}")
