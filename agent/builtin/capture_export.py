@@ -30,6 +30,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from agent.builtin import rnn_standins
+from agent.builtin.einsum import einsum_as_matmul
 from agent.builtin.guard import guard
 
 
@@ -45,8 +46,9 @@ def _shape(v: Any) -> list[int] | None:
     return [int(s) for s in v.shape] if isinstance(v, torch.Tensor) else None
 
 
-# composite ops decomposed after all, into ops the IR maps: einsum into permutes, views and bmm;
-# the triplet margin loss and pairwise distance into norms (kernels of our own) and elementwise ops
+# composite ops decomposed after all, into ops the IR maps: einsum into permutes and one matmul
+# (agent.builtin.einsum; PyTorch's permutes, views and bmm where that form does not apply); the
+# triplet margin loss and pairwise distance into norms (kernels of our own) and elementwise ops
 _DECOMPOSE = ("einsum", "triplet_margin_loss", "pairwise_distance")
 
 
@@ -55,7 +57,11 @@ def export_program(model: nn.Module, inputs: list[Any]) -> Any:
         ep = torch.export.export(model, tuple(inputs), strict=False)
     table = torch.export.default_decompositions()
     wanted = {getattr(torch.ops.aten, op).default for op in _DECOMPOSE}
-    return ep.run_decompositions({op: table[op] for op in wanted if op in table})
+    chosen = {op: table[op] for op in wanted if op in table}
+    einsum = torch.ops.aten.einsum.default
+    if einsum in chosen:
+        chosen[einsum] = einsum_as_matmul(chosen[einsum])
+    return ep.run_decompositions(chosen)
 
 
 # ATen packet name -> IR op, for ops whose only argument is the tensor

@@ -227,3 +227,16 @@ def test_scales_on_q_and_on_a_permuted_k_are_one_sdpa_call():
 def test_q_scaled_before_the_product_is_one_sdpa_call(name, init, inputs):
     """timm (q * scale after unbind) and BART (the projection scaled before the heads' split)."""
     _check(_small_block(name, init, inputs))
+
+
+@pytest.mark.parametrize(
+    "name, init, inputs",
+    [
+        ("einsum_attention", [32, 4, 8], "[torch.randn(2, 9, 32)]"),
+        ("perceiver_cross_attention", [32, 16, 2, 8], "[torch.randn(2, 6, 32), torch.randn(2, 20, 16)]"),
+    ],
+)
+def test_attention_written_with_einsum_is_one_sdpa_call(name, init, inputs):
+    """`einsum('b h i d, b h j d -> b h i j')` and `einsum('b h i j, b h j d -> b h i d')` (lucidrains'
+    attention, Perceiver's cross-attention over a longer context) are captured as Q @ K^T and P @ V."""
+    _check(_small_block(name, init, inputs))

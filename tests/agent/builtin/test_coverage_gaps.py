@@ -70,7 +70,7 @@ def get_init_inputs():
 
 
 def test_einsum_instance_norm_and_triplet_loss_become_ops_the_generator_has(tmp_path):
-    """einsum and the triplet margin loss are decomposed in the capture (bmm; norms and elementwise
+    """einsum and the triplet margin loss are decomposed in the capture (a matmul; norms and elementwise
     ops); instance norm is a group norm with one group per channel."""
     an = _analysis(COMPOSITES, profile=False)
     assert an.ok, an.error
