@@ -64,11 +64,15 @@ def _swaps_last_two(n: Node) -> bool:
 
 
 def _constant(g: Graph, a: object) -> Scalar | None:
-    """A scalar operand: a Scalar, or a 0-d `torch.full([], v)` (transformers' GPT-2 divides by one
-    and fills with one)."""
+    """A scalar operand: a Scalar, a 0-d `torch.full([], v)` (transformers' GPT-2 divides by one
+    and fills with one), or a 0-d constant lifted from `torch.tensor(v)` (GPT-NeoX's fill)."""
     if isinstance(a, Scalar):
         return a
     n = _ref_node(g, a)
+    while n is not None and n.op == "contiguous" and n.args:  # a copy of a lifted `torch.tensor(v)`
+        n = _ref_node(g, n.args[0])
+    if n is not None and n.op == "constant" and n.shape == [] and isinstance(n.attrs.get("value"), int | float):
+        return Scalar(float(n.attrs["value"]))
     if n is None or n.op != "aten" or n.attrs.get("target") != "aten.full.default" or n.shape != []:
         return None
     args = n.attrs["call"]["args"]
@@ -213,12 +217,14 @@ def _product(a: Scalar, b: Scalar | None) -> Scalar:
 
 
 def _shapes_fit(q: Node, k: Node, v: Node, scores: Node) -> bool:
-    """Q [..., L, E], K [..., S, E], V [..., S, Ev] with the same batch dims, float32: what the
-    fused kernels take (they do not broadcast batch dims)."""
+    """Q [..., L, E], K [..., S, E], V [..., S, Ev], float32, with as many batch elements each (the
+    fused kernels do not broadcast batch dims). Their batch dims may be grouped differently (GPT-NeoX
+    makes the scores by bmm over [B*H] and multiplies [B, H] probabilities by V): views regroup them
+    row-major, as the scores' views between do, and SDPA runs over one grouping (_sdpa_nodes)."""
     if any(n.dtype not in (None, "float32") for n in (q, k, v)):
         return False
     qs, ks, vs = q.dims, k.dims, v.dims
-    if not (len(qs) == len(ks) == len(vs) >= 3) or qs[:-2] != ks[:-2] or qs[:-2] != vs[:-2]:
+    if min(len(qs), len(ks), len(vs)) < 3 or not math.prod(qs[:-2]) == math.prod(ks[:-2]) == math.prod(vs[:-2]):
         return False
     return qs[-1] == ks[-1] and ks[-2] == vs[-2] and scores.dims[-2:] == [qs[-2], ks[-2]]
 

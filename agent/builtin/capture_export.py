@@ -30,8 +30,8 @@ import torch.fx as fx
 import torch.nn as nn
 
 from agent.builtin import rnn_standins
-from agent.builtin.einsum import einsum_as_matmul
 from agent.builtin.guard import guard
+from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul
 
 
 class ExportUnsupported(Exception):
@@ -47,8 +47,9 @@ def _shape(v: Any) -> list[int] | None:
 
 
 # composite ops decomposed after all, into ops the IR maps: einsum into permutes and one matmul
-# (agent.builtin.einsum; PyTorch's permutes, views and bmm where that form does not apply); the
-# triplet margin loss and pairwise distance into norms (kernels of our own) and elementwise ops
+# (agent.builtin.matmul_forms; PyTorch's permutes, views and bmm where that form does not apply);
+# the triplet margin loss and pairwise distance into norms (kernels of our own) and elementwise ops;
+# baddbmm (agent.builtin.matmul_forms) into a matmul, a scale and an add
 _DECOMPOSE = ("einsum", "triplet_margin_loss", "pairwise_distance")
 
 
@@ -61,6 +62,7 @@ def export_program(model: nn.Module, inputs: list[Any]) -> Any:
     einsum = torch.ops.aten.einsum.default
     if einsum in chosen:
         chosen[einsum] = einsum_as_matmul(chosen[einsum])
+    chosen[torch.ops.aten.baddbmm.default] = baddbmm_as_matmul
     return ep.run_decompositions(chosen)
 
 

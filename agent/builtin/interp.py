@@ -8,6 +8,7 @@ the agent process.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -71,9 +72,7 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
         if op == "input":
             env[n.name] = inputs[at["index"]]
         elif op == "param":
-            env[n.name] = (
-                model.get_parameter(at["path"]) if _is_param(model, at["path"]) else model.get_buffer(at["path"])
-            )
+            env[n.name] = _attribute(model, at["path"])
         elif op == "output":
             outs = [v(x) for x in a]
             return outs[0] if len(outs) == 1 else tuple(outs)
@@ -193,12 +192,9 @@ def _tapfold(w: torch.Tensor, at: dict[str, Any]) -> torch.Tensor:
     return out * at["scale"]
 
 
-def _is_param(m: torch.nn.Module, name: str) -> bool:
-    try:
-        m.get_parameter(name)
-        return True
-    except AttributeError:
-        return False
+def _attribute(m: torch.nn.Module, path: str) -> Any:
+    """A parameter, a buffer or a plain tensor attribute (GPT-NeoX's rotary `cos_cached`) by path."""
+    return functools.reduce(getattr, path.split("."), m)
 
 
 def _aten(attrs: dict[str, Any], args: list[Any], scope: dict[str, Any]) -> Any:

@@ -41,8 +41,9 @@ def _ndim(n: Node) -> int:
 
 
 def remove_identities(g: Graph) -> Rewrite | None:
-    """identity/clone ops, x*1, x+0, x/1, transpose-of-transpose, contiguous() of a
-    contiguous value: each launches a kernel or a copy in eager mode and computes nothing."""
+    """identity/clone ops, x*1, x+0 (a scalar or a tensor of zeros), x/1, transpose-of-transpose,
+    contiguous() of a contiguous value: each launches a kernel or a copy in eager mode and computes
+    nothing."""
     g = g.copy()
     removed: list[str] = []
     changed = True
@@ -68,6 +69,8 @@ def remove_identities(g: Graph) -> Rewrite | None:
                 and n.args[1].value == 0.0
             ):
                 src = n.args[0]
+            elif n.op == "add" and (zero := _zeros_operand(g, n)) is not None:
+                src = n.args[1 - zero]
             elif n.op == "contiguous" and _is_contiguous(g, n.args[0]):
                 src = n.args[0]
             elif n.op in ("transpose", "t") and isinstance(n.args[0], Ref):
@@ -89,6 +92,19 @@ def remove_identities(g: Graph) -> Rewrite | None:
         "in eager PyTorch, no arithmetic).",
         g,
     )
+
+
+def _zeros_operand(g: Graph, n: Node) -> int | None:
+    """Which operand of n (an add) is a tensor of zeros made in the graph (`torch.zeros`, a full of
+    0: GPT-NeoX's baddbmm starts from one), or None."""
+    for i, a in enumerate(n.args[:2]):
+        z = g.node(a.name) if isinstance(a, Ref) else None
+        call = (z.attrs.get("call") or {}) if z is not None else {}
+        target = z.attrs.get("target") if z is not None else None
+        args = call.get("args") or []
+        if target == "aten.zeros.default" or (target == "aten.full.default" and len(args) > 1 and args[1] == {"v": 0}):
+            return i
+    return None
 
 
 def transposed_dims(n: Node) -> tuple:

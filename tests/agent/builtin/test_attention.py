@@ -240,3 +240,12 @@ def test_attention_written_with_einsum_is_one_sdpa_call(name, init, inputs):
     """`einsum('b h i d, b h j d -> b h i j')` and `einsum('b h i j, b h j d -> b h i d')` (lucidrains'
     attention, Perceiver's cross-attention over a longer context) are captured as Q @ K^T and P @ V."""
     _check(_small_block(name, init, inputs))
+
+
+def test_gpt_neox_baddbmm_scores_over_merged_heads_are_one_sdpa_call():
+    """GPT-NeoX: scores by `baddbmm(zeros, q, k^T, alpha=1/norm)` over [B*H], viewed to [B, H] for
+    the causal `where` with a lifted `torch.tensor(finfo.min)`, probabilities times V over [B, H]."""
+    src = _small_block("hf_gpt_neox_attention", [32, 4, 16, 0.25, 10000.0], "[torch.randn(2, 12, 32)]")
+    _check(src)
+    sdpa = next(n for n in _rewritten(src).graph.nodes if n.attrs.get("target") == SDPA)
+    assert sdpa.dims == [2, 4, 12, 8], sdpa.dims

@@ -1,5 +1,6 @@
-"""torch.einsum captured as the matrix product it is (agent.builtin.einsum), and every other einsum
-left to PyTorch's decomposition: each equation exported, run, and compared with torch.einsum."""
+"""torch.einsum and torch.baddbmm captured as the matrix products they are
+(agent.builtin.matmul_forms), and every other einsum left to PyTorch's decomposition: each exported,
+run on fresh inputs, and compared with the op itself."""
 
 from __future__ import annotations
 
@@ -78,3 +79,35 @@ def test_a_two_operand_product_is_one_matmul(name):
 def test_any_other_einsum_is_pytorchs_decomposition_and_correct(name):
     equation, shapes = FALLBACK[name]
     assert "matmul" not in _exported(equation, shapes)
+
+
+class _Baddbmm(torch.nn.Module):
+    def __init__(self, beta: float, alpha: float, zeros: bool):
+        super().__init__()
+        self.beta, self.alpha, self.zeros = beta, alpha, zeros
+
+    def forward(self, c, a, b):
+        c = torch.zeros_like(c) if self.zeros else c
+        return torch.baddbmm(c, a, b, beta=self.beta, alpha=self.alpha)
+
+
+@pytest.mark.parametrize(
+    "beta, alpha, zeros, ops",
+    [
+        (1.0, 0.125, True, ["zeros_like", "matmul", "mul", "add"]),  # GPT-NeoX's scores
+        (0.5, 2.0, False, ["matmul", "mul", "mul", "add"]),
+        (1.0, 1.0, False, ["matmul", "add"]),
+        (0.0, 1.0, False, ["matmul"]),  # beta 0: c ignored, even NaN
+    ],
+)
+def test_baddbmm_is_a_matmul_a_scale_and_an_add(beta, alpha, zeros, ops):
+    model = _Baddbmm(beta, alpha, zeros)
+    shapes = [(3, 4, 6), (3, 4, 5), (3, 5, 6)]
+    ep = export_program(model, [torch.randn(*s) for s in shapes])
+    assert [n.target._opname for n in ep.graph.nodes if n.op == "call_function"] == ops
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        c, a, b = (torch.randn(*s) for s in shapes)
+        if beta == 0:
+            c = torch.full_like(c, float("nan"))
+        torch.testing.assert_close(ep.module()(c, a, b), model(c, a, b), rtol=1e-5, atol=1e-5)

@@ -1,4 +1,5 @@
-"""torch.einsum as the matrix product it is, for torch.export's decomposition table.
+"""torch.einsum and torch.baddbmm as the matrix products they are, for torch.export's
+decomposition table.
 
 PyTorch's own decomposition of einsum (sumproduct_pair) unsqueezes both operands to the union of
 their letters and permutes those views into a bmm over 5-d shapes with singleton dims. The graph
@@ -14,6 +15,10 @@ several, and the result permuted to the output's order. That is what `einsum_as_
 export keeps `aten.matmul`, `aten.transpose` and `aten.permute` as they are. Any other einsum (a
 letter summed within one operand, a repeated letter, a single free side, three operands,
 broadcast ellipses) goes to PyTorch's decomposition unchanged.
+
+`baddbmm(c, a, b, beta, alpha)` (GPT-NeoX's scores: `c` a zeros tensor, alpha 1/sqrt(d)) is
+`(a @ b) * alpha + c * beta`: a matmul, a scale and an add, which the rewrites and the attention
+match read (the add of zeros is an identity they remove).
 """
 
 from __future__ import annotations
@@ -134,3 +139,16 @@ def einsum_as_matmul(fallback: Callable[..., torch.Tensor]) -> Callable[..., tor
         return as_matmul(operands[0], operands[1], la, lb, out, g)
 
     return decompose
+
+
+def baddbmm_as_matmul(
+    c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1.0, alpha: float = 1.0
+) -> torch.Tensor:
+    """A decomposition of aten.baddbmm: beta * c + alpha * (a @ b), terms of one skipped where they
+    are 0 or 1 (beta 0 ignores c, NaN included, as baddbmm does)."""
+    y = torch.matmul(a, b)
+    if alpha != 1:
+        y = y * alpha
+    if beta == 0:
+        return y
+    return y + (c if beta == 1 else c * beta)
