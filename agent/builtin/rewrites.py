@@ -42,8 +42,8 @@ def _ndim(n: Node) -> int:
 
 def remove_identities(g: Graph) -> Rewrite | None:
     """identity/clone ops, x*1, x+0 (a scalar or a tensor of zeros), x/1, transpose-of-transpose,
-    contiguous() of a contiguous value: each launches a kernel or a copy in eager mode and computes
-    nothing."""
+    contiguous() of a contiguous value, type_as to the dtype x has: each launches a kernel or a copy
+    in eager mode and computes nothing."""
     g = g.copy()
     removed: list[str] = []
     changed = True
@@ -69,6 +69,8 @@ def remove_identities(g: Graph) -> Rewrite | None:
                 and n.args[1].value == 0.0
             ):
                 src = n.args[0]
+            elif _same_type(g, n):
+                src = n.args[0]
             elif n.op == "add" and (zero := _zeros_operand(g, n)) is not None:
                 src = n.args[1 - zero]
             elif n.op == "contiguous" and _is_contiguous(g, n.args[0]):
@@ -92,6 +94,13 @@ def remove_identities(g: Graph) -> Rewrite | None:
         "in eager PyTorch, no arithmetic).",
         g,
     )
+
+
+def _same_type(g: Graph, n: Node) -> bool:
+    """n is `x.type_as(y)` with x already of y's dtype (T5's float32 softmax cast back to float32)."""
+    if n.op != "aten" or n.attrs.get("target") != "aten.type_as.default" or not isinstance(n.args[0], Ref):
+        return False
+    return n.dtype is not None and g.node(n.args[0].name).dtype == n.dtype
 
 
 def _zeros_operand(g: Graph, n: Node) -> int | None:

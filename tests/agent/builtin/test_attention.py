@@ -249,3 +249,17 @@ def test_gpt_neox_baddbmm_scores_over_merged_heads_are_one_sdpa_call():
     _check(src)
     sdpa = next(n for n in _rewritten(src).graph.nodes if n.attrs.get("target") == SDPA)
     assert sdpa.dims == [2, 4, 12, 8], sdpa.dims
+
+
+@pytest.mark.parametrize(
+    "name, init, inputs",
+    [
+        ("diffusers_cross_attention_baddbmm", [16, 24, 2, 8], "[torch.randn(2, 10, 16), torch.randn(2, 7, 24)]"),
+        ("hf_t5_relative_attention", [32, 8, 4, 32, 128], "[torch.randn(2, 12, 32)]"),
+    ],
+)
+def test_baddbmm_of_an_empty_tensor_and_unscaled_biased_scores_are_one_sdpa_call(name, init, inputs):
+    """diffusers' classic AttnProcessor: `baddbmm(torch.empty(...), q, k^T, beta=0, alpha=scale)` over
+    [B*H]. T5: unscaled scores plus a position bias from bucketed distances, softmax of `.float()`
+    cast back by `type_as(scores)`, an identity on float32 that read the scores a second time."""
+    _check(_small_block(name, init, inputs))
