@@ -29,6 +29,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from agent.builtin import capture_export
 from agent.builtin.fallback import source_parts
+from agent.builtin.guard import NotFlat, describe_inputs
 
 
 class Unsupported(Exception):
@@ -823,6 +824,11 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
     if training and any(isinstance(m, nn.modules.batchnorm._BatchNorm | nn.Dropout) for m in model.modules()):
         notes.append("the model has batch norm/dropout; it is analysed in eval mode (running statistics, no dropout)")
     inputs = mod.get_inputs()
+    try:
+        described = describe_inputs(inputs)
+    except NotFlat as e:
+        _check_task_runs(model, inputs, path)
+        raise Unsupported(str(e)) from None
     fx_code = ""
     extra: dict[str, Any] = {}
     try:
@@ -845,12 +851,7 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
     result: dict[str, Any] = {
         "ok": True,
         "nodes": nodes,
-        "inputs": [
-            {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
-            if torch.is_tensor(t)
-            else {"value": t}
-            for t in inputs
-        ],
+        "inputs": described,
         "init_args": [a if isinstance(a, int | float | bool | str) else repr(a) for a in mod.get_init_inputs()],
         "source": _init_source(src),
         "training_default": training,

@@ -30,7 +30,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from agent.builtin import rnn_standins
-from agent.builtin.guard import guard
+from agent.builtin.guard import describe_inputs, guard
 from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul
 
 
@@ -794,9 +794,5 @@ def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], 
     binds = bind_scalars(model, inputs, ep, float_attrs, notes)
     b = ExportBuilder(ep, binds, model)
     nodes = b.build()
-    inputs_seen = [
-        {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} if torch.is_tensor(t) else {"value": t}
-        for t in inputs
-    ]
-    specialised_to = guard(model, "export", set(binds.values()), inputs_seen)
+    specialised_to = guard(model, "export", set(binds.values()), describe_inputs(inputs))
     return {"nodes": nodes, "guard": specialised_to, "islands": b.islands, "code": ep.graph_module.code.strip()}

@@ -48,6 +48,30 @@ def guard_digest(module: Any, kind: str, bound: Any) -> str:
     return hashlib.sha256(json.dumps([tree, attrs, state], sort_keys=True).encode()).hexdigest()
 
 
+class NotFlat(Exception):
+    """An argument of forward that is neither a tensor nor a plain number, string, flag or None."""
+
+
+def describe_inputs(inputs: list[Any]) -> list[dict[str, Any]]:
+    """What the generated forward checks each argument against: a tensor's shape and dtype, or a
+    plain value (it is compared with `!=`). Lists, dicts and other objects raise NotFlat: the
+    captured graph's arguments are their leaves, not the forward's own arguments."""
+    import torch
+
+    out: list[dict[str, Any]] = []
+    for i, v in enumerate(inputs):
+        if torch.is_tensor(v):
+            out.append({"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")})
+        elif v is None or isinstance(v, bool | int | float | str):
+            out.append({"value": v})
+        else:
+            raise NotFlat(
+                f"forward's argument {i} is a {type(v).__name__}, not a tensor or a plain value: the "
+                "built-in policy generates a forward over flat tensor arguments"
+            )
+    return out
+
+
 def guard(module: Any, kind: str, bound: set[str], inputs: list[dict[str, Any]]) -> dict[str, Any]:
     """The analysis's `guard`: the inputs' shapes (or values) and the module's digest."""
     return {

@@ -306,3 +306,40 @@ def test_a_launch_configuration_of_a_3xtf32_best_keeps_its_split_kernel(monkeypa
     assert written["model_new.py"] == best.files["model_new.py"]
     assert all("kw_split3_tf32" in text for path, text in written.items() if path.endswith(".cu")), list(written)
     assert pol.pending is not None and pol.pending.gemm == "3xtf32"
+
+
+NESTED_ARGUMENTS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, feats, batch, mask=None):
+        h = self.fc(feats[0] + feats[1]) + batch["bias"]
+        return h if mask is None else h * mask
+
+
+def get_inputs():
+    return [[torch.randn(4, 8), torch.randn(4, 8)], {"bias": torch.randn(8)}, None]
+
+
+def get_init_inputs():
+    return [8]
+"""
+
+
+def test_tensors_in_a_list_or_dict_argument_get_the_reference_and_a_plain_reason():
+    """A feature pyramid's list of maps, a batch dict: the generator works on flat tensor arguments,
+    so the analysis says which argument is not one (it used to crash writing its JSON), and under
+    allow the reference's own computation is the verified candidate."""
+    options = {**FAST, "torch_ops": "allow"}
+    task = task_from_source(NESTED_ARGUMENTS, "nested", "cpu", options)
+    res = run(task, BuiltinPolicy(), LocalEvaluator(), Budgets(max_turns=6))
+    fin = res.trajectory.finished()
+    assert res.verified, fin.summary
+    assert "argument 0 is a list" in fin.summary, fin.summary
+    assert "JSON" not in fin.summary and "json.dumps" not in fin.summary
