@@ -11,6 +11,7 @@ when something cannot be captured (data-dependent control flow, an op we do not 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import operator
 import os
@@ -18,7 +19,7 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -777,11 +778,32 @@ def _init_source(src: str) -> dict[str, Any]:
     return source_parts(src)
 
 
+@contextlib.contextmanager
+def _autocast_entries() -> Iterator[list[str]]:
+    """The dtypes of the torch.autocast regions entered meanwhile. fx's symbolic trace runs `with
+    torch.autocast(...)` as plain Python and records none of its casts: its graph would compute in
+    float32 what the module computes in bfloat16. torch.export records them (as `_to_copy` ops)."""
+    cls = torch.amp.autocast_mode.autocast
+    original = cls.__enter__
+    entered: list[str] = []
+
+    def enter(self: Any) -> Any:
+        entered.append(str(self.fast_dtype).replace("torch.", ""))
+        return original(self)
+
+    cls.__enter__ = enter  # type: ignore[method-assign]
+    try:
+        yield entered
+    finally:
+        cls.__enter__ = original  # type: ignore[method-assign]
+
+
 def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], notes: list[str]) -> tuple[list[dict], str]:
     """torch.fx symbolic tracing + ShapeProp: a graph whose sizes stay symbolic (size/shape nodes),
     so its candidates run at any shape. Raises Unsupported for anything outside the vocabulary."""
     try:
-        gm = fx.symbolic_trace(model)
+        with _autocast_entries() as autocast:
+            gm = fx.symbolic_trace(model)
     except Exception as e:  # any tracing failure becomes a message
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         hint = ""
@@ -791,6 +813,11 @@ def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], note
                 "captured as a static graph."
             )
         raise Unsupported(f"torch.fx could not capture the forward: {msg}.{hint}") from None
+    if autocast:
+        raise Unsupported(
+            f"the forward computes under torch.autocast ({', '.join(sorted(set(autocast)))}), whose casts "
+            "torch.fx does not record"
+        )
     fx_notes: list[str] = []
     binds = _bind_scalars(mod, model, gm, fx_notes)
     with torch.no_grad():

@@ -221,6 +221,11 @@ class ExportBuilder:
 
     def call(self, n: fx.Node) -> None:
         t = n.target
+        if isinstance(self.val(n), torch.SymInt | torch.SymFloat | torch.SymBool):
+            raise ExportUnsupported(
+                f"{n.name}: a number read from a tensor's values (`.item()`, a tensor in Python arithmetic) "
+                "decides the computation; a generated forward cannot depend on the data that way"
+            )
         if t is operator.getitem:
             self.getitem(n)
             return

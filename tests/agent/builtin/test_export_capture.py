@@ -578,3 +578,54 @@ def test_a_packed_sequence_passes_the_recurrent_stand_ins_untouched():
     assert plain.shape == (7, 3, 12)
     for a, b in ((got.data, want.data), (hg, hw), (cg, cw)):
         torch.testing.assert_close(a, b)
+
+
+AUTOCAST = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.fc(x)
+        return y.float()
+
+
+def get_inputs():
+    return [torch.randn(4, 16, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_forward_under_autocast_is_captured_with_its_casts():
+    """torch.fx runs `with torch.autocast` as Python and records none of its casts (its graph computed
+    the linear in float32, which the float64 second look then accepted as more exact, and timed as
+    4x faster on the CPU than the bfloat16 reference); torch.export records them."""
+    an = _analysis(AUTOCAST)
+    assert an.ok, an.error
+    assert an.data["capture"] == "export"
+    assert "torch.autocast (bfloat16)" in an.data["fx_error"]
+    assert any(n.dtype == "bfloat16" for n in an.graph.nodes), [(n.name, n.dtype) for n in an.graph.nodes]
+
+
+def test_a_number_read_back_from_the_data_is_named_not_blamed_on_the_task():
+    """`x.abs().max().item()` scaling the output: export makes it a SymFloat, which the graph
+    builder used to crash on, so the analysis said the task itself had failed."""
+    src = AUTOCAST.replace(
+        """        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.fc(x)
+        return y.float()""",
+        "        return self.fc(x) / x.abs().max().item()",
+    )
+    an = _analysis(src)
+    assert not an.ok
+    assert "a number read from a tensor's values" in an.error, an.error
+    assert "the task failed" not in an.error and not an.data.get("task_fails"), an.error
