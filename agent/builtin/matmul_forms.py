@@ -127,15 +127,15 @@ def as_matmul(a: torch.Tensor, b: torch.Tensor, la: str, lb: str, out: str, g: G
 def einsum_as_matmul(fallback: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """A decomposition of aten.einsum: the matmul form where it applies, else `fallback` (PyTorch's)."""
 
-    def decompose(equation: str, operands: Sequence[torch.Tensor], path: object = None) -> torch.Tensor:
+    def decompose(equation: str, operands: Sequence[torch.Tensor], *, path: object = None) -> torch.Tensor:
         parsed = parse(equation, [t.dim() for t in operands]) if len(operands) == 2 else None
         g = groups(parsed[0][0], parsed[0][1], parsed[1]) if parsed is not None else None
         if parsed is None or g is None:
-            return fallback(equation, operands, path) if path is not None else fallback(equation, operands)
+            return fallback(equation, operands, path=path)
         (la, lb), out = parsed
         a, b = operands
         if any(a.shape[la.index(c)] != b.shape[lb.index(c)] for c in g.contracted):
-            return fallback(equation, operands, path) if path is not None else fallback(equation, operands)
+            return fallback(equation, operands, path=path)
         return as_matmul(operands[0], operands[1], la, lb, out, g)
 
     return decompose

@@ -111,3 +111,15 @@ def test_baddbmm_is_a_matmul_a_scale_and_an_add(beta, alpha, zeros, ops):
         if beta == 0:
             c = torch.full_like(c, float("nan"))
         torch.testing.assert_close(ep.module()(c, a, b), model(c, a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_contraction_path_reaches_pytorchs_decomposition():
+    """With opt_einsum installed torch.einsum passes a contraction path for three or more operands
+    (Mamba2's einsums on the GPU image); the fallback gets it as the keyword aten.einsum declares."""
+    from agent.builtin.matmul_forms import einsum_as_matmul
+
+    decompose = einsum_as_matmul(torch.export.default_decompositions()[torch.ops.aten.einsum.default])
+    a, b, c = torch.randn(2, 3), torch.randn(3, 4), torch.randn(4, 5)
+    got = decompose("ij,jk,kl->il", [a, b, c], path=[1, 2, 0, 1])
+    torch.testing.assert_close(got, torch.einsum("ij,jk,kl->il", a, b, c))
+    torch.testing.assert_close(decompose("ij,jk->ik", [a, b], path=None), a @ b)
