@@ -263,3 +263,9 @@ def test_baddbmm_of_an_empty_tensor_and_unscaled_biased_scores_are_one_sdpa_call
     [B*H]. T5: unscaled scores plus a position bias from bucketed distances, softmax of `.float()`
     cast back by `type_as(scores)`, an identity on float32 that read the scores a second time."""
     _check(_small_block(name, init, inputs))
+
+
+def test_attention_written_with_einops_rearrange_is_one_sdpa_call():
+    """lucidrains' vit-pytorch Attention as published: heads split and merged by einops' rearrange
+    (an import the sandbox's environment provides), which export traces to reshapes and permutes."""
+    _check(_small_block("lucidrains_vit_attention", [32, 4, 8], "[torch.randn(2, 9, 32)]"))
