@@ -10,6 +10,11 @@ set -u
 if ! command -v bwrap >/dev/null && [ -z "${KERNELWRIGHT_BWRAP:-}" ] && [ -x .device/bw/usr/bin/bwrap ]; then
   export KERNELWRIGHT_BWRAP=$PWD/.device/bw/usr/bin/bwrap
 fi
+# the image lacks einops, which uploaded modules may import (pyproject.toml): a wheel carried in
+# .device (`pip download einops -d .device --no-deps`) is installed for the user
+if ! python3 -c "import einops" 2>/dev/null && ls .device/einops-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --user .device/einops-*.whl
+fi
 OUT=${OUT:-/tmp/kw-out}; mkdir -p "$OUT"
 WORK=/tmp/kw-run; rm -rf "$WORK"; mkdir -p "$WORK/logs" "$WORK/cases"
 export PYTHONUNBUFFERED=1 KERNELWRIGHT_CACHE=/tmp/kw-cache PYTHONDONTWRITEBYTECODE=1
