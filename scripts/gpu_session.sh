@@ -11,9 +11,10 @@ if ! command -v bwrap >/dev/null && [ -z "${KERNELWRIGHT_BWRAP:-}" ] && [ -x .de
   export KERNELWRIGHT_BWRAP=$PWD/.device/bw/usr/bin/bwrap
 fi
 # the image lacks einops, which uploaded modules may import (pyproject.toml): a wheel carried in
-# .device (`pip download einops -d .device --no-deps`) is installed for the user
+# .device (`pip download einops -d .device --no-deps`) goes where torch is, which the sandbox sees
 if ! python3 -c "import einops" 2>/dev/null && ls .device/einops-*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --user .device/einops-*.whl
+  python3 -m pip install -q --no-index .device/einops-*.whl \
+    || python3 -m pip install -q --no-index --break-system-packages .device/einops-*.whl
 fi
 OUT=${OUT:-/tmp/kw-out}; mkdir -p "$OUT"
 WORK=/tmp/kw-run; rm -rf "$WORK"; mkdir -p "$WORK/logs" "$WORK/cases"
