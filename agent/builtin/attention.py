@@ -18,10 +18,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
 from agent.builtin.rewrites import Rewrite, combine_scales, single_use, transposed_dims
 
 SDPA = "aten.scaled_dot_product_attention.default"
+_FLOAT32_MIN = -3.4028234663852886e38  # a fill of it gives the softmax of a -inf fill (see above)
 _PASS_THROUGH = ("contiguous", "identity")  # ops on the probabilities that compute nothing
 _REGROUP = ("view", "reshape")
 
@@ -37,6 +40,7 @@ class _Match:
     mask: tuple[str, str] | None
     batch: list[int]  # the batch dims SDPA runs over (the mask's, where views regroup them)
     k_node: Node | None = None  # K made here: K^T came as one permute of the heads' split (Whisper)
+    bias: str | None = None  # beside a fill: a tensor added to the scaled scores too (BLOOM's ALiBi)
 
 
 def _softmax_dim(p: Node) -> int | None:
@@ -134,39 +138,51 @@ def _regroups_batch(g: Graph, n: Node) -> bool:
     return src is not None and src.dims[-2:] == n.dims[-2:] and src.numel == n.numel
 
 
-def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, tuple[str, str] | None, list[int] | None] | None:
+@dataclass
+class _Masks:
+    """What lies between the scaled scores and the softmax: at most one fill and one added tensor,
+    each with the batch dims of the scores where it applies (views may regroup them between)."""
+
+    fill: tuple[str, str] | None = None
+    fill_at: list[int] | None = None
+    add: str | None = None
+    add_at: list[int] | None = None
+
+    def batch(self) -> list[int] | None:
+        """The batch dims SDPA runs over: where the mask nearest the softmax applies."""
+        return self.fill_at if self.fill is not None else self.add_at
+
+
+def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, _Masks] | None:
     """Walk from the softmax's input to the Q @ K^T matmul through at most one positive scale, one
-    mask (added after the scale only: SDPA adds it to the scaled scores) and views that regroup the
-    batch dims; also the batch dims where the mask applies (None without a mask)."""
+    fill and one added tensor (added after the scale only: SDPA adds its mask to the scaled scores)
+    and views that regroup the batch dims."""
     scale: Scalar | None = None
-    mask: tuple[str, str] | None = None
-    batch: list[int] | None = None
+    masks = _Masks()
     while s is not None and s.op != "matmul" and single_use(g, s.name):
         sc, filled, added = _scale_of(g, s), _filled(g, s), _added(g, s)
         if sc is not None and scale is None:
             scale, nxt = sc
-        elif filled is not None and mask is None:
-            mask, nxt = filled
-        elif added is not None and mask is None and scale is None:
-            mask, nxt = ("add", added[0]), added[1]
+        elif filled is not None and masks.fill is None:
+            (masks.fill, nxt), masks.fill_at = filled, s.dims[:-2]
+        elif added is not None and masks.add is None and scale is None:
+            (masks.add, nxt), masks.add_at = added, s.dims[:-2]
         elif _regroups_batch(g, s):
             nxt = s.args[0]
         else:
             return None
-        if s.op not in _REGROUP and mask is not None and batch is None:
-            batch = s.dims[:-2]
         s = _ref_node(g, nxt)
     if s is None or s.op != "matmul" or not single_use(g, s.name):
         return None
-    return s, scale or Scalar(1.0), mask, batch
+    return s, scale or Scalar(1.0), masks
 
 
 def _match(g: Graph, out: Node) -> _Match | None:
     if out.op != "matmul" or len(out.args) != 2:
         return None
     p, v = _ref_node(g, out.args[0]), _ref_node(g, out.args[1])
-    while p is not None and p.op in _PASS_THROUGH and single_use(g, p.name):
-        p = _ref_node(g, p.args[0])
+    while p is not None and (p.op in _PASS_THROUGH or _regroups_batch(g, p)) and single_use(g, p.name):
+        p = _ref_node(g, p.args[0])  # BLOOM views the probabilities back to [B*H] for its bmm
     if p is None or v is None or not single_use(g, p.name) or p.dtype not in (None, "float32"):
         return None
     if _softmax_dim(p) not in (-1, len(p.dims) - 1):
@@ -174,15 +190,38 @@ def _match(g: Graph, out: Node) -> _Match | None:
     found = _scores(g, _ref_node(g, p.args[0]))
     if found is None:
         return None
-    s, scale, mask, batch = found
+    s, scale, masks = found
     (q, sq), (kt, sk) = _unscaled(g, _ref_node(g, s.args[0])), _unscaled(g, _ref_node(g, s.args[1]))
     k, k_node = _key(g, kt)
     if q is None or k is None:
         return None
+    batch = masks.batch()
     if not _shapes_fit(q, k, v, s) or (batch is not None and math.prod(batch) != math.prod(q.dims[:-2])):
         return None
+    batch = batch if batch is not None else q.dims[:-2]
     scale = _product(_product(scale, sq), sk)
-    return _Match(out, q.name, k.name, v.name, scale, mask, batch if batch is not None else q.dims[:-2], k_node)
+    mask: tuple[str, str] | None = masks.fill if masks.fill is not None else None
+    bias = None
+    if masks.add is not None and mask is None:
+        mask = ("add", masks.add)
+    elif masks.add is not None:  # both: the fill on SDPA's batch dims, the added tensor regrouped to them
+        bias = _bias_on(g, masks.add, batch)
+        if bias is None:
+            return None
+    return _Match(out, q.name, k.name, v.name, scale, mask, batch, k_node, bias)
+
+
+def _bias_on(g: Graph, name: str, batch: list[int]) -> str | None:
+    """`name` (an added tensor) with batch dims that broadcast against `batch`: as it is where they
+    already do, else its batch elements regrouped row-major (BLOOM's ALiBi over [B*H] for scores
+    filled over [B, H]); None where neither works."""
+    own = g.node(name).dims[:-2]
+    return name if _broadcasts(own, batch) or math.prod(own) == math.prod(batch) else None
+
+
+def _broadcasts(own: list[int], batch: list[int]) -> bool:
+    """Batch dims `own` broadcast against `batch` as they are (aligned from the right)."""
+    return len(own) <= len(batch) and all(a in (1, b) for a, b in zip(reversed(own), reversed(batch), strict=False))
 
 
 def _unscaled(g: Graph, n: Node | None) -> tuple[Node | None, Scalar | None]:
@@ -195,7 +234,10 @@ def _unscaled(g: Graph, n: Node | None) -> tuple[Node | None, Scalar | None]:
 def _key(g: Graph, kt: Node | None) -> tuple[Node | None, Node | None]:
     """K from the K^T operand: the transpose's input, or, where K^T is one permute of the heads'
     split (Whisper's `k.view(B, S, H, -1).permute(0, 2, 3, 1)`), a new permute to [..., S, E]
-    (returned second: it is to be inserted)."""
+    (returned second: it is to be inserted). A copy of either, or a view of it that regroups the
+    batch dims, is seen through (K's batch dims may then be grouped unlike Q's: _shapes_fit)."""
+    while kt is not None and kt.args and single_use(g, kt.name) and (kt.op == "contiguous" or _regroups_batch(g, kt)):
+        kt = _ref_node(g, kt.args[0])  # BLOOM: K^T a permute's copy viewed to [B*H, E, S]
     if kt is None or not isinstance(kt.args[0] if kt.args else None, Ref):
         return None, None
     if _swaps_last_two(kt):
@@ -248,7 +290,7 @@ def _sdpa_nodes(g: Graph, m: _Match) -> list[Node]:
     views: dict[str, Node | None] = {x: _regrouped(g, x, m.batch) for x in (m.q, m.k, m.v)}
     names = {x: (view.name if view is not None else x) for x, view in views.items()}
     m.q, m.k, m.v = names[m.q], names[m.k], names[m.v]
-    sdpa, keep = _sdpa_node(g, m)
+    sdpa, masks = _sdpa_node(g, m)
     out = sdpa.dims
     back = (
         None
@@ -261,13 +303,46 @@ def _sdpa_nodes(g: Graph, m: _Match) -> list[Node]:
             dtype="float32",
         )
     )
-    return [x for x in (*views.values(), keep, sdpa, back) if x is not None]
+    return [x for x in (*views.values(), *masks, sdpa, back) if x is not None]
 
 
-def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, Node | None]:
+def _with_bias(g: Graph, keep: Node, bias: str, batch: list[int]) -> list[Node]:
+    """The one float mask SDPA takes where the scores get a fill and an added tensor: the tensor
+    where kept, float32's minimum elsewhere (the fill replaced the sum, or was added to it: exp
+    underflows to 0 either way). The tensor is regrouped to SDPA's batch dims where it does not
+    broadcast against them."""
+    b = g.node(bias)
+    own = b.dims[:-2]
+    nodes: list[Node] = []
+    if not _broadcasts(own, batch):
+        view = _regrouped(g, bias, batch)
+        assert view is not None
+        nodes.append(view)
+        b = view
+    shape = list(torch.broadcast_shapes(tuple(keep.dims), tuple(b.dims)))
+    combined = Node(
+        g.fresh("attn_bias"),
+        "aten",
+        [Ref(keep.name), Ref(b.name)],
+        {
+            "target": "aten.where.ScalarOther",
+            "call": {"args": [{"arg": 0}, {"arg": 1}, {"v": _FLOAT32_MIN}], "kwargs": {}},
+            "tuple": False,
+            "island": "the attention mask: the added tensor where kept, float32's minimum where filled",
+        },
+        shape=shape,
+        dtype="float32",
+    )
+    return [*nodes, combined]
+
+
+def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, list[Node]]:
+    """The SDPA call and the mask nodes it reads (none, the boolean keep mask, or that and the
+    float mask built from it and the added tensor)."""
     args: list[object] = [Ref(m.q), Ref(m.k), Ref(m.v)]
     kwargs: dict[str, object] = {}
     keep = None
+    masks: list[Node] = []
     if m.mask is not None and m.mask[0] == "add":
         args.append(Ref(m.mask[1]))
         kwargs["attn_mask"] = {"arg": 3}
@@ -286,7 +361,8 @@ def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, Node | None]:
             shape=list(c.dims),
             dtype="bool",
         )
-        args.append(Ref(keep.name))
+        masks = [keep] if m.bias is None else [keep, *_with_bias(g, keep, m.bias, m.batch)]
+        args.append(Ref(masks[-1].name))
         kwargs["attn_mask"] = {"arg": 3}
     kwargs["scale"] = {"v": m.scale.value, **({"expr": m.scale.expr} if m.scale.expr else {})}
     node = Node(
@@ -302,7 +378,7 @@ def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, Node | None]:
         shape=[*m.batch, *m.out.dims[-2:]],
         dtype="float32",
     )
-    return node, keep
+    return node, masks
 
 
 def attention_to_sdpa(g: Graph) -> Rewrite | None:

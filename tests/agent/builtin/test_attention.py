@@ -113,6 +113,10 @@ NEAR_MISSES = {
     "softmax over another dim": _near_miss("q @ k.transpose(-2, -1)", probs="F.softmax(s, dim=-2)"),
     "K scaled by a negative constant": _near_miss("(q * 0.5) @ (k.transpose(-2, -1) * -0.5)"),
     "K^T scaled and read again": _near_miss("(q * 0.5) @ (kt := k.transpose(-2, -1) * 0.5)", extra=" + kt.sum()"),
+    "two added tensors": _near_miss("q @ k.transpose(-2, -1) * 0.5 + m + m.transpose(-2, -1)"),
+    "a fill, then a tensor added before the scale": _near_miss(
+        "((q @ k.transpose(-2, -1) + m) * 0.5).masked_fill(m > 0, float('-inf'))"
+    ),
 }
 
 
@@ -269,3 +273,16 @@ def test_attention_written_with_einops_rearrange_is_one_sdpa_call():
     """lucidrains' vit-pytorch Attention as published: heads split and merged by einops' rearrange
     (an import the sandbox's environment provides), which export traces to reshapes and permutes."""
     _check(_small_block("lucidrains_vit_attention", [32, 4, 8], "[torch.randn(2, 9, 32)]"))
+
+
+def test_bloom_alibi_and_causal_fill_are_one_float_mask_of_one_sdpa_call():
+    """BLOOM: `alibi.baddbmm(q, k^T)` adds ALiBi over [B*H] after the scale, the scores viewed to
+    [B, H] are filled with float32's minimum where causal, the probabilities viewed back for a bmm
+    with V, and K^T is a permute's copy viewed to [B*H, E, S]: one SDPA call whose float mask is
+    ALiBi where kept and the minimum elsewhere."""
+    src = _small_block("hf_bloom_attention", [32, 4], "[torch.randn(2, 12, 32)]")
+    _check(src)
+    nodes = _rewritten(src).graph.nodes
+    sdpa = next(n for n in nodes if n.attrs.get("target") == SDPA)
+    assert sdpa.dims == [2, 4, 12, 8], sdpa.dims
+    assert any(n.attrs.get("target") == "aten.where.ScalarOther" for n in nodes)
