@@ -807,7 +807,7 @@ def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], note
     except Exception as e:  # any tracing failure becomes a message
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         hint = ""
-        if "symbolically traced variables cannot be used as inputs to control flow" in str(e) or "Proxy" in str(e):
+        if "symbolically traced variables cannot be used as inputs to control flow" in str(e):
             hint = (
                 " The forward has data-dependent control flow (an `if`/loop on tensor values), which cannot be "
                 "captured as a static graph."

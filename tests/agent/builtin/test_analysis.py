@@ -77,3 +77,11 @@ def test_a_task_that_kills_its_process_does_not_take_the_agent_with_it():
     an = analyze_source(CRASHING, profile=False)
     assert not an.ok
     assert "exit 3" in an.error
+
+
+def test_a_proxy_that_is_not_control_flow_is_not_called_control_flow():
+    """fx's other Proxy errors (iterating one, einops refusing one) are not data-dependent control
+    flow: the note says what fx said and no more (KernelBench's Mamba2 read as control flow)."""
+    src = CONTROL_FLOW.replace("if x.sum() > 0:", "for _ in x:")
+    an = analyze_source(src, profile=False)
+    assert "data-dependent control flow" not in an.data.get("fx_error", an.error or ""), an.data
