@@ -63,17 +63,19 @@ def test_generated_cpp_compiles(name, tmp_path):
     assert "class ModelNew(_KwReference)" in model and "import kwrt" in model
 
 
-@pytest.mark.slow
-@functools.lru_cache(maxsize=1)
-def _suite_analyses() -> list:
-    """(task name, analysis, rewrites) of every suite task at 1/16 size: capturing a graph takes
-    about 2 s per task here, so the tests over the whole suite share one capture."""
-    out = []
-    for path in task_paths():
-        an = analyze_source(shrink_source(path.read_text(), 16), profile=False)
-        assert an.ok, f"{path.stem}: {an.error}"
-        out.append((path.stem, an, all_rewrites(an.graph)))
-    return out
+@functools.cache
+def _analysis(path: Path) -> tuple:
+    """(task name, analysis, rewrites) of a suite task at 1/16 size: capturing a graph takes about
+    2 s per task here, so the tests over the suite share one capture per task."""
+    an = analyze_source(shrink_source(path.read_text(), 16), profile=False)
+    assert an.ok, f"{path.stem}: {an.error}"
+    return path.stem, an, all_rewrites(an.graph)
+
+
+def _suite_analyses(every: int = 1) -> list:
+    """Every `every`-th suite task's capture (the fast tier checks a third of the suite, the slow
+    tier all of it)."""
+    return [_analysis(p) for p in task_paths()[::every]]
 
 
 @pytest.mark.slow  # compiles every suite task's C++ (four minutes on a loaded 2-core machine)
@@ -90,14 +92,17 @@ def test_every_suite_task_generates_compilable_cpp(tmp_path):
         list(pool.map(lambda name: _gxx(codes[name], tmp_path / name), codes))
 
 
-def test_every_value_a_cuda_kernel_reads_is_defined():
-    """For every suite task, as captured and after the rewrites: each v_<name> a kernel reads is
-    defined in it (a per-channel rsqrt of batch norm, as captured, was read and never computed:
-    nvcc rejected the ResNet block's first candidate on the H200, 2026-11-30)."""
+@pytest.mark.parametrize("every", [3, pytest.param(1, marks=pytest.mark.slow)], ids=["a third", "all"])
+def test_every_value_a_cuda_kernel_reads_is_defined(every):
+    """For suite tasks (a third of them in the fast tier), as captured and after the rewrites: each
+    v_<name> a kernel reads is defined in it (a per-channel rsqrt of batch norm, as captured, was
+    read and never computed: nvcc rejected the ResNet block's first candidate on the H200,
+    2026-11-30)."""
     import re
 
     checked = 0
-    for name, an, rw in _suite_analyses():
+    tasks = _suite_analyses(every)
+    for name, an, rw in tasks:
         for g in [an.graph] + ([rw[-1].graph] if rw else []):
             try:
                 code = build_candidate(g, an.data, "cuda").files["kernels/fused.cu"]
@@ -109,7 +114,7 @@ def test_every_value_a_cuda_kernel_reads_is_defined():
                 used = set(re.findall(r"\bv_\w+", kernel))
                 defined = set(re.findall(r"\bfloat4? (v_\w+)", kernel))
                 assert used <= defined, f"{name}: {sorted(used - defined)} read but never defined"
-    assert checked >= len(task_paths())
+    assert checked >= len(tasks)
 
 
 LOGIT_SCALE = """
@@ -150,14 +155,15 @@ def _stores(code: str, marker: str) -> list[tuple[str, set[str], set[str]]]:
     return out
 
 
-def test_every_output_a_kernel_is_given_is_written():
-    """Each output pointer is stored to, in every generated kernel (CUDA and C++), for every suite
-    task and for SwinV2's per-head logit scale (the log of a 0-d tensor, a value per row with no
+@pytest.mark.parametrize("every", [3, pytest.param(1, marks=pytest.mark.slow)], ids=["a third", "all"])
+def test_every_output_a_kernel_is_given_is_written(every):
+    """Each output pointer is stored to, in every generated kernel (CUDA and C++), for suite tasks
+    (a third of them in the fast tier) and for SwinV2's per-head logit scale (the log of a 0-d tensor, a value per row with no
     reduction). The CUDA elementwise kernel wrote only full-size outputs: the scale was left as
     uninitialised memory and every SwinV2 candidate put out NaN on the H100 (2026-12-05)."""
     an = analyze_source(LOGIT_SCALE, profile=False)
     assert an.ok, an.error
-    cases = [("logit_scale", an, all_rewrites(an.graph))] + list(_suite_analyses())
+    cases = [("logit_scale", an, all_rewrites(an.graph))] + list(_suite_analyses(every))
     checked = 0
     for name, an, rw in cases:
         for g in [an.graph] + ([rw[-1].graph] if rw else []):
@@ -172,7 +178,7 @@ def test_every_output_a_kernel_is_given_is_written():
                 for head, given, stored in _stores(code, marker):
                     checked += 1
                     assert given <= stored, f"{name} ({backend}): {head} never writes {sorted(given - stored)}"
-    assert checked > 2 * len(task_paths())
+    assert checked > 2 * (len(cases) - 1)
 
 
 def test_kernels_say_what_they_fuse_and_the_bytes_they_move():
