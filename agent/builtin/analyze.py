@@ -788,7 +788,8 @@ def _autocast_entries() -> Iterator[list[str]]:
     entered: list[str] = []
 
     def enter(self: Any) -> Any:
-        entered.append(str(self.fast_dtype).replace("torch.", ""))
+        if getattr(self, "_enabled", True):  # `enabled=False` (a float32 region) casts nothing fx could miss
+            entered.append(str(self.fast_dtype).replace("torch.", ""))
         return original(self)
 
     cls.__enter__ = enter  # type: ignore[method-assign]

@@ -18,13 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
+from agent.builtin.fusion import broadcastable
 from agent.builtin.graph import Graph, Lit, Node, Ref, Scalar
 from agent.builtin.rewrites import Rewrite, combine_scales, single_use, transposed_dims
 
 SDPA = "aten.scaled_dot_product_attention.default"
-_FLOAT32_MIN = -3.4028234663852886e38  # a fill of it gives the softmax of a -inf fill (see above)
+_FLOAT32_MIN = -3.4028234663852886e38  # torch.finfo(torch.float32).min: a fill of it gives the softmax of a -inf fill
 _PASS_THROUGH = ("contiguous", "identity")  # ops on the probabilities that compute nothing
 _REGROUP = ("view", "reshape")
 
@@ -200,28 +199,20 @@ def _match(g: Graph, out: Node) -> _Match | None:
         return None
     batch = batch if batch is not None else q.dims[:-2]
     scale = _product(_product(scale, sq), sk)
-    mask: tuple[str, str] | None = masks.fill if masks.fill is not None else None
-    bias = None
-    if masks.add is not None and mask is None:
-        mask = ("add", masks.add)
-    elif masks.add is not None:  # both: the fill on SDPA's batch dims, the added tensor regrouped to them
-        bias = _bias_on(g, masks.add, batch)
-        if bias is None:
-            return None
-    return _Match(out, q.name, k.name, v.name, scale, mask, batch, k_node, bias)
+    if masks.fill is None:
+        mask = ("add", masks.add) if masks.add is not None else None
+        return _Match(out, q.name, k.name, v.name, scale, mask, batch, k_node)
+    if masks.add is not None and not _bias_fits(g, masks.add, batch):
+        return None
+    return _Match(out, q.name, k.name, v.name, scale, masks.fill, batch, k_node, masks.add)
 
 
-def _bias_on(g: Graph, name: str, batch: list[int]) -> str | None:
-    """`name` (an added tensor) with batch dims that broadcast against `batch`: as it is where they
-    already do, else its batch elements regrouped row-major (BLOOM's ALiBi over [B*H] for scores
-    filled over [B, H]); None where neither works."""
+def _bias_fits(g: Graph, name: str, batch: list[int]) -> bool:
+    """An added tensor beside a fill can join SDPA's mask: its batch dims broadcast against `batch`
+    as they are, or hold as many elements, to be regrouped row-major (BLOOM's ALiBi over [B*H] for
+    scores filled over [B, H]: _with_bias)."""
     own = g.node(name).dims[:-2]
-    return name if _broadcasts(own, batch) or math.prod(own) == math.prod(batch) else None
-
-
-def _broadcasts(own: list[int], batch: list[int]) -> bool:
-    """Batch dims `own` broadcast against `batch` as they are (aligned from the right)."""
-    return len(own) <= len(batch) and all(a in (1, b) for a, b in zip(reversed(own), reversed(batch), strict=False))
+    return broadcastable(own, batch) or math.prod(own) == math.prod(batch)
 
 
 def _unscaled(g: Graph, n: Node | None) -> tuple[Node | None, Scalar | None]:
@@ -312,14 +303,16 @@ def _with_bias(g: Graph, keep: Node, bias: str, batch: list[int]) -> list[Node]:
     underflows to 0 either way). The tensor is regrouped to SDPA's batch dims where it does not
     broadcast against them."""
     b = g.node(bias)
-    own = b.dims[:-2]
     nodes: list[Node] = []
-    if not _broadcasts(own, batch):
+    if not broadcastable(b.dims[:-2], batch):
         view = _regrouped(g, bias, batch)
         assert view is not None
         nodes.append(view)
         b = view
-    shape = list(torch.broadcast_shapes(tuple(keep.dims), tuple(b.dims)))
+    # both broadcast to the scores' [*batch, L, S]: their common shape is the larger size per dim
+    rank = max(len(keep.dims), len(b.dims))
+    ka, ba = [1] * (rank - len(keep.dims)) + keep.dims, [1] * (rank - len(b.dims)) + b.dims
+    shape = [max(x, y) for x, y in zip(ka, ba, strict=True)]
     combined = Node(
         g.fresh("attn_bias"),
         "aten",

@@ -92,7 +92,8 @@ def _pad(shape: list[int], k: int) -> list[int]:
     return [1] * (k - len(shape)) + list(shape)
 
 
-def _broadcastable(small: list[int], big: list[int]) -> bool:
+def broadcastable(small: list[int], big: list[int]) -> bool:
+    """`small` broadcasts to `big` (dims aligned from the right)."""
     if len(small) > len(big):
         return False
     return all(s == 1 or s == b for s, b in zip(_pad(small, len(big)), big, strict=True))
@@ -206,7 +207,7 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
         if not full:
             full = list(ishape)
         elif ishape != full:
-            if split is None and _broadcastable(full, ishape):
+            if split is None and broadcastable(full, ishape):
                 full = list(ishape)
             else:
                 return False
@@ -219,9 +220,9 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
         if not full:
             full = list(n.dims)
         elif n.shape != full:
-            if _broadcastable(n.dims, full) or (split is not None and list(n.dims) == full[:split]):
+            if broadcastable(n.dims, full) or (split is not None and list(n.dims) == full[:split]):
                 pass
-            elif split is None and _broadcastable(full, n.dims) and len(n.dims) >= len(full):
+            elif split is None and broadcastable(full, n.dims) and len(n.dims) >= len(full):
                 full = list(n.dims)
             else:
                 return False
@@ -243,7 +244,7 @@ def _try_join(g: Graph, grp: Group, n: Node) -> bool:
             if dn.shape is None:
                 return False
             aligned = _align(dn.dims, full if n.op in REDUCTIONS else n.dims, full, sp)
-            if not _broadcastable(aligned, full):
+            if not broadcastable(aligned, full):
                 return False
             try:
                 kind, _ = classify(aligned, full, sp)

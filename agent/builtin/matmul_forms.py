@@ -136,7 +136,7 @@ def einsum_as_matmul(fallback: Callable[..., torch.Tensor]) -> Callable[..., tor
         a, b = operands
         if any(a.shape[la.index(c)] != b.shape[lb.index(c)] for c in g.contracted):
             return fallback(equation, operands, path=path)
-        return as_matmul(operands[0], operands[1], la, lb, out, g)
+        return as_matmul(a, b, la, lb, out, g)
 
     return decompose
 

@@ -79,8 +79,9 @@ def remove_identities(g: Graph) -> Rewrite | None:
                 inner = g.node(n.args[0].name)
                 if inner.op == n.op and transposed_dims(inner) == transposed_dims(n) and isinstance(inner.args[0], Ref):
                     src = inner.args[0]
-            if isinstance(src, Ref) and g.node(src.name).shape == n.shape:
-                g.replace_uses(n.name, src.name)
+            kept = g.node(src.name) if isinstance(src, Ref) else None
+            if kept is not None and kept.shape == n.shape and n.dtype in (None, kept.dtype):
+                g.replace_uses(n.name, kept.name)
                 g.nodes.remove(n)
                 removed.append(f"{n.op} ({n.name})")
                 changed = True

@@ -629,3 +629,12 @@ def test_a_number_read_back_from_the_data_is_named_not_blamed_on_the_task():
     assert not an.ok
     assert "a number read from a tensor's values" in an.error, an.error
     assert "the task failed" not in an.error and not an.data.get("task_fails"), an.error
+
+
+def test_a_disabled_autocast_region_stays_with_fx():
+    """`torch.autocast(..., enabled=False)` (a float32 region, as diffusers upcasts) casts nothing:
+    fx's graph is exact and keeps its symbolic sizes."""
+    src = AUTOCAST.replace('torch.autocast("cpu", dtype=torch.bfloat16)', 'torch.autocast("cpu", enabled=False)')
+    an = _analysis(src)
+    assert an.ok, an.error
+    assert an.data["capture"] == "fx", an.data.get("fx_error")

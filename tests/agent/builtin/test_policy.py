@@ -343,3 +343,14 @@ def test_tensors_in_a_list_or_dict_argument_get_the_reference_and_a_plain_reason
     assert res.verified, fin.summary
     assert "argument 0 is a list" in fin.summary, fin.summary
     assert "JSON" not in fin.summary and "json.dumps" not in fin.summary
+
+
+def test_importing_the_policy_does_not_import_torch():
+    """The policy runs in the agent process, where torch is a second of import and hundreds of MB;
+    only its analysis child and the sandbox import torch (docs/builtin-policy.md)."""
+    import subprocess
+    import sys
+
+    code = "import sys, agent.builtin.policy; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

@@ -148,3 +148,32 @@ def test_a_dense_blocks_concatenations_reuse_the_previous_one(tmp_path):
     opts = EvalOptions(backend="cpu", compile_baseline=False, timing_budget_s=0.05, cache_dir=str(tmp_path))
     res = evaluate(DENSE_BLOCK, files, opts)
     assert res.status.value == "ok", res.reasons
+
+
+def test_an_identity_that_changes_the_dtype_is_kept():
+    """x + zeros and x * 1.0 compute nothing only where the result keeps x's dtype: int64 ids plus a
+    float32 tensor of zeros (or times 1.0) become float32, which the next op reads."""
+    from agent.builtin.graph import Graph, Node, Ref, Scalar
+    from agent.builtin.rewrites import remove_identities
+
+    call = {"args": [{"list": [{"v": 4}]}], "kwargs": {"dtype": {"dtype": "float32"}}}
+    g = Graph(
+        [
+            Node("ids", "input", [], {"index": 0}, shape=[4], dtype="int64"),
+            Node(
+                "z",
+                "aten",
+                [],
+                {"target": "aten.zeros.default", "call": call, "tuple": False},
+                shape=[4],
+                dtype="float32",
+            ),
+            Node("f", "add", [Ref("ids"), Ref("z")], shape=[4], dtype="float32"),
+            Node("h", "mul", [Ref("ids"), Scalar(1.0)], shape=[4], dtype="float32"),
+            Node("x", "input", [], {"index": 1}, shape=[4], dtype="float32"),
+            Node("y", "add", [Ref("x"), Ref("z")], shape=[4], dtype="float32"),
+            Node("output", "output", [Ref("f"), Ref("h"), Ref("y")]),
+        ]
+    )
+    r = remove_identities(g)
+    assert r is not None and [n.name for n in r.graph.nodes if n.op in ("add", "mul")] == ["f", "h"]
