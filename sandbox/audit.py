@@ -252,6 +252,23 @@ def settings_in_use() -> list[tuple[str, str]]:
     return [("setting", CONV_SEARCH_SETTING)] if searched else []
 
 
+def _interceptors() -> dict[str, Any]:
+    """What runs candidate code inside the harness's own calls once forward has returned: a torch
+    function mode sees every torch call the harness makes on an output (its clone, its copy out, its
+    fingerprint), so a forward could return an unfinished output and finish it there, after the
+    timer stopped; a dispatch mode likewise; a garbage-collector callback runs at the harness's
+    allocations. Counted (modes) or kept (callbacks) before candidate code runs."""
+    import gc
+
+    import torch
+
+    return {
+        "torch function mode": torch._C._len_torch_function_stack(),
+        "torch dispatch mode": torch._C._len_torch_dispatch_stack(),
+        "garbage-collector callback": list(gc.callbacks),
+    }
+
+
 class Integrity:
     """Harness objects and global flags captured before candidate code runs."""
 
@@ -259,6 +276,7 @@ class Integrity:
         import sys
         import threading
 
+        self.interceptors = _interceptors()
         self.objects = _watched_objects()
         self.flags = precision_flags()
         self.threads = threading.active_count()
@@ -280,12 +298,23 @@ class Integrity:
                     out[f"{modname}.{attr}"] = code
         return out
 
+    def left_active(self) -> list[tuple[str, str]]:
+        """('tamper', finding) for each interceptor candidate code left in place (`_interceptors`).
+        Checked as soon as each forward returns, before the harness touches its outputs, and
+        again by `check`."""
+        now = _interceptors()
+        return [
+            ("tamper", f"candidate code left a {what} active, which would run inside the harness's own calls")
+            for what, before in self.interceptors.items()
+            if now[what] != before
+        ]
+
     def check(self) -> list[tuple[str, str]]:
         """(kind, finding) pairs; kind 'flags' for precision/global flags, 'tamper', 'thread'."""
         import sys
         import threading
 
-        found: list[tuple[str, str]] = []
+        found: list[tuple[str, str]] = self.left_active()
         current = _watched_objects()
         for name, obj in self.objects.items():
             if current.get(name) is not obj:

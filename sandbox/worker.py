@@ -1124,22 +1124,25 @@ class _Candidate:
             recorder = audit.make_recorder()
             with torch.no_grad(), recorder:
                 out = model(*inputs)
-            leaves: list = []
-            spec = flatten(out, leaves)
-            snapshot = [x.clone() if type(x) is torch.Tensor else None for x in leaves]
-            sync(device)
-            if device == "cpu":
-                time.sleep(0.01)  # a background thread still writing would show now
+            self.findings.extend(self.integrity.left_active())
+            with torch._C.DisableTorchFunction():  # no mode of the candidate's sees the checks
+                leaves: list = []
+                spec = flatten(out, leaves)
+                snapshot = [x.clone() if type(x) is torch.Tensor else None for x in leaves]
+                sync(device)
+                if device == "cpu":
+                    time.sleep(0.01)  # a background thread still writing would show now
         except _Stage as st:
             self.ended = True
             return _error(st.stage, st.exc, self.roots, st.prefix) | {"trial": i}
         except BaseException as exc:
             self.ended = True
             return _error("forward", exc, self.roots, f"ModelNew.forward raised in trial {i + 1}: ") | {"trial": i}
-        checks = _output_checks(leaves, snapshot, inputs, model, device, same_bits, storage_span)
-        for j, (a, b) in enumerate(zip(before, inputs, strict=False)):
-            if isinstance(a, torch.Tensor) and not same_bits(a, b):
-                checks.append(("incorrect", f"input {j} was modified in place by forward"))
+        with torch._C.DisableTorchFunction():
+            checks = _output_checks(leaves, snapshot, inputs, model, device, same_bits, storage_span)
+            for j, (a, b) in enumerate(zip(before, inputs, strict=False)):
+                if isinstance(a, torch.Tensor) and not same_bits(a, b):
+                    checks.append(("incorrect", f"input {j} was modified in place by forward"))
         for name, count in recorder.ops.items():
             self.ops[name] = self.ops.get(name, 0) + count
         self.calls_per_forward.append(sum(self.custom_calls().values()) - sum(calls0.values()))
@@ -1270,10 +1273,17 @@ class _CandidateTiming:
             weights = fingerprint_weights(shapes, cmd["fingerprint_seed"], device)
         self.prints: list[tuple[int, float]] = []
 
+        self.left: list[tuple[str, str]] = []
+
         def hook(out: Any, k: int) -> None:
-            leaves: list = []
-            flatten(out, leaves)
-            self.prints.append((k, fingerprint(leaves, weights)))
+            import torch
+
+            if not self.left:  # before any torch call of the harness's on the outputs
+                self.left = integrity.left_active()
+            with torch._C.DisableTorchFunction():
+                leaves: list = []
+                flatten(out, leaves)
+                self.prints.append((k, fingerprint(leaves, weights)))
 
         self.model, self.device, self.custom_calls, self.integrity = model, device, custom_calls, integrity
         self.paced = _Paced(device, cmd, sets, roots)
@@ -1291,7 +1301,7 @@ class _CandidateTiming:
         if self.device == "cuda":
             with LOCK.shared():
                 kernels, graphs = _cuda_kernel_names(self.model, self.paced.sets[0])
-        findings = self.integrity.check()
+        findings = list(dict.fromkeys(self.left + self.integrity.check()))
         if series.late_calls:
             findings.append(
                 (
