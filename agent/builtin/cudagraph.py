@@ -14,18 +14,56 @@ TAG = "[CUDA graph]"  # ends the label of every graphed candidate (the KernelBen
 
 CAPTURE_HELPER = '''
 
+class _KwHostConstants(torch.overrides.TorchFunctionMode):
+    """`torch.tensor` / `torch.as_tensor` of Python numbers onto the GPU inside a forward (SwinV2's
+    `torch.tensor(1. / 0.01, device=x.device)`) copies from the host, which a capture forbids. In the
+    warm-up call (`kept` None) each such tensor is kept, in call order; in the capture the same call
+    (the same arguments) gets a device copy of the kept one, a kernel the graph replays. The value
+    is a constant of the graph, as every Python value the forward reads is. Entered and left inside
+    one call, so no mode stays active outside it."""
+
+    def __init__(self, kept=None):
+        super().__init__()
+        self.recording, self.kept, self.next = kept is None, [] if kept is None else kept, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in (torch.tensor, torch.as_tensor) or not args or not _kw_numbers(args[0]):
+            return func(*args, **kwargs)
+        key = repr((args, sorted(kwargs.items())))
+        if self.recording:
+            out = func(*args, **kwargs)
+            if out.device.type != "cpu":
+                self.kept.append((key, out.clone()))
+            return out
+        if self.next < len(self.kept) and self.kept[self.next][0] == key:
+            self.next += 1
+            return self.kept[self.next - 1][1].clone()
+        return func(*args, **kwargs)
+
+
+def _kw_numbers(data):
+    """A Python number, or a (nested) list or tuple of them."""
+    if isinstance(data, (list, tuple)):
+        return all(_kw_numbers(x) for x in data)
+    return isinstance(data, (bool, int, float))
+
+
 def _capture(eager, static_in):
     """(graph, its input buffers, its output buffer), over the caller's input buffers `static_in`
     (every replay copies the call's inputs into them first). One eager call on a side stream first,
     as PyTorch's CUDA-graph notes ask: cuBLAS and cuDNN set up handles, workspaces and algorithms
-    outside the capture, and derived weights are computed then and read by the graph."""
+    outside the capture, and derived weights are computed then and read by the graph; the call's
+    tensors made from Python numbers are kept for the capture (`_KwHostConstants`)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    constants = _KwHostConstants()
+    with torch.cuda.stream(side), constants:
         eager(*static_in)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    graph.kw_constants = constants.kept  # every replay reads them
+    with torch.cuda.graph(graph), _KwHostConstants(constants.kept):
         static_out = eager(*static_in)
     if not (isinstance(static_out, torch.Tensor) and static_out.is_contiguous()):
         return None, None, None

@@ -79,3 +79,40 @@ def test_graphed_reference_passes_the_sandbox(tmp_path):
     assert graphed.audit.graph_launches >= 1 and plain.audit.graph_launches == 0
     c, p = graphed.timing.candidate, plain.timing.candidate
     print(f"lstm: reference {p.median_ms:.4f} ms (host {p.host_median_ms:.4f}), graphed {c.median_ms:.4f} ms")
+
+
+CONSTANT_TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.logit_scale = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        scale = torch.clamp(self.logit_scale, max=torch.log(torch.tensor(1.0 / 0.01, device=x.device))).exp()
+        return torch.softmax(self.fc(x) * scale, dim=-1)
+
+def get_inputs():
+    return [torch.randn(8, 64, 128)]
+
+def get_init_inputs():
+    return [128]
+"""
+
+
+def test_graphed_reference_of_a_forward_that_makes_a_tensor_from_a_number(tmp_path):
+    """SwinV2's logit scale: `torch.tensor(1. / 0.01, device=x.device)` in the forward is a copy
+    from the host, which a capture forbids; the warm-up keeps the tensor and the graph reads it."""
+    from agent.builtin.fallback import fallback_model
+
+    opts = cuda_options(tmp_path, torch_ops="allow")
+    files = {"model_new.py": fallback_model(CONSTANT_TASK, ["test"], graphed=True)}
+    graphed = evaluate(CONSTANT_TASK, files, opts)
+    assert graphed.status.value == "ok", graphed.reasons
+    assert graphed.audit.graph_launches >= 1
+    print(
+        f"constant: graphed {graphed.timing.candidate.median_ms:.4f} ms, eager {graphed.timing.eager.median_ms:.4f} ms"
+    )

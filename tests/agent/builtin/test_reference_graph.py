@@ -109,3 +109,39 @@ def test_a_forward_that_cannot_be_captured_still_gets_the_reference_graph(monkey
     kinds = [s.kind for s in pol.steps]
     assert kinds[:3] == ["analyse", "fallback", "refgraph"] and kinds[-1] == "finish", kinds
     assert "refgraph" not in [s.kind for s in _cuda_policy(monkeypatch, "forbid", UNCAPTURED_TASK).steps]
+
+
+def test_tensors_from_python_numbers_are_kept_for_the_capture():
+    """A capture forbids `torch.tensor(number, device=cuda)` (a copy from the host): the warm-up call
+    keeps each such tensor in call order and the capture's identical call gets a device copy of
+    it; a call that asks for another value, or for a CPU tensor, goes to torch (off the GPU: the
+    meta device stands in for cuda)."""
+    from agent.builtin.cudagraph import CAPTURE_HELPER
+
+    ns: dict = {"torch": torch}
+    exec(CAPTURE_HELPER, ns)
+    keep = ns["_KwHostConstants"]
+
+    def forward(x, scale):
+        a = torch.tensor(scale, device=x.device)
+        b = torch.tensor([1, 2], device="cpu")
+        c = torch.as_tensor([[2.0, 3.0]], device=x.device)
+        return x * a + c.sum(), b
+
+    x = torch.randn(3, device="meta")
+    warm = keep()
+    with warm:
+        forward(x, 1 / 0.01)
+    assert [k for k, _ in warm.kept] == [
+        repr(((1 / 0.01,), [("device", x.device)])),
+        repr((([[2.0, 3.0]],), [("device", x.device)])),
+    ]
+    capture = keep(warm.kept)
+    with capture:
+        out, b = forward(x, 1 / 0.01)
+    assert capture.next == 2 and out.device.type == "meta" and b.device.type == "cpu"
+    other = keep(warm.kept)
+    with other:
+        forward(x, 2.0)  # another scale: not the kept tensor, and the order no longer matches
+    assert other.next == 0
+    assert torch._C._len_torch_function_stack() == 0
