@@ -29,6 +29,17 @@ _REGROUP = ("view", "reshape")
 
 
 @dataclass
+class _Split:
+    """Tensors added to the scores while viewed as [..., a, b, c, d] for [..., a*b, c*d] (SAM's
+    decomposed relative positions: one term per axis, broadcast over the other): their sum, viewed
+    back to the scores' shape, is SDPA's float mask."""
+
+    dims: list[int]  # the split view's shape
+    merged: list[int]  # the scores' shape
+    terms: list[str]
+
+
+@dataclass
 class _Match:
     out: Node  # the P @ V matmul
     q: str
@@ -40,6 +51,7 @@ class _Match:
     batch: list[int]  # the batch dims SDPA runs over (the mask's, where views regroup them)
     k_node: Node | None = None  # K made here: K^T came as one permute of the heads' split (Whisper)
     bias: str | None = None  # beside a fill: a tensor added to the scaled scores too (BLOOM's ALiBi)
+    split: _Split | None = None  # tensors added to the scores viewed with split rows and columns (SAM)
 
 
 def _softmax_dim(p: Node) -> int | None:
@@ -123,7 +135,7 @@ def _added(g: Graph, n: Node) -> tuple[str, object] | None:
         return None
     for i in (0, 1):
         x, m = g.node(n.args[i].name), g.node(n.args[1 - i].name)
-        scores_like = x.shape == n.shape and x.op in ("matmul", "mul", "div", "where", *_REGROUP)
+        scores_like = x.shape == n.shape and x.op in ("matmul", "mul", "div", "where", "add", *_REGROUP)
         scores_like = scores_like and single_use(g, x.name)
         if scores_like and m.dtype in (None, "float32") and len(m.dims) <= len(n.dims):
             return m.name, Ref(x.name)
@@ -137,6 +149,30 @@ def _regroups_batch(g: Graph, n: Node) -> bool:
     return src is not None and src.dims[-2:] == n.dims[-2:] and src.numel == n.numel
 
 
+def _split_region(g: Graph, merge: Node) -> tuple[_Split, object] | None:
+    """merge views [..., a, b, c, d] back to the scores' [..., a*b, c*d]: from its input down to the
+    view that split the scores, the tensors added on the way (each broadcast against the split
+    shape, float32), and that view's input."""
+    src = _ref_node(g, merge.args[0]) if merge.op in _REGROUP and merge.args else None
+    if src is None or len(src.dims) != len(merge.dims) + 2 or src.dims[:-4] != merge.dims[:-2]:
+        return None
+    a, b, c, d = src.dims[-4:]
+    if [a * b, c * d] != merge.dims[-2:]:
+        return None
+    terms: list[str] = []
+    s: Node | None = src
+    while s is not None and single_use(g, s.name) and (added := _added(g, s)) is not None:
+        if not broadcastable(g.node(added[0]).dims, src.dims):
+            return None
+        terms.append(added[0])
+        s = _ref_node(g, added[1])
+    splits = s is not None and s.op in _REGROUP and single_use(g, s.name) and bool(s.args)
+    scores = _ref_node(g, s.args[0]) if splits and s is not None else None
+    if not terms or scores is None or scores.dims != merge.dims:
+        return None
+    return _Split(list(src.dims), list(merge.dims), terms[::-1]), Ref(scores.name)
+
+
 @dataclass
 class _Masks:
     """What lies between the scaled scores and the softmax: at most one fill and one added tensor,
@@ -146,6 +182,7 @@ class _Masks:
     fill_at: list[int] | None = None
     add: str | None = None
     add_at: list[int] | None = None
+    split: _Split | None = None
 
     def batch(self) -> list[int] | None:
         """The batch dims SDPA runs over: where the mask nearest the softmax applies."""
@@ -166,6 +203,8 @@ def _scores(g: Graph, s: Node | None) -> tuple[Node, Scalar, _Masks] | None:
             (masks.fill, nxt), masks.fill_at = filled, s.dims[:-2]
         elif added is not None and masks.add is None and scale is None:
             (masks.add, nxt), masks.add_at = added, s.dims[:-2]
+        elif masks.add is None and masks.split is None and scale is None and (split := _split_region(g, s)):
+            (masks.split, nxt), masks.add_at = split, s.dims[:-2]
         elif _regroups_batch(g, s):
             nxt = s.args[0]
         else:
@@ -201,8 +240,8 @@ def _match(g: Graph, out: Node) -> _Match | None:
     scale = _product(_product(scale, sq), sk)
     if masks.fill is None:
         mask = ("add", masks.add) if masks.add is not None else None
-        return _Match(out, q.name, k.name, v.name, scale, mask, batch, k_node)
-    if masks.add is not None and not _bias_fits(g, masks.add, batch):
+        return _Match(out, q.name, k.name, v.name, scale, mask, batch, k_node, split=masks.split)
+    if masks.split is not None or masks.add is not None and not _bias_fits(g, masks.add, batch):
         return None
     return _Match(out, q.name, k.name, v.name, scale, masks.fill, batch, k_node, masks.add)
 
@@ -329,6 +368,96 @@ def _with_bias(g: Graph, keep: Node, bias: str, batch: list[int]) -> list[Node]:
     return [*nodes, combined]
 
 
+def _island(g: Graph, name: str, target: str, args: list, shape: list[int], why: str) -> Node:
+    """An ATen call node over `args` (node names, then literal values)."""
+    refs = [a for a in args if isinstance(a, str)]
+    call = [{"arg": i} for i in range(len(refs))] + [{"v": a} for a in args if not isinstance(a, str)]
+    attrs = {"target": target, "call": {"args": call, "kwargs": {}}, "tuple": False, "island": why}
+    return Node(g.fresh(name), "aten", [Ref(r) for r in refs], attrs, shape=shape, dtype="float32")
+
+
+def _sdpa_nodes(g: Graph, m: _Match) -> list[Node]:
+    """The nodes that replace m.out, in order; the last one is read where m.out was."""
+    views: dict[str, Node | None] = {x: _regrouped(g, x, m.batch) for x in (m.q, m.k, m.v)}
+    names = {x: (view.name if view is not None else x) for x, view in views.items()}
+    m.q, m.k, m.v = names[m.q], names[m.k], names[m.v]
+    sdpa, masks = _sdpa_node(g, m)
+    out = sdpa.dims
+    back = (
+        None
+        if out == m.out.dims
+        else Node(
+            g.fresh("sdpa_out"),
+            "reshape",
+            [Ref(sdpa.name), Lit(list(m.out.dims))],
+            shape=list(m.out.dims),
+            dtype="float32",
+        )
+    )
+    return [x for x in (*views.values(), *masks, sdpa, back) if x is not None]
+
+
+def _with_bias(g: Graph, keep: Node, bias: str, batch: list[int]) -> list[Node]:
+    """The one float mask SDPA takes where the scores get a fill and an added tensor: the tensor
+    where kept, float32's minimum elsewhere (the fill replaced the sum, or was added to it: exp
+    underflows to 0 either way). The tensor is regrouped to SDPA's batch dims where it does not
+    broadcast against them."""
+    b = g.node(bias)
+    nodes: list[Node] = []
+    if not broadcastable(b.dims[:-2], batch):
+        view = _regrouped(g, bias, batch)
+        assert view is not None
+        nodes.append(view)
+        b = view
+    # both broadcast to the scores' [*batch, L, S]: their common shape is the larger size per dim
+    rank = max(len(keep.dims), len(b.dims))
+    ka, ba = [1] * (rank - len(keep.dims)) + keep.dims, [1] * (rank - len(b.dims)) + b.dims
+    shape = [max(x, y) for x, y in zip(ka, ba, strict=True)]
+    combined = Node(
+        g.fresh("attn_bias"),
+        "aten",
+        [Ref(keep.name), Ref(b.name)],
+        {
+            "target": "aten.where.ScalarOther",
+            "call": {"args": [{"arg": 0}, {"arg": 1}, {"v": _FLOAT32_MIN}], "kwargs": {}},
+            "tuple": False,
+            "island": "the attention mask: the added tensor where kept, float32's minimum where filled",
+        },
+        shape=shape,
+        dtype="float32",
+    )
+    return [*nodes, combined]
+
+
+def _island(g: Graph, name: str, target: str, args: list, shape: list[int], why: str) -> Node:
+    """An ATen call node over `args` (node names, then literal values)."""
+    refs = [a for a in args if isinstance(a, str)]
+    call = [{"arg": i} for i in range(len(refs))] + [{"v": a} for a in args if not isinstance(a, str)]
+    attrs = {"target": target, "call": {"args": call, "kwargs": {}}, "tuple": False, "island": why}
+    return Node(g.fresh(name), "aten", [Ref(r) for r in refs], attrs, shape=shape, dtype="float32")
+
+
+def _summed(g: Graph, split: _Split) -> list[Node]:
+    """SDPA's float mask from a split region's terms: their sum, expanded to the split shape and
+    viewed as the scores."""
+    why = "the attention mask: the tensors added to the scores, summed"
+    acc = g.node(split.terms[0])
+    nodes: list[Node] = []
+    for i, t in enumerate(split.terms[1:]):  # names fresh by prefix: none of these is in g yet
+        other = g.node(t)
+        rank = max(len(acc.dims), len(other.dims))
+        a, b = [1] * (rank - len(acc.dims)) + acc.dims, [1] * (rank - len(other.dims)) + other.dims
+        acc = _island(
+            g, f"attn_sum{i}", "aten.add.Tensor", [acc.name, t], [max(x, y) for x, y in zip(a, b, strict=True)], why
+        )
+        nodes.append(acc)
+    if acc.dims != split.dims:
+        acc = _island(g, "attn_full", "aten.expand.default", [acc.name, split.dims], split.dims, why)
+        nodes.append(acc)
+    nodes.append(_island(g, "attn_bias", "aten.reshape.default", [acc.name, split.merged], split.merged, why))
+    return nodes
+
+
 def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, list[Node]]:
     """The SDPA call and the mask nodes it reads (none, the boolean keep mask, or that and the
     float mask built from it and the added tensor)."""
@@ -338,6 +467,10 @@ def _sdpa_node(g: Graph, m: _Match) -> tuple[Node, list[Node]]:
     masks: list[Node] = []
     if m.mask is not None and m.mask[0] == "add":
         args.append(Ref(m.mask[1]))
+        kwargs["attn_mask"] = {"arg": 3}
+    elif m.split is not None:
+        masks = _summed(g, m.split)
+        args.append(Ref(masks[-1].name))
         kwargs["attn_mask"] = {"arg": 3}
     elif m.mask is not None:
         c = g.node(m.mask[1])
@@ -399,6 +532,8 @@ def attention_to_sdpa(g: Graph) -> Rewrite | None:
             how += {"fill": f", -inf where {m.mask[1]} != 0", "keep": f", -inf where {m.mask[1]} == 0"}.get(
                 m.mask[0], f", {m.mask[1]} added"
             )
+        if m.split is not None:
+            how += f", {' + '.join(m.split.terms)} added over the split {m.split.dims}"
         done.append(f"{n.name} = softmax({q} @ {k}^T) @ {v} ({how})")
     if not done:
         return None

@@ -286,3 +286,48 @@ def test_bloom_alibi_and_causal_fill_are_one_float_mask_of_one_sdpa_call():
     sdpa = next(n for n in nodes if n.attrs.get("target") == SDPA)
     assert sdpa.dims == [2, 4, 12, 8], sdpa.dims
     assert any(n.attrs.get("target") == "aten.where.ScalarOther" for n in nodes)
+
+
+def test_decomposed_relative_positions_over_split_scores_are_one_sdpa_call():
+    """Segment Anything (and ViTDet, MViTv2): the scores viewed to [B*H, qh, qw, kh, kw] get one
+    relative-position term per axis, each broadcast over the other, and are viewed back for the
+    softmax. SDPA's float mask is the terms' sum viewed as the scores; every new node has its own name."""
+    src = _small_block("sam_rel_pos_attention", [32, 2, (4, 4)], "[torch.randn(2, 4, 4, 32)]")
+    _check(src)
+    nodes = _rewritten(src).graph.nodes
+    names = [n.name for n in nodes]
+    assert len(names) == len(set(names)), names
+    sdpa = next(n for n in nodes if n.attrs.get("target") == SDPA)
+    assert sdpa.dims == [4, 16, 16], sdpa.dims
+
+
+ONE_AXIS = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rel = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, q, k, v):
+        s = (q @ k.transpose(-2, -1)).view(3, 4, 4, 4, 4) + self.rel[None, :, None, :, None]
+        return s.view(3, 16, 16).softmax(-1) @ v
+
+def get_inputs():
+    return [torch.randn(3, 16, 8), torch.randn(3, 16, 8), torch.randn(3, 16, 8)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_one_term_over_split_scores_is_expanded_into_the_mask():
+    """One added term that does not cover the split shape: the mask is its expansion, viewed as the scores."""
+    _check(ONE_AXIS)
+    targets = [n.attrs.get("target") for n in _rewritten(ONE_AXIS).graph.nodes]
+    assert "aten.expand.default" in targets and "aten.reshape.default" in targets
+
+
+def test_a_term_multiplied_over_split_scores_stays_written_out():
+    assert _rewritten(ONE_AXIS.replace(") + self.rel[", ") * self.rel[")) is None

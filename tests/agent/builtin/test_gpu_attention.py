@@ -44,7 +44,8 @@ def test_sdpa_candidate_passes_the_sandbox(name, src, tmp_path):
 
 
 # Attention blocks as published (benchmarks/blocks, their own sizes), each matched by a different
-# form: baddbmm over merged heads, an ALiBi float mask, a relative position bias, einsum, einops.
+# form: baddbmm over merged heads, an ALiBi float mask, a relative position bias, einsum, einops,
+# decomposed relative positions over split scores.
 BLOCKS = [
     "hf_gpt_neox_attention",
     "hf_bloom_attention",
@@ -53,6 +54,7 @@ BLOCKS = [
     "diffusers_cross_attention_baddbmm",
     "einsum_attention",
     "lucidrains_vit_attention",
+    "sam_rel_pos_attention",
 ]
 
 
