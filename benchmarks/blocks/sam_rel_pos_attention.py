@@ -2,7 +2,7 @@
 in one linear, heads over a 2-d grid, and decomposed relative positions added to the scores,
 each axis's bias from an interpolated table through `einsum("bhwc,hkc->bhwk", ...)`."""
 
-from typing import Tuple
+from typing import Tuple  # noqa: UP035 (as published)
 
 import torch
 import torch.nn as nn
@@ -31,8 +31,8 @@ def add_decomposed_rel_pos(
     q: torch.Tensor,
     rel_pos_h: torch.Tensor,
     rel_pos_w: torch.Tensor,
-    q_size: Tuple[int, int],
-    k_size: Tuple[int, int],
+    q_size: Tuple[int, int],  # noqa: UP006
+    k_size: Tuple[int, int],  # noqa: UP006
 ) -> torch.Tensor:
     q_h, q_w = q_size
     k_h, k_w = k_size

@@ -2,7 +2,7 @@
 with plain convolutions: lateral 1x1 convolutions, top-down nearest upsampling to each level's
 size, adds, and 3x3 output convolutions, over four feature maps of a ResNet."""
 
-from typing import List
+from typing import List  # noqa: UP035 (as published)
 
 import torch
 import torch.nn as nn
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 
 class Model(nn.Module):
-    def __init__(self, in_channels_list: List[int], out_channels: int):
+    def __init__(self, in_channels_list: List[int], out_channels: int):  # noqa: UP006
         super().__init__()
         self.inner_blocks = nn.ModuleList()
         self.layer_blocks = nn.ModuleList()
