@@ -890,10 +890,12 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
     }
     if profile:
         dev = device if device == "cuda" and torch.cuda.is_available() else "cpu"
+        waited: list[bool] = []
         try:  # the copy to the device too: beside other evaluations it can run out of memory
-            m = model.to(dev)
-            ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
-            rows, ms = _eager_profile(m, ins, dev)
+            with _device_lock(dev).shared(on_wait=lambda w: waited.append(w)):
+                m = model.to(dev)
+                ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
+                rows, ms = _eager_profile(m, ins, dev)
         except Exception as e:  # the graph is what matters; the profile only informs the plan
             notes.append(
                 f"the eager profile failed ({type(e).__name__}: {str(e)[:200]}); the plan has no per-op breakdown"
@@ -905,8 +907,19 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
                 "forward_ms": ms,
                 "device_name": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
                 "threads": torch.get_num_threads(),
+                "waited_for_device": any(waited),
             }
     return result
+
+
+def _device_lock(device: str) -> Any:
+    """The evaluations' device lock (sandbox.devlock, its folder in KW_LOCK_DIR), for the eager
+    profile's forwards: held shared, as an evaluation's trials hold it, so they never run beside
+    another evaluation's timed loop on the same device."""
+    from sandbox.devlock import NO_LOCK, DeviceLock, device_lock_name
+
+    folder = os.environ.get("KW_LOCK_DIR")
+    return DeviceLock(device_lock_name(device), folder) if folder else NO_LOCK
 
 
 def main(argv: list[str] | None = None) -> int:

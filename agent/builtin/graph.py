@@ -303,6 +303,7 @@ def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeo
     same wall as an evaluation's children, sandbox.isolation.run_command)."""
     from sandbox import EvalOptions
     from sandbox.containment import REPO_ROOT, Unavailable
+    from sandbox.devlock import prepare_dir
     from sandbox.isolation import Limits, run_command
 
     with tempfile.TemporaryDirectory(prefix="kw-analyze-") as d:
@@ -322,7 +323,7 @@ def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeo
                 limits,
                 EvalOptions(backend=device),
                 with_agent=True,
-                env_extra={"PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1"},
+                env_extra={"PYTHONPATH": str(REPO_ROOT), "PYTHONDONTWRITEBYTECODE": "1", "KW_LOCK_DIR": prepare_dir()},
             )
         except Unavailable as exc:
             return Analysis(False, str(exc))
