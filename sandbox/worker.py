@@ -1124,7 +1124,7 @@ class _Candidate:
             recorder = audit.make_recorder()
             with torch.no_grad(), recorder:
                 out = model(*inputs)
-            self.findings.extend(self.integrity.left_active())
+            self.findings.extend(f for f in self.integrity.left_active() if f not in self.findings)
             with torch._C.DisableTorchFunction():  # no mode of the candidate's sees the checks
                 leaves: list = []
                 spec = flatten(out, leaves)
@@ -1153,7 +1153,7 @@ class _Candidate:
     def on_trials_end(self, cmd: dict) -> dict:
         from . import audit
 
-        self.findings.extend(self.integrity.check() + audit.settings_in_use())
+        self.findings = list(dict.fromkeys(self.findings + self.integrity.check() + audit.settings_in_use()))
         reply = {
             "type": "trials",
             "ops": self.ops,
