@@ -130,15 +130,16 @@ def _filled(g: Graph, n: Node) -> tuple[tuple[str, str], object] | None:
 
 def _added(g: Graph, n: Node) -> tuple[str, object] | None:
     """n = x + m with m a float32 tensor broadcast over the scores (BERT's extended attention mask,
-    a relative position bias): (m, x), x being the operand the scores come through."""
+    a relative position bias): (m, x), x being the operand the scores come through. The scores may
+    come through an earlier add (SAM adds one term per axis), tried after every other kind."""
     if n.op != "add" or not all(isinstance(a, Ref) for a in n.args):
         return None
-    for i in (0, 1):
-        x, m = g.node(n.args[i].name), g.node(n.args[1 - i].name)
-        scores_like = x.shape == n.shape and x.op in ("matmul", "mul", "div", "where", "add", *_REGROUP)
-        scores_like = scores_like and single_use(g, x.name)
-        if scores_like and m.dtype in (None, "float32") and len(m.dims) <= len(n.dims):
-            return m.name, Ref(x.name)
+    for kinds in (("matmul", "mul", "div", "where", *_REGROUP), ("add",)):
+        for i in (0, 1):
+            x, m = g.node(n.args[i].name), g.node(n.args[1 - i].name)
+            scores_like = x.shape == n.shape and x.op in kinds and single_use(g, x.name)
+            if scores_like and m.dtype in (None, "float32") and len(m.dims) <= len(n.dims):
+                return m.name, Ref(x.name)
     return None
 
 

@@ -331,3 +331,16 @@ def test_one_term_over_split_scores_is_expanded_into_the_mask():
 
 def test_a_term_multiplied_over_split_scores_stays_written_out():
     assert _rewritten(ONE_AXIS.replace(") + self.rel[", ") * self.rel[")) is None
+
+
+def test_scores_added_to_a_computed_mask_are_still_seen_as_the_scores():
+    """`mask_sum + scores`, the mask itself an add of two tensors: the scores are the operand that
+    reaches Q @ K^T, tried before an add, so the match stands whichever side the mask is on."""
+    src = ONE_AXIS.replace(
+        "        s = (q @ k.transpose(-2, -1)).view(3, 4, 4, 4, 4) + self.rel[None, :, None, :, None]\n"
+        "        return s.view(3, 16, 16).softmax(-1) @ v",
+        "        bias = self.rel.reshape(16)[None, None, :] * 0.5 + self.full\n"
+        "        return (bias + q @ k.transpose(-2, -1)).softmax(-1) @ v",
+    ).replace("self.rel = nn.Parameter(torch.randn(4, 4))", "self.rel = nn.Parameter(torch.randn(4, 4))\n        self.full = nn.Parameter(torch.randn(3, 16, 16))")
+    assert "bias + q @ k" in src
+    _check(src)
