@@ -341,6 +341,9 @@ def test_scores_added_to_a_computed_mask_are_still_seen_as_the_scores():
         "        return s.view(3, 16, 16).softmax(-1) @ v",
         "        bias = self.rel.reshape(16)[None, None, :] * 0.5 + self.full\n"
         "        return (bias + q @ k.transpose(-2, -1)).softmax(-1) @ v",
-    ).replace("self.rel = nn.Parameter(torch.randn(4, 4))", "self.rel = nn.Parameter(torch.randn(4, 4))\n        self.full = nn.Parameter(torch.randn(3, 16, 16))")
+    ).replace(
+        "self.rel = nn.Parameter(torch.randn(4, 4))",
+        "self.rel = nn.Parameter(torch.randn(4, 4))\n        self.full = nn.Parameter(torch.randn(3, 16, 16))",
+    )
     assert "bias + q @ k" in src
     _check(src)
