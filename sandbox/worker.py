@@ -1266,6 +1266,8 @@ class _CandidateTiming:
     def __init__(
         self, cmd: dict, sets: list, model: Any, device: str, custom_calls: Any, integrity: Any, roots: list[str]
     ):
+        import torch
+
         from .harness import fingerprint, fingerprint_weights, flatten
 
         with LOCK.shared():
@@ -1276,8 +1278,6 @@ class _CandidateTiming:
         self.left: list[tuple[str, str]] = []
 
         def hook(out: Any, k: int) -> None:
-            import torch
-
             if not self.left:  # before any torch call of the harness's on the outputs
                 self.left = integrity.left_active()
             with torch._C.DisableTorchFunction():
