@@ -313,7 +313,7 @@ class _RefContext:
         self.seeds, self.msg, self.base, self.base_init = seeds, msg, base, base_init
         self.device, self.options = device, options
         self.eval_options = _eval_options(options)
-        self.variants = [{"init_inputs": base_init, "state_dict": _state(base), "kind": "base"}]
+        self.variants = [_variant(base_init, base, "base")]
         self.models = [base]
         self.notes: list[str] = []
         self.pending: dict[int, dict] = {}  # drawn trials awaiting their comparison, by index
@@ -336,7 +336,7 @@ class _RefContext:
 
     def add_variant(self, init: list, model: Any, kind: str, constants: dict | None = None) -> int:
         """`constants` (a shape variant): the task's module-level sizes it changed, name -> [old, new]."""
-        spec = {"init_inputs": init, "state_dict": _state(model), "kind": kind}
+        spec = _variant(init, model, kind)
         if constants:
             spec["constants"] = constants
         self.variants.append(spec)
@@ -488,8 +488,19 @@ def _release_device_cache(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def _state(model: Any) -> dict:
-    return {k: v.detach() for k, v in model.state_dict().items()}
+def _variant(init: list, model: Any, kind: str) -> dict:
+    """What the candidate builds a trial's ModelNew from: the init inputs, the reference's
+    state_dict, and its buffers registered with persistent=False (no state_dict holds them, so a
+    candidate computed its own in __init__: a LLaMA-style cos table of 2048 positions came out up to
+    1.5e-4 off in about one sandboxed process in three, failing an exact copy of the reference)."""
+    saved = model.state_dict()
+    unsaved = {k: v.detach() for k, v in model.named_buffers() if k not in saved}
+    return {
+        "init_inputs": init,
+        "state_dict": {k: v.detach() for k, v in saved.items()},
+        "buffers": unsaved,
+        "kind": kind,
+    }
 
 
 def _reference_loop(ctx: _RefContext, roots: list[str]) -> None:
@@ -1068,6 +1079,7 @@ class _Candidate:
                     "ModelNew's parameters/buffers do not match Model's (loaded with strict=True; "
                     "keep the same names and shapes): ",
                 ) from exc
+            _load_unsaved_buffers(m, spec.get("buffers") or {})
             self.models[v] = m.eval().to(self.device)
         return self.models[v]
 
@@ -1256,6 +1268,19 @@ class _Stage(Exception):
     def __init__(self, stage: str, exc: BaseException, prefix: str):
         super().__init__(prefix)
         self.stage, self.exc, self.prefix = stage, exc, prefix
+
+
+def _load_unsaved_buffers(model: Any, buffers: dict) -> None:
+    """The reference's non-persistent buffers into the candidate's buffers of the same name, shape
+    and dtype (a candidate that keeps other buffers, or none, is left as it built itself)."""
+    import torch
+
+    own = dict(model.named_buffers())
+    with torch.no_grad():
+        for name, value in buffers.items():
+            mine = own.get(name)
+            if mine is not None and mine.shape == value.shape and mine.dtype == value.dtype:
+                mine.copy_(value)
 
 
 class _CandidateTiming:

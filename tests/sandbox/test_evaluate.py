@@ -399,3 +399,36 @@ def test_only_own_and_library_kernels_may_run_in_a_forward_that_replays_a_cuda_g
     assert not _is_custom_cuda_kernel("void fft_radix4_kernel(float2*)") and not _may_run_in_a_graph(
         "void fft_radix4_kernel(float2*)", own
     )
+
+
+PROCESS_BUFFER_TASK = '''
+import time
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """A table computed in __init__ and registered with persistent=False: no state_dict holds it.
+    Here it differs between processes on purpose (the clock when built), as a cos table of 2048
+    positions did by chance in about one sandboxed process in three."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.full((8,), float(time.time_ns() % 1000003)), persistent=False)
+
+    def forward(self, x):
+        return x + self.table
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_non_persistent_buffers_come_from_the_reference(quick):
+    """The candidate's buffers of the same name, shape and dtype receive the reference's values, so
+    an exact copy of the reference is judged on the same tables it reads."""
+    model_new = PROCESS_BUFFER_TASK.split("def get_inputs")[0].replace("class Model(", "class ModelNew(")
+    res = evaluate(PROCESS_BUFFER_TASK, {"model_new.py": model_new}, quick(torch_ops="allow"))
+    assert res.status is Status.OK, res.reasons + [t.message for t in res.trials]
