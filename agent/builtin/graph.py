@@ -77,12 +77,15 @@ PYTHON_INTS = {"size", "shape", "ndim"}
 
 def makes_strided(n: Node, strided: set[str]) -> bool:
     """Whether n's value may be non-contiguous (a fused kernel reads raw pointers): a strided view,
-    an island's result, or a view of one of those."""
+    an island's result, a view of one of those, or a convolution of one (timm's ConvNeXt permutes
+    back from its channels-last LayerNorm into the convolution)."""
     if n.op in STRIDED_VIEWS or n.op in ISLAND_OPS or n.attrs.get("island"):
         return True
     if n.op == "channels_last" or n.attrs.get("channels_last"):  # NCHW shape, NHWC memory (agent.builtin.layout)
         return True
     src = n.args[0].name if n.args and isinstance(n.args[0], Ref) else None
+    if n.op == "conv2d" and src in strided:  # the output takes the input's memory format: NHWC from a permuted view
+        return True
     return n.op in ("view", "reshape", "flatten", "unsqueeze", "squeeze") and src in strided
 
 
