@@ -377,67 +377,6 @@ def _island(g: Graph, name: str, target: str, args: list, shape: list[int], why:
     return Node(g.fresh(name), "aten", [Ref(r) for r in refs], attrs, shape=shape, dtype="float32")
 
 
-def _sdpa_nodes(g: Graph, m: _Match) -> list[Node]:
-    """The nodes that replace m.out, in order; the last one is read where m.out was."""
-    views: dict[str, Node | None] = {x: _regrouped(g, x, m.batch) for x in (m.q, m.k, m.v)}
-    names = {x: (view.name if view is not None else x) for x, view in views.items()}
-    m.q, m.k, m.v = names[m.q], names[m.k], names[m.v]
-    sdpa, masks = _sdpa_node(g, m)
-    out = sdpa.dims
-    back = (
-        None
-        if out == m.out.dims
-        else Node(
-            g.fresh("sdpa_out"),
-            "reshape",
-            [Ref(sdpa.name), Lit(list(m.out.dims))],
-            shape=list(m.out.dims),
-            dtype="float32",
-        )
-    )
-    return [x for x in (*views.values(), *masks, sdpa, back) if x is not None]
-
-
-def _with_bias(g: Graph, keep: Node, bias: str, batch: list[int]) -> list[Node]:
-    """The one float mask SDPA takes where the scores get a fill and an added tensor: the tensor
-    where kept, float32's minimum elsewhere (the fill replaced the sum, or was added to it: exp
-    underflows to 0 either way). The tensor is regrouped to SDPA's batch dims where it does not
-    broadcast against them."""
-    b = g.node(bias)
-    nodes: list[Node] = []
-    if not broadcastable(b.dims[:-2], batch):
-        view = _regrouped(g, bias, batch)
-        assert view is not None
-        nodes.append(view)
-        b = view
-    # both broadcast to the scores' [*batch, L, S]: their common shape is the larger size per dim
-    rank = max(len(keep.dims), len(b.dims))
-    ka, ba = [1] * (rank - len(keep.dims)) + keep.dims, [1] * (rank - len(b.dims)) + b.dims
-    shape = [max(x, y) for x, y in zip(ka, ba, strict=True)]
-    combined = Node(
-        g.fresh("attn_bias"),
-        "aten",
-        [Ref(keep.name), Ref(b.name)],
-        {
-            "target": "aten.where.ScalarOther",
-            "call": {"args": [{"arg": 0}, {"arg": 1}, {"v": _FLOAT32_MIN}], "kwargs": {}},
-            "tuple": False,
-            "island": "the attention mask: the added tensor where kept, float32's minimum where filled",
-        },
-        shape=shape,
-        dtype="float32",
-    )
-    return [*nodes, combined]
-
-
-def _island(g: Graph, name: str, target: str, args: list, shape: list[int], why: str) -> Node:
-    """An ATen call node over `args` (node names, then literal values)."""
-    refs = [a for a in args if isinstance(a, str)]
-    call = [{"arg": i} for i in range(len(refs))] + [{"v": a} for a in args if not isinstance(a, str)]
-    attrs = {"target": target, "call": {"args": call, "kwargs": {}}, "tuple": False, "island": why}
-    return Node(g.fresh(name), "aten", [Ref(r) for r in refs], attrs, shape=shape, dtype="float32")
-
-
 def _summed(g: Graph, split: _Split) -> list[Node]:
     """SDPA's float mask from a split region's terms: their sum, expanded to the split shape and
     viewed as the scores."""
