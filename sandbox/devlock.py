@@ -231,6 +231,13 @@ def host_lock_name(backend: str) -> str | None:
 NO_LOCK = DeviceLock(None)
 
 
+def lock_from_env(device: str) -> DeviceLock:
+    """The device's lock in the folder a sandboxed child is told of (KW_LOCK_DIR, set by the
+    parent); no lock when none is named."""
+    folder = os.environ.get("KW_LOCK_DIR")
+    return DeviceLock(device_lock_name(device), folder) if folder else NO_LOCK
+
+
 def timed_windows(result: dict) -> list[tuple[str, str, float, float]]:
     """(device_id, which, start, end) of each timing run an evaluation result (EvalResult.to_dict())
     records: the candidate's always, eager and torch.compile only when measured in that

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import channel
-from .devlock import NO_LOCK, DeviceLock, device_lock_name
+from .devlock import NO_LOCK, DeviceLock, device_lock_name, lock_from_env
 
 WORKDIR = Path(".")
 SOCK_IN: Any = None
@@ -81,9 +81,7 @@ def early_device_init() -> None:
 
         try:
             torch.cuda.init()
-            folder = os.environ.get("KW_LOCK_DIR")
-            lock = DeviceLock(device_lock_name("cuda"), folder) if folder else NO_LOCK
-            with lock.shared():
+            with lock_from_env("cuda").shared():
                 torch.cuda.set_device(0)  # creates the primary context (CUDA 12 and later)
         except Exception:  # reported by setup_process, where the evaluation expects it
             pass

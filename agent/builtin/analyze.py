@@ -31,6 +31,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from agent.builtin import capture_export
 from agent.builtin.fallback import source_parts
 from agent.builtin.guard import NotFlat, describe_inputs
+from sandbox.devlock import lock_from_env
 
 
 class Unsupported(Exception):
@@ -892,7 +893,7 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
         dev = device if device == "cuda" and torch.cuda.is_available() else "cpu"
         waited: list[bool] = []
         try:  # the copy to the device too: beside other evaluations it can run out of memory
-            with _device_lock(dev).shared(on_wait=lambda w: waited.append(w)):
+            with lock_from_env(dev).shared(on_wait=lambda w: waited.append(w)):  # never beside a timed loop
                 m = model.to(dev)
                 ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
                 rows, ms = _eager_profile(m, ins, dev)
@@ -910,16 +911,6 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
                 "waited_for_device": any(waited),
             }
     return result
-
-
-def _device_lock(device: str) -> Any:
-    """The evaluations' device lock (sandbox.devlock, its folder in KW_LOCK_DIR), for the eager
-    profile's forwards: held shared, as an evaluation's trials hold it, so they never run beside
-    another evaluation's timed loop on the same device."""
-    from sandbox.devlock import NO_LOCK, DeviceLock, device_lock_name
-
-    folder = os.environ.get("KW_LOCK_DIR")
-    return DeviceLock(device_lock_name(device), folder) if folder else NO_LOCK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -337,6 +337,14 @@ def _sdpa_nodes(g: Graph, m: _Match) -> list[Node]:
     return [x for x in (*views.values(), *masks, sdpa, back) if x is not None]
 
 
+def _island(g: Graph, name: str, target: str, args: list, shape: list[int], why: str) -> Node:
+    """An ATen call node over `args` (node names, then literal values)."""
+    refs = [a for a in args if isinstance(a, str)]
+    call = [{"arg": i} for i in range(len(refs))] + [{"v": a} for a in args if not isinstance(a, str)]
+    attrs = {"target": target, "call": {"args": call, "kwargs": {}}, "tuple": False, "island": why}
+    return Node(g.fresh(name), "aten", [Ref(r) for r in refs], attrs, shape=shape, dtype="float32")
+
+
 def _with_bias(g: Graph, keep: Node, bias: str, batch: list[int]) -> list[Node]:
     """The one float mask SDPA takes where the scores get a fill and an added tensor: the tensor
     where kept, float32's minimum elsewhere (the fill replaced the sum, or was added to it: exp
@@ -353,28 +361,9 @@ def _with_bias(g: Graph, keep: Node, bias: str, batch: list[int]) -> list[Node]:
     rank = max(len(keep.dims), len(b.dims))
     ka, ba = [1] * (rank - len(keep.dims)) + keep.dims, [1] * (rank - len(b.dims)) + b.dims
     shape = [max(x, y) for x, y in zip(ka, ba, strict=True)]
-    combined = Node(
-        g.fresh("attn_bias"),
-        "aten",
-        [Ref(keep.name), Ref(b.name)],
-        {
-            "target": "aten.where.ScalarOther",
-            "call": {"args": [{"arg": 0}, {"arg": 1}, {"v": _FLOAT32_MIN}], "kwargs": {}},
-            "tuple": False,
-            "island": "the attention mask: the added tensor where kept, float32's minimum where filled",
-        },
-        shape=shape,
-        dtype="float32",
-    )
+    why = "the attention mask: the added tensor where kept, float32's minimum where filled"
+    combined = _island(g, "attn_bias", "aten.where.ScalarOther", [keep.name, b.name, _FLOAT32_MIN], shape, why)
     return [*nodes, combined]
-
-
-def _island(g: Graph, name: str, target: str, args: list, shape: list[int], why: str) -> Node:
-    """An ATen call node over `args` (node names, then literal values)."""
-    refs = [a for a in args if isinstance(a, str)]
-    call = [{"arg": i} for i in range(len(refs))] + [{"v": a} for a in args if not isinstance(a, str)]
-    attrs = {"target": target, "call": {"args": call, "kwargs": {}}, "tuple": False, "island": why}
-    return Node(g.fresh(name), "aten", [Ref(r) for r in refs], attrs, shape=shape, dtype="float32")
 
 
 def _summed(g: Graph, split: _Split) -> list[Node]:
