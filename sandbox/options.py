@@ -144,7 +144,8 @@ class EvalOptions:
     timing_rounds: int = 12
     # The machine counts as noisy when the eager baseline's block medians over the rounds of one
     # window spread by more than this (max / min - 1; 0.25: the slowest round 25% slower than the
-    # fastest): the speed milestone is then withheld (reward 1 with the reason), not guessed.
+    # fastest): its interval is then not trusted, and the milestone is judged on the window's worst
+    # pairing (the fastest baseline round over the slowest candidate round; schema.milestone_reward).
     noise_limit: float = 0.25
     precision: str = "task"  # one of PRECISIONS
     # How far apart separate evaluations of an honest copy land: the log standard deviation of its

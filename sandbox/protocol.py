@@ -23,8 +23,9 @@ states the same in prose).
               timed call's output is fingerprinted and checked against the expected outputs,
               and custom kernels must run in every timed call
  9. roofline  FLOPs and minimal bytes against measured ceilings; profile table if asked
-10. reward    sandbox.schema.milestone_reward on the intervals' lower ends; withheld (1) when the
-              eager baseline's rounds spread by more than noise_limit (a noisy machine)
+10. reward    sandbox.schema.milestone_reward on the intervals' lower ends; where the eager
+              baseline's rounds spread by more than noise_limit (a noisy machine), on the
+              window's worst pairing (fastest baseline round over slowest candidate round)
 """
 
 from __future__ import annotations
@@ -357,6 +358,7 @@ def _speedup(baseline: str, base_ms: list[float], cand_ms: list[float], spread: 
         rounds=sp["rounds"],
         verdict=verdict,
         per_round=sp["per_round"],
+        worst=min(base_ms) / max(cand_ms),
     )
 
 
@@ -384,7 +386,7 @@ def _ms(x: float | None) -> float:
 def judge_speed(rounds: list[Round], names: list[str], options: EvalOptions) -> tuple[Speed, int]:
     """The paired rounds -> the speedups with their intervals, the noise check, the verdict in
     words, and the reward of a correct candidate (sandbox.schema.milestone_reward on the
-    intervals' lower ends; withheld, i.e. 1, on a noisy machine)."""
+    intervals' lower ends; on a noisy window on the worst pairing of its rounds)."""
     cand = [_ms(r.candidate_ms) for r in rounds]
     eager = [_ms(r.eager_ms) for r in rounds]
     speed = Speed(rounds=len(rounds), noise_limit=options.noise_limit)
@@ -398,10 +400,12 @@ def judge_speed(rounds: list[Round], names: list[str], options: EvalOptions) -> 
     speed.verdict = "; ".join(parts) + f" ({len(rounds)} paired rounds)"
     reward = milestone_reward(True, speed.vs_eager, speed.vs_compile, noisy=speed.noisy)
     if speed.noisy:
+        worst = [f"{_LABEL[x.baseline]} {x.worst:.3g}x" for x in (speed.vs_eager, speed.vs_compile) if x and x.worst]
         speed.milestone = (
-            f"speed milestone withheld: the machine was noisy (the eager baseline's round medians spread "
-            f"{speed.noise * 100:.0f}%, limit {options.noise_limit * 100:.0f}%), so the reward is 1 "
-            "(correct) and the speedups are reported, not rewarded"
+            f"speed milestone on the worst pairing: the machine was noisy (the eager baseline's round medians "
+            f"spread {speed.noise * 100:.0f}%, limit {options.noise_limit * 100:.0f}%), so the interval is not "
+            f"trusted; reward {reward} on the window's fastest baseline round over its slowest candidate round "
+            f"({', '.join(worst) or 'none recorded'}) against the {SPEED_MARGIN}x margin"
         )
         speed.verdict += "; noisy machine"
     else:

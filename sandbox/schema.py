@@ -170,6 +170,10 @@ class Speedup:
     # "faster" (ci_low > 1), "slower" (ci_high < 1), or "no measurable difference" (the interval holds 1.0)
     verdict: str
     per_round: list[float] = field(default_factory=list)
+    # the window's worst pairing: the fastest baseline block median over the slowest candidate
+    # block median. Outside load only adds time, so on a noisy window no pairing of its rounds
+    # puts the candidate further behind than this; None in results written before it existed.
+    worst: float | None = None
 
     @property
     def faster(self) -> bool:
@@ -185,12 +189,12 @@ class Speed:
     vs_compile: Speedup | None = None
     rounds: int = 0
     # the eager baseline's block medians over the rounds: max / min - 1; above noise_limit the
-    # machine did not hold still, and no speed milestone is given
+    # machine did not hold still, and the reward is judged on Speedup.worst, not the interval
     noise: float = 0.0
     noise_limit: float = 0.0
     noisy: bool = False
     verdict: str = ""  # in words, e.g. "1.48x faster than eager (95% interval 1.41-1.55x, 12 rounds); ..."
-    milestone: str = ""  # why the reward is what it is (e.g. withheld on a noisy machine)
+    milestone: str = ""  # why the reward is what it is (e.g. judged on the worst pairing on a noisy machine)
 
 
 @dataclass
@@ -303,12 +307,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _lower_end(speedup: Speedup | float | None) -> float | None:
+def _lower_end(speedup: Speedup | float | None, noisy: bool) -> float | None:
+    """What the reward judges: the interval's lower end; on a noisy window the worst pairing of
+    its rounds (None where there is none: a plain number, a result written before it existed)."""
     if speedup is None:
         return None
     if isinstance(speedup, Speedup):
-        return speedup.ci_low
-    return float(speedup)
+        return speedup.worst if noisy else speedup.ci_low
+    return None if noisy else float(speedup)
 
 
 def milestone_reward(
@@ -320,13 +326,12 @@ def milestone_reward(
     """The CUDA Agent paper's reward: -1 incorrect, 1 correct, 2 if >5% faster than eager,
     3 if >5% faster than both eager and torch.compile. "Faster" is judged on the paired
     interval's LOWER end (a Speedup's ci_low; a plain number is taken as that lower end), so an
-    interval that reaches down to 1.05 or below earns nothing for speed; on a noisy machine
-    (Speed.noisy) no speed milestone is given at all."""
+    interval that reaches down to 1.05 or below earns nothing for speed. On a noisy window
+    (Speed.noisy) the bootstrap interval is not trusted and "faster" is judged on the worst
+    pairing of the window's rounds (Speedup.worst) instead; without one, no speed milestone."""
     if not correct:
         return -1
-    if noisy:
-        return 1
-    eager, compiled = _lower_end(speedup_vs_eager), _lower_end(speedup_vs_compile)
+    eager, compiled = _lower_end(speedup_vs_eager, noisy), _lower_end(speedup_vs_compile, noisy)
     faster_eager = eager is not None and eager > SPEED_MARGIN
     faster_compile = compiled is not None and compiled > SPEED_MARGIN
     if faster_eager and faster_compile:

@@ -73,7 +73,7 @@ class _Tried:
     gemm: str = "cublas"
     host_ms: float | None = None  # host time of one timed call (the timer's host median)
     device_ms: float | None = None  # device time of one timed call
-    noisy: str = ""  # the sandbox's milestone line when it withheld the speed milestone (a noisy machine)
+    noisy: str = ""  # the sandbox's milestone line when the window was noisy (judged on its worst pairing)
     memory: str = ""  # the sandbox's device-memory findings: the share held, a retry with the whole device
 
     @property

@@ -1,6 +1,6 @@
 """What the model reads about speed each turn (agent.tools.format_evaluation): the sandbox's
 paired verdict with each interval, "no measurable difference" for an interval holding 1.0, the
-withheld milestone on a noisy window, and bare ratios marked as such."""
+milestone judged on a noisy window's worst pairing, and bare ratios marked as such."""
 
 from __future__ import annotations
 
@@ -55,11 +55,15 @@ def test_an_interval_holding_one_is_no_measurable_difference_for_the_model_too()
     assert "no measurable difference from eager" in text and "faster" not in text
 
 
-def test_a_noisy_window_tells_the_model_the_milestone_was_withheld():
-    res = result(1.5, 1.2, noisy=True)
+def test_a_noisy_window_tells_the_model_what_the_milestone_was_judged_on():
+    res = result(1.5, 1.2, noisy=True)  # one eager round 50% slow; the candidate 1.5x in every round
     lines = speed_lines(res)
-    assert res.reward == 1 and "noisy machine" in lines[0]
-    assert any("speed milestone withheld" in line for line in lines[1:])
+    assert res.reward == 3 and "noisy machine" in lines[0]
+    assert any("reward 3 on the window's fastest baseline round" in line for line in lines[1:])
+    small = result(1.03, 1.03, noisy=True)  # 1.03x: below the margin in the worst pairing too
+    assert small.reward == 1 and any(
+        "reward 1 on the window's fastest baseline round" in line for line in speed_lines(small)
+    )
 
 
 def test_a_result_without_intervals_says_so():

@@ -67,7 +67,12 @@ def test_the_milestone_reward_uses_the_intervals_lower_end():
     assert milestone_reward(True, _sp(1.20, 1.06, 1.35), None) == 2
     assert milestone_reward(True, _sp(1.20, 1.06, 1.35), _sp(1.10, 0.98, 1.2, "compile")) == 2
     assert milestone_reward(True, _sp(1.20, 1.06, 1.35), _sp(1.10, 1.051, 1.2, "compile")) == 3
+    # a noisy window: the worst pairing of its rounds, not the interval; without one, no milestone
     assert milestone_reward(True, _sp(1.20, 1.06, 1.35), _sp(1.10, 1.051, 1.2, "compile"), noisy=True) == 1
+    noisy_e, noisy_c = _sp(3.0, 2.9, 3.1), _sp(3.0, 2.9, 3.1, "compile")
+    noisy_e.worst, noisy_c.worst = 2.1, 1.02
+    assert milestone_reward(True, noisy_e, noisy_c, noisy=True) == 2
+    assert milestone_reward(True, 1.2, 1.2, noisy=True) == 1
     # an interval that holds 1.0 is never a win, whatever its median
     assert milestone_reward(True, _sp(1.5, 0.95, 2.1), _sp(1.5, 0.95, 2.1, "compile")) == 1
     # a plain number is its own lower end (callers without intervals, e.g. the web app's sample data)
@@ -132,16 +137,23 @@ def test_the_backends_spread_is_the_default_and_an_option_overrides_it():
     assert wide.vs_eager.verdict == "no measurable difference" and narrow.vs_eager.verdict == "faster"
 
 
-def test_a_noisy_machine_withholds_the_speed_milestone():
-    """The same 2x candidate, but eager's rounds moved by 60% within the window: reported, reward 1."""
+def test_a_noisy_machine_judges_the_milestone_on_the_worst_pairing():
+    """Eager's rounds moved by 60% within the window, so its interval is not trusted: a 1.2x
+    candidate (every round 1.2x) earns nothing, as the fastest eager round over the slowest
+    candidate round is 0.75x; a 2x candidate keeps 1.25x there and earns its milestone."""
     eager = [2.0, 2.0, 3.2, 2.0, 2.1, 2.0, 3.0, 2.0, 2.0, 2.2, 2.0, 2.0]
-    cand = [x / 2 for x in eager]
-    speed, reward = judge_speed(_rounds(eager, cand), ["eager", "candidate"], EvalOptions(backend="cpu"))
-    assert speed.vs_eager.verdict == "faster" and speed.vs_eager.ci_low > 1.9  # measured, and said
+    small = [x / 1.2 for x in eager]
+    speed, reward = judge_speed(_rounds(eager, small), ["eager", "candidate"], EvalOptions(backend="cpu"))
+    assert speed.vs_eager.verdict == "faster" and speed.vs_eager.ci_low > 1.15  # measured, and said
     assert speed.noisy and speed.noise == pytest.approx(0.6) and reward == 1
-    assert "withheld" in speed.milestone and "noisy" in speed.verdict
+    assert speed.vs_eager.worst == pytest.approx(2.0 / (3.2 / 1.2))
+    assert "worst pairing" in speed.milestone and "eager 0.75x" in speed.milestone and "noisy" in speed.verdict
+    speed, reward = judge_speed(
+        _rounds(eager, [x / 2 for x in eager]), ["eager", "candidate"], EvalOptions(backend="cpu")
+    )
+    assert speed.noisy and speed.vs_eager.worst == pytest.approx(1.25) and reward == 2
     quiet, reward = judge_speed(
-        _rounds(eager, cand), ["eager", "candidate"], EvalOptions(backend="cpu", noise_limit=0.7)
+        _rounds(eager, small), ["eager", "candidate"], EvalOptions(backend="cpu", noise_limit=0.7)
     )
     assert not quiet.noisy and reward == 2  # the threshold is the option's
 
@@ -198,12 +210,14 @@ def test_a_candidate_doing_three_times_the_work_reads_slower(quick):
     assert res.reward == 1 and "slower than eager" in res.reasons[-1] + res.speed.verdict
 
 
-def test_a_noisy_window_is_reported_and_the_milestone_withheld(quick):
-    """noise_limit far below any machine's spread: every window counts as noisy."""
+def test_a_noisy_window_is_reported_and_judged_on_its_worst_pairing(quick):
+    """noise_limit far below any machine's spread: every window counts as noisy, and an honest
+    copy's worst pairing (the fastest eager round over its own slowest) earns nothing."""
     res = evaluate(task("softmax_tiny.py"), _honest(), quick(torch_ops="allow", cpu_threads=1, noise_limit=1e-9))
     assert res.status == Status.OK, res.reasons
     assert res.speed.noisy and res.reward == 1
-    assert any("speed milestone withheld" in r for r in res.reasons)
+    assert res.speed.vs_eager.worst < 1.05
+    assert any("worst pairing" in r for r in res.reasons)
 
 
 def test_the_child_that_is_not_timing_is_stopped(quick, monkeypatch):

@@ -25,7 +25,7 @@ def _stats_line(label: str, s: dict[str, Any] | None) -> str:
 
 def result_lines(job: Job) -> list[str]:
     """The job's result as the pages show it (Job.result()): confirmed or not, each speedup with
-    its paired interval, a noisy window and the withheld milestone."""
+    its paired interval, a noisy window and what its milestone was judged on."""
     result = job.result()
     if result is None:
         return ["- result: no verified candidate"]

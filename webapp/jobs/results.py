@@ -75,7 +75,7 @@ class SpeedReport:
     vs_eager: SpeedupView | None = None
     vs_compile: SpeedupView | None = None
     noisy: bool = False
-    milestone: str = ""  # the sandbox's reason for the reward (why it was withheld, on a noisy machine)
+    milestone: str = ""  # the sandbox's reason for the reward (what it was judged on, on a noisy machine)
 
     @classmethod
     def of(
@@ -110,7 +110,7 @@ class SpeedReport:
         """The speedups in words, then the noise warning when the window was noisy."""
         out = [s.text() for s in (self.vs_eager, self.vs_compile) if s is not None]
         if self.noisy:
-            out.append("noisy timing window: speed milestone withheld")
+            out.append("noisy timing window: reward on its worst pairing of rounds")
         return out
 
     def text(self) -> str:

@@ -78,7 +78,7 @@ class EvalResult(Answer):
     schema_: Literal[EVAL_SCHEMA] = Field(alias="schema", json_schema_extra={"enum": [EVAL_SCHEMA]})  # type: ignore[valid-type]
     status: Literal[EVAL_STATUSES]  # type: ignore[valid-type]
     reward: int = Field(
-        description="-1, 1, 2, 3; 'faster' judged on the intervals' lower ends against 1.05; 1 on a noisy window"
+        description="-1, 1, 2, 3; 'faster' judged on the intervals' lower ends against 1.05; on a noisy window on its worst pairing of rounds"
     )
     task_hash: str = Field(description="sandbox.cache.sha256_text of the task source; the same as the job's task_hash")
     speedup_vs_eager: float | None = None
@@ -107,7 +107,9 @@ class Speed(Answer):
     vs_eager: SpeedupView | None
     vs_compile: SpeedupView | None
     has_interval: bool
-    noisy: bool = Field(description="the timing window was noisy: no speed milestone was given")
+    noisy: bool = Field(
+        description="the timing window was noisy: the milestone was judged on its worst pairing of rounds, not the interval"
+    )
     milestone: str = Field(description="why the reward is what it is (the sandbox's words)")
     text: str
 

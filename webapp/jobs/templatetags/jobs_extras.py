@@ -149,7 +149,7 @@ REWARD_MEANING = {
     2: "correct and more than 5% faster than eager PyTorch",
     3: "correct and more than 5% faster than both eager PyTorch and torch.compile",
 }
-REWARD_NOTE = "(the CUDA Agent paper's milestone reward; 'faster' is judged on the lower end of the speedup's interval, and a noisy timing window earns no speed milestone)"
+REWARD_NOTE = "(the CUDA Agent paper's milestone reward; 'faster' is judged on the lower end of the speedup's interval, and on a noisy timing window on its worst pairing of rounds)"
 TORCH_OPS_MEANING = {
     "forbid": "the candidate's forward must compute with its own kernels: torch compute operators are rejected "
     "(allocation, views and library GEMM/convolution are allowed)",
