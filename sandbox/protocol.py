@@ -736,6 +736,7 @@ class _Evaluation:
         _send(ref, {"cmd": "timing_end"}, REF, "baseline timing")
         base = _recv(ref, REF, "baseline timing")
         problems = _judge_timing(timed, fingerprints, self.msg, options, backend, res, self.files, self.widen)
+        problems += _spot_checks(ref, timed.get("spot") or [])
         _record_timing(res, paired, timed, base, backend, options.input_sets)
         res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))
         res.audit.graph_launches = int(timed.get("graph_launches", 0))
@@ -1048,6 +1049,28 @@ def replayed_calls(prints: list[tuple[int, float]], bounds: list) -> int:
     return replayed
 
 
+def _spot_checks(ref: Any, spots: list[dict]) -> list[str]:
+    """Timed outputs the candidate's harness kept at random (timed_checks.SpotSample), each
+    compared in full by the reference as a trial's: the timed calls are held to the trials'
+    rules, not only to their fingerprints' bound."""
+    for n, spot in enumerate(spots, 1):
+        _send(
+            ref,
+            {"cmd": "spot_compare", "set": spot["set"], "spec": spot["spec"], "outputs": spot["outputs"]},
+            REF,
+            "a spot check",
+        )
+        got = _recv(ref, REF, "a spot check")
+        if not got.get("ok"):
+            raise _Stop(Status.RUNTIME_ERROR, "reference: " + got.get("error", "the spot check failed"))
+        if not got["passed"] and not (got.get("exact") or {}).get("ok"):
+            return [
+                f"a timed call's output, kept at random and compared in full ({n} of {len(spots)}), was wrong: "
+                f"{got['message']} (timed calls are held to the trials' rules)"
+            ]
+    return []
+
+
 def _judge_timing(
     timed: dict,
     bounds: list,
@@ -1070,6 +1093,11 @@ def _judge_timing(
         if not (abs(value - expected) <= allowed * widen):
             wrong += 1
     wrong += replayed_calls(timed["fingerprints"], bounds)
+    if timed.get("held_repeats"):
+        problems.append(
+            f"{timed['held_repeats']} timed calls returned memory that an earlier call's output still held "
+            "(an output returned again, not computed: outputs must be fresh tensors)"
+        )
     if wrong:
         problems.append(
             f"{wrong} of {len(timed['fingerprints'])} timed calls returned wrong outputs (outputs are checked on every timed call: caching, replaying or skipping work is not allowed)"

@@ -308,12 +308,15 @@ class Timer:
         series: Series,
         after_call: Callable[[Any, int], None] | None = None,
         rewarm: int = 0,
+        exchange: Any = None,
     ) -> float:
         """`calls` timed calls of `fn` into `series` (after `rewarm` untimed ones: the first call
         after another process ran finds the CPU caches cold), continuing the series' rotation of
-        input sets. cuda: the back-to-back pass of this block's calls where it can bind (see
-        LOOP_HOST_SHARE), its time per call the floor of every call of the block. Returns the
-        block's median (charged) time."""
+        input sets; with an `exchange` (timed_checks.Exchange over `input_sets`) a call may run on
+        another set's values, and `after_call` gets the index of the values it ran on. cuda: the
+        back-to-back pass of this block's calls where it can bind (see LOOP_HOST_SHARE), its
+        time per call the floor of every call of the block. Returns the block's median
+        (charged) time."""
         with pinned(self.cpu, self.strict_cpu) as on_cpu:
             self.unpinned_runs += self.cpu is not None and not on_cpu
             k = len(input_sets)
@@ -327,9 +330,12 @@ class Timer:
             times = []
             for _ in range(calls):
                 j = series.next_set(k)
+                i = exchange.before(j) if exchange is not None else j
                 ms, out = self.one(fn, input_sets[j])
+                if exchange is not None:
+                    exchange.after(j, i)
                 times.append(ms)
-                batch.add(out, j)
+                batch.add(out, i)
                 del out
             batch.settle()
             loop = None

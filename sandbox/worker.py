@@ -456,6 +456,16 @@ class _RefContext:
             reply["exact"] = {"ok": False, "float64": True}
         return reply
 
+    def spot_compare(self, cmd: dict) -> dict:
+        """A timed call's output that the candidate's harness kept at random
+        (timed_checks.SpotSample), compared in full with its timing set's expected output,
+        as a trial's is (compare: the same rules and the float64 second look)."""
+        k = int(cmd["set"])
+        spec, leaves = self.run(self.base, self.sets[k])
+        index = -1 - len(self.pending)  # trial indices are >= 0
+        self.pending[index] = {"variant": 0, "inputs": self.sets[k], "spec": spec, "expected": leaves}
+        return self.compare({"index": index, "spec": cmd["spec"], "outputs": cmd["outputs"], "clean": True})
+
     def timing_set(self) -> dict:
         """One more timing input set: kept here on the device, its inputs for the candidate, the
         fingerprint of its expected outputs for the parent."""
@@ -520,6 +530,7 @@ class _RefCommands:
             "trial": self._guarded(lambda cmd: ctx.next_trial()),
             "compare": self._guarded(ctx.compare),
             "timing_set": self._guarded(lambda cmd: ctx.timing_set()),
+            "spot_compare": self._guarded(ctx.spot_compare),
             "timing_setup": self.on_timing_setup,
             "warm": self.on_paced,
             "block": self.on_paced,
@@ -667,10 +678,12 @@ class _Paced:
     block, not per call: entering one costs 1-3 us of host time)."""
 
     def __init__(self, device: str, cmd: dict, sets: list, roots: list[str]):
+        from .timed_checks import Exchange
         from .timing import Timer
 
         self.timer = Timer(device, None, cpu=cmd.get("cpu"), strict_cpu=cmd.get("strict_cpu", True))
         self.sets, self.roots = sets, roots
+        self.exchange = Exchange(sets)
         self.fns: dict[str, Any] = {}
         self.hooks: dict[str, Any] = {}
         self.labels: dict[str, str] = {}
@@ -712,6 +725,7 @@ class _Paced:
                         self.series[name],
                         self.hooks[name],
                         rewarm=cmd.get("rewarm", 0),
+                        exchange=self.exchange,
                     ),
                 }
         except BaseException as exc:
@@ -1292,11 +1306,14 @@ class _CandidateTiming:
         import torch
 
         from .harness import fingerprint, fingerprint_weights, flatten
+        from .timed_checks import HeldMemory, SpotSample
+        from .timing import HOLD_BYTES
 
         with LOCK.shared():
             shapes: list = [tuple(s) if s is not None else None for s in cmd["shapes"]]
             weights = fingerprint_weights(shapes, cmd["fingerprint_seed"], device)
         self.prints: list[tuple[int, float]] = []
+        self.held, self.spots = HeldMemory(), SpotSample(HOLD_BYTES.get(device, HOLD_BYTES["cpu"]) // 2)
 
         self.left: list[tuple[str, str]] = []
 
@@ -1305,8 +1322,10 @@ class _CandidateTiming:
                 self.left = integrity.left_active()
             with torch._C.DisableTorchFunction():
                 leaves: list = []
-                flatten(out, leaves)
+                spec = flatten(out, leaves)
                 self.prints.append((k, fingerprint(leaves, weights)))
+                self.held.add(leaves)
+                self.spots.offer(k, spec, leaves)
 
         self.model, self.device, self.custom_calls, self.integrity = model, device, custom_calls, integrity
         self.paced = _Paced(device, cmd, sets, roots)
@@ -1337,6 +1356,8 @@ class _CandidateTiming:
             "ok": True,
             "stats": series.stats(self.paced.timer.pinned_cpu),
             "fingerprints": self.prints,
+            "held_repeats": self.held.repeats,
+            "spot": self.spots.kept,
             "custom_calls": calls,
             "forwards": len(self.prints),
             "kernels": kernels,

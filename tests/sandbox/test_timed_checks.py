@@ -1,0 +1,80 @@
+"""The timed calls' checks beyond fingerprints (sandbox.timed_checks), piece by piece; the hack
+candidates identity_memo, pointer_memo and fingerprint_slack run them end to end."""
+
+from __future__ import annotations
+
+import torch
+
+from sandbox import timed_checks
+from sandbox.timed_checks import Exchange, HeldMemory, SpotSample
+
+
+def test_an_output_returned_again_while_the_first_is_alive_is_counted():
+    held = HeldMemory()
+    a = torch.randn(4, 4)
+    held.add([a, a[1]])  # one call's outputs may share memory
+    held.add([torch.randn(4, 4)])
+    assert held.repeats == 0
+    held.add([a])  # the first call's output, still alive, returned again
+    held.add([a[2:]])  # a view of it
+    assert held.repeats == 2
+
+
+def test_memory_freed_by_an_earlier_output_may_be_reused():
+    held = HeldMemory()
+    held.add([torch.randn(256, 256)])  # dropped at once: its memory may come back
+    for _ in range(20):
+        held.add([torch.randn(256, 256)])
+    assert held.repeats == 0
+
+
+def test_the_spot_sample_keeps_copies_of_a_few_outputs_from_anywhere_in_the_window():
+    late = 0
+    for _ in range(200):
+        spots = SpotSample(budget_bytes=1 << 20)
+        outs = [torch.full((8,), float(k)) for k in range(30)]
+        for k, out in enumerate(outs):
+            spots.offer(k % 3, None, [out])
+        assert len(spots.kept) == timed_checks.SPOT_CHECKS
+        for entry in spots.kept:
+            value = int(entry["outputs"][0][0])
+            assert entry["set"] == value % 3
+            assert entry["outputs"][0].data_ptr() != outs[value].data_ptr()  # a copy
+            late += value >= 15
+    assert 200 < late < 400  # reservoir sampling: about half of the 600 kept come from the second half
+
+
+def test_the_spot_sample_keeps_one_output_that_alone_passes_its_budget():
+    spots = SpotSample(budget_bytes=16)
+    for k in range(5):
+        spots.offer(0, None, [torch.zeros(64)])
+    assert len(spots.kept) == 1
+
+
+def test_an_exchange_puts_another_sets_values_in_and_back_and_versions_say_nothing():
+    sets = [[torch.full((3, 5), float(n)), n] for n in range(3)]
+    exchange = Exchange(sets)
+    swapped, last, steps = 0, {}, set()
+    for n in range(300):
+        j = n % 3
+        i = exchange.before(j)
+        assert float(sets[j][0][0, 0]) == i and sets[j][1] == j  # values of set i; plain values stay
+        version = sets[j][0]._version
+        if j in last:
+            steps.add(version - last[j])
+        last[j] = version
+        exchange.after(j, i)
+        swapped += i != j
+        assert [float(s[0][0, 0]) for s in sets] == [0.0, 1.0, 2.0]
+    assert 30 < swapped < 150  # about one call in SWAP_EVERY
+    assert len(steps) == 1  # the same version step whether a call's values were exchanged or not
+
+
+def test_a_large_input_is_exchanged_in_chunks(monkeypatch):
+    monkeypatch.setattr(timed_checks, "EXCHANGE_CHUNK", 7)
+    a, b = torch.arange(30.0).reshape(5, 6), torch.arange(30.0).reshape(5, 6) + 100
+    a0, b0 = a.clone(), b.clone()
+    timed_checks._exchange([a], [b])
+    assert torch.equal(a, b0) and torch.equal(b, a0)
+    timed_checks._exchange([a.t()], [b.t()])  # not contiguous: swapped whole
+    assert torch.equal(a, a0) and torch.equal(b, b0)
