@@ -7,7 +7,8 @@ What a sandboxed process gets (docs/security.md says what each layer stops):
   root, bubblewrap itself is started under a throwaway uid;
 - a root file system that holds only the system's /usr, a few files of /etc, the Python
   runtime and site-packages (read-only), the `sandbox` package (read-only), its own folder
-  (/kw/work) and a private /tmp; /dev/nvidia* only on the cuda backend; a /proc of its own;
+  (/kw/work, bounded in total by sandbox.workguard) and a private /tmp and /dev/shm (tmpfs of
+  `Limits.tmpfs_mb` each); /dev/nvidia* only on the cuda backend; a /proc of its own;
 - death with its parent (--die-with-parent) and, being PID 1's children in a namespace of their
   own, every process it starts dies with it.
 
@@ -40,8 +41,12 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import devlock, seccomp
+from . import devlock, seccomp, workguard
+
+if TYPE_CHECKING:
+    from .limits import Limits
 
 OPT_OUT_ENV = "KERNELWRIGHT_UNCONTAINED"
 BWRAP_ENV = "KERNELWRIGHT_BWRAP"
@@ -162,6 +167,27 @@ def gpu_devices() -> list[str]:
     )
 
 
+def _limits(limits: Limits | None) -> Limits:
+    from .limits import Limits
+
+    return limits if limits is not None else Limits()
+
+
+def guard_args(folders: Iterable[str], limits: Limits | None = None) -> list[str]:
+    """The command prefix that runs what follows under sandbox.workguard, watching `folders`."""
+    lim = _limits(limits)
+    return [
+        sys.executable,
+        "-S",
+        str(Path(workguard.__file__).resolve()),
+        str(lim.work_mb << 20),
+        str(lim.work_entries),
+        str(workguard.INTERVAL_S),
+        *folders,
+        "--",
+    ]
+
+
 def bwrap_args(
     binds: Iterable[tuple[str, str]] = (),
     *,
@@ -170,10 +196,17 @@ def bwrap_args(
     seccomp_fd: int | None = None,
     zygote: bool = False,
     chdir: str = INSIDE_WORK,
+    limits: Limits | None = None,
 ) -> list[str]:
     """bubblewrap's arguments for one sandbox; `binds` are (host folder, inside path), writable.
-    zygote: the sandbox forks children that make namespaces of their own (isolate_forked_child)."""
+    zygote: the sandbox forks children that make namespaces of their own (isolate_forked_child),
+    which bound their folders themselves; otherwise the writable folders are bounded in total by
+    a sandbox.workguard that starts bubblewrap (`limits`: the sizes; default Limits())."""
+    binds = list(binds)
+    lim = _limits(limits)
+    tmpfs = str(lim.tmpfs_mb << 20)
     args = [
+        *([] if zygote or not binds else guard_args([host for host, _ in binds], lim)),
         bwrap_binary() or "bwrap",
         "--unshare-all",
         "--unshare-user",
@@ -191,8 +224,10 @@ def bwrap_args(
     ]
     if not zygote:
         args += ["--disable-userns"]
-    # /tmp first: a runtime or a clone of the project may live below it
-    args += _system_args() + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/kw"]
+    # /tmp first: a runtime or a clone of the project may live below it. Sized: tmpfs pages are
+    # host memory that RLIMIT_AS does not count (--dev's own /dev/shm would be unsized)
+    args += _system_args() + ["--proc", "/proc", "--dev", "/dev", "--size", tmpfs, "--tmpfs", "/dev/shm"]
+    args += ["--size", tmpfs, "--tmpfs", "/tmp", "--dir", "/kw"]
     for path in runtime_paths(with_agent):
         args += ["--ro-bind", path, path]
     lock_dir = devlock.prepare_dir()  # the device locks every evaluation shares (read-only)
@@ -257,10 +292,12 @@ def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str 
     _check(_libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), f"mount {dst}")
 
 
-def _cover(folder: str, keep: Iterable[str], mode: str) -> None:
-    """Mount a fresh tmpfs over `folder`, then bind back just the paths in `keep` below it."""
+def _cover(folder: str, keep: Iterable[str], mode: str, size_mb: int | None = None) -> None:
+    """Mount a fresh tmpfs over `folder` (of `size_mb` at most), then bind back just the paths
+    in `keep` below it."""
     fds = [(os.open(p, os.O_PATH), p) for p in keep]  # opened before the cover hides them
-    _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}")
+    size = f",size={size_mb}m" if size_mb else ""
+    _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode}{size}")
     for fd, path in fds:
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             os.makedirs(path, exist_ok=True)
@@ -419,14 +456,42 @@ def _end_like(status: int) -> None:
     os._exit(code if code >= 0 else 128 - code)
 
 
-def isolate_forked_child(job_dir: str) -> None:
+def _watch_work(pid1: int, limits: Limits, log_fd: int | None, host_proc: int) -> int | None:
+    """M's wait for C: the child's folder bounded meanwhile (sandbox.workguard). The wait status,
+    or None when the child was killed for what its folder held."""
+
+    def pids() -> list[int]:  # the child's PID namespace, once C has mounted its /proc over ours
+        try:
+            if os.stat("/proc").st_dev == host_proc:
+                return []
+            return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+        except OSError:
+            return []
+
+    def say(line: str) -> None:
+        if log_fd is not None:
+            try:
+                os.write(log_fd, (line + "\n").encode())
+            except OSError:
+                pass
+
+    return workguard.watch(
+        pid1, [INSIDE_WORK], limits.work_mb << 20, limits.work_entries, workguard.INTERVAL_S, pids, say=say
+    )
+
+
+def isolate_forked_child(job_dir: str, limits: Limits | None = None, log_fd: int | None = None) -> None:
     """Called in a process the zygote just forked; returns only in the process that runs the
     worker, which then sees `job_dir` (a folder under INSIDE_JOBS) at INSIDE_WORK and nothing
     of its siblings. Three processes:
       M, the one the zygote forked: makes the namespaces, reports how W ended, dies with the zygote;
+        meanwhile it bounds what the child keeps in its folder (`limits.work_mb`, sandbox.workguard;
+        killed past it, with a line on `log_fd`), from outside the child's PID namespace;
       C, PID 1 of the new PID namespace: mounts its /proc, reaps orphans, dies with M, and
         takes every process of the namespace with it;
-      W, the worker: no capabilities, the full seccomp filter, runs the code."""
+      W, the worker: no capabilities, the full seccomp filter, runs the code.
+    /tmp and /dev/shm are private tmpfs of `limits.tmpfs_mb` each."""
+    lim = _limits(limits)
     libc_prctl = _libc.prctl
     zygote = os.getppid()
     libc_prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -444,16 +509,23 @@ def isolate_forked_child(job_dir: str) -> None:
     _mount(job_dir, INSIDE_WORK, None, MS_BIND | MS_REC)
     _mount("tmpfs", INSIDE_JOBS, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0555")
     shared = [*runtime_paths(), devlock.LOCK_DIR]  # a clone of the project under /tmp, the device locks
-    _cover("/tmp", [p for p in shared if p.startswith("/tmp/") and os.path.exists(p)], "1777")
+    _cover("/tmp", [p for p in shared if p.startswith("/tmp/") and os.path.exists(p)], "1777", lim.tmpfs_mb)
     if os.path.isdir("/dev/shm"):
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={lim.tmpfs_mb}m")
+    if lim.cpus:  # M and C off the CPUs the worker is confined to (limits.confine, in W)
+        others = os.sched_getaffinity(0) - set(lim.cpus)
+        if others:
+            os.sched_setaffinity(0, others)
+    host_proc = os.stat("/proc").st_dev
     alive_r, alive_w = os.pipe()  # M holds the write end: C sees EOF when M is gone
     status_r, status_w = os.pipe()
     pid1 = os.fork()
     if pid1 != 0:  # M
         os.close(alive_r)
         os.close(status_w)
-        _, st = os.waitpid(pid1, 0)
+        st = _watch_work(pid1, lim, log_fd, host_proc)
+        if st is None:  # killed for what its folder held
+            workguard.end_by(workguard.GUARD_EXIT_SIGNAL)
         data = os.read(status_r, 4)
         _end_like(int.from_bytes(data, "little", signed=True) if len(data) == 4 else st)
     os.close(alive_w)

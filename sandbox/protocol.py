@@ -42,6 +42,7 @@ from . import audit, cache, containment, devlock, devmem
 from .build import Artifacts, build
 from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge, Traffic
 from .isolation import Child, Limits, start_child
+from .limits import cpus_for
 from .options import PRESETS, EvalOptions
 from .schema import (
     SPEED_MARGIN,
@@ -124,6 +125,7 @@ def _limits(options: EvalOptions, backend: str) -> Limits:
         fsize_mb=options.output_limit_mb,
         nproc=options.max_processes,
         address_space_mb=options.memory_limit_mb if backend == "cpu" else None,
+        cpus=cpus_for(options, backend),  # the baseline's CPUs, no more (limits.cpus_for)
     )
 
 

@@ -7,6 +7,12 @@ bubblewrap takes a compiled program on a file descriptor (`--seccomp FD`), which
 what `program()` returns. The rules are data (`DENIED`, `NAMESPACE_FLAGS`), checked by
 tests/sandbox/test_containment.py on the running kernel.
 
+A second, smaller filter (`scheduling_program`) is stacked on a child that the evaluation confines
+to some CPUs (sandbox.limits.Limits.cpus): it refuses the calls that would move the child's
+threads elsewhere or change their scheduling (`SCHEDULING`, EPERM, so a library that tries only
+loses the request). It is installed after the child's CPUs are set, and the harness's own pinning
+of its timed thread needs no call there (sandbox.timing.pinned: the child is on that CPU already).
+
 What the profiler needs keeps working: torch.profiler's CUDA path is CUPTI, which talks to the
 driver through ioctl on /dev/nvidia*, never through ptrace, perf_event_open or bpf.
 """
@@ -82,6 +88,8 @@ DENIED = (
     "io_uring_enter",
     "io_uring_register",
 )
+# Denied (EPERM) by the scheduling filter: moving threads to other CPUs, changing policy or priority.
+SCHEDULING = ("sched_setaffinity", "sched_setscheduler", "sched_setattr", "sched_setparam")
 # A process that must still create the per-child namespaces (the zygote) is filtered without these.
 NAMESPACE_CALLS = ("unshare", "setns", "mount", "umount2", "pivot_root")
 
@@ -138,6 +146,10 @@ _ARCHES = {
             "io_uring_register": 427,
             "clone": 56,
             "clone3": 435,
+            "sched_setaffinity": 203,
+            "sched_setscheduler": 144,
+            "sched_setattr": 314,
+            "sched_setparam": 142,
         },
     ),
     # AUDIT_ARCH_AARCH64 and the generic table (include/uapi/asm-generic/unistd.h)
@@ -192,6 +204,10 @@ _ARCHES = {
             "io_uring_register": 427,
             "clone": 220,
             "clone3": 435,
+            "sched_setaffinity": 122,
+            "sched_setscheduler": 119,
+            "sched_setattr": 274,
+            "sched_setparam": 118,
         },
     ),
 }
@@ -205,19 +221,32 @@ def _ins(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 
+def _prologue(arch: int, x32_bit: int | None, deny: bytes) -> list[bytes]:
+    """Another ABI (i386 through int 0x80) or x32 numbers: refused; else the number loaded."""
+    body = [_ins(_LD_W_ABS, _ARCH), _ins(_JEQ_K, arch, jt=1, jf=0), deny, _ins(_LD_W_ABS, _NR)]
+    if x32_bit is not None:
+        body += [_ins(_JGE_K, x32_bit, jt=0, jf=1), deny]
+    return body
+
+
+def scheduling_program() -> bytes:
+    """The filter stacked on a child confined to its CPUs: `SCHEDULING` refused with EPERM."""
+    arch, x32_bit, numbers = _ARCHES[platform.machine()]
+    deny = _ins(_RET_K, RET_ERRNO | errno.EPERM)
+    body = _prologue(arch, x32_bit, deny)
+    for name in SCHEDULING:
+        body += [_ins(_JEQ_K, numbers[name], jt=0, jf=1), deny]
+    body.append(_ins(_RET_K, RET_ALLOW))
+    return b"".join(body)
+
+
 def program(allow_namespaces: bool = False) -> bytes:
     """The filter as raw `struct sock_filter` entries (what bwrap --seccomp and prctl take).
     allow_namespaces: the zygote's filter, which must still unshare and mount for its children."""
     arch, x32_bit, numbers = _ARCHES[platform.machine()]
     denied = [n for n in DENIED if not (allow_namespaces and n in NAMESPACE_CALLS)]
     deny = _ins(_RET_K, RET_ERRNO | errno.EPERM)
-    body = [_ins(_LD_W_ABS, _ARCH)]
-    # another ABI (i386 through int 0x80): every call refused
-    body.append(_ins(_JEQ_K, arch, jt=1, jf=0))
-    body.append(deny)
-    body.append(_ins(_LD_W_ABS, _NR))
-    if x32_bit is not None:  # x32 numbers on the x86_64 ABI
-        body += [_ins(_JGE_K, x32_bit, jt=0, jf=1), deny]
+    body = _prologue(arch, x32_bit, deny)
     for name in denied:
         body += [_ins(_JEQ_K, numbers[name], jt=0, jf=1), deny]
     if not allow_namespaces:
@@ -241,12 +270,12 @@ _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 
 
-def install(allow_namespaces: bool = False) -> None:
-    """Filter the calling thread (and everything it starts) from now on; raises OSError if the
-    kernel refuses. no_new_privs first: required for an unprivileged filter, and it stops setuid
-    binaries from regaining anything."""
+def install(allow_namespaces: bool = False, prog: bytes | None = None) -> None:
+    """Filter the calling thread (and everything it starts) from now on with `prog` (default: the
+    full filter); raises OSError if the kernel refuses. no_new_privs first: required for an
+    unprivileged filter, and it stops setuid binaries from regaining anything."""
     libc = ctypes.CDLL(None, use_errno=True)
-    prog = program(allow_namespaces)
+    prog = program(allow_namespaces) if prog is None else prog
     buf = ctypes.create_string_buffer(prog, len(prog))
     fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

@@ -50,7 +50,7 @@ def _child_main(req: dict, fds: list[int], sock: socket.socket) -> None:
         if req.get("job_dir"):
             from .containment import isolate_forked_child
 
-            isolate_forked_child(req["job_dir"])
+            isolate_forked_child(req["job_dir"], limits, log_fd)
         cgroup = Path(req["cgroup"]) if req.get("cgroup") else None
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)

@@ -586,6 +586,115 @@ def _attack():
     return {'ran': True}
 """
 
+# Resources the host shares (docs/security.md, "Resources"): RAM through the private /tmp and
+# /dev/shm (tmpfs pages, which RLIMIT_AS does not count), disk through its own folder, CPUs
+# beyond the ones the baseline was given. Each stops at _CFG's cap so that it stays quick where
+# nothing stops it; what it wrote it removes again.
+FILL_TMPFS = r"""
+def _fill(folder, cap_mb):
+    r = {'wrote_mb': 0}
+    chunk = b'\xa5' * (16 << 20)
+    names = []
+    try:
+        while r['wrote_mb'] < cap_mb:
+            name = folder + '/kwfill%d' % len(names)
+            names.append(name)
+            with open(name, 'wb') as f:
+                for _ in range(3):
+                    f.write(chunk)
+                    r['wrote_mb'] += 16
+    except OSError as exc:
+        r['err'] = _e(exc)
+    try:
+        st = _o.statvfs(folder)
+        r['size_mb'] = st.f_blocks * st.f_frsize >> 20
+    except OSError as exc:
+        r['size_mb'] = _e(exc)
+    for name in names:
+        try:
+            _o.unlink(name)
+        except OSError:
+            pass
+    return r
+
+
+def _attack():
+    return {d: _fill(d, _CFG['cap_mb']) for d in ('/tmp', '/d' + 'ev/shm')}
+"""
+
+# Its own folder (cwd, on the host's disk): many files under the per-file limit, or one file
+# that is unlinked while open and keeps growing (no walk of the folder sees it).
+FILL_WORK = r"""
+def _attack():
+    r = {'mode': _CFG['mode'], 'wrote_mb': 0}
+    chunk = b'\xa5' * (16 << 20)
+    keep = []
+    try:
+        while r['wrote_mb'] < _CFG['cap_mb']:
+            name = 'kwfill%d' % len(keep)
+            f = open(name, 'wb')
+            keep.append(f)
+            if _CFG['mode'] == 'unlinked':
+                _o.unlink(name)
+            for _ in range(3):
+                f.write(chunk)
+                f.flush()
+                r['wrote_mb'] += 16
+            _tm.sleep(0.02)
+    except OSError as exc:
+        r['err'] = _e(exc)
+    for f in keep:
+        try:
+            f.close()
+        except OSError:
+            pass
+    return r
+"""
+
+# More CPUs than the evaluation gave it: widen its own affinity, a thread's, change policy.
+AFFINITY = r"""
+def _attack():
+    import threading as _th
+
+    spawn = getattr(_th, 'Th' + 'read')
+    get = getattr(_o, 'sched_get' + 'affinity')
+    put = getattr(_o, 'sched_set' + 'affinity')
+    n = _o.cpu_count() or 1
+    r = {'ncpu': n, 'before': sorted(get(0))}
+    try:
+        put(0, set(range(n)))
+        r['widen'] = 'ok'
+    except OSError as exc:
+        r['widen'] = _e(exc)
+    r['after'] = sorted(get(0))
+    seen = {}
+
+    def _thread():
+        try:
+            put(0, set(range(n)))
+            seen['widen'] = 'ok'
+        except OSError as exc:
+            seen['widen'] = _e(exc)
+        seen['cpus'] = sorted(get(0))
+
+    t = spawn(target=_thread)
+    t.start()
+    t.join()
+    r['thread'] = seen
+    try:
+        getattr(_o, 'sched_set' + 'scheduler')(0, _o.SCHED_BATCH, _o.sched_param(0))
+        r['policy'] = 'ok'
+    except OSError as exc:
+        r['policy'] = _e(exc)
+    tasks = {}
+    for tid in _o.listdir(_P + '/self/task'):
+        for line in _slurp(_P + '/self/task/' + tid + '/status').decode().splitlines():
+            if line.startswith('Cpus_allowed_list'):
+                tasks[tid] = line.split(':', 1)[1].strip()
+    r['tasks'] = sorted(set(tasks.values()))
+    return r
+"""
+
 ATTACKS = {
     "identity": IDENTITY,
     "environment": ENVIRONMENT,
@@ -601,6 +710,9 @@ ATTACKS = {
     "kill_family": KILL_FAMILY,
     "kill_all": KILL_ALL,
     "marker": MARKER,
+    "fill_tmpfs": FILL_TMPFS,
+    "fill_work": FILL_WORK,
+    "affinity": AFFINITY,
 }
 
 RAISE = "raise RuntimeError('KWREPORT' + _finish(_attack()) + 'KWEND')\n"
