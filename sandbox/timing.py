@@ -142,6 +142,9 @@ def pinned(cpu: int | None, strict: bool = True) -> Iterator[bool]:
         yield False
         return
     before = os.sched_getaffinity(0)
+    if before == {cpu}:  # the whole child is confined there, and may not move (limits.confine)
+        yield True
+        return
     try:
         os.sched_setaffinity(0, {cpu})
     except OSError as exc:
