@@ -609,12 +609,18 @@ class _Evaluation:
             if not cres.errors:
                 res.reasons.append("compilation failed; see compile.log")
             return False
+        linked = audit.scan_libraries(self.artifacts, self.options.torch_ops)  # what the built libraries import
+        res.audit.findings.extend(f"static: {f}" for f in linked)
+        if linked and REJECT_STATIC:
+            raise _Stop(
+                Status.REJECTED, "the candidate's build calls what the evaluation cannot see: " + "; ".join(linked[:5])
+            )
         return True
 
     def scan(self) -> None:
         """2. The static scan: findings always; a technique that can subvert the evaluation stops it."""
         static = audit.scan_source(self.files)
-        native = audit.scan_native(self.files)
+        native = audit.scan_native(self.files) + audit.scan_dispatch(self.files, self.options.torch_ops)
         self.res.audit.findings.extend(f"static: {f}" for f in static + native)
         blocking = list(static) + [
             f for f in native if not any(w in f for w in ("native threads", "CUDA streams", "math mode"))

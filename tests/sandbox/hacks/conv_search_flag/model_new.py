@@ -6,7 +6,9 @@ lib = kwrt.load()
 
 # cuDNN's algorithm search switched on behind the evaluation's back: a speedup that rests on it
 # would not say so. The sanctioned way, kwrt.search_conv_algorithms(), is recorded in the result.
-getattr(torch.backends, "cu" + "dnn").benchmark = True
+# Spelled so that no source rule sees it (a write to an attribute of torch is flagged): the
+# integrity check must.
+vars(torch.backends).get("cu" + "dnn").benchmark = True
 
 
 class ModelNew(nn.Module):
