@@ -14,6 +14,7 @@ from pathlib import Path
 # Big tensors in 2 MB pages (see isolation.scrubbed_env); effective if torch has not allocated yet.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+from . import hostfs
 from .options import EvalOptions
 from .protocol import Progress
 from .protocol import baseline as _baseline
@@ -33,25 +34,30 @@ __all__ = [
     "baseline",
 ]
 
+MAX_CANDIDATE_FILE_BYTES = 64 << 20
 _TEXT_SUFFIXES = (".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".h", ".hpp", ".inc", ".txt", ".md", ".json")
 
 
 def load_candidate(path: str | Path) -> dict[str, str]:
     """A candidate on disk -> {relative path: text}. A single .py file becomes model_new.py
-    (KernelBench style); a folder contributes its source files (hidden files and caches skipped)."""
+    (KernelBench style); a folder contributes its source files (hidden files and caches skipped).
+    A folder may come from an upload or an archive and the evaluator may be root: a link or
+    special file in it raises (sandbox.hostfs.Unsafe, an OSError) instead of being followed."""
     p = Path(path)
     if p.is_file():
         return {"model_new.py": p.read_text()}
     if not p.is_dir():
         raise FileNotFoundError(f"no candidate file or folder at {p}")
     files = {}
-    for f in sorted(p.rglob("*")):
-        rel = f.relative_to(p)
-        if not f.is_file() or any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
-            continue
-        if f.suffix in _TEXT_SUFFIXES:
-            files[rel.as_posix()] = f.read_text()
+    for rel, fd in hostfs.regular_files(p, _skipped):
+        if rel.endswith(_TEXT_SUFFIXES):
+            files[rel] = hostfs.read_bounded(fd, MAX_CANDIDATE_FILE_BYTES).decode()
     return files
+
+
+def _skipped(rel: str) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return name.startswith(".") or name == "__pycache__"
 
 
 def compile_candidate(files: dict[str, str], options: EvalOptions | None = None) -> CompileResult:

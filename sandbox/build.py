@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cache
+from . import cache, hostfs
 from .compile_log import parse_errors
 from .isolation import Child, Limits, run_command
 from .options import EvalOptions
@@ -29,6 +29,19 @@ from .schema import CompileError, CompileResult
 KERNEL_DIR = "kernels/"
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
 _INLINE_RE = re.compile(r"\bload_inline\b|\bcpp_extension\b")
+
+# A candidate's file names become paths on the host (written by a root parent) and in the
+# children: relative, each component of these characters and not `.` or `..`, bounded.
+_NAME_PART_RE = re.compile(r"[A-Za-z0-9_.-]+")
+MAX_NAME_CHARS = 200
+MAX_NAME_DEPTH = 8
+
+# What the load_inline prebuild child reports (it ran the candidate's code, so it may lie):
+# harness.inline_arg_hash's 32 hex digits, an extension name, a module under its ext/ folder.
+_ARG_HASH_RE = re.compile(r"[0-9a-f]{32}")
+_EXT_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+MAX_EXTENSIONS = 64
+MAX_EXTENSION_BYTES = 1 << 30
 
 
 @dataclass
@@ -99,35 +112,80 @@ def _fast_command(backend: str, srcs: list[str], options: EvalOptions, uses_cubl
     ]
 
 
+class _SetupFailed(Exception):
+    """Writing the candidate's files failed: a compile_error result, never a raise."""
+
+
+def _shown(name: object) -> str:
+    """A file name fit for a result (no NUL, no lone surrogate, bounded)."""
+    ok = isinstance(name, str) and all(_NAME_PART_RE.fullmatch(p) for p in name.split("/"))
+    return str(name)[:MAX_NAME_CHARS] if ok else ascii(name)[:MAX_NAME_CHARS]
+
+
+def _name_problem(name: object, names: set) -> str:
+    """Why `name` cannot be a file of the workspace, or ""."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
+        return f"file paths must be text of 1 to {MAX_NAME_CHARS} characters"
+    parts = name.split("/")
+    if len(parts) > MAX_NAME_DEPTH:
+        return f"file paths may be at most {MAX_NAME_DEPTH} folders deep"
+    if any(p in (".", "..") or not _NAME_PART_RE.fullmatch(p) for p in parts):
+        return (
+            "file paths must be relative and stay inside the workspace: folder and file names of "
+            "letters, digits, '_', '.' and '-' separated by '/' (no '.' or '..')"
+        )
+    clash = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) in names), "")
+    return f"{clash} is both a file and a folder" if clash else ""
+
+
+def _text_problem(text: object) -> str:
+    if not isinstance(text, str):
+        return "file contents must be text"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"the text is not valid UTF-8 (character {exc.start}: {ascii(text[exc.start])})"
+    return ""
+
+
 def _validate_files(files: dict[str, str]) -> list[CompileError]:
-    errors = []
-    for name in files:
-        if name.startswith("/") or ".." in Path(name).parts or not name:
-            errors.append(
-                CompileError(
-                    file=name,
-                    line=None,
-                    column=None,
-                    message="file paths must be relative and stay inside the workspace",
-                )
-            )
+    """Names and texts that can be written as files anywhere the candidate goes (build folder,
+    children), and a model_new.py that parses."""
+    names = set(files)
+    errors = [
+        CompileError(file=_shown(name), line=None, column=None, message=why)
+        for name, text in files.items()
+        if (why := _name_problem(name, names) or _text_problem(text))
+    ]
+    if errors:
+        return errors
     if "model_new.py" not in files:
-        errors.append(
+        return [
             CompileError(
                 file="model_new.py",
                 line=None,
                 column=None,
                 message="the candidate has no model_new.py (it must define class ModelNew)",
             )
-        )
-        return errors
+        ]
     try:
         compile(files["model_new.py"], "model_new.py", "exec")
     except SyntaxError as exc:
         errors.append(
             CompileError(file="model_new.py", line=exc.lineno, column=exc.offset, message=f"SyntaxError: {exc.msg}")
         )
+    except ValueError as exc:  # a NUL byte (3.11)
+        errors.append(CompileError(file="model_new.py", line=None, column=None, message=f"SyntaxError: {exc}"))
     return errors
+
+
+def _write_sources(src_dir: Path, names: list[str], files: dict[str, str]) -> None:
+    """The build's sources into its fresh folder (sandbox.hostfs: no `..`, no link followed)."""
+    try:
+        for name in names:
+            hostfs.write_beneath(src_dir, name, files[name].encode())
+    except (OSError, ValueError) as exc:
+        raise _SetupFailed(f"{_shown(name)}: {exc}") from exc
 
 
 def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tuple[CompileResult, str | None]:
@@ -165,10 +223,12 @@ def _fast_build(files: dict[str, str], backend: str, options: EvalOptions) -> tu
         return res, str(final / "lib.so") if res.ok else None
     staging = cache.new_staging_dir(options.cache_dir, "build-")
     src_dir = staging / "src"
-    for name in srcs + headers:
-        path = src_dir / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(files[name])
+    src_dir.mkdir()
+    try:
+        _write_sources(src_dir, srcs + headers, files)
+    except _SetupFailed:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     limits = Limits(
         wall_s=options.compile_timeout_s, fsize_mb=1024, nproc=4096, cpu_s=int(options.compile_timeout_s * 4) + 60
     )
@@ -231,7 +291,7 @@ def _inline_build(
     )
     final = cache.section(options.cache_dir, "builds") / key
     started = time.perf_counter()
-    meta = cache.read_json(final / "meta.json")
+    meta = _stored_inline(final)
     if meta is not None:
         built = meta.pop("manifest", [])
         res = CompileResult.from_dict(meta)
@@ -256,19 +316,12 @@ def _inline_build(
         reply = child.recv()
         log = reply.get("log", "")
         if reply.get("ok"):
-            ok = True
-            for entry in reply["manifest"]:
-                src = child.to_host(entry["so_path"])
-                dest = staging / f"{entry['arg_hash']}{src.suffix}"
-                shutil.copyfile(src, dest)
-                manifest.append(
-                    {
-                        "name": entry["name"],
-                        "arg_hash": entry["arg_hash"],
-                        "file": dest.name,
-                        "is_python_module": entry["is_python_module"],
-                    }
-                )
+            child.kill()  # nothing of the candidate's runs while its modules are copied out
+            try:
+                manifest, ok = _collect_extensions(child, reply.get("manifest"), staging), True
+            except (_BadManifest, OSError, ValueError) as exc:
+                _empty(staging)
+                errors.append(CompileError(file="model_new.py", line=None, column=None, message=f"load_inline: {exc}"))
         else:
             errors = parse_errors(
                 log,
@@ -309,8 +362,89 @@ def _inline_build(
     meta["manifest"] = manifest
     cache.write_json_atomic(staging / "meta.json", meta)
     if not cache.publish_dir(staging, final):
-        manifest = (cache.read_json(final / "meta.json") or {}).get("manifest", manifest)
+        winner = _stored_inline(final)
+        if winner is None:  # a bad entry got there first: not this build's result to cache
+            return res, None, []
+        manifest = winner.get("manifest", manifest)
     return res, str(final) if ok else None, manifest
+
+
+class _BadManifest(Exception):
+    """The prebuild child reported an extension module that cannot be one of its build's."""
+
+
+def _manifest_entry(entry: object) -> tuple[dict, str]:
+    """One entry the prebuild child sent, every field checked (red-team a7: an `arg_hash` or
+    `so_path` with `..` wrote and read host files): (the entry to store, its so_path)."""
+    if not isinstance(entry, dict):
+        raise _BadManifest("a manifest entry is not an object")
+    name, arg_hash, so_path, is_py = (entry.get(k) for k in ("name", "arg_hash", "so_path", "is_python_module"))
+    if not (isinstance(name, str) and _EXT_NAME_RE.fullmatch(name)):
+        raise _BadManifest(f"unusable extension name {ascii(name)[:80]}")
+    if not (isinstance(arg_hash, str) and _ARG_HASH_RE.fullmatch(arg_hash)):
+        raise _BadManifest(f"{name}: not a build hash: {ascii(arg_hash)[:80]}")
+    if not isinstance(is_py, bool):
+        raise _BadManifest(f"{name}: is_python_module is not true or false")
+    if not (isinstance(so_path, str) and so_path.endswith(".so")):
+        raise _BadManifest(f"{name}: the build reported no extension module (.so)")
+    return {"name": name, "arg_hash": arg_hash, "file": f"{arg_hash}.so", "is_python_module": is_py}, so_path
+
+
+def _copy_extension(child: Child, so_path: str, dest: Path) -> None:
+    """The built module out of the child's ext/ folder (TORCH_EXTENSIONS_DIR) only: resolved
+    inside it, opened without following links, a regular file of bounded size."""
+    rel = child.to_host(so_path).relative_to(os.path.realpath(child.workdir)).as_posix()
+    if not rel.startswith("ext/"):
+        raise _BadManifest(f"{so_path} is not in the extensions folder")
+    fd = hostfs.open_beneath(child.workdir, rel)
+    try:
+        hostfs.copy_fd(fd, dest, MAX_EXTENSION_BYTES)
+    finally:
+        os.close(fd)
+
+
+def _collect_extensions(child: Child, reported: object, staging: Path) -> list[dict]:
+    """The manifest to store, each module copied into `staging` as <arg_hash>.so."""
+    if not isinstance(reported, list) or len(reported) > MAX_EXTENSIONS:
+        raise _BadManifest(f"the build reported no list of at most {MAX_EXTENSIONS} extension modules")
+    manifest: list[dict] = []
+    for entry, so_path in map(_manifest_entry, reported):
+        if all(e["arg_hash"] != entry["arg_hash"] for e in manifest):  # the same call twice: one module
+            _copy_extension(child, so_path, staging / entry["file"])
+            manifest.append(entry)
+    return manifest
+
+
+def _stored_inline(final: Path) -> dict | None:
+    """A cached load_inline build's meta, or None; an entry whose manifest would not pass today's
+    checks (stored before them, red-team a7) is removed so that it is built again."""
+    meta = cache.read_json(final / "meta.json")
+    if meta is None:
+        return None
+    stored = meta.get("manifest")
+    try:
+        valid = isinstance(stored, list) and all(_manifest_entry({**e, "so_path": "x.so"})[0] == e for e in stored)
+    except (_BadManifest, TypeError):
+        valid = False
+    if not valid:
+        _discard(final)
+        return None
+    return meta
+
+
+def _discard(entry: Path) -> None:
+    """A cache entry out of the way at once (one rename), then removed."""
+    trash = Path(f"{entry}.bad-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.rename(entry, trash)
+    except OSError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _empty(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
 
 
 def uses_inline(files: dict[str, str]) -> bool:
@@ -330,7 +464,17 @@ def build(files: dict[str, str], options: EvalOptions) -> tuple[CompileResult, A
             log="\n".join(f"{e.file}:{e.line or ''}: {e.message}" for e in errors),
             artifact_key=cache.files_hash(files),
         ), Artifacts()
-    fast, library = _fast_build(files, backend, options)
+    try:
+        fast, library = _fast_build(files, backend, options)
+    except _SetupFailed as exc:
+        why = f"the candidate's files could not be set up: {exc}"
+        return CompileResult(
+            ok=False,
+            mode="none",
+            errors=[CompileError(file="(build)", line=None, column=None, message=why)],
+            log=why,
+            artifact_key=cache.files_hash(files),
+        ), Artifacts()
     artifacts = Artifacts(library=library)
     results = [fast]
     if fast.ok and uses_inline(files):

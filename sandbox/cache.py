@@ -19,7 +19,7 @@ from typing import Any
 def sha256_text(*parts: str) -> str:
     h = hashlib.sha256()
     for part in parts:
-        data = part.encode()
+        data = part.encode("utf-8", "surrogatepass")  # a lone surrogate in candidate text hashes, never raises
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import channel, containment
+from . import channel, containment, hostfs
 from .limits import Limits, hardening
 
 CLONE_NEWUSER = 0x10000000
@@ -457,16 +457,24 @@ class Child:
         return str(self.inside_root / Path(host_path).relative_to(self.workdir))
 
     def to_host(self, inside_path: str | Path) -> Path:
-        """A path the child reported, under its folder, as this process sees it."""
-        return self.workdir / Path(inside_path).relative_to(self.inside_root)
+        """A path the child reported, under its folder, as this process sees it, resolved. The
+        child chose it and this process may be root: `..` or a link that leads out of the
+        folder raises ValueError (sandbox.hostfs), never a host path."""
+        rel = Path(inside_path).relative_to(self.inside_root)
+        if ".." in rel.parts:
+            raise ValueError(f"{inside_path} leaves the child's folder")
+        real = Path(os.path.realpath(self.workdir / rel))
+        if not hostfs.is_within(real, self.workdir):
+            raise ValueError(f"{inside_path} resolves outside the child's folder")
+        return real
 
     def write_files(self, files: dict[str, str], subdir: str = "cand") -> Path:
-        """Put the candidate's workspace into the child's folder, owned by the child's uid."""
+        """Put the candidate's workspace into the child's folder, owned by the child's uid. The
+        child already runs: names are plain relative paths and nothing is written through a link
+        (sandbox.hostfs); a bad name raises hostfs.Unsafe, text that is not UTF-8 ValueError."""
         base = self.workdir / subdir
         for name, text in files.items():
-            path = base / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            hostfs.write_beneath(self.workdir, name if subdir == "." else f"{subdir}/{name}", text.encode())
         self.give_ownership(base)
         return base
 

@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import re
 import secrets
-import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from . import audit, cache, containment, devlock, devmem
+from . import audit, cache, compile_cache, containment, devlock, devmem
 from .build import Artifacts, build
 from .channel import ChannelClosed, ChannelTimeout, MessageTooLarge, Traffic
 from .isolation import Child, Limits, start_child
@@ -80,41 +78,7 @@ def _torch_version() -> str:
     return torch.__version__
 
 
-# torch.compile's caches in a reference child's folder (its TORCHINDUCTOR_CACHE_DIR and
-# TRITON_CACHE_DIR): carried from one evaluation of a task to the next, so the compile baseline
-# built inside every evaluation compiles once per task, not once per evaluation. Keyed by the
-# task's hash: only references of the same task code ever read what one of them wrote.
-_COMPILE_CACHES = (".inductor", ".triton")
-_COMPILE_CACHE_MAX_BYTES = 512 << 20
-
-
-def _compile_cache_dir(task_hash: str, backend: str, options: EvalOptions) -> Path:
-    return cache.section(options.cache_dir, "compile-caches") / cache.sha256_text(task_hash, backend, _torch_version())
-
-
-def _seed_compile_cache(ref: Child, task_hash: str, backend: str, options: EvalOptions) -> None:
-    if not options.compile_baseline:
-        return
-    src = _compile_cache_dir(task_hash, backend, options)
-    for name in _COMPILE_CACHES:
-        if (src / name).is_dir():
-            shutil.copytree(src / name, ref.workdir / name, symlinks=True, dirs_exist_ok=True)
-            ref.give_ownership(ref.workdir / name)
-
-
-def _keep_compile_cache(ref: Child, task_hash: str, backend: str, options: EvalOptions) -> None:
-    """After a compile baseline was measured: what the reference's compile left, bounded in size."""
-    dest = _compile_cache_dir(task_hash, backend, options)
-    for name in _COMPILE_CACHES:
-        folder = ref.workdir / name
-        if not folder.is_dir() or folder.is_symlink():
-            continue
-        size = sum(f.lstat().st_size for f in folder.rglob("*"))
-        if size <= _COMPILE_CACHE_MAX_BYTES:
-            try:
-                shutil.copytree(folder, dest / name, symlinks=True, dirs_exist_ok=True)
-            except (OSError, shutil.Error):
-                pass
+# torch.compile's caches, carried between evaluations of one task: sandbox.compile_cache.
 
 
 def _limits(options: EvalOptions, backend: str) -> Limits:
@@ -497,7 +461,7 @@ def _evaluate_once(
         for child in children:  # both at once: a CUDA context takes ~0.1 s to tear down
             child.kill()
         if children and children[0].role == "reference" and res.timing.compile is not None:
-            _keep_compile_cache(children[0], res.task_hash, backend, options)
+            compile_cache.keep(children[0], res.task_hash, backend, options)
         for child in children:
             child.close()
         parts = share.parts if share.available else None
@@ -644,8 +608,11 @@ class _Evaluation:
         self.children.append(cand)
         res.audit.findings.append(f"isolation: {cand.isolation.describe()}")
         ref.write_files({"task.py": self.task_source}, subdir=".")
-        _seed_compile_cache(ref, res.task_hash, backend, options)
-        cand.write_files(self.files)
+        compile_cache.seed(ref, res.task_hash, backend, options)
+        try:
+            cand.write_files(self.files)
+        except (OSError, ValueError) as exc:  # past build's checks: a clear result all the same, never a raise
+            raise _Stop(Status.COMPILE_ERROR, f"the candidate's files could not be set up: {exc}") from exc
         cand_setup = _candidate_artifacts(cand, self.artifacts)
         _send(cand, {"options": _opts_msg(options), "backend": backend, **cand_setup}, "the candidate", "setup")
 
