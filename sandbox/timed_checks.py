@@ -115,14 +115,31 @@ def _swap(x: Any, y: Any) -> None:
         yf[part].copy_(held)
 
 
-def _exchange(a: list[Any], b: list[Any]) -> None:
-    """Swaps the values of two timing sets' tensors in place (same shapes and dtypes)."""
+def _tensors(x: Any) -> list[Any]:
+    """Every tensor of one input set, in order, through lists, tuples and dicts."""
     import torch
 
-    for x, y in zip(a, b, strict=False):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x is not y:
-            if x.shape == y.shape and x.dtype == y.dtype:
-                _swap(x, y)
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, list | tuple):
+        return [t for v in x for t in _tensors(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
+
+
+def _exchange(a: list[Any], b: list[Any]) -> bool:
+    """Swaps the values of two timing sets' tensors in place; only where every tensor of one has
+    its like (shape, dtype) at the same place in the other: half an exchange would leave a call on
+    values that no set's expected output describes. Returns whether it swapped."""
+    xs, ys = _tensors(a), _tensors(b)
+    if len(xs) != len(ys) or any(x.shape != y.shape or x.dtype != y.dtype for x, y in zip(xs, ys, strict=True)):
+        return False
+    if any(x is y for x, y in zip(xs, ys, strict=True)):
+        return False
+    for x, y in zip(xs, ys, strict=True):
+        _swap(x, y)
+    return True
 
 
 class Exchange:
@@ -137,8 +154,9 @@ class Exchange:
         version counter. Returns the set whose values they now hold."""
         k, i = len(self.sets), j
         if k > 1 and _below(SWAP_EVERY) == 0:
-            i = (j + 1 + _below(k - 1)) % k
-            _exchange(self.sets[j], self.sets[i])
+            other = (j + 1 + _below(k - 1)) % k
+            if _exchange(self.sets[j], self.sets[other]):
+                i = other
         self._stamp(self.sets[j])
         return i
 
@@ -149,7 +167,7 @@ class Exchange:
     def _stamp(self, inputs: list[Any]) -> None:
         import torch
 
-        tensors = tuple(x for x in inputs if isinstance(x, torch.Tensor))
+        tensors = tuple(_tensors(inputs))
         if not tensors:
             return
         self.clock += 1 << 8  # above any count of in-place writes between two calls

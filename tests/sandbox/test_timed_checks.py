@@ -46,7 +46,7 @@ def test_the_spot_sample_keeps_copies_of_a_few_outputs_from_anywhere_in_the_wind
 
 def test_the_spot_sample_keeps_one_output_that_alone_passes_its_budget():
     spots = SpotSample(budget_bytes=16)
-    for k in range(5):
+    for _ in range(5):
         spots.offer(0, None, [torch.zeros(64)])
     assert len(spots.kept) == 1
 
@@ -78,3 +78,17 @@ def test_a_large_input_is_exchanged_in_chunks(monkeypatch):
     assert torch.equal(a, b0) and torch.equal(b, a0)
     timed_checks._exchange([a.t()], [b.t()])  # not contiguous: swapped whole
     assert torch.equal(a, a0) and torch.equal(b, b0)
+
+
+def test_tensors_in_lists_and_dicts_are_exchanged_all_or_none():
+    """A feature pyramid's list of maps, a batch dict: every tensor of the set moves with the
+    others (half an exchange would put a call on values no set's expected output describes)."""
+    sets = [
+        [[torch.full((2,), float(n)), torch.full((3,), float(n))], {"m": torch.full((4,), float(n))}] for n in range(2)
+    ]
+    assert timed_checks._exchange(sets[0], sets[1])
+    assert [float(t[0]) for t in timed_checks._tensors(sets[0])] == [1.0, 1.0, 1.0]
+    assert [float(t[0]) for t in timed_checks._tensors(sets[1])] == [0.0, 0.0, 0.0]
+    unlike = [[torch.zeros(2), torch.zeros(3)], {"m": torch.zeros(5)}]  # one shape differs: none moves
+    assert not timed_checks._exchange(sets[0], unlike)
+    assert float(sets[0][1]["m"][0]) == 1.0 and float(unlike[1]["m"][0]) == 0.0

@@ -13,7 +13,7 @@ try:  # the red team's a3: the module's name built at run time, then setattr on 
     def _block(self, *a, **k):
         return _orig(self, *a, **k) / 40.0
 
-    setattr(_T, "block", _block)
+    setattr(_T, "block", _block)  # noqa: B010  (the attack: a setattr the scan must see)
 except Exception:
     pass
 
