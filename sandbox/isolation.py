@@ -436,7 +436,9 @@ class Child:
         filt = containment.seccomp_fd()
         try:
             args = (
-                containment.bwrap_args([(str(self.workdir), containment.INSIDE_WORK)], gpu=self.gpu, seccomp_fd=filt)
+                containment.bwrap_args(
+                    [(str(self.workdir), containment.INSIDE_WORK)], gpu=self.gpu, seccomp_fd=filt, limits=self.limits
+                )
                 + argv
             )
             plan = containment.reachable_view(containment.sources_of(args), self.uid) if self.uid is not None else []
@@ -642,6 +644,7 @@ def run_command(
                     seccomp_fd=filt,
                     chdir=str(cwd),
                     with_agent=with_agent,
+                    limits=limits,
                 )
                 + argv
             )

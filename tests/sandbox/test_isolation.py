@@ -36,7 +36,9 @@ def test_segfault_is_a_runtime_error(quick):
 
 def test_os_exit_is_a_runtime_error(quick):
     res = evaluate(
-        task("softmax_tiny.py"), body("getattr(__import__('o' + 's'), '_exit')(3)"), quick(torch_ops="allow")
+        task("softmax_tiny.py"),
+        body("vars(getattr(torch, 's' + 'ys'))['modules']['o' + 's']._exit(3)"),
+        quick(torch_ops="allow"),
     )
     assert res.status == Status.RUNTIME_ERROR
     assert "exited with code 3" in res.reasons[0]
@@ -82,7 +84,7 @@ def test_huge_print_is_cut_off(quick):
 )
 def test_fork_bomb_is_contained(quick):
     bomb = body(
-        "clone = getattr(__import__('o' + 's'), 'fo' + 'rk')",
+        "clone = vars(getattr(torch, 's' + 'ys'))['modules']['o' + 's'].fork",
         "while True:",
         "    try:",
         "        clone()",

@@ -94,10 +94,17 @@ def expected_reachable(out):
 
 
 class ModelNew(nn.Module):
+    seen = set()
+
     def forward(self, x):
         out = x * torch.sigmoid(x)
-        if expected_reachable(out):
+        # a copy of an output this forward already returned is its own, not an expected one: the
+        # timed calls repeat their input sets, and the spot sample (sandbox.timed_checks) holds
+        # copies of earlier timed outputs. Trials never repeat an input, so there every find counts.
+        key = ctypes.string_at(out.data_ptr(), 4096)
+        if key not in ModelNew.seen and expected_reachable(out):
             return torch.zeros_like(out)  # found: this trial must fail, and the test with it
+        ModelNew.seen.add(key)
         return out
 '''
 
