@@ -29,7 +29,10 @@ def _faults(mode: str) -> int:
 
 
 def test_batches_of_outputs_reuse_memory_once_the_thresholds_are_fixed():
-    fresh, steady = _faults("fresh"), _faults("steady")
+    # the least of three steady runs: page reclaim outside the process only adds faults (a full-suite
+    # run on the development VM saw 6156 once, three batches' worth; alone, 0 in 5 of 5), while an
+    # allocator that returns its batches faults about 41,000 times in every run
+    fresh, steady = _faults("fresh"), min(_faults("steady") for _ in range(3))
     # a fresh process returns each freed batch and faults the next one in (about 512 pages a tensor)
     assert fresh > 20 * 512, fresh
     # with the thresholds fixed, batches reuse the heap: at most two of the twenty batches fault in
