@@ -19,7 +19,7 @@ from .options import EvalOptions
 from .protocol import Progress
 from .protocol import baseline as _baseline
 from .protocol import evaluate as _evaluate
-from .schema import CompileResult, EvalResult, Status, Verdict
+from .schema import CompileError, CompileResult, EvalResult, Status, Verdict
 
 __all__ = [
     "EvalOptions",
@@ -61,12 +61,28 @@ def _skipped(rel: str) -> bool:
 
 
 def compile_candidate(files: dict[str, str], options: EvalOptions | None = None) -> CompileResult:
-    """Build once per content hash (fast path g++/nvcc, or load_inline prebuilt in a child)."""
+    """Build once per content hash (fast path g++/nvcc, or load_inline prebuilt in a child),
+    after the same static scan an evaluation runs first: a load_inline build imports the
+    candidate, so a source the evaluation would reject is not run to build it either."""
     from .build import build
+    from .protocol import static_rejection, static_scan
 
     options = options or EvalOptions()
     options.validate()
+    _, blocking = static_scan(files, options.torch_ops)
+    if blocking:
+        errors = [_scan_error(f) for f in blocking[:20]]
+        return CompileResult(ok=False, mode="none", errors=errors, log=static_rejection(blocking))
     return build(files, options)[0]
+
+
+def _scan_error(finding: str) -> CompileError:
+    """A blocking finding ("file:line: why: text") as a compile error at its place."""
+    name, _, rest = finding.partition(":")
+    line, _, why = rest.partition(":")
+    if not line.isdigit():
+        return CompileError(file=name, line=None, column=None, message=f"static scan: {rest.strip()}")
+    return CompileError(file=name, line=int(line), column=None, message=f"static scan: {why.strip()}")
 
 
 def evaluate(

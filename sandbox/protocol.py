@@ -1,8 +1,10 @@
 """The evaluation protocol, in the order it runs (the one file to read; docs/evaluation.md
 states the same in prose).
 
- 1. compile   build the candidate (cached by content hash); errors -> compile_error
- 2. scan      static scan of the candidate's sources for tampering techniques -> rejected
+ 1. scan      static scan of the candidate's sources for tampering techniques -> rejected (before
+              anything of the candidate runs: a load_inline build imports model_new.py)
+ 2. compile   build the candidate (cached by content hash); errors -> compile_error; the built
+              libraries' imported symbols scanned -> rejected
  3. start     two isolated children: REFERENCE (task code) and CANDIDATE (candidate code)
  4. reference draws inputs from secret seeds, one trial at a time: 5+ random trials, a reinit
               trial (other weights), a wide-distribution trial, two shape trials (size constants
@@ -62,6 +64,24 @@ from .timing import REWARM_BELOW_MS, calls_per_block, paired_speedup, round_nois
 Progress = Callable[[str, dict], None]
 
 REJECT_STATIC = True
+
+# findings that are reported but never block: techniques a fair kernel may use
+_REPORTED_ONLY = ("native threads", "CUDA streams", "math mode")
+
+
+def static_scan(files: dict[str, str], torch_ops: str) -> tuple[list[str], list[str]]:
+    """(findings, blocking) of the sources' static scan: every finding, and those that stop an
+    evaluation (or a build: sandbox.compile_candidate) because they can subvert it. It runs
+    before the build, since building a load_inline candidate imports its model_new.py."""
+    static = audit.scan_source(files)
+    native = audit.scan_native(files) + audit.scan_dispatch(files, torch_ops)
+    blocking = list(static) + [f for f in native if not any(w in f for w in _REPORTED_ONLY)]
+    return static + native, blocking if REJECT_STATIC else []
+
+
+def static_rejection(blocking: list[str]) -> str:
+    """The reason given for a blocked scan, the same for an evaluation and a build."""
+    return "the candidate's source uses a technique that can subvert the evaluation: " + "; ".join(blocking[:5])
 
 
 class _Stop(Exception):
@@ -530,7 +550,7 @@ def _run(
     """The steps of docs/evaluation.md in order (`_Evaluation`): a step that settles the result
     returns False (or raises _Stop) and the rest do not run."""
     ev = _Evaluation(task_source, files, options, backend, res, progress, children, share)
-    steps = (ev.compile, ev.scan, ev.start, ev.reference, ev.candidate_import, ev.correctness, ev.timing, ev.verdict)
+    steps = (ev.scan, ev.compile, ev.start, ev.reference, ev.candidate_import, ev.correctness, ev.timing, ev.verdict)
     for step in steps:
         if step() is False:
             return
@@ -559,7 +579,7 @@ class _Evaluation:
         self.widen = 1.0  # the timed-call fingerprint bounds, in tolerance units (wider after a float64 pass)
 
     def compile(self) -> bool:
-        """1. Build the candidate's sources (cached by content)."""
+        """2. Build the candidate's sources (cached by content) and scan what the build imports."""
         res = self.res
         self.progress("compiling", {})
         cres, self.artifacts = build(self.files, self.options)
@@ -582,18 +602,11 @@ class _Evaluation:
         return True
 
     def scan(self) -> None:
-        """2. The static scan: findings always; a technique that can subvert the evaluation stops it."""
-        static = audit.scan_source(self.files)
-        native = audit.scan_native(self.files) + audit.scan_dispatch(self.files, self.options.torch_ops)
-        self.res.audit.findings.extend(f"static: {f}" for f in static + native)
-        blocking = list(static) + [
-            f for f in native if not any(w in f for w in ("native threads", "CUDA streams", "math mode"))
-        ]
-        if blocking and REJECT_STATIC:
-            raise _Stop(
-                Status.REJECTED,
-                "the candidate's source uses a technique that can subvert the evaluation: " + "; ".join(blocking[:5]),
-            )
+        """1. The static scan: findings always; a technique that can subvert the evaluation stops it."""
+        findings, blocking = static_scan(self.files, self.options.torch_ops)
+        self.res.audit.findings.extend(f"static: {f}" for f in findings)
+        if blocking:
+            raise _Stop(Status.REJECTED, static_rejection(blocking))
 
     def start(self) -> None:
         """3. Both children at once (they import torch in parallel); the candidate gets its set-up

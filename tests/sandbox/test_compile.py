@@ -149,6 +149,23 @@ def test_load_inline_builds_once_in_the_compile_step(tmp_path):
     assert not any("not prebuilt" in f for f in res.audit.findings)
 
 
+def test_the_static_scan_runs_before_the_build(tmp_path):
+    """A load_inline build imports model_new.py in a child: a source the scan rejects is never
+    built nor run, by the compile tool or by an evaluation, and the error names its line."""
+    files = {
+        "model_new.py": INLINE.replace("\nclass ModelNew", "\nimport gc\nseen = gc.get_objects()\n\nclass ModelNew")
+    }
+    options = EvalOptions(backend="cpu", cache_dir=str(tmp_path), compile_baseline=False, timing_budget_s=0.05)
+    res = compile_candidate(files, options)
+    assert not res.ok and res.mode == "none" and res.seconds == 0.0
+    line = files["model_new.py"].splitlines().index("seen = gc.get_objects()") + 1
+    assert [(e.file, e.line) for e in res.errors] == [("model_new.py", line)]
+    assert "garbage collector" in res.errors[0].message
+    ev = evaluate(DOUBLE_TASK, files, options)
+    assert ev.status == Status.REJECTED and ev.compile is None, ev.reasons
+    assert not list(tmp_path.rglob("*.so"))
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_fast_path_builds_on_a_cpu_host(tmp_path):
     files = load_candidate(GPU / "softmax_cu")
