@@ -7,10 +7,11 @@ constant where every value of the task is below its atol passed 2026-12-06. And 
 are the same tensors call after call, so a memo keyed on the input tensors (or their pointers and
 version counters) passed every fingerprint, being correct without computing. Three checks:
 
-- HeldMemory: memory returned by a timed call while an earlier call's output, still alive, owns
-  it. Outputs of one call may share memory (views of one result); an honest forward's outputs of
-  different calls cannot while the earlier one is referenced (the timer holds up to
-  timing.HOLD_CALLS of them; a memo holds its own).
+- HeldMemory: memory returned by a timed call while the storage an earlier call returned it in
+  is still alive. Outputs of one call may share memory (views of one result); an honest
+  forward's outputs of different calls cannot while the earlier one's storage is held (the timer
+  holds up to timing.HOLD_CALLS outputs; a memo holds its own storages, whatever tensor objects
+  it wraps them in).
 - SpotSample: full copies of a few timed outputs, chosen by reservoir sampling from the OS's
   entropy after each call has returned, for the reference to compare as a trial's
   (worker._RefContext.spot_compare). The candidate cannot know which of its outputs are kept.
@@ -64,8 +65,10 @@ class HeldMemory:
             seen = self.owner.get(ptr)
             if seen is not None and seen[0] != self.calls and seen[1]() is not None:
                 repeated = True
-            owner = x._base if x._base is not None else x  # a view dies young; its base lives as long as the memory
-            self.owner[ptr] = (self.calls, weakref.ref(owner))
+            # the storage, not the tensor object: torch keeps a storage's Python object for as
+            # long as the memory is held, while a tensor made with set_() over a remembered
+            # storage is a new object that dies young (red team 2026-12-06: memo_pool)
+            self.owner[ptr] = (self.calls, weakref.ref(x.untyped_storage()))
         self.repeats += repeated
 
 

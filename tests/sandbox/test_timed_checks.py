@@ -92,3 +92,13 @@ def test_tensors_in_lists_and_dicts_are_exchanged_all_or_none():
     unlike = [[torch.zeros(2), torch.zeros(3)], {"m": torch.zeros(5)}]  # one shape differs: none moves
     assert not timed_checks._exchange(sets[0], unlike)
     assert float(sets[0][1]["m"][0]) == 1.0 and float(unlike[1]["m"][0]) == 0.0
+
+
+def test_a_remembered_storage_in_a_new_tensor_object_is_counted():
+    """The red team's memo_pool: a fresh tensor made with set_() over a storage the memo keeps
+    dies with the timer's batch, while the memory stays held; ownership follows the storage."""
+    held = HeldMemory()
+    ring = [torch.randn(8, 8).untyped_storage()]
+    held.add([torch.empty(0).set_(ring[0], 0, (8, 8), (8, 1))])  # the tensor object dies here
+    held.add([torch.empty(0).set_(ring[0], 0, (8, 8), (8, 1))])
+    assert held.repeats == 1
