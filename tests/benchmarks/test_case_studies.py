@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
+
 from agent.trajectory import Trajectory
 from benchmarks import case_studies, kbfixture
 
@@ -37,6 +39,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow tier (./kw test -m slow)
 def test_a_kernelbench_problem_becomes_a_fixture_that_names_its_file_and_version_and_holds_none_of_it(tmp_path, capsys):
     kb = tmp_path / "KernelBench"
     (kb / "level3").mkdir(parents=True)

@@ -283,6 +283,7 @@ def test_long_jobs_fold_older_turns_and_serve_them_on_demand(client, owner):
     assert client.get(f"/jobs/{job.pk}/turns/999/html").status_code == 404
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow tier (./kw test -m slow)
 def test_bundled_gallery_holds_the_five_h200_case_studies():
     """The fixtures are the policy's own runs on the H200 (python -m benchmarks.case_studies),
     every turn kept, with the device, date and torch version in their meta block."""

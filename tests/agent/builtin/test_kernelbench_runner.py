@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.kernelbench import coverage_table, failure_class, format_table, main, shrink_ints
 
 
@@ -177,6 +179,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow tier (./kw test -m slow)
 def test_a_row_lists_what_every_candidate_measured(tmp_path):
     """The best alone hides which candidates lost and by how much (the channels-last candidate on
     the GPU, 2026-12-01): every evaluated candidate is in the row, the best among the correct ones.

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from agent.testing.scenarios import call, reply
 from benchmarks.suite import main
 
@@ -95,6 +97,7 @@ def _row(table: str, metric: str) -> list[str]:
 FAST = ["--no-compile-baseline", "--no-profile", "--max-variants", "1", "--max-turns", "6"]
 
 
+@pytest.mark.slow  # 10-20 s on 2 cores: the slow tier (./kw test -m slow)
 def test_the_builtin_policy_over_two_levels_prints_a_column_per_level(tmp_path, capsys):
     out = tmp_path / "kb.json"
     assert main(["--kernelbench", str(_checkout(tmp_path)), "--level", "1", "2", "--out", str(out), *FAST]) == 0
