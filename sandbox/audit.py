@@ -20,6 +20,7 @@ import re
 import struct
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -441,10 +442,11 @@ class HarnessSnapshot:
 class Integrity:
     """Harness objects and global flags captured before candidate code runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusals: Callable[[], list[str]] | None = None) -> None:
         import sys
         import threading
 
+        self.refusals = refusals  # sandbox.audit_hook's record, in the candidate's process
         self.interceptors = _interceptors()
         self.objects = _watched_objects()
         self.flags = precision_flags()
@@ -483,6 +485,10 @@ class Integrity:
         import threading
 
         found: list[tuple[str, str]] = self.left_active()
+        if self.refusals is not None:
+            found.extend(
+                ("tamper", f"candidate code tried {why}, which the sandbox refused") for why in self.refusals()
+            )
         current = _watched_objects()
         for name, obj in self.objects.items():
             if current.get(name) is not obj:

@@ -64,6 +64,9 @@ from .timing import REWARM_BELOW_MS, calls_per_block, paired_speedup, round_nois
 Progress = Callable[[str, dict], None]
 
 REJECT_STATIC = True
+# sandbox.audit_hook in the candidate's process; off only where tests probe the walls behind it
+# (tests/sandbox/escape), as REJECT_STATIC is for the static scan
+RUN_TIME_REFUSALS = True
 
 # findings that are reported but never block: techniques a fair kernel may use
 _REPORTED_ONLY = ("native threads", "CUDA streams", "math mode")
@@ -627,7 +630,8 @@ class _Evaluation:
         except (OSError, ValueError) as exc:  # past build's checks: a clear result all the same, never a raise
             raise _Stop(Status.COMPILE_ERROR, f"the candidate's files could not be set up: {exc}") from exc
         cand_setup = _candidate_artifacts(cand, self.artifacts)
-        _send(cand, {"options": _opts_msg(options), "backend": backend, **cand_setup}, "the candidate", "setup")
+        setup = {"options": _opts_msg(options), "backend": backend, "refuse": RUN_TIME_REFUSALS, **cand_setup}
+        _send(cand, setup, "the candidate", "setup")
 
     def reference(self) -> None:
         """4. The reference builds its model and sends the base weights at once, so the candidate

@@ -997,7 +997,7 @@ class _Candidate:
     RELEASE_AFTER = ("trial",)  # commands after which freed device memory goes back to the driver
 
     def __init__(self, msg: dict, device: str):
-        from . import audit
+        from . import audit, audit_hook
 
         self.options, self.device = msg["options"], device
         self.cand_dir = WORKDIR / "cand"
@@ -1012,7 +1012,10 @@ class _Candidate:
 
         self.kwrt = kwrt
         install_inline_loader(msg.get("inline_manifest") or [], msg.get("inline_dir"))
-        self.integrity = audit.Integrity()
+        libraries = [x for x in (msg.get("library"), msg.get("inline_dir")) if x]
+        # from here on the runtime refusals (sandbox.audit_hook), read by every Integrity check
+        self.refusals = audit_hook.install(self.roots, libraries) if msg.get("refuse", True) else None
+        self.integrity = audit.Integrity(self.refusals)
         self.ModelNew: Any = None
         self.module: Any = None
         self.variants: dict[int, Any] = {}
@@ -1101,7 +1104,7 @@ class _Candidate:
 
         self.findings = [(k, f"at import: {t}") for k, t in self.integrity.check()]
         if self.findings:
-            self.integrity = audit.Integrity()
+            self.integrity = audit.Integrity(self.refusals)
 
     def on_trial(self, cmd: dict) -> dict:
         if cmd.get("variant_spec") is not None:

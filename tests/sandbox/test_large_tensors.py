@@ -125,6 +125,7 @@ def test_the_candidate_cannot_find_the_expected_outputs(quick, monkeypatch):
     garbage collector knows, every descriptor it holds) for a second copy of it, would return
     zeros if it found one: the expected outputs never reach its process, so it passes."""
     monkeypatch.setattr(protocol, "REJECT_STATIC", False)  # gc walking and /proc are statically rejected
+    monkeypatch.setattr(protocol, "RUN_TIME_REFUSALS", False)  # and refused at run time (sandbox.audit_hook)
     task = SWISH.format(rows=256, cols=256)
     res = evaluate(task, {"model_new.py": SPY}, quick(torch_ops="allow"))
     assert res.status.value == "ok", res.reasons

@@ -25,8 +25,10 @@ def _write(path: Path, out: dict) -> None:
 
 
 def _evaluate(spec: dict) -> Iterator[dict]:
-    from sandbox import evaluate
+    from sandbox import evaluate, protocol
     from tests.sandbox.escape.support import quick_options
+
+    protocol.RUN_TIME_REFUSALS = False  # the walls alone, as tests/sandbox/escape/conftest.walls_only
     from tests.sandbox.test_isolation import assert_next_evaluation_works
 
     res = evaluate(spec["task"], spec["files"], quick_options(spec["cache_dir"], **spec.get("options", {})))

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sandbox import EvalOptions, compile_cache, compile_candidate, evaluate, hostfs, load_candidate
+from sandbox import EvalOptions, compile_cache, compile_candidate, evaluate, hostfs, load_candidate, protocol
 from sandbox.build import _BadManifest, _manifest_entry
 from sandbox.isolation import Child
 from sandbox.schema import Status
@@ -64,10 +64,12 @@ def _files_under(folder: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("how", ["dotdot", "link", "arg_hash"])
-def test_the_inline_manifest_cannot_read_or_write_host_files(quick, tmp_path, how):
+def test_the_inline_manifest_cannot_read_or_write_host_files(quick, tmp_path, how, monkeypatch):
     """a7: so_path with `..` or through a link copied a host file into the cache (served to the
     candidate as inline/<file>); arg_hash with `..` wrote one anywhere, as root. Through
-    compile_candidate, which runs the prebuild with no static scan: only these checks stand."""
+    compile_candidate with the static scan off (it rejects the forger's closure walk before the
+    prebuild): only these checks stand."""
+    monkeypatch.setattr(protocol, "REJECT_STATIC", False)
     secret = "kwsecret" + secrets.token_hex(12)
     (tmp_path / "secret.so").write_text(secret)  # named like a module: only the path's checks stop it
     marker = tmp_path / "PWNED"

@@ -1,0 +1,238 @@
+"""A CPython audit hook (PEP 578) in the candidate's process: what candidate code may not do at
+run time, however it is spelled.
+
+The static scan (audit.scan_source) reads names, and a name built at run time hides from it:
+the red team of 2026-12-06 reached the timer's list of times through an exception's traceback
+(`getattr(e.__traceback__, "tb_" + "frame")`, then `f_back` up to `Timer.block`) and divided
+the recorded times by 1000 for a reward of 2. Every way Python code gets hold of a frame, of
+every object (gc), of native symbols or raw memory (ctypes' dlopen, dlsym, from_address), of
+new code objects, or of another process raises an audit event before it happens; this hook
+refuses those events when candidate code asked for them.
+
+Who asked: the nearest frame, going outward from the event, that is neither the standard
+library nor an installed package (torch calling sys._getframe for its own reasons is neither
+candidate nor harness, so the frame that called torch decides). A frame of the harness
+(sandbox/, kwrt) is trusted; any other file, `<string>` code included, is candidate code.
+Code cannot claim a trusted or installed file name (`<frozen ...>` included): compiling code
+under such a name, or building a code object, is itself refused to candidate code.
+
+A refused event raises PermissionError in the candidate and is remembered; the harness reads
+the record through the function `install` returns (audit.Integrity reports each as tampering,
+so a candidate that caught the error is rejected all the same). Nothing here is reachable from
+a module global: the state lives in the hook's closure, and the hook is reachable only through
+frames, which are refused.
+
+Not a wall against native code (PEP 578 says as much): a built library can read and write the
+process's memory without an event. docs/security.md lists what stands behind this.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import types
+from collections.abc import Callable
+
+# always refused to candidate code
+_REFUSED = frozenset(
+    {
+        "sys._getframe",
+        "sys._current_frames",
+        "sys._current_exceptions",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "code.__new__",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.dlsym/handle",
+        "ctypes.cdata",
+        "ctypes.cdata/buffer",
+        "ctypes.string_at",
+        "ctypes.wstring_at",
+        "os.fork",
+        "os.forkpty",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "subprocess.Popen",
+        "pty.spawn",
+        "socket.__new__",
+        "mmap.__new__",
+    }
+)
+_FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__", "__globals__"})
+# events whose arguments decide (see `_judge`)
+_WATCHED = _REFUSED | {
+    "object.__getattr__",
+    "object.__setattr__",
+    "object.__delattr__",
+    "open",
+    "os.rename",
+    "os.link",
+    "os.symlink",
+    "import",
+    "compile",
+    "marshal.load",
+    "marshal.loads",
+}
+# files that, written by candidate code, would load as code under a name of its choosing
+# (sourceless bytecode keeps the file name it was compiled with) or as native code
+_LOADABLE = (".pyc", ".so")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+TRUSTED, NEUTRAL, UNTRUSTED = 0, 1, 2
+_SYSTEM_LIBS = ("/usr/lib", "/lib", "/usr/local/cuda", "/usr/local/lib")  # read-only in the sandbox
+
+
+def _neutral_prefixes() -> tuple[str, ...]:
+    """Folders of the standard library and installed packages (read-only in the sandbox)."""
+    paths = sysconfig.get_paths()
+    found = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    found |= {p for p in sys.path if p and "-packages" in p}
+    return tuple(sorted({os.path.join(os.path.realpath(p), "") for p in found}))
+
+
+def _text(x: object) -> str:
+    if isinstance(x, bytes):
+        return x.decode(errors="replace")
+    return x if isinstance(x, str) else str(x)
+
+
+def _allowed_callers() -> dict[str, frozenset]:
+    """Standard-library code allowed an event wherever it is called from: code that calls
+    sys._getframe only to read its caller's module name and drops the frame
+    (collections.namedtuple, typing's TypeVar), and the import system reading a .pyc file
+    (`_compile_bytecode`; a .pyc keeps whatever file name it was compiled with, so candidate
+    code may not write one: `_LOADABLE`)."""
+    import collections
+    import importlib._bootstrap_external as external
+    import typing
+
+    readers = [collections.namedtuple.__code__]
+    caller = getattr(typing, "_caller", None)
+    if caller is not None:
+        readers.append(caller.__code__)
+    pyc = frozenset({external._compile_bytecode.__code__})  # type: ignore[attr-defined]
+    return {"sys._getframe": frozenset(readers), "marshal.loads": pyc}
+
+
+def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], list[str]]:
+    """Install the hook (once per process: hooks cannot be removed) and return a function that
+    hands over the refusals recorded since it was last called. `untrusted_roots`: folders of
+    candidate code (they win over the neutral folders, should one lie inside another).
+    `libraries`: the built kernels (files or folders) that harness code may load with ctypes
+    besides installed and system libraries; candidate code loads none itself."""
+    trusted = (os.path.join(os.path.dirname(os.path.realpath(__file__)), ""),)
+    neutral = _neutral_prefixes()
+    untrusted = tuple(os.path.join(os.path.realpath(r), "") for r in untrusted_roots)
+    loadable = tuple(os.path.realpath(x) for x in libraries) + neutral + _SYSTEM_LIBS
+    getframe = sys._getframe
+    startswith = str.startswith
+    kinds: dict[object, int] = {}  # code object -> TRUSTED / NEUTRAL / UNTRUSTED
+    refusals: list[str] = []
+    busy = [False]
+    allowed = _allowed_callers()
+    sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
+
+    def kind_of_file(name: str) -> int:
+        if startswith(name, untrusted):
+            return UNTRUSTED
+        if startswith(name, trusted):
+            return TRUSTED
+        if startswith(name, neutral) or startswith(name, "<frozen "):  # importlib's own frames
+            return NEUTRAL
+        return UNTRUSTED  # <string>, /tmp, anything the candidate could have written
+
+    def asker(event: str) -> int:
+        """TRUSTED or UNTRUSTED: the nearest frame outside the standard library and packages."""
+        f: types.FrameType | None = getframe(2)  # past asker and hook: the frame whose operation raised the event
+        if f is not None and f.f_code in allowed.get(event, ()):
+            return TRUSTED  # standard-library code that needs the event for its own ends
+        while f is not None:
+            code = f.f_code
+            k = kinds.get(code)
+            if k is None:
+                k = kinds[code] = kind_of_file(code.co_filename)
+            if k != NEUTRAL:
+                return k
+            f = f.f_back
+        return TRUSTED  # nothing but the interpreter's own start-up
+
+    def refused(event: str, args: tuple) -> str | None:
+        """Why the event is refused to candidate code, or None."""
+        if event in _REFUSED:
+            return event
+        if event == "object.__getattr__":
+            return f"reading {args[1]}" if args[1] in _FRAME_ATTRS else None
+        if event in ("object.__setattr__", "object.__delattr__"):
+            target, name = args[0], args[1]
+            code = getattr(target, "__code__", None) if name in _CODE_ATTRS else None
+            if code is None or kind_of_file(code.co_filename) == UNTRUSTED:
+                return None  # the candidate's own functions
+            return f"rewriting {name} of {getattr(target, '__qualname__', '?')}"
+        if event == "open":
+            path, mode, flags = _text(args[0]), args[1], args[2]
+            if startswith(path, "/proc/"):
+                return f"opening {path}"
+            writes = (isinstance(flags, int) and flags & _WRITE_FLAGS) or (
+                isinstance(mode, str) and any(c in mode for c in "wax+")
+            )
+            return f"writing {path}" if writes and path.endswith(_LOADABLE) else None
+        if event in ("os.rename", "os.link", "os.symlink"):
+            dst = _text(args[1])
+            return f"{event} to {dst}" if dst.endswith(_LOADABLE) else None
+        if event == "import":
+            name, path = _text(args[0]), args[1]
+            if name == "sandbox" or startswith(name, "sandbox."):
+                return f"importing {name}"
+            if path is not None and kind_of_file(_text(path)) == UNTRUSTED:
+                return f"loading native module {name} from {_text(path)}"
+            return None
+        if event in ("marshal.load", "marshal.loads"):
+            return event  # the import system's own reading of .pyc files is let through in `asker`
+        if event == "compile":
+            name = args[1]
+            if isinstance(name, bytes):
+                name = name.decode(errors="replace")
+            if not isinstance(name, str) or kind_of_file(name) == UNTRUSTED:
+                return None
+            return f"compiling code named {name}"
+        return None
+
+    def foreign_library(event: str, args: tuple) -> str | None:
+        """A library loaded from anywhere but the build, installed packages or the system: the
+        harness loads nothing else on anyone's behalf (kwrt's path comes from its environment)."""
+        if event != "ctypes.dlopen" or args[0] is None:
+            return None
+        path = os.path.realpath(_text(args[0]))
+        return None if startswith(path, loadable) else f"loading {path}"
+
+    def hook(event: str, args: tuple) -> None:
+        if event not in _WATCHED or busy[0]:
+            return
+        busy[0] = True
+        try:
+            why = foreign_library(event, args)
+            if why is None:
+                why = refused(event, args)
+                if why is None or asker(event) == TRUSTED:
+                    return
+            refusals.append(why)
+        finally:
+            busy[0] = False
+        raise PermissionError(f"the sandbox refuses {why} to candidate code (docs/security.md)")
+
+    def take() -> list[str]:
+        out = list(refusals)
+        refusals.clear()
+        return out
+
+    sys.addaudithook(hook)
+    return take

@@ -1,0 +1,165 @@
+"""sandbox.audit_hook: what candidate code is refused at run time, whatever it is spelled as, and
+what the harness and the standard library may still do. A hook cannot be removed, so each check
+runs in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CANDIDATE = """
+import collections, gc, importlib, sys, typing
+
+def traceback_frame():
+    try:
+        raise LookupError
+    except LookupError as e:
+        return getattr(e.__traceback__, "tb_" + "frame")
+
+def own_frame():
+    return getattr(sys, "_get" + "frame")()
+
+def inspect_frame():
+    import inspect
+    return inspect.currentframe()
+
+def every_object():
+    return gc.get_objects()
+
+def libc():
+    import ctypes
+    return ctypes.CDLL(None)
+
+def python_api():
+    import ctypes
+    return ctypes.pythonapi.PyEval_GetFrame
+
+def proc_maps():
+    return open("/proc/self/maps").read()
+
+def harness_named_code():
+    return compile("1", SANDBOX + "/timing.py", "eval")
+
+def frozen_named_code():
+    return compile("1", "<frozen os>", "eval")
+
+def new_code_object():
+    return own.__code__.replace(co_filename=SANDBOX + "/timing.py")
+
+def sourceless_bytecode():
+    open(HERE + "/m.pyc", "wb").close()
+
+def bytecode():
+    import marshal
+    return marshal.loads(marshal.dumps(1))
+
+def harness_code_rewrite():
+    f = importlib.import_module("sandbox.timing").summarize
+    f.__defaults__ = ()
+
+def named_tuple_and_type_var():
+    return collections.namedtuple("P", "a b")(1, 2), typing.TypeVar("T")
+
+def own():
+    return 1
+
+def own_code_rewrite():
+    own.__defaults__ = ()
+    return own()
+
+def stdlib_import():
+    import json.tool, fractions
+    return fractions.Fraction(1, 3)
+"""
+
+DRIVER = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+from sandbox.audit_hook import install
+take = install([{cand!r}], [])
+sys.path.insert(0, {cand!r})
+import candidate
+candidate.SANDBOX, candidate.HERE = {sandbox!r}, {cand!r}
+out = {{}}
+for name in {names!r}:
+    try:
+        getattr(candidate, name)()
+        out[name] = "allowed"
+    except PermissionError as exc:
+        out[name] = "refused: " + str(exc)
+out["record"] = take()
+print(json.dumps(out))
+"""
+
+REFUSED = [
+    "traceback_frame",
+    "own_frame",
+    "inspect_frame",
+    "every_object",
+    "libc",
+    "python_api",
+    "proc_maps",
+    "harness_named_code",
+    "frozen_named_code",
+    "new_code_object",
+    "sourceless_bytecode",
+    "bytecode",
+    "harness_code_rewrite",
+]
+ALLOWED = ["named_tuple_and_type_var", "own_code_rewrite", "stdlib_import"]
+
+
+def _run(tmp_path: Path) -> dict:
+    import json
+
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "candidate.py").write_text(CANDIDATE)
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        DRIVER.format(root=str(ROOT), cand=str(cand), sandbox=str(ROOT / "sandbox"), names=REFUSED + ALLOWED)
+    )
+    # the driver is neither harness nor installed code: each call is judged by the candidate's
+    # frame nearest to the event, as in the worker
+    proc = subprocess.run([sys.executable, str(driver)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_candidate_code_is_refused_frames_objects_native_code_and_code_it_names_itself(tmp_path):
+    out = _run(tmp_path)
+    for name in REFUSED:
+        assert out[name].startswith("refused"), (name, out[name])
+    for name in ALLOWED:
+        assert out[name] == "allowed", (name, out[name])
+    assert len(out["record"]) >= len(REFUSED), out["record"]
+    assert any("tb_frame" in r for r in out["record"])
+
+
+def test_harness_code_keeps_frames_and_tracebacks(tmp_path):
+    """Code under sandbox/ (here: the hook's own module calling back) may format a traceback
+    raised by candidate code: tracebacks of candidate errors are how results explain themselves."""
+    script = textwrap.dedent(
+        f"""
+        import sys, traceback
+        sys.path.insert(0, {str(ROOT)!r})
+        from sandbox import audit_hook
+        from sandbox.harness import where
+        take = audit_hook.install([{str(tmp_path)!r}], [])
+        sys.path.insert(0, {str(tmp_path)!r})
+        open({str(tmp_path / "bad.py")!r}, "w").write("def f():\\n    raise ValueError('x')\\n")
+        import bad
+        try:
+            bad.f()
+        except ValueError as exc:
+            print(where(exc, [{str(tmp_path)!r} + "/"]))
+        print("record", take())
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bad.py" in proc.stdout and "record []" in proc.stdout, proc.stdout
