@@ -13,11 +13,13 @@ built library) and reads build outputs back. So a process the child cannot reach
 
 Every `interval` seconds it adds up the folder (each inode once, at its apparent size or its
 allocated blocks, whichever is larger, so a sparse file that is later filled through a mapping
-counts in full from the start) and the regular files that the child's processes hold open after
-unlinking them. Past the limit, or past `max_entries` names, it kills the child, empties the
-folder and ends as killed by SIGXFSZ, after a line in the child's log saying why. A folder it
-cannot read counts as past the limit: fail closed. What it cannot see: descriptors of unlinked
-files in flight in a unix socket (bounded by RLIMIT_NOFILE times RLIMIT_FSIZE).
+counts in full from the start), the regular files that the child's processes hold open after
+unlinking them (/proc/PID/fd), and the files of the folder that they hold only through a mapping
+after closing and unlinking them (/proc/PID/maps: no name, no descriptor; `mapped_bytes`). Past
+the limit, or past `max_entries` names, it kills the child, empties the folder and ends as
+killed by SIGXFSZ, after a line in the child's log saying why. A folder it cannot read counts as
+past the limit: fail closed. What it cannot see: descriptors of unlinked files in flight in a
+unix socket (bounded by RLIMIT_NOFILE times RLIMIT_FSIZE).
 
 Only the standard library, no package imports: the guard runs as a script (`python -S`).
 """
@@ -35,6 +37,11 @@ from collections.abc import Callable, Iterable
 from typing import NoReturn
 
 GUARD_EXIT_SIGNAL = signal.SIGXFSZ
+# The child's own folder as the child sees it (sandbox.containment.INSIDE_WORK; this script
+# imports nothing of the package): what /proc/PID/maps shows for its files, from outside too.
+INSIDE_WORK = "/kw/work"
+DELETED = b" (deleted)"  # what /proc/PID/maps adds to the path of an unlinked file
+DELETED_EOL = DELETED + b"\n"
 INTERVAL_S = 0.05  # between two looks at the folder (at 2 GB/s of writes: 100 MB past the limit at most)
 
 
@@ -110,8 +117,116 @@ def unlinked_bytes(pids: Iterable[int], devs: set[int], seen: set, proc: str = "
     return total
 
 
-def usage(folders: list[str], limit_bytes: int, max_entries: int, pids: Callable[[], Iterable[int]], proc: str) -> int:
-    """The folders' bytes plus the unlinked files the processes hold open; raises Over."""
+def hard_fsize(pid: int | str, proc: str = "/proc") -> int | None:
+    """The hard RLIMIT_FSIZE of a process (/proc/PID/limits); None when unlimited or unreadable."""
+    try:
+        with open(f"{proc}/{pid}/limits", "rb") as f:
+            for line in f:
+                if line.startswith(b"Max file size"):
+                    hard = line.split()[4]
+                    return None if hard == b"unlimited" else int(hard)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class FileBound:
+    """The largest file the watched processes can have written: the largest finite hard
+    RLIMIT_FSIZE seen on any of them while watched (0: none seen). A hard limit only comes down
+    (no process of a sandbox may raise it), so a child that lowers its own after writing does not
+    lower this; a process is read until a finite limit is seen on it (set once, early, by the
+    sandbox: long before the candidate's code runs)."""
+
+    def __init__(self, proc: str = "/proc") -> None:
+        own = hard_fsize("self", proc)
+        self.bytes = own or 0
+        self._read: set[int] = set()
+
+    def update(self, pids: Iterable[int], proc: str = "/proc") -> int:
+        for pid in pids:
+            if pid in self._read:
+                continue
+            got = hard_fsize(pid, proc)
+            if got is not None:
+                self.bytes = max(self.bytes, got)
+                self._read.add(pid)
+        return self.bytes
+
+
+def mapped_bytes(
+    pids: Iterable[int], folders: Iterable[str], seen: set, proc: str = "/proc", file_bound: int = 0
+) -> int:
+    """Bytes of the folders' files that the processes hold only through a mapping: closed and
+    unlinked after mmap (libc's mmap keeps no descriptor, unlike Python's mmap module), so
+    neither the walk nor /proc/PID/fd sees them, yet their blocks stay on the host's disk while
+    mapped. A line of /proc/PID/maps whose path ends in " (deleted)" and lies in a folder, as the
+    guard or the child sees it (INSIDE_WORK): the path, not the device, since /proc/PID/maps
+    shows an overlayfs file under the device of its upper layer (and a file of the host's that
+    is replaced while mapped, a library under a pip upgrade, lies on the same disk but not in a
+    folder). Each file once, by (device, inode), with `seen` (the walk, the fds). Its size:
+    st_size or st_blocks (the larger) of /proc/PID/map_files/RANGE where that can be read
+    (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE in the host's user namespace), else the larger of
+    the largest end (offset + length) of its mappings and `file_bound` (FileBound: data written
+    through a descriptor past what is mapped, before closing it, is on the disk too)."""
+    prefixes = tuple({os.fsencode(os.path.join(os.path.normpath(f), "")) for f in (*folders, INSIDE_WORK)})
+    extent: dict[tuple[int, int], int] = {}
+    where: dict[tuple[int, int], str] = {}
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"{proc}/{pid}/maps", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        # only the lines that end in " (deleted)", found by a scan in C (most processes have
+        # none, or a few memfds): in bytes, cut at newlines only, since a name may hold any other
+        # byte (maps escapes newlines alone; str.splitlines would cut at a carriage return too)
+        at = data.find(DELETED_EOL)
+        while at >= 0:
+            line = data[data.rfind(b"\n", 0, at) + 1 : at + len(DELETED)]
+            at = data.find(DELETED_EOL, at + len(DELETED_EOL))
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[5].startswith(prefixes):
+                continue
+            try:
+                lo, hi = (int(x, 16) for x in parts[0].split(b"-"))
+                major, minor = (int(x, 16) for x in parts[3].split(b":"))
+                key = (os.makedev(major, minor), int(parts[4]))
+                end = int(parts[2], 16) + hi - lo
+            except ValueError:
+                continue
+            if key in seen:
+                continue
+            if end > extent.get(key, -1):
+                extent[key] = end
+                where.setdefault(key, f"{proc}/{pid}/map_files/{lo:x}-{hi:x}")  # maps pads, map_files not
+    for key, end in extent.items():
+        try:
+            st = os.stat(where[key])
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode):
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            size = max(st.st_size, st.st_blocks * 512)
+        else:
+            size = max(end, file_bound)
+        seen.add(key)
+        total += size
+    return total
+
+
+def usage(
+    folders: list[str],
+    limit_bytes: int,
+    max_entries: int,
+    pids: Callable[[], Iterable[int]],
+    proc: str,
+    file_bound: FileBound | None = None,
+) -> int:
+    """The folders' bytes plus the unlinked files the processes hold open or mapped; raises Over.
+    `file_bound`: kept from one look to the next (FileBound), for what a mapping hides."""
     seen: set = set()
     total, devs = 0, set()
     for folder in folders:
@@ -120,9 +235,12 @@ def usage(folders: list[str], limit_bytes: int, max_entries: int, pids: Callable
         except OSError:
             pass
         total, _ = folder_usage(folder, limit_bytes, max_entries, seen, total)
-    total += unlinked_bytes(pids(), devs, seen, proc)
+    watched = list(pids())
+    bound = (file_bound or FileBound(proc)).update(watched, proc)
+    total += unlinked_bytes(watched, devs, seen, proc)
+    total += mapped_bytes(watched, folders, seen, proc, bound)
     if total > limit_bytes:
-        raise Over(f"more than {limit_bytes >> 20} MB (files unlinked while open included)")
+        raise Over(f"more than {limit_bytes >> 20} MB (files unlinked while open or mapped included)")
     return total
 
 
@@ -161,6 +279,7 @@ def watch(
         pidfd: int | None = os.pidfd_open(pid)
     except (AttributeError, OSError):
         pidfd = None
+    file_bound = FileBound(proc)
     try:
         while True:
             got, status = os.waitpid(pid, os.WNOHANG)
@@ -168,7 +287,7 @@ def watch(
                 return status
             started = time.monotonic()
             try:
-                usage(folders, limit_bytes, max_entries, pids, proc)
+                usage(folders, limit_bytes, max_entries, pids, proc, file_bound)
             except Over as exc:
                 if say is not None:
                     say(
