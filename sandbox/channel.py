@@ -3,8 +3,10 @@
 A message is a JSON header describing a tree of dicts (string keys), lists, tuples, strings,
 numbers, booleans, None and tensors. Nothing is pickled, so a hostile child cannot run code in
 the parent by sending a crafted message. Tensors travel two ways:
-- below SHARE_MIN bytes: their raw bytes follow the header, read into freshly allocated tensors;
-- from SHARE_MIN up: copied once into a sealed memfd of the sender (sandbox.shared.pack), whose
+- below SHARE_MIN bytes, up to INLINE_MAX bytes in all per message: their raw bytes follow the
+  header, read into freshly allocated tensors;
+- from SHARE_MIN up (and the small ones past INLINE_MAX): copied once into a sealed memfd of
+  the sender (sandbox.shared.pack), whose
   descriptor rides with the header (SCM_RIGHTS). The receiver gets a `shared.Handle` per tensor;
   `recv(..., map=True)` (the children) maps them read-only, the parent forwards the handles.
 
@@ -17,6 +19,12 @@ the parent by sending a crafted message. Tensors travel two ways:
 So a trial input goes reference -> candidate without the parent touching its bytes (on the cuda
 backend without leaving the device), and a message's size no longer depends on the tensors in it.
 `Traffic` counts what crossed.
+
+What a receiver allocates for one message is bounded by what an honest sender can produce: a
+header of MAX_HEADER bytes, inline tensors of less than SHARE_MIN bytes each and INLINE_MAX in
+all; anything more is MessageTooLarge before it is allocated. The parent runs as root without
+limits, and a candidate can write to its end of the socket itself (red team parent_memory: a
+forged reply announcing one 2 GiB inline tensor took the evaluator to 2.2 GB).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from . import device_share, shared
 HEADER = 8
 _CHUNK = 1 << 24
 SHARE_MIN = 1 << 16  # tensors of 64 KB and more go by memfd
+INLINE_MAX = 1 << 22  # inline tensor bytes per message (4 MB): smaller tensors past it go by memfd too
+MAX_HEADER = 1 << 22  # a message's JSON header (4 MB): the largest honest one is a few hundred KB
 MAX_FDS = 64  # descriptors one message may carry (one per memfd; a message packs its tensors into one)
 HANDLES = (shared.Handle, device_share.DeviceHandle)  # what a parent receives for a shared tensor
 _DEVICE = [False]  # share_device_tensors was called: large CUDA tensors go by exported allocation
@@ -130,6 +140,7 @@ class _Outgoing:
         self.fds: list[int] = []
         self.shared_bytes = 0
         self.device_bytes = 0
+        self.inline_bytes = 0
 
     def fd_index(self, fd: int) -> int:
         if fd not in self.fds:
@@ -140,16 +151,19 @@ class _Outgoing:
         t = t.detach()
         spec: dict[str, Any] = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
         nbytes = t.numel() * t.element_size()
-        if nbytes >= SHARE_MIN and _DEVICE[0] and t.is_cuda:
+        # inline only below SHARE_MIN and INLINE_MAX in all: what a receiver accepts (`_read_body`)
+        large = nbytes >= SHARE_MIN or self.inline_bytes + nbytes > INLINE_MAX
+        if large and _DEVICE[0] and t.is_cuda:
             spec["__device__"] = -1  # filled in by `finish`
             self.to_export.append((t, spec))
-        elif nbytes >= SHARE_MIN:
+        elif large:
             spec["__shared__"] = -1
             self.to_pack.append((t, spec))
         else:
             t = t.cpu().contiguous()
             spec["__tensor__"] = len(self.inline)
             self.inline.append(t)
+            self.inline_bytes += nbytes
         return spec
 
     def handle(self, h: shared.Handle | device_share.DeviceHandle) -> dict:
@@ -345,8 +359,8 @@ def _read_message_head(sock: socket.socket, deadline: float | None) -> tuple[Any
     head, raw_fds = _read_head(sock, deadline)
     size = int.from_bytes(head, "little")
     try:
-        if size > (64 << 20):
-            raise MessageTooLarge(f"message header of {size} bytes exceeds the 64 MB limit")
+        if size > MAX_HEADER:
+            raise MessageTooLarge(f"message header of {size} bytes exceeds the {MAX_HEADER >> 20} MB limit")
         raw = bytearray(size)
         _read_into(sock, memoryview(raw), deadline)
         return json.loads(raw), raw_fds, size
@@ -388,18 +402,19 @@ def request_memfd(sock: socket.socket, size: int, inbox: list) -> int:
         tree, raw_fds, size_h = _read_message_head(sock, None)
         if _control(tree) == "memfd" and len(raw_fds) == 1:
             return raw_fds[0]
-        inbox.append(_read_body(sock, tree, raw_fds, size_h, None, 1 << 34, True, None))
+        inbox.append(_read_body(sock, tree, raw_fds, size_h, None, INLINE_MAX, True, None))
 
 
 def recv(
     sock: socket.socket,
     timeout: float | None = None,
-    max_bytes: int = 1 << 34,
+    max_bytes: int = INLINE_MAX,
     map: bool = False,
     traffic: Traffic | None = None,
     serve_alloc: bool = False,
 ) -> Any:
-    """One message. Inline tensors arrive as fresh tensors (at most `max_bytes` in all); shared
+    """One message. Inline tensors arrive as fresh tensors (each below SHARE_MIN bytes, at most
+    `max_bytes` and INLINE_MAX in all: more is MessageTooLarge, nothing allocated for it); shared
     ones as checked `shared.Handle`s, or mapped read-only when `map` (a child's use).
     `serve_alloc` (the parent): memfd requests that come first are answered on the way."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -433,12 +448,16 @@ def _read_body(
     if [int(s["__tensor__"]) for s in inline] != list(range(len(inline))):
         raise ValueError("malformed message: tensor indices")
     total = socket_bytes = 0
+    limit = min(max_bytes, INLINE_MAX)
     tensors = []
     for spec in inline:
         dtype, shape, numel = _shape(spec)
-        total += numel * dtype.itemsize
-        if total > max_bytes:
-            raise MessageTooLarge(f"message of more than {max_bytes} bytes")
+        nbytes = numel * dtype.itemsize
+        if nbytes >= SHARE_MIN:  # an honest sender sends it by memfd
+            raise MessageTooLarge(f"an inline tensor of {nbytes} bytes (inline tensors are below {SHARE_MIN})")
+        total += nbytes
+        if total > limit:
+            raise MessageTooLarge(f"message of more than {limit} bytes of inline tensors")
         t = torch.empty(shape, dtype=dtype)
         if numel:
             _read_into(sock, shared.byte_view(t), deadline)

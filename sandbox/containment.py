@@ -230,8 +230,9 @@ def bwrap_args(
     args += ["--size", tmpfs, "--tmpfs", "/tmp", "--dir", "/kw"]
     for path in runtime_paths(with_agent):
         args += ["--ro-bind", path, path]
-    lock_dir = devlock.prepare_dir()  # the device locks every evaluation shares (read-only)
-    args += ["--ro-bind", lock_dir, lock_dir]
+    # No device lock folder: a descriptor of a lock file, even read-only, lets its holder flock
+    # it and stall every other evaluation's timing window (red team lock_hang); the parent takes
+    # the lock for its children (sandbox.devlock.ChildHold)
     if gpu:
         for dev in gpu_devices():
             args += ["--dev-bind", dev, dev]
@@ -242,10 +243,32 @@ def bwrap_args(
         args += ["--bind", host, inside]
     if zygote:
         args += ["--dir", INSIDE_WORK]
+    args += _hide_lock_dir(args)
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     # the root itself is a tmpfs of bubblewrap's: read-only, so only /tmp and the binds take writes
     return args + ["--remount-ro", "/", "--chdir", chdir, "--"]
+
+
+def _mount_points(args: list[str]) -> list[str]:
+    """Where bubblewrap's arguments bind host folders inside the sandbox."""
+    out = []
+    for i, arg in enumerate(args):
+        if arg in ("--ro-bind", "--bind", "--ro-bind-try", "--dev-bind", "--dev-bind-try") and i + 2 < len(args):
+            out.append(args[i + 2])
+    return out
+
+
+def _hide_lock_dir(args: list[str]) -> list[str]:
+    """The device lock folder (sandbox.devlock) is bound into no sandbox; where it lies below a
+    folder that is (KERNELWRIGHT_LOCK_DIR under the runtime, say), an empty read-only tmpfs
+    covers it."""
+    folder = devlock.lock_dir()
+    names = {os.path.abspath(folder), os.path.realpath(folder)}
+    for point in _mount_points(args):
+        if any(n == point or n.startswith(point.rstrip("/") + "/") for n in names):
+            return ["--size", "4096", "--tmpfs", os.path.abspath(folder), "--remount-ro", os.path.abspath(folder)]
+    return []
 
 
 def seccomp_fd(allow_namespaces: bool = False) -> int:
@@ -508,7 +531,7 @@ def isolate_forked_child(job_dir: str, limits: Limits | None = None, log_fd: int
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount(job_dir, INSIDE_WORK, None, MS_BIND | MS_REC)
     _mount("tmpfs", INSIDE_JOBS, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0555")
-    shared = [*runtime_paths(), devlock.LOCK_DIR]  # a clone of the project under /tmp, the device locks
+    shared = runtime_paths()  # a clone of the project under /tmp; never the device locks (sandbox.devlock)
     _cover("/tmp", [p for p in shared if p.startswith("/tmp/") and os.path.exists(p)], "1777", lim.tmpfs_mb)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={lim.tmpfs_mb}m")

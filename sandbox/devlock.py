@@ -1,18 +1,23 @@
 """A host-wide reader-writer lock per device, so evaluations can share one GPU (or the CPU)
 without disturbing each other's timings.
 
-Timing loops (eager, torch.compile and candidate) hold the device EXCLUSIVELY; every other use
-of the device by an evaluation child (reference trials, the candidate's correctness trials,
-model set-up, the torch.compile warm-up call, the profiler) holds it SHARED. So compiles and
-correctness checks of several evaluations overlap freely, while no timed call ever runs next to
-another evaluation's work. A child holds the lock only while it works on a command, never while
-it waits for the parent, so one evaluation's idle reference child cannot block the timing of
-its own candidate.
+Timing loops (eager, torch.compile and candidate; the profiler, the device ceilings) hold the
+device EXCLUSIVELY; every other use of the device by an evaluation child (reference trials, the
+candidate's correctness trials, model set-up, the torch.compile warm-up call, a CUDA context's
+creation) holds it SHARED. So compiles and correctness checks of several evaluations overlap
+freely, while no timed call ever runs next to another evaluation's work. A child's hold lasts
+only while it works on a command, never while it waits for the parent, so one evaluation's idle
+reference child cannot block the timing of its own candidate.
 
-The lock is flock(2) on a file under /tmp/kernelwright-locks (one per GPU UUID, or "cpu"), made
-by the parent and opened read-only by the children (flock works on any open file). Processes outside Kernelwright are not
-covered; a candidate that releases or takes the lock itself can only spoil its own timing or
-hold up others until its wall-time limit kills it.
+The lock is flock(2) on a file under /tmp/kernelwright-locks (one per GPU UUID, or "cpu";
+KERNELWRIGHT_LOCK_DIR names another folder), made and taken by trusted processes only. No
+sandboxed child can open it (sandbox.containment binds the folder into no sandbox): flock works on
+any open descriptor, read-only ones included, so a candidate that could open a lock file could
+hold it shared forever and stall every timing window of the device (red team lock_hang). A child
+that works on the device is covered by its parent instead (`ChildHold`, sandbox.isolation.Child):
+shared from the command it is sent until its reply, exclusive for the commands that time
+(EXCLUSIVE_COMMANDS). Processes outside Kernelwright are not covered. A waiter with a deadline
+(`deadline_s`) gets LockTimeout instead of waiting for ever.
 """
 
 from __future__ import annotations
@@ -22,17 +27,30 @@ import errno
 import fcntl
 import functools
 import os
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 LOCK_DIR = "/tmp/kernelwright-locks"
+DIR_ENV = "KERNELWRIGHT_LOCK_DIR"  # another folder (a test's own, so it never meets the host's locks)
 OnWait = Callable[[bool], None]  # True: waiting for another process's hold; False: taken
+POLL_S = (0.002, 0.02)  # a waiter with a deadline retries LOCK_NB, from the first to the second interval
 
 
-def prepare_dir(path: str = LOCK_DIR) -> str:
-    """Create the lock folder and a lock file for every device of this host (called by the
-    parent, which may be root, before any child runs). Sandboxed children see the folder
-    read-only (sandbox.containment): they can take the locks but neither add, remove nor
-    replace a file, so no evaluation can break another's exclusion."""
+class LockTimeout(TimeoutError):
+    """The lock was not free before the caller's deadline (another process held it)."""
+
+
+def lock_dir() -> str:
+    """The lock folder: KERNELWRIGHT_LOCK_DIR, else /tmp/kernelwright-locks."""
+    return os.environ.get(DIR_ENV) or LOCK_DIR
+
+
+def prepare_dir(path: str | None = None) -> str:
+    """Create the lock folder (default `lock_dir()`) and a lock file for every device of this
+    host (called by the parent, which may be root, before any child runs). No sandboxed child
+    sees the folder (sandbox.containment): only trusted processes take the locks."""
+    path = path or lock_dir()
     try:
         os.makedirs(path, exist_ok=True)
         if os.stat(path).st_uid == os.geteuid():
@@ -109,7 +127,8 @@ class DeviceLock:
     evaluation then runs as before, unprotected. Not re-entrant: a nested request while held
     does nothing, except exclusive inside shared, which is refused."""
 
-    def __init__(self, name: str | None, folder: str = LOCK_DIR):
+    def __init__(self, name: str | None, folder: str | None = None):
+        folder = folder or lock_dir()
         self.path = None
         self._fd = None
         if name is not None:
@@ -122,10 +141,12 @@ class DeviceLock:
     def available(self) -> bool:
         return self._fd is not None
 
-    def acquire(self, exclusive: bool = False, on_wait: OnWait | None = None) -> bool:
+    def acquire(self, exclusive: bool = False, on_wait: OnWait | None = None, deadline_s: float | None = None) -> bool:
         """Take the lock; False when nothing was taken (no file, or already held). `on_wait`:
         called with True when another process holds the lock, so this call waits for it, and
-        with False once it is taken (the job page then says what it waits for)."""
+        with False once it is taken (the job page then says what it waits for). `deadline_s`:
+        wait at most that many seconds, then raise LockTimeout (nothing held); None waits for
+        as long as the holder holds it."""
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         if self._held is not None:
             if self._held == fcntl.LOCK_SH and mode == fcntl.LOCK_EX:
@@ -136,7 +157,10 @@ class DeviceLock:
         if not _flock(self._fd, mode | fcntl.LOCK_NB):
             if on_wait is not None:
                 on_wait(True)
-            _flock(self._fd, mode)
+            if deadline_s is None:
+                _flock(self._fd, mode)
+            else:
+                _flock_by(self._fd, mode, time.monotonic() + deadline_s, self.path)
             if on_wait is not None:
                 on_wait(False)
         self._held = mode
@@ -147,20 +171,32 @@ class DeviceLock:
             self._held = None
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def close(self) -> None:
+        """Release, and close the file (the lock does nothing from then on)."""
+        self.release()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
     @contextlib.contextmanager
-    def _hold(self, exclusive: bool, on_wait: OnWait | None) -> Iterator[None]:
-        took = self.acquire(exclusive, on_wait)
+    def _hold(self, exclusive: bool, on_wait: OnWait | None, deadline_s: float | None) -> Iterator[None]:
+        took = self.acquire(exclusive, on_wait, deadline_s)
         try:
             yield
         finally:
             if took:
                 self.release()
 
-    def shared(self, on_wait: OnWait | None = None) -> contextlib.AbstractContextManager[None]:
-        return self._hold(False, on_wait)
+    def shared(
+        self, on_wait: OnWait | None = None, deadline_s: float | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        return self._hold(False, on_wait, deadline_s)
 
-    def exclusive(self, on_wait: OnWait | None = None) -> contextlib.AbstractContextManager[None]:
-        return self._hold(True, on_wait)
+    def exclusive(
+        self, on_wait: OnWait | None = None, deadline_s: float | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Held for the block; with `deadline_s`, LockTimeout when not free within that many seconds."""
+        return self._hold(True, on_wait, deadline_s)
 
 
 def _flock(fd: int, mode: int) -> bool:
@@ -176,7 +212,19 @@ def _flock(fd: int, mode: int) -> bool:
                 raise
 
 
-def held_exclusively(name: str, folder: str = LOCK_DIR) -> bool:
+def _flock_by(fd: int, mode: int, deadline: float, path: str | None) -> None:
+    """flock(2) retried without blocking until `deadline` (time.monotonic()); LockTimeout then."""
+    pause = POLL_S[0]
+    while not _flock(fd, mode | fcntl.LOCK_NB):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            kind = "exclusively" if mode & fcntl.LOCK_EX else "shared"
+            raise LockTimeout(f"the device lock {path} could not be taken {kind} in time (another process holds it)")
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, POLL_S[1])
+
+
+def held_exclusively(name: str, folder: str | None = None) -> bool:
     """Whether some process holds the device's lock exclusively now (a timed loop runs): a
     probe that takes nothing (a shared try on a fresh open file, released at once). Read by the
     gpu worker while its evaluation is in a phase that needs the lock shared, to say the
@@ -232,10 +280,78 @@ NO_LOCK = DeviceLock(None)
 
 
 def lock_from_env(device: str) -> DeviceLock:
-    """The device's lock in the folder a sandboxed child is told of (KW_LOCK_DIR, set by the
-    parent); no lock when none is named."""
+    """The device's lock in the folder KW_LOCK_DIR names; no lock when none is named. A trusted
+    process's (the analysis run in-process, a test): a sandboxed child is never told of the
+    folder and could not open it (sandbox.isolation takes KW_LOCK_DIR out of its environment and
+    its parent holds the lock for it, `ChildHold`)."""
     folder = os.environ.get("KW_LOCK_DIR")
     return DeviceLock(device_lock_name(device), folder) if folder else NO_LOCK
+
+
+# What a child's message needs of its device, taken by its parent on its behalf (`ChildHold`):
+# the commands that time hold it exclusively (the profiler's per-kernel times, the device
+# ceilings: sandbox.worker), those of the paired window none (the parent holds the window
+# exclusively itself, sandbox.protocol._Paired, and a shared request of its own would wait on
+# it), every other message (set-up, trials, comparisons, timing sets and set-ups) shared.
+EXCLUSIVE_COMMANDS = frozenset({"profile", "ceilings"})
+UNLOCKED_COMMANDS = frozenset({"warm", "block", "exit"})
+NO_REPLY_COMMANDS = frozenset({"exit"})
+
+
+def command_mode(msg: Any) -> int | None:
+    """LOCK_SH, LOCK_EX or None: what `msg`, sent to a child, needs of the device."""
+    cmd = msg.get("cmd") if isinstance(msg, dict) else None
+    if cmd in EXCLUSIVE_COMMANDS:
+        return fcntl.LOCK_EX
+    if cmd in UNLOCKED_COMMANDS:
+        return None
+    return fcntl.LOCK_SH
+
+
+class ChildHold:
+    """The device lock a trusted parent holds for one sandboxed child, which cannot open the
+    lock itself: taken before a message that needs it is sent (`before_send`), released once
+    the child has answered every command it was sent (`after_reply`) or is killed (`drop`).
+    Messages without a "cmd" (a set-up) expect no reply of their own: the next reply ends them.
+    So a child holds the device only while it works for its parent, at most until the parent's
+    deadline for its answer, and an idle or hostile child holds nothing: the parent's own
+    timing window (exclusive) never waits for a child of its own."""
+
+    def __init__(self, name: str | None, folder: str | None = None):
+        self.lock = DeviceLock(name, folder) if name else NO_LOCK
+        self.pending = 0  # commands sent and not answered yet
+
+    @property
+    def available(self) -> bool:
+        return self.lock.available
+
+    @property
+    def held(self) -> int | None:
+        return self.lock._held
+
+    def before_send(self, msg: Any, deadline: float) -> None:
+        """Take what `msg` needs, waiting at most until `deadline` (time.monotonic()): LockTimeout
+        then, with nothing sent to wait for."""
+        mode = command_mode(msg)
+        if mode is not None and self.lock.available and self.lock._held != mode and self.lock._held != fcntl.LOCK_EX:
+            self.lock.release()  # shared -> exclusive: never asked for while commands are pending
+            self.lock.acquire(mode == fcntl.LOCK_EX, deadline_s=max(0.0, deadline - time.monotonic()))
+        cmd = msg.get("cmd") if isinstance(msg, dict) else None
+        if cmd is not None and cmd not in NO_REPLY_COMMANDS:
+            self.pending += 1
+
+    def after_reply(self) -> None:
+        self.pending = max(0, self.pending - 1)
+        if not self.pending:
+            self.lock.release()
+
+    def drop(self) -> None:
+        self.pending = 0
+        self.lock.release()
+
+    def close(self) -> None:
+        self.pending = 0
+        self.lock.close()
 
 
 def timed_windows(result: dict) -> list[tuple[str, str, float, float]]:

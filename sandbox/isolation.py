@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import channel, containment, hostfs
+from . import channel, containment, devlock, hostfs
 from .limits import Limits, hardening
 
 CLONE_NEWUSER = 0x10000000
@@ -309,11 +309,24 @@ class Child:
     containment.INSIDE_WORK. Uncontained (KERNELWRIGHT_UNCONTAINED=1 only): the older
     hardening of `limits.hardening`, labelled as such in every result."""
 
+    # A CUDA child creates its context at start (worker.early_device_init), before any message:
+    # its parent holds the device shared from just before the start for this long, or until the
+    # first message, so a spare's context is never created beside another evaluation's timed loop
+    # (0.3-0.7 s after a fork from the zygote on the H200 host)
+    START_HOLD_S = 3.0
+
     def __init__(self, role: str, limits: Limits, options: Any, env_extra: dict[str, str] | None = None):
         self.role = role
         self.limits = limits
         self.isolation = Isolation()
         self.gpu = options.resolved_backend() == "cuda"
+        # The device lock: never the child's to open (sandbox.devlock); KW_LOCK_DIR tells this
+        # parent which folder to hold it in for the child, and goes no further
+        env_extra = dict(env_extra or {})
+        lock_folder = env_extra.pop("KW_LOCK_DIR", None)
+        lock_name = devlock.host_lock_name("cuda" if self.gpu else "cpu") if lock_folder else None
+        self.device_hold = devlock.ChildHold(lock_name, lock_folder)
+        self._start_hold: _StartHold | None = None
         self.contained = not containment.opted_out()
         if self.contained:
             self.isolation.notes.append(containment.require(self.gpu).detail)
@@ -350,16 +363,31 @@ class Child:
         log = open(self.log_path, "wb")
         # a Popen, or the zygote's forked child (sandbox.zygote.ZygoteProcess), which signals its own tree
         self.proc: Any = None
+        if self.gpu and lock_name:
+            self._start_hold = _StartHold(lock_name, lock_folder, limits.wall_s, self.START_HOLD_S)
         try:
             if client is not None:
                 self.proc = self._spawn_from(client, env, netns, [fd, fd, log.fileno()])
             if self.proc is None:
                 self.proc = self._popen(env, log, (fd,), netns)
+        except BaseException:
+            self._end_holds(close=True)
+            raise
         finally:
             log.close()
             theirs.close()
+        if self._start_hold is not None:
+            self._start_hold.started()
         self.started = time.monotonic()
         self.deadline = self.started + limits.wall_s
+
+    def _end_holds(self, close: bool = False) -> None:
+        if self._start_hold is not None:
+            self._start_hold.end()
+        if close:
+            self.device_hold.close()
+        else:
+            self.device_hold.drop()
 
     def _choose_uid(self, options: Any, client: Any) -> None:
         if self.contained:
@@ -502,7 +530,17 @@ class Child:
 
     def send(self, obj: Any) -> None:
         """A message to the child; `shared.Handle`s received from the other child are passed on
-        as descriptors, large tensors go by sealed memfd (sandbox.channel)."""
+        as descriptors, large tensors go by sealed memfd (sandbox.channel). The device lock is
+        taken for the child first, as the message needs it (devlock.ChildHold), waiting at most
+        until the child's deadline: past it the message is not sent, and `recv` times out."""
+        try:
+            self.device_hold.before_send(obj, self.deadline)
+        except devlock.LockTimeout:
+            return
+        finally:
+            if self._start_hold is not None:  # the first message: its own hold (if any) is taken
+                self._start_hold.end()
+                self._start_hold = None
         try:
             channel.send(self._sock, obj, self.traffic)
         except (BrokenPipeError, OSError) as exc:
@@ -513,20 +551,35 @@ class Child:
         arrive as `shared.Handle`s, which the parent forwards without mapping."""
         left = self.deadline - time.monotonic()
         timeout = left if timeout is None else min(timeout, left)
-        if timeout <= 0:
-            raise channel.ChannelTimeout()
         try:
-            return channel.recv(self._sock, timeout, max_bytes, traffic=self.traffic, serve_alloc=True)
-        except ConnectionResetError as exc:
-            raise channel.ChannelClosed() from exc
+            if timeout <= 0:
+                raise channel.ChannelTimeout()
+            reply = channel.recv(self._sock, timeout, max_bytes, traffic=self.traffic, serve_alloc=True)
+        except (channel.ChannelTimeout, channel.ChannelClosed, ConnectionResetError) as exc:
+            self.device_hold.drop()  # no answer in time, or none to come: the device is not held for it
+            if isinstance(exc, ConnectionResetError):
+                raise channel.ChannelClosed() from exc
+            raise
+        self.device_hold.after_reply()
+        return reply
 
     def exit_description(self, wait_s: float = 5.0) -> str:
-        """How the child ended, in words (signal names, the file-size limit, ...)."""
+        """How the child ended, in words (signal names, the file-size limit, ...). Never raises:
+        it is called on the error paths of an evaluation, which must end in a result."""
+        try:
+            return self._exit_description(wait_s)
+        except Exception as exc:  # (e.g. a zygote gone since; sandbox.zygote's own paths do not raise)
+            return f"ended, but how could not be learned ({type(exc).__name__}: {exc})"
+
+    def _exit_description(self, wait_s: float) -> str:
         try:
             rc = self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             self.kill()
-            rc = self.proc.wait()
+            rc = self.proc.wait(timeout=max(wait_s, 30.0))
+        lost = getattr(self.proc, "lost", None)
+        if lost:  # forked by the zygote, which is gone or unreachable: the child went with it
+            return f"ended with the zygote that forked it: {lost}"
         if rc is None:
             return "still running"
         if rc < 0:
@@ -579,14 +632,16 @@ class Child:
                 kill_all(self.proc.pid, self._kill_uid, self.cgroup)
         except Exception:
             pass
+        self._end_holds()
 
     def close(self) -> None:
         """Always called: kills whatever is left and removes the folders."""
         self._sock.close()
         self.kill()
+        self._end_holds(close=True)
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, OSError):
             pass
         if self.cgroup.path is not None:
             self.cgroup.remove()
@@ -609,7 +664,26 @@ def run_command(
     """Run a build command (g++, nvcc) in a sandbox of its own: a crafted #include cannot read
     the evaluator's secrets, and a compiler bomb is cut off. Returns (rc, log, timed_out).
     `cwd` (bound writable at the same path) is handed to the build's uid for the duration.
-    with_agent: the `agent` package is visible too (the built-in policy's analysis of a task)."""
+    with_agent: the `agent` package is visible too (the built-in policy's analysis of a task).
+    KW_LOCK_DIR in env_extra (the analysis's eager profile runs on the device): this parent holds
+    the device lock shared for the whole run (sandbox.devlock), the command is never told of it."""
+    env_extra = dict(env_extra or {})
+    lock_folder = env_extra.pop("KW_LOCK_DIR", None)
+    gpu = options.resolved_backend() == "cuda"
+    hold = devlock.ChildHold(devlock.host_lock_name("cuda" if gpu else "cpu") if lock_folder else None, lock_folder)
+    try:
+        hold.before_send({}, time.monotonic() + limits.wall_s)
+    except devlock.LockTimeout:
+        return -9, f"the device stayed busy for {limits.wall_s:.0f} s (another process held its lock)", True
+    try:
+        return _run_command(argv, cwd, limits, options, env_extra, with_agent)
+    finally:
+        hold.close()
+
+
+def _run_command(
+    argv: list[str], cwd: Path, limits: Limits, options: Any, env_extra: dict[str, str], with_agent: bool
+) -> tuple[int, str, bool]:
     contained = not containment.opted_out()
     gpu = options.resolved_backend() == "cuda"
     if contained:
@@ -686,6 +760,35 @@ def run_command(
         cg.remove()
         shutil.rmtree(log_dir, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _StartHold:
+    """The device held shared for a CUDA child while it creates its context (Child.START_HOLD_S):
+    taken before the child starts (waiting, at most `wait_s`, for another evaluation's timed
+    loop to end), released by the first message to the child, a timer, or its end."""
+
+    def __init__(self, name: str, folder: str | None, wait_s: float, hold_s: float):
+        self.lock = devlock.DeviceLock(name, folder)
+        self.hold_s = hold_s
+        self._mutex = threading.Lock()
+        self._timer: threading.Timer | None = None
+        try:
+            self.lock.acquire(deadline_s=wait_s)
+        except devlock.LockTimeout:
+            pass
+
+    def started(self) -> None:
+        with self._mutex:
+            if self.lock._held is not None and self._timer is None:
+                self._timer = threading.Timer(self.hold_s, self.end)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def end(self) -> None:
+        with self._mutex:
+            if self._timer is not None:
+                self._timer.cancel()
+            self.lock.close()
 
 
 class Spares:

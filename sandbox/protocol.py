@@ -32,10 +32,13 @@ states the same in prose).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from . import audit, cache, compile_cache, containment, devlock, devmem
@@ -59,7 +62,7 @@ from .schema import (
     milestone_reward,
     verdict_of,
 )
-from .timing import REWARM_BELOW_MS, calls_per_block, paired_speedup, round_noise, round_order
+from .timing import REWARM_BELOW_MS, calls_per_block, paired_speedup, round_noise, round_order, unaccounted_ms
 
 Progress = Callable[[str, dict], None]
 
@@ -85,6 +88,23 @@ def static_scan(files: dict[str, str], torch_ops: str) -> tuple[list[str], list[
 def static_rejection(blocking: list[str]) -> str:
     """The reason given for a blocked scan, the same for an evaluation and a build."""
     return "the candidate's source uses a technique that can subvert the evaluation: " + "; ".join(blocking[:5])
+
+
+# what reading a reply of the wrong form raises: children write their own sockets, and candidate
+# code in a child can write there too (red team parent_memory), so no reply is trusted to have
+# the keys and types the protocol expects
+MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+def malformed_reply(exc: BaseException) -> str:
+    """The reason given for a reply of the wrong form, with where the parent tripped on it."""
+    import traceback
+
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return (
+        f"a child's reply did not have the form the protocol expects ({type(exc).__name__}: {str(exc)[:200]} "
+        f"at {Path(where.filename).name}:{where.lineno}): a reply forged on its channel, or a broken child"
+    )
 
 
 class _Stop(Exception):
@@ -125,7 +145,9 @@ def _child_env(options: EvalOptions, backend: str) -> dict[str, str]:
     # fresh `python -m sandbox.worker` reads this; zygote children inherit inductor's config from
     # the zygote, so worker._configure_inductor sets it (and the other settings) in-process.
     env = {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "KW_BACKEND": backend, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-    if options.device_lock:  # a cuda child creates its context under the device lock (worker.early_device_init)
+    if (
+        options.device_lock
+    ):  # the folder the parent holds the lock in for its children (isolation.Child), never passed on
         env["KW_LOCK_DIR"] = devlock.prepare_dir()
     if os.environ.get("KW_TRACE"):
         env["KW_TRACE"] = "1"
@@ -137,7 +159,6 @@ def _child_env(options: EvalOptions, backend: str) -> dict[str, str]:
 def _opts_msg(options: EvalOptions) -> dict:
     d = options.to_dict()
     d["_threads"] = options.threads()
-    d["_lock_dir"] = devlock.prepare_dir() if options.device_lock else None
     return d
 
 
@@ -233,6 +254,23 @@ def _window_cpu(options: EvalOptions, backend: str, device_id: str = "") -> dict
 
 
 WHO = {"eager": "the reference (task)", "compile": "the reference (task)", "candidate": "the candidate"}
+LOCK_WAIT_TIMEOUTS = 3  # a paired window waits at most this many eval_timeout_s for the device
+
+
+@contextlib.contextmanager
+def _window_lock(lock: devlock.DeviceLock, on_wait: Any, wait_s: float) -> Iterator[None]:
+    """The device held exclusively for a paired window, or a timeout result past `wait_s`."""
+    try:
+        took = lock.acquire(True, on_wait, deadline_s=wait_s)
+    except devlock.LockTimeout:
+        raise _Stop(
+            Status.TIMEOUT, f"the device stayed busy for {wait_s:.0f} s (its lock was held); no timing window"
+        ) from None
+    try:
+        yield
+    finally:
+        if took:
+            lock.release()
 
 
 class _Paired:
@@ -277,7 +315,10 @@ class _Paired:
         try:
             # a window that must wait for another evaluation's says so ("device_wait"), then "timing" again
             on_wait = (lambda waiting: progress("device_wait" if waiting else "timing", {})) if progress else None
-            with self.lock.exclusive(on_wait=on_wait):
+            # only trusted processes hold the lock (sandbox.devlock): the deadline is for a
+            # holder of ours that hangs, a queue of other evaluations' windows fits well inside it
+            wait_s = LOCK_WAIT_TIMEOUTS * o.eval_timeout_s
+            with _window_lock(self.lock, on_wait, wait_s):
                 t0 = time.time()
                 for name in list(self.names):
                     reply = self._ask(
@@ -304,19 +345,17 @@ class _Paired:
                 for r in range(o.timing_rounds):
                     order = round_order(self.names, r)
                     medians: dict[str, float] = {}
+                    unaccounted: dict[str, float] = {}
                     for name in order:
-                        reply = self._ask(
-                            name,
-                            {
-                                "cmd": "block",
-                                "calls": self.calls[name],
-                                "rewarm": 1 if self.est_ms[name] < REWARM_BELOW_MS else 0,
-                            },
-                            "timing",
-                        )
+                        rewarm = 1 if self.est_ms[name] < REWARM_BELOW_MS else 0
+                        msg = {"cmd": "block", "calls": self.calls[name], "rewarm": rewarm}
+                        reply, wall_ms = self._ask_timed(name, msg)
                         self._check(name, reply)
-                        medians[name] = float(reply["median_ms"])
-                    self.rounds.append(Round(order=order, **{f"{n}_ms": m for n, m in medians.items()}))
+                        medians[name] = self._block_median(name, reply)
+                        unaccounted[name] = unaccounted_ms(wall_ms, reply, medians[name], rewarm)
+                    self.rounds.append(
+                        Round(order=order, unaccounted_ms=unaccounted, **{f"{n}_ms": m for n, m in medians.items()})
+                    )
                     if progress:
                         progress("timing", {"round": r + 1, "of": o.timing_rounds})
                 self.window = [t0, time.time()]
@@ -326,6 +365,33 @@ class _Paired:
                     c.pause(False)
                     self.paused[id(c)] = False
 
+    def _ask_timed(self, name: str, msg: dict) -> tuple[dict, float]:
+        """A block's reply and its wall time on this process's clock, from the request sent
+        (the child already running) to the reply read."""
+        child = self.owner[name]
+        assert child is not None, f"{name} has no child"
+        self._switch_to(child)
+        t0 = time.perf_counter()
+        _send(child, {**msg, "which": name}, WHO[name], "timing")
+        reply = _recv(child, WHO[name], "timing")
+        return reply, (time.perf_counter() - t0) * 1000.0
+
+    def _block_median(self, name: str, reply: dict) -> float:
+        """The block's median, once its account is one a timer could have kept: as many calls
+        as asked, half of them at least the median (so the sum holds half the calls times the
+        median), and no median below the back-to-back pass's time per call (charge_loop)."""
+        median, total, loop = float(reply["median_ms"]), float(reply["sum_ms"]), float(reply["loop_ms"])
+        calls = int(reply["calls"])
+        slack = 1e-6 * max(1.0, total)
+        if calls != self.calls[name] or total < (calls // 2) * median - slack or median < loop - slack:
+            who = "candidate" if name == "candidate" else "task"
+            raise _Stop(
+                Status.REJECTED,
+                f"{who}: a timing block's account does not add up ({calls} calls of {self.calls[name]} asked, "
+                f"median {median:.4g} ms, sum {total:.4g} ms, back-to-back {loop:.4g} ms): a forged reply",
+            )
+        return median
+
     @staticmethod
     def _check(name: str, reply: dict) -> None:
         if not reply.get("ok"):
@@ -334,6 +400,62 @@ class _Paired:
 
     def series(self, name: str) -> list[float]:
         return [getattr(r, f"{name}_ms") for r in self.rounds]
+
+
+# The parent's clock against the candidate's account of its blocks (timing.unaccounted_ms): per
+# timed call, the candidate's unexplained time exceeds eager's in the same round by its own
+# checks (the harness snapshot, about 5% of its wall time; the per-call integrity, memory and
+# spot-sample checks) and by the machine's noise: 4-50 µs per call on a quiet 2-core CPU, and up
+# to 110 µs for a 33 µs call beside other work (docs/benchmarks.md, 2026-12-06). So the figure is
+# reported beyond an allowance, and only an account that leaves out far more than that, and more
+# than a whole claimed call, is rejected.
+HIDDEN_WALL_SHARE = 0.10  # of the candidate's wall time per call
+HIDDEN_EAGER_SHARE = 1.0  # of eager's unexplained time per call
+HIDDEN_FLOOR_MS = 0.01
+HIDDEN_REJECT = 4  # times the allowance
+
+
+def hidden_per_call(rounds: list[Round]) -> tuple[list[float], list[float]]:
+    """Per round, the candidate's unexplained time per call beyond eager's and the allowance for
+    it; empty where the rounds carry no account."""
+    excess, allowed = [], []
+    for r in rounds:
+        u = r.unaccounted_ms
+        if r.candidate_ms is None or "candidate" not in u or "eager" not in u:
+            continue
+        excess.append(u["candidate"] - u["eager"])
+        wall = r.candidate_ms + max(0.0, u["candidate"])
+        allowed.append(HIDDEN_WALL_SHARE * wall + HIDDEN_EAGER_SHARE * max(0.0, u["eager"]) + HIDDEN_FLOOR_MS)
+    return excess, allowed
+
+
+def account_on_parent_clock(rounds: list[Round], findings: list[str]) -> list[str]:
+    """The candidate's block medians checked against the parent's own clock: the timer runs in
+    the candidate's process, where native code (or Python that got past sandbox.audit_hook) can
+    rewrite its records. Unexplained time beyond the allowance is reported (a finding); beyond
+    HIDDEN_REJECT allowances and more than the candidate claims for a whole call, the account
+    is a lie and the result is rejected (the problems returned)."""
+    per_round, allowances = hidden_per_call(rounds)
+    if not per_round:
+        return []
+    excess, allowed = statistics.median(per_round), statistics.median(allowances)
+    if excess <= allowed:
+        return []
+    claimed = statistics.median(_ms(r.candidate_ms) for r in rounds)
+    said = (
+        f"the parent's clock saw {excess * 1000:.1f} µs per timed call of the candidate that its timer did not "
+        f"account for, beyond eager's in the same rounds (allowed {allowed * 1000:.1f} µs)"
+    )
+    # a speedup is the median of the rounds' ratios, so records rewritten to move it leave time
+    # out of most rounds; other processes' work on the machine lands in some rounds: the round
+    # at the lower third decides
+    third = len(per_round) // 3
+    beyond = sorted(e - HIDDEN_REJECT * a for e, a in zip(per_round, allowances, strict=True))[third]
+    unclaimed = sorted(e - a for e, a in zip(per_round, allowances, strict=True))[third]
+    if beyond > 0 and unclaimed > claimed:
+        return [f"{said}, more than the {claimed * 1000:.1f} µs it claims per call: its timing records were altered"]
+    findings.append(f"timing: {said}; its block medians are reported as measured")
+    return []
 
 
 def _speedup(baseline: str, base_ms: list[float], cand_ms: list[float], spread: float) -> Speedup:
@@ -477,6 +599,9 @@ def _evaluate_once(
     except containment.Unavailable as exc:  # fail closed: nothing untrusted ran
         res.status = Status.RUNTIME_ERROR
         res.reasons.append(str(exc))
+    except MALFORMED as exc:  # a reply a child forged or broke (its process writes its own socket)
+        res.status = Status.RUNTIME_ERROR
+        res.reasons.append(malformed_reply(exc))
     finally:
         progress("teardown", {})  # the children's exit (a CUDA context takes ~0.1 s) and folders
         if children:
@@ -721,6 +846,7 @@ class _Evaluation:
             paired.run(self.progress)
         finally:
             res.audit.findings.extend(paired.findings)
+        hidden = account_on_parent_clock(paired.rounds, res.audit.findings)
         _send(cand, {"cmd": "timing_end"}, "the candidate", "timing")
         timed = _recv(cand, "the candidate", "timing")
         if not timed.get("ok"):
@@ -728,6 +854,7 @@ class _Evaluation:
         _send(ref, {"cmd": "timing_end"}, REF, "baseline timing")
         base = _recv(ref, REF, "baseline timing")
         problems = _judge_timing(timed, fingerprints, self.msg, options, backend, res, self.files, self.widen)
+        problems += hidden
         problems += _spot_checks(ref, timed.get("spot") or [])
         _record_timing(res, paired, timed, base, backend, options.input_sets)
         res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))

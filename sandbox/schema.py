@@ -124,6 +124,9 @@ class Round:
     eager_ms: float | None = None
     compile_ms: float | None = None
     candidate_ms: float | None = None
+    # per timed call, the block's wall time on the parent's clock that its own account leaves
+    # unexplained (sandbox.timing.unaccounted_ms), per callable
+    unaccounted_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -114,6 +114,24 @@ class _Batch:
             self.hook(out, k)
 
 
+def loop_calls(calls: int) -> int:
+    """How many calls the back-to-back pass of a block of `calls` makes (Timer.loop_ms)."""
+    return LOOP_BATCHES * max(2, min(LOOP_MAX_CALLS, calls // LOOP_BATCHES))
+
+
+def unaccounted_ms(wall_ms: float, account: dict[str, float], median_ms: float, rewarm: int) -> float:
+    """Per timed call, the part of a block's wall time (measured by the parent, from its
+    request to the reply) that the block's own account does not explain: its timed calls
+    (`sum_ms`, charged), the back-to-back pass (`loop_ms` per call of `loop_calls`), and its
+    untimed re-warm calls (at the median each). What is left is the harness's work between
+    calls and the messages, about the same on both sides of a paired window; a timer whose
+    records were shortened shows the difference here. Claiming a longer pass than ran cannot
+    hide time: each call is charged at least the pass's time per call (charge_loop)."""
+    calls = max(1, int(account["calls"]))
+    loop = loop_calls(calls) * account["loop_ms"] if account["loop_ms"] > 0 else 0.0
+    return (wall_ms - account["sum_ms"] - loop - rewarm * median_ms) / calls
+
+
 def charge_loop(times_ms: Sequence[float], loop_ms: float | None) -> list[float]:
     """Each call's time, at least the back-to-back loop's time per call: a forward whose host
     side (Python, allocations, launches) outlasts its kernels costs its host time in a loop, and
@@ -229,7 +247,7 @@ class Timer:
     def loop_ms(self, fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], calls: int) -> float:
         """Median time per call of `fn` called back to back (cuda): LOOP_BATCHES batches, the whole
         device synchronised after each (the idle cost of that synchronise taken off)."""
-        per = max(2, min(LOOP_MAX_CALLS, calls // LOOP_BATCHES))
+        per = loop_calls(calls) // LOOP_BATCHES
         k, j, xs = len(input_sets), 0, []
         for _ in range(LOOP_BATCHES):
             self._sync()
@@ -391,6 +409,7 @@ class Series:
         self.parts: list[tuple[float, float, float, bool]] = []
         self.loops: list[float] = []
         self.sync_floor_ms = 0.0
+        self.last_block: dict[str, float] = {}  # the latest block's account, for the parent's clock
         self._set = 0
 
     def next_set(self, k: int) -> int:
@@ -409,6 +428,7 @@ class Series:
         self.sync_floor_ms = sync_floor_ms
         median = statistics.median(charged)
         self.blocks.append(median)
+        self.last_block = {"sum_ms": sum(charged), "loop_ms": loop or 0.0, "calls": len(charged)}
         return median
 
     @property

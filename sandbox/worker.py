@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import channel
-from .devlock import NO_LOCK, DeviceLock, device_lock_name, lock_from_env
+from .devlock import device_lock_name
 
 WORKDIR = Path(".")
 SOCK_IN: Any = None
@@ -71,18 +71,17 @@ def recv() -> Any:
 
 def early_device_init() -> None:
     """A CUDA child creates its context before its setup arrives: started ahead as a spare
-    (isolation.Spares), it has done so by the time an evaluation takes it. It does so holding
-    the device lock shared, so never while another evaluation's timed loop holds the GPU: spares
-    are started as each evaluation begins, and with two evaluations per GPU a context created
-    during the other's timing raised a 17 µs candidate's median by about 30% on the two-H200
-    host (docs/gpu-pool.md). The lock's name is the GPU's UUID, read before the context exists."""
+    (isolation.Spares), it has done so by the time an evaluation takes it. Its parent holds the
+    device lock shared meanwhile (isolation.Child.START_HOLD_S), so never while another
+    evaluation's timed loop holds the GPU: with two evaluations per GPU a context created during
+    the other's timing raised a 17 µs candidate's median by about 30% on the two-H200 host
+    (docs/gpu-pool.md)."""
     if os.environ.get("KW_BACKEND") == "cuda":
         import torch
 
         try:
             torch.cuda.init()
-            with lock_from_env("cuda").shared():
-                torch.cuda.set_device(0)  # creates the primary context (CUDA 12 and later)
+            torch.cuda.set_device(0)  # creates the primary context (CUDA 12 and later)
         except Exception:  # reported by setup_process, where the evaluation expects it
             pass
         trace("device initialised")
@@ -108,15 +107,7 @@ def setup_process(options: dict, backend: str) -> str:
         device = "cuda"
         if os.environ.get("KW_DEVICE_SHARE") != "0":
             channel.share_device_tensors()  # trial tensors stay on the device (sandbox.device_share)
-    global LOCK
-    if options.get("_lock_dir"):
-        LOCK = DeviceLock(device_lock_name(device), options["_lock_dir"])
     return device
-
-
-# The device lock (sandbox.devlock): shared while this child works on a command, exclusive in
-# timing loops, released while it waits for the parent.
-LOCK: Any = NO_LOCK
 
 
 def sync(device: str) -> None:
@@ -178,7 +169,6 @@ def role_reference() -> None:
     trace("reference: got setup")
     options, backend, seeds = msg["options"], msg["backend"], msg["seeds"]
     device = setup_process(options, backend)
-    LOCK.acquire()  # shared; released before the reply below (error paths end the process, and the lock)
     trace("reference: process set up")
     roots = [str(WORKDIR) + "/"]
     task_path = WORKDIR / "task.py"
@@ -247,7 +237,6 @@ def role_reference() -> None:
     meta = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in first_inputs]  # shapes and sizes only
     ctx = _RefContext(task, make_model, make_inputs, run, seeds, msg, base, base_init, meta, device, options)
     del first_inputs
-    LOCK.release()
     send(
         {
             "ok": True,
@@ -541,8 +530,7 @@ class _RefCommands:
     def _guarded(self, fn: Any) -> Any:
         def handler(cmd: dict) -> dict:
             try:
-                with LOCK.shared():
-                    return fn(cmd)
+                return fn(cmd)
             except BaseException as exc:
                 self.ctx.ended = True
                 return _error("task", exc, self.roots, "the reference failed while preparing trials: ")
@@ -555,8 +543,7 @@ class _RefCommands:
         import torch
 
         ctx = self.ctx
-        with LOCK.shared():
-            hook = _fingerprint_hook(ctx.shapes, cmd["fingerprint_seed"], ctx.device)
+        hook = _fingerprint_hook(ctx.shapes, cmd["fingerprint_seed"], ctx.device)
         paced = self.paced = _Paced(ctx.device, cmd, ctx.sets, self.roots)
         paced.add("eager", ctx.base, hook, "the task's Model.forward")
         result: dict[str, Any] = {"ok": True, "compile_error": None, "compile_infra": False}
@@ -564,7 +551,7 @@ class _RefCommands:
             try:
                 _configure_inductor()
                 compiled = torch.compile(ctx.base)
-                with LOCK.shared(), torch.no_grad():
+                with torch.no_grad():
                     compiled(*ctx.sets[0])
                     sync(ctx.device)
                 paced.add("compile", compiled, hook, "torch.compile(Model)")
@@ -716,18 +703,16 @@ class _Paced:
                             self.hooks[name],
                         ),
                     }
-                return {
-                    "ok": True,
-                    "median_ms": self.timer.block(
-                        self.fns[name],
-                        self.sets,
-                        cmd["calls"],
-                        self.series[name],
-                        self.hooks[name],
-                        rewarm=cmd.get("rewarm", 0),
-                        exchange=self.exchange,
-                    ),
-                }
+                median = self.timer.block(
+                    self.fns[name],
+                    self.sets,
+                    cmd["calls"],
+                    self.series[name],
+                    self.hooks[name],
+                    rewarm=cmd.get("rewarm", 0),
+                    exchange=self.exchange,
+                )
+                return {"ok": True, "median_ms": median, **self.series[name].last_block}
         except BaseException as exc:
             _, _, text = where(exc, self.roots)
             return {"ok": False, "error": f"{self.labels[name]} raised during timing: {text}"}
@@ -914,7 +899,7 @@ def _measure_ceilings(device: str, dtype_name: str = "float32") -> dict:
 
     from .timing import Timer
 
-    timer = Timer(device, LOCK)
+    timer = Timer(device)  # the parent holds the device exclusively for this command (devlock.ChildHold)
     n = (256 << 20) // 4 if device == "cuda" else (64 << 20) // 4
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
@@ -947,24 +932,20 @@ def role_candidate() -> None:
     msg = recv()
     trace("candidate: got setup")
     device = setup_process(msg["options"], msg["backend"])
-    LOCK.acquire()  # shared while importing; released before waiting for the variants
     cand = _Candidate(msg, device)
     # The import runs while the reference computes the trials (the parent sends the setup first);
     # a failure is reported once the variants arrive, so the parent reads it where it expects it.
     failure = cand.import_model()
-    LOCK.release()
     cand.variants = dict(enumerate(recv()["variants"]))  # later ones (shape trials) arrive with their trial
     if failure is not None:
         send(failure)
         return
-    LOCK.acquire()  # shared; released before the "ready" reply (error paths end the process)
     try:
         cand.model_for(0)
     except _Stage as st:
         send(_error(st.stage, st.exc, cand.roots, st.prefix))
         return
     trace("candidate: ready")
-    LOCK.release()
     send({"ok": True, "stage": "ready"})
     cand.start_findings()
     _serve(cand.handlers(), cand)
@@ -1109,14 +1090,12 @@ class _Candidate:
     def on_trial(self, cmd: dict) -> dict:
         if cmd.get("variant_spec") is not None:
             self.variants[int(cmd["variant"])] = cmd["variant_spec"]
-        LOCK.acquire()  # shared; released before the reply (a failing trial ends the process)
         restore = self._sizes_of(self.variants.get(int(cmd["variant"])) or {})
         try:
             return self._trial(cmd)
         finally:
             for name, value in restore.items():
                 setattr(self.module, name, value)
-            LOCK.release()
 
     def _sizes_of(self, variant: dict) -> dict[str, int]:
         """A shape variant changes the task's module-level sizes in the reference's module, where
@@ -1201,13 +1180,12 @@ class _Candidate:
         from .harness import to_device
         from .shared import is_mapped_read_only
 
-        with LOCK.shared():
-            self.timing_sets.append(
-                [
-                    x.clone() if isinstance(x, torch.Tensor) and is_mapped_read_only(x) else x
-                    for x in to_device(cmd["inputs"], self.device)
-                ]
-            )
+        self.timing_sets.append(
+            [
+                x.clone() if isinstance(x, torch.Tensor) and is_mapped_read_only(x) else x
+                for x in to_device(cmd["inputs"], self.device)
+            ]
+        )
         return {"ok": True}
 
     def on_timing_setup(self, cmd: dict) -> dict:
@@ -1224,8 +1202,7 @@ class _Candidate:
         return self.timing.end() if self.timing else {"ok": False, "error": "no timing set-up"}
 
     def on_profile(self, cmd: dict) -> dict:
-        with LOCK.exclusive():  # per-kernel times, undisturbed
-            return _profile(cmd, self.timing_sets, self.model_for(0), self.device)
+        return _profile(cmd, self.timing_sets, self.model_for(0), self.device)
 
 
 def _output_checks(
@@ -1312,9 +1289,8 @@ class _CandidateTiming:
         from .timed_checks import HeldMemory, SpotSample
         from .timing import HOLD_BYTES
 
-        with LOCK.shared():
-            shapes: list = [tuple(s) if s is not None else None for s in cmd["shapes"]]
-            weights = fingerprint_weights(shapes, cmd["fingerprint_seed"], device)
+        shapes: list = [tuple(s) if s is not None else None for s in cmd["shapes"]]
+        weights = fingerprint_weights(shapes, cmd["fingerprint_seed"], device)
         self.prints: list[tuple[int, float]] = []
         self.held, self.spots = HeldMemory(), SpotSample(HOLD_BYTES.get(device, HOLD_BYTES["cpu"]) // 2)
 
@@ -1344,8 +1320,7 @@ class _CandidateTiming:
         kernels: list[str] = []
         graphs = 0
         if self.device == "cuda":
-            with LOCK.shared():
-                kernels, graphs = _cuda_kernel_names(self.model, self.paced.sets[0])
+            kernels, graphs = _cuda_kernel_names(self.model, self.paced.sets[0])
         findings = list(dict.fromkeys(self.left + self.integrity.check()))
         if series.late_calls:
             findings.append(

@@ -73,16 +73,16 @@ def test_a_module_replaced_in_the_module_table_is_seen(snapshot):
 
 
 def test_what_the_harness_rebinds_itself_is_not_tampering(snapshot):
-    """`global LOCK` in the worker, kwrt's library loaded on first use: read from their code."""
+    """`global SOCK_IN` in the worker, kwrt's library loaded on first use: read from their code."""
     import sandbox.worker as worker
 
-    assert "sandbox.worker.LOCK" in snapshot.rebound
-    lock = worker.LOCK
+    assert "sandbox.worker.SOCK_IN" in snapshot.rebound
+    sock = worker.SOCK_IN
     try:
-        worker.LOCK = object()
+        worker.SOCK_IN = object()
         assert snapshot.changes() == []
     finally:
-        worker.LOCK = lock
+        worker.SOCK_IN = sock
 
 
 def test_a_module_first_seen_later_must_come_from_the_harness_files(snapshot):

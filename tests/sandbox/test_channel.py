@@ -101,3 +101,57 @@ def test_only_plain_data_can_be_sent():
         channel.send(w, {"f": object()})
     with pytest.raises(TypeError, match="keys must be strings"):
         channel.send(w, {1: 2})
+
+
+# ---- what a receiver allocates is bounded by what an honest sender sends (red team parent_memory)
+
+
+def _send_in_thread(w, data: bytes) -> threading.Thread:
+    t = threading.Thread(target=lambda: w.sendall(data), daemon=True)
+    t.start()
+    return t
+
+
+def test_an_inline_tensor_no_honest_sender_sends_is_refused_before_allocating():
+    """A child wrote its own reply announcing one inline tensor: the parent (root, no limits)
+    allocated and filled it, 2 GiB in the red team's run. Honest inline tensors are below
+    SHARE_MIN bytes; anything larger goes by memfd."""
+    r, w = _pipe()
+    n = 1 << 20
+    header = json.dumps({"__dict__": {"pad": {"__tensor__": 0, "dtype": "uint8", "shape": [n]}}}).encode()
+    _send_in_thread(w, len(header).to_bytes(channel.HEADER, "little") + header + bytes(n))
+    with pytest.raises(channel.MessageTooLarge, match="inline tensor"):
+        channel.recv(r, timeout=10)
+
+
+def test_small_inline_tensors_past_the_message_cap_are_refused():
+    r, w = _pipe()
+    each = channel.SHARE_MIN - 4
+    count = channel.INLINE_MAX // each + 2
+    tree = {"__dict__": {f"t{i}": {"__tensor__": i, "dtype": "uint8", "shape": [each]} for i in range(count)}}
+    header = json.dumps(tree).encode()
+    _send_in_thread(w, len(header).to_bytes(channel.HEADER, "little") + header + bytes(each * count))
+    with pytest.raises(channel.MessageTooLarge, match="inline"):
+        channel.recv(r, timeout=10)
+
+
+def test_a_header_past_its_cap_is_refused_unread():
+    r, w = _pipe()
+    header = json.dumps({"__dict__": {"x": "y" * (channel.MAX_HEADER + 10)}}).encode()
+    _send_in_thread(w, len(header).to_bytes(channel.HEADER, "little") + header)
+    with pytest.raises(channel.MessageTooLarge, match="header"):
+        channel.recv(r, timeout=10)
+
+
+def test_an_honest_sender_never_passes_the_caps():
+    """Many small tensors (a state_dict of small parameters, say): past INLINE_MAX in all, the
+    rest goes by memfd, so the receiver's caps never refuse an honest message."""
+    r, w = _pipe()
+    msg = {f"p{i}": torch.full((10000,), float(i)) for i in range(3 * channel.INLINE_MAX // 40000)}  # 40 KB each
+    sent, got_traffic = channel.Traffic(), channel.Traffic()
+    t = threading.Thread(target=channel.send, args=(w, msg, sent))
+    t.start()
+    got = channel.recv(r, timeout=30, map=True, traffic=got_traffic)
+    t.join()
+    assert all(torch.equal(got[k], v) for k, v in msg.items())
+    assert sent.socket_bytes <= channel.INLINE_MAX + channel.MAX_HEADER and sent.shared_bytes > 0

@@ -143,7 +143,7 @@ def device_wait_shown(
     """While the evaluation runs, a thread probes the device lock every DEVICE_PROBE_S: in a
     step that needs it shared, held exclusively means another evaluation's timing runs and this
     one waits, so it reports "device_wait" until the lock is free again, then its own step."""
-    from sandbox.devlock import LOCK_DIR, held_exclusively, host_lock_name
+    from sandbox.devlock import held_exclusively, host_lock_name, lock_dir
 
     name = host_lock_name(backend)
     if name is None:
@@ -154,7 +154,7 @@ def device_wait_shown(
     def watch() -> None:
         try:
             while not stop.wait(DEVICE_PROBE_S):
-                busy = state.step in SHARED_LOCK_STEPS and held_exclusively(name, folder or LOCK_DIR)
+                busy = state.step in SHARED_LOCK_STEPS and held_exclusively(name, folder or lock_dir())
                 if busy != state.waiting:
                     state.waiting = busy
                     report(*(("device_wait", {}) if busy else (state.step, state.detail)))

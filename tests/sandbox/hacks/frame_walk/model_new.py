@@ -4,6 +4,7 @@ time: no flagged name) to the harness's Timer.block and rewrites the list of tim
 taken in that block (in place: the harness snapshot compares identities, not list contents).
 Red team 2026-12-06 (frame_times): reward 2, 1.98x, for a 0.0058x kernel. The traceback's
 frame is refused by sandbox.audit_hook, and the forward raises."""
+
 import kwrt
 import torch
 import torch.nn as nn

@@ -4,6 +4,7 @@ new object with no _base, so once the timer drops its batch of held outputs the 
 is dead while its memory is still the memo's, and the same memory comes back. Caught since
 HeldMemory follows the storage. A ring of 9 storages per input-set value
 keeps any two outputs of one batch apart. The sampled key sees the Exchange's swaps."""
+
 import kwrt
 import torch
 import torch.nn as nn

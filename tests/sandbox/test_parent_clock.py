@@ -1,0 +1,50 @@
+"""The candidate's timer runs in its own process, where native code can rewrite its records; the
+parent checks each block's account against its own clock (protocol.account_on_parent_clock)."""
+
+from __future__ import annotations
+
+from sandbox import evaluate, load_candidate, protocol
+from sandbox.schema import Round, Status
+from tests.sandbox.helpers import HACKS, task
+
+
+def _rounds(cand_ms: float, u_cand: float, u_eager: float, n: int = 12) -> list[Round]:
+    return [
+        Round(
+            order=["eager", "candidate"],
+            eager_ms=0.05,
+            candidate_ms=cand_ms,
+            unaccounted_ms={"eager": u_eager, "candidate": u_cand},
+        )
+        for _ in range(n)
+    ]
+
+
+def test_an_honest_candidates_own_checks_and_noise_are_never_rejected():
+    """Measured on the CPU: the candidate's unexplained time exceeds eager's by 4-50 µs per call
+    on a quiet machine (its own checks), and by up to 110 µs for a 33 µs call beside other work."""
+    for cand_ms, u_cand, u_eager in [(0.034, 0.037, 0.029), (0.42, 0.226, 0.188), (0.003, 0.024, 0.018)]:
+        findings: list[str] = []
+        assert protocol.account_on_parent_clock(_rounds(cand_ms, u_cand, u_eager), findings) == []
+        assert findings == []
+    findings = []
+    assert protocol.account_on_parent_clock(_rounds(0.033, 0.18, 0.07), findings) == []
+    assert findings and "reported as measured" in findings[0]
+
+
+def test_a_rewritten_record_is_rejected():
+    lied = _rounds(0.001, 1.14, 0.036)  # the red team's frame_times: 1 ms calls recorded as 1 µs
+    problems = protocol.account_on_parent_clock(lied, [])
+    assert problems and "timing records were altered" in problems[0]
+    assert protocol.account_on_parent_clock(_rounds(1.0, 1.14, 0.036), []) == []  # the rest fits in a claimed call
+
+
+def test_a_timer_rewritten_in_place_is_caught_by_the_parents_clock_alone(quick, monkeypatch):
+    """The red team's frame_times with the run-time refusals off (as native code would get past
+    them): the candidate's process reports 1/1000 of its times, and the parent sees the rest."""
+    monkeypatch.setattr(protocol, "RUN_TIME_REFUSALS", False)
+    files = load_candidate(HACKS / "frame_walk")
+    files.pop("expected.json", None)
+    res = evaluate(task("softmax_tiny.py"), files, quick())
+    assert res.status == Status.REJECTED, res.reasons
+    assert any("timing records were altered" in r for r in res.reasons), res.reasons
