@@ -295,10 +295,11 @@ class _Emitter:
         )
         if n.op == "conv2d":
             x, w = self.val(n.args[0]), self.val(n.args[1])
+            bias = tf32x3.conv2d_bias(n)  # kept in the call where its add would be alone (pipeline.LONE_BIAS)
             geometry = ", ".join(self.conv_geometry(n.attrs))
             self.emit(
                 f"{v} = _kw_conv3(lib, torch.ops.aten.conv2d.default, 'conv', _stream, self, {n.name!r}, {x}, {w}, "
-                f"None, {geometry})"
+                f"{'None' if bias is None else self.val(bias)}, {geometry})"
             )
             return
         kind = tf32x3.conv_kind(n)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from agent.builtin.graph import Graph, Node
+from agent.builtin.graph import Graph, Node, Ref
 
 TITLE = "The same kernels with each large GEMM and convolution as 3xTF32 on tensor cores"  # the policy's step
 LINE = (
@@ -383,14 +383,24 @@ def _call_arg(node: Node, i: int) -> object:
 
 
 def conv_bias(node: Node) -> bool:
-    """Whether an ATen convolution node adds a bias inside the call (a conv2d node never does:
-    lowering splits it off)."""
+    """Whether a convolution node adds a bias inside the call: an ATen one with a bias argument, or
+    a conv2d node that keeps its bias (lowering splits it off, but pipeline.LONE_BIAS puts it back
+    into the library call where the add would be a kernel of its own: a conv feeding a cat or
+    another conv, as in GoogleNet's Inception branches)."""
+    if node.op == "conv2d":
+        return conv2d_bias(node) is not None
     if node.op != "aten":
         return False
     call = node.attrs.get("call", {})
     args, kwargs = call.get("args", []), call.get("kwargs", {})
     b = args[2] if len(args) > 2 else kwargs.get("bias")
     return isinstance(b, dict) and ("arg" in b or b.get("v") is not None)
+
+
+def conv2d_bias(node: Node) -> Ref | None:
+    """The bias a conv2d node adds inside its call (its third argument), or None."""
+    b = node.args[2] if node.op == "conv2d" and len(node.args) > 2 else None
+    return b if isinstance(b, Ref) else None
 
 
 def pays_off(g: Graph | None) -> bool:
