@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -40,8 +42,6 @@ def _child_main(req: dict, fds: list[int], sock: socket.socket) -> None:
 
     try:
         sock.close()
-        import signal
-
         # as Popen(restore_signals=True): Python ignores these at startup, a child must not
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -193,20 +193,32 @@ def _descendants(root: int) -> list[int]:
 
 
 class ZygoteProcess:
-    """What isolation.Child holds instead of a Popen when the zygote forked its process."""
+    """What isolation.Child holds instead of a Popen when the zygote forked its process.
+
+    Never raises for a zygote that is gone or whose connection broke: its children die with it
+    (containment.isolate_forked_child: PR_SET_PDEATHSIG), so the child counts as killed
+    (SIGKILL), and `lost` says why, for the result (isolation.Child.exit_description)."""
 
     def __init__(self, client: ZygoteClient, pid: int):
         self.client, self.pid = client, pid
         self.returncode: int | None = None
+        self.lost: str | None = None
+
+    def _wait(self, timeout: float) -> int | None:
+        try:
+            return self.client.wait(self.pid, timeout)
+        except (OSError, ValueError):
+            self.lost = self.client.lost or "its connection to the zygote broke"
+            return -9
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.client.wait(self.pid, 0)
+            self.returncode = self._wait(0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            self.returncode = self.client.wait(self.pid, 3600 if timeout is None else timeout)
+            self.returncode = self._wait(3600 if timeout is None else timeout)
         if self.returncode is None:
             raise subprocess.TimeoutExpired("zygote child", 3600 if timeout is None else timeout)
         return self.returncode
@@ -218,7 +230,48 @@ class ContainedZygoteProcess(ZygoteProcess):
 
     def signal_tree(self, sig: int) -> None:
         if self.returncode is None and self.client.alive():
-            self.client.signal(self.pid, sig)
+            try:
+                self.client.signal(self.pid, sig)
+            except (OSError, ValueError):  # the zygote is gone, and its children with it
+                self.lost = self.client.lost
+
+
+_launcher: tuple[int, queue.SimpleQueue] | None = None
+_launcher_lock = threading.Lock()
+
+
+def _launch(start: Any) -> Any:
+    """`start()` (which starts the zygote's process) run on a thread that lives as long as this
+    process. bubblewrap's --die-with-parent is PR_SET_PDEATHSIG, and the kernel's "parent" there
+    is the *thread* that forked it: a zygote started by an evaluation's own thread was SIGKILLed
+    when that thread ended, with every child of the other evaluations that shared it (their
+    sockets broke mid-run: BrokenPipeError out of evaluate)."""
+    global _launcher
+    with _launcher_lock:
+        if _launcher is None or _launcher[0] != os.getpid():  # (none yet, or we forked: it is gone)
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_launcher_loop, args=(jobs,), name="kw-zygote-launcher", daemon=True).start()
+            _launcher = (os.getpid(), jobs)
+        jobs = _launcher[1]
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    jobs.put((start, box, done))
+    done.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _launcher_loop(jobs: queue.SimpleQueue) -> None:
+    while True:
+        start, box, done = jobs.get()
+        try:
+            box["value"] = start()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+            del start, box, done
 
 
 class ZygoteClient:
@@ -227,6 +280,7 @@ class ZygoteClient:
         self.sock = parent
         self.lock = threading.Lock()
         self.owner = os.getpid()
+        self.lost: str | None = None  # why the connection is no longer usable (then never used again)
         self.contained = contained
         self.host_uid: int | None = None
         self.jobs_dir: str | None = None
@@ -234,10 +288,12 @@ class ZygoteClient:
         argv = [sys.executable, "-m", "sandbox.zygote"]
         try:
             if contained:
-                self.proc = self._start_contained(argv, env, child.fileno(), gpu)
+                self.proc = _launch(lambda: self._start_contained(argv, env, child.fileno(), gpu))
             else:
-                self.proc = subprocess.Popen(
-                    argv, env=env, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True
+                self.proc = _launch(
+                    lambda: subprocess.Popen(
+                        argv, env=env, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True
+                    )
                 )
         finally:
             child.close()
@@ -267,16 +323,49 @@ class ZygoteClient:
             os.close(filt)
 
     def _call(self, req: dict, fds: Sequence[int] = (), timeout: float = 120) -> dict:
+        """One request and its reply. Any failure (the zygote gone, no reply in time, a reply
+        that is not JSON) makes the connection unusable: a late reply would answer the next
+        request. The socket is closed (the zygote sees EOF and ends, its children with it),
+        `lost` says why, and this and every later call raise OSError."""
         with self.lock:
-            self.sock.settimeout(timeout)
-            socket.send_fds(self.sock, [json.dumps(req).encode()], list(fds))
-            data = self.sock.recv(MAX_MSG)
-        if not data:
-            raise ConnectionError("zygote closed")
-        return json.loads(data)
+            if self.lost is not None:
+                raise ConnectionError(self.lost)
+            try:
+                self.sock.settimeout(timeout)
+                socket.send_fds(self.sock, [json.dumps(req).encode()], list(fds))
+                data = self.sock.recv(MAX_MSG)
+                if not data:
+                    raise ConnectionError("the zygote closed its connection")
+                return json.loads(data)
+            except (OSError, ValueError) as exc:
+                self._lose(req.get("op"), exc)
+                raise ConnectionError(self.lost) from exc
+
+    def _lose(self, op: Any, exc: BaseException) -> None:
+        rc = self.proc.poll()
+        if rc is None:
+            try:
+                rc = self.proc.wait(timeout=0.2)  # a zygote that was just killed, still being reaped
+            except subprocess.TimeoutExpired:
+                pass
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if rc is None:
+            state = "it is still running (its connection is now closed)"
+        elif rc < 0:
+            try:
+                state = f"it was killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                state = f"it was killed by signal {-rc}"
+        else:
+            state = f"it exited with code {rc}"
+        self.lost = f"the sandbox's zygote (pid {self.proc.pid}) failed a {op!s} request ({what}); {state}"
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
     def alive(self) -> bool:
-        return self.proc.poll() is None and self.owner == os.getpid()
+        return self.lost is None and self.proc.poll() is None and self.owner == os.getpid()
 
     def spawn(self, req: dict, fds: list[int]) -> ZygoteProcess:
         reply = self._call(dict(req, op="spawn"), fds)
