@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
 import types
 from collections.abc import Callable
 
@@ -99,10 +100,12 @@ def _neutral_prefixes() -> tuple[str, ...]:
     return tuple(sorted({os.path.join(os.path.realpath(p), "") for p in found}))
 
 
-def _text(x: object) -> str:
-    if isinstance(x, bytes):
+def _text(x: object) -> str | None:
+    """An event's path or name as text, without running any code of the candidate's (a path
+    given as another object, whose __fspath__ or __str__ would run inside the hook, is None)."""
+    if type(x) is bytes:
         return x.decode(errors="replace")
-    return x if isinstance(x, str) else str(x)
+    return x if type(x) is str else None
 
 
 def _allowed_callers() -> dict[str, frozenset]:
@@ -133,75 +136,83 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     neutral = _neutral_prefixes()
     untrusted = tuple(os.path.join(os.path.realpath(r), "") for r in untrusted_roots)
     loadable = tuple(os.path.realpath(x) for x in libraries) + neutral + _SYSTEM_LIBS
-    getframe = sys._getframe
+    # everything the hook reads is bound here: the module's globals are within candidate code's
+    # reach (sys.modules), the hook's closure is not
+    getframe, get_ident, realpath, text = sys._getframe, threading.get_ident, os.path.realpath, _text
     startswith = str.startswith
+    refused_always, watched, frame_attrs, code_attrs = _REFUSED, _WATCHED, _FRAME_ATTRS, _CODE_ATTRS
+    loadable_suffixes, write_flags = _LOADABLE, _WRITE_FLAGS
+    trusted_kind, neutral_kind, untrusted_kind = TRUSTED, NEUTRAL, UNTRUSTED
     kinds: dict[object, int] = {}  # code object -> TRUSTED / NEUTRAL / UNTRUSTED
     refusals: list[str] = []
-    busy = [False]
+    busy: set[int] = set()  # threads inside the hook (a thread's own events there are the hook's)
     allowed = _allowed_callers()
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
 
     def kind_of_file(name: str) -> int:
         if startswith(name, untrusted):
-            return UNTRUSTED
+            return untrusted_kind
         if startswith(name, trusted):
-            return TRUSTED
+            return trusted_kind
         if startswith(name, neutral) or startswith(name, "<frozen "):  # importlib's own frames
-            return NEUTRAL
-        return UNTRUSTED  # <string>, /tmp, anything the candidate could have written
+            return neutral_kind
+        return untrusted_kind  # <string>, /tmp, anything the candidate could have written
 
     def asker(event: str) -> int:
         """TRUSTED or UNTRUSTED: the nearest frame outside the standard library and packages."""
         f: types.FrameType | None = getframe(2)  # past asker and hook: the frame whose operation raised the event
         if f is not None and f.f_code in allowed.get(event, ()):
-            return TRUSTED  # standard-library code that needs the event for its own ends
+            return trusted_kind  # standard-library code that needs the event for its own ends
         while f is not None:
             code = f.f_code
             k = kinds.get(code)
             if k is None:
                 k = kinds[code] = kind_of_file(code.co_filename)
-            if k != NEUTRAL:
+            if k != neutral_kind:
                 return k
             f = f.f_back
-        return TRUSTED  # nothing but the interpreter's own start-up
+        return trusted_kind  # nothing but the interpreter's own start-up
 
     def refused(event: str, args: tuple) -> str | None:
         """Why the event is refused to candidate code, or None."""
-        if event in _REFUSED:
+        if event in refused_always:
             return event
         if event == "object.__getattr__":
-            return f"reading {args[1]}" if args[1] in _FRAME_ATTRS else None
+            return f"reading {args[1]}" if args[1] in frame_attrs else None
         if event in ("object.__setattr__", "object.__delattr__"):
             target, name = args[0], args[1]
-            code = getattr(target, "__code__", None) if name in _CODE_ATTRS else None
-            if code is None or kind_of_file(code.co_filename) == UNTRUSTED:
+            code = getattr(target, "__code__", None) if name in code_attrs else None
+            if code is None or kind_of_file(code.co_filename) == untrusted_kind:
                 return None  # the candidate's own functions
             return f"rewriting {name} of {getattr(target, '__qualname__', '?')}"
         if event == "open":
-            path, mode, flags = _text(args[0]), args[1], args[2]
-            if startswith(path, "/proc/"):
+            if type(args[0]) is int:
+                return None  # a descriptor it holds already
+            path, mode, flags = text(args[0]), args[1], args[2]
+            if path is None:
+                return "opening a path given as an object"
+            if startswith(realpath(path), "/proc/"):
                 return f"opening {path}"
-            writes = (isinstance(flags, int) and flags & _WRITE_FLAGS) or (
-                isinstance(mode, str) and any(c in mode for c in "wax+")
+            writes = (type(flags) is int and flags & write_flags) or (
+                type(mode) is str and any(c in mode for c in "wax+")
             )
-            return f"writing {path}" if writes and path.endswith(_LOADABLE) else None
+            return f"writing {path}" if writes and realpath(path).endswith(loadable_suffixes) else None
         if event in ("os.rename", "os.link", "os.symlink"):
-            dst = _text(args[1])
-            return f"{event} to {dst}" if dst.endswith(_LOADABLE) else None
+            dst = text(args[1])
+            return f"{event} to {dst}" if dst is None or dst.endswith(loadable_suffixes) else None
         if event == "import":
-            name, path = _text(args[0]), args[1]
+            name, path = text(args[0]) or "", args[1]
             if name == "sandbox" or startswith(name, "sandbox."):
                 return f"importing {name}"
-            if path is not None and kind_of_file(_text(path)) == UNTRUSTED:
-                return f"loading native module {name} from {_text(path)}"
+            where = text(path) if path is not None else ""
+            if where is None or (where and kind_of_file(where) == untrusted_kind):
+                return f"loading native module {name} from {where}"
             return None
         if event in ("marshal.load", "marshal.loads"):
             return event  # the import system's own reading of .pyc files is let through in `asker`
         if event == "compile":
-            name = args[1]
-            if isinstance(name, bytes):
-                name = name.decode(errors="replace")
-            if not isinstance(name, str) or kind_of_file(name) == UNTRUSTED:
+            name = text(args[1])
+            if name is None or kind_of_file(name) == untrusted_kind:
                 return None
             return f"compiling code named {name}"
         return None
@@ -211,22 +222,28 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
         harness loads nothing else on anyone's behalf (kwrt's path comes from its environment)."""
         if event != "ctypes.dlopen" or args[0] is None:
             return None
-        path = os.path.realpath(_text(args[0]))
+        name = text(args[0])
+        if name is None:
+            return "loading a library named by an object"
+        path = realpath(name)
         return None if startswith(path, loadable) else f"loading {path}"
 
     def hook(event: str, args: tuple) -> None:
-        if event not in _WATCHED or busy[0]:
+        if event not in watched:
             return
-        busy[0] = True
+        me = get_ident()
+        if me in busy:
+            return
+        busy.add(me)
         try:
             why = foreign_library(event, args)
             if why is None:
                 why = refused(event, args)
-                if why is None or asker(event) == TRUSTED:
+                if why is None or asker(event) == trusted_kind:
                     return
             refusals.append(why)
         finally:
-            busy[0] = False
+            busy.discard(me)
         raise PermissionError(f"the sandbox refuses {why} to candidate code (docs/security.md)")
 
     def take() -> list[str]:

@@ -61,6 +61,21 @@ def harness_code_rewrite():
     f = importlib.import_module("sandbox.timing").summarize
     f.__defaults__ = ()
 
+def rebound_module_state():
+    hook = sys.modules["sandbox.audit_hook"]
+    hook._WATCHED, hook._REFUSED, hook.TRUSTED, hook.UNTRUSTED = frozenset(), frozenset(), 2, 0
+    return own_frame()
+
+def proc_by_another_spelling():
+    return open("//proc/./self/maps").read()
+
+class Sneaky:
+    def __fspath__(self):
+        return "/proc/self/maps"
+
+def proc_by_path_object():
+    return open(Sneaky()).read()
+
 def named_tuple_and_type_var():
     return collections.namedtuple("P", "a b")(1, 2), typing.TypeVar("T")
 
@@ -109,6 +124,9 @@ REFUSED = [
     "sourceless_bytecode",
     "bytecode",
     "harness_code_rewrite",
+    "rebound_module_state",
+    "proc_by_another_spelling",
+    "proc_by_path_object",
 ]
 ALLOWED = ["named_tuple_and_type_var", "own_code_rewrite", "stdlib_import"]
 
