@@ -11,10 +11,13 @@ refuses those events when candidate code asked for them.
 
 Who asked: the nearest frame, going outward from the event, that is neither the standard
 library nor an installed package (torch calling sys._getframe for its own reasons is neither
-candidate nor harness, so the frame that called torch decides). A frame of the harness
-(sandbox/, kwrt) is trusted; any other file, `<string>` code included, is candidate code.
-Code cannot claim a trusted or installed file name (`<frozen ...>` included): compiling code
-under such a name, or building a code object, is itself refused to candidate code.
+candidate nor harness, so the frame that called torch decides), unless an installed module's
+own import-time code comes first (torch's lazy imports, however a candidate's import set them
+off). A frame of the harness (sandbox/, kwrt) is trusted; any other file is candidate code, and
+so is code compiled at run time (`<string>`, `<...>`) when candidate code compiled it. A stack
+with neither, in a thread other than the main one, is a thread candidate code started. Code
+cannot claim a trusted or installed file name (`<frozen ...>` included): compiling code under
+such a name, or building a code object, is itself refused to candidate code.
 
 A refused event raises PermissionError in the candidate and is remembered; the harness reads
 the record through the function `install` returns (audit.Integrity reports each as tampering,
@@ -144,19 +147,23 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     loadable_suffixes, write_flags = _LOADABLE, _WRITE_FLAGS
     trusted_kind, neutral_kind, untrusted_kind = TRUSTED, NEUTRAL, UNTRUSTED
     kinds: dict[object, int] = {}  # code object -> TRUSTED / NEUTRAL / UNTRUSTED
+    made_by_candidate: set[str] = set()  # <...> names of code that candidate code compiled
+    main_thread = threading.main_thread().ident
     refusals: list[str] = []
     busy: set[int] = set()  # threads inside the hook (a thread's own events there are the hook's)
     allowed = _allowed_callers()
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
 
     def kind_of_file(name: str) -> int:
+        if startswith(name, "<"):  # code compiled at run time: the candidate's if it compiled it
+            return untrusted_kind if name in made_by_candidate else neutral_kind
         if startswith(name, untrusted):
             return untrusted_kind
         if startswith(name, trusted):
             return trusted_kind
-        if startswith(name, neutral) or startswith(name, "<frozen "):  # importlib's own frames
+        if startswith(name, neutral):
             return neutral_kind
-        return untrusted_kind  # <string>, /tmp, anything the candidate could have written
+        return untrusted_kind  # /tmp, the work folder, anything the candidate could have written
 
     def asker(event: str) -> int:
         """TRUSTED or UNTRUSTED: the nearest frame outside the standard library and packages."""
@@ -167,11 +174,18 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             code = f.f_code
             k = kinds.get(code)
             if k is None:
-                k = kinds[code] = kind_of_file(code.co_filename)
+                k = kind_of_file(code.co_filename)
+                if not startswith(code.co_filename, "<"):  # <...> names turn untrusted later
+                    kinds[code] = k
             if k != neutral_kind:
                 return k
+            if code.co_name == "<module>" and not startswith(code.co_filename, "<"):
+                return trusted_kind  # an installed module's own code at its import (torch's lazy imports)
             f = f.f_back
-        return trusted_kind  # nothing but the interpreter's own start-up
+        # the interpreter's own start-up; in any other thread, a thread candidate code started
+        # with a standard-library target (red team 2026-12-06: threading.Timer over
+        # sys._current_frames, with no candidate frame on its stack)
+        return trusted_kind if get_ident() == main_thread else untrusted_kind
 
     def refused(event: str, args: tuple) -> str | None:
         """Why the event is refused to candidate code, or None."""
@@ -212,7 +226,9 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             return event  # the import system's own reading of .pyc files is let through in `asker`
         if event == "compile":
             name = text(args[1])
-            if name is None or kind_of_file(name) == untrusted_kind:
+            if name is None or startswith(name, "<") and not startswith(name, "<frozen"):
+                return None  # named by `hook` as the candidate's where candidate code compiles it
+            if kind_of_file(name) == untrusted_kind:
                 return None
             return f"compiling code named {name}"
         return None
@@ -236,6 +252,11 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             return
         busy.add(me)
         try:
+            if event == "compile":
+                name = text(args[1])
+                frozen = name is not None and startswith(name, "<frozen")  # refused below instead
+                if name is not None and startswith(name, "<") and not frozen and asker(event) != trusted_kind:
+                    made_by_candidate.add(name)
             why = foreign_library(event, args)
             if why is None:
                 why = refused(event, args)

@@ -33,6 +33,7 @@ states the same in prose).
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import secrets
 import statistics
@@ -62,7 +63,15 @@ from .schema import (
     milestone_reward,
     verdict_of,
 )
-from .timing import REWARM_BELOW_MS, calls_per_block, paired_speedup, round_noise, round_order, unaccounted_ms
+from .timing import (
+    REWARM_BELOW_MS,
+    calls_per_block,
+    loop_calls,
+    paired_speedup,
+    round_noise,
+    round_order,
+    unaccounted_ms,
+)
 
 Progress = Callable[[str, dict], None]
 
@@ -351,7 +360,7 @@ class _Paired:
                         msg = {"cmd": "block", "calls": self.calls[name], "rewarm": rewarm}
                         reply, wall_ms = self._ask_timed(name, msg)
                         self._check(name, reply)
-                        medians[name] = self._block_median(name, reply)
+                        medians[name] = self._block_median(name, reply, wall_ms)
                         unaccounted[name] = unaccounted_ms(wall_ms, reply, medians[name], rewarm)
                     self.rounds.append(
                         Round(order=order, unaccounted_ms=unaccounted, **{f"{n}_ms": m for n, m in medians.items()})
@@ -376,14 +385,23 @@ class _Paired:
         reply = _recv(child, WHO[name], "timing")
         return reply, (time.perf_counter() - t0) * 1000.0
 
-    def _block_median(self, name: str, reply: dict) -> float:
-        """The block's median, once its account is one a timer could have kept: as many calls
-        as asked, half of them at least the median (so the sum holds half the calls times the
-        median), and no median below the back-to-back pass's time per call (charge_loop)."""
+    def _block_median(self, name: str, reply: dict, wall_ms: float) -> float:
+        """The block's median, once its account is one a timer could have kept: finite, as many
+        calls as asked, half of them at least the median (so the sum holds half the calls times
+        the median), no median below the back-to-back pass's time per call (charge_loop), and no
+        more time in its calls and pass than the block took on this process's clock (a sum
+        padded past it would hide time moved out of the median; red team 2026-12-06)."""
         median, total, loop = float(reply["median_ms"]), float(reply["sum_ms"]), float(reply["loop_ms"])
         calls = int(reply["calls"])
         slack = 1e-6 * max(1.0, total)
-        if calls != self.calls[name] or total < (calls // 2) * median - slack or median < loop - slack:
+        spent = total + (loop_calls(calls) * loop if loop > 0 else 0.0)
+        if (
+            not all(math.isfinite(x) and x >= 0 for x in (median, total, loop))
+            or calls != self.calls[name]
+            or total < (calls // 2) * median - slack
+            or median < loop - slack
+            or spent > 1.02 * wall_ms + slack  # the pass's median per call may exceed its mean a little
+        ):
             who = "candidate" if name == "candidate" else "task"
             raise _Stop(
                 Status.REJECTED,

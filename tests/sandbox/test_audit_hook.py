@@ -76,6 +76,21 @@ class Sneaky:
 def proc_by_path_object():
     return open(Sneaky()).read()
 
+def thread_frames():
+    import itertools, threading
+    got = []
+    t = threading.Timer(0.0, got.extend, (itertools.starmap(sys._current_frames, [()]),))
+    t.start()
+    t.join()
+    if not got:
+        raise PermissionError("refused in the thread")
+    return got
+
+def code_it_compiled():
+    ns = {}
+    exec("def g():" + chr(10) + "    import sys" + chr(10) + "    return sys._getframe()" + chr(10), ns)
+    return ns["g"]()
+
 def named_tuple_and_type_var():
     return collections.namedtuple("P", "a b")(1, 2), typing.TypeVar("T")
 
@@ -127,6 +142,8 @@ REFUSED = [
     "rebound_module_state",
     "proc_by_another_spelling",
     "proc_by_path_object",
+    "thread_frames",
+    "code_it_compiled",
 ]
 ALLOWED = ["named_tuple_and_type_var", "own_code_rewrite", "stdlib_import"]
 

@@ -48,3 +48,26 @@ def test_a_timer_rewritten_in_place_is_caught_by_the_parents_clock_alone(quick, 
     res = evaluate(task("softmax_tiny.py"), files, quick())
     assert res.status == Status.REJECTED, res.reasons
     assert any("timing records were altered" in r for r in res.reasons), res.reasons
+
+
+def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
+    """Red team round 3: time moved out of the median into one entry, and the sum padded past the
+    block's wall time so that the parent's clock saw less unexplained time than eager's."""
+    import math
+
+    import pytest
+
+    paired = protocol._Paired.__new__(protocol._Paired)
+    paired.calls = {"candidate": 10}
+    honest = {"median_ms": 0.1, "sum_ms": 1.2, "loop_ms": 0.0, "calls": 10}
+    assert paired._block_median("candidate", honest, wall_ms=1.6) == 0.1
+    for bad, wall in (
+        ({**honest, "sum_ms": 4.0}, 1.6),  # more time in its calls than the block took
+        ({**honest, "median_ms": math.nan}, 1.6),
+        ({**honest, "sum_ms": math.inf}, 1.6),
+        ({**honest, "calls": 9}, 1.6),
+        ({**honest, "loop_ms": 0.2}, 1.6),  # a median below the back-to-back time per call
+    ):
+        with pytest.raises(protocol._Stop) as stop:
+            paired._block_median("candidate", bad, wall_ms=wall)
+        assert stop.value.status == Status.REJECTED and "does not add up" in stop.value.reason
