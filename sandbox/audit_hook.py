@@ -129,6 +129,27 @@ def _allowed_callers() -> dict[str, frozenset]:
     return {"sys._getframe": frozenset(readers), "marshal.loads": pyc}
 
 
+def _name_reader_files() -> frozenset[str]:
+    """Modules whose code calls sys._getframe (itself or through inspect.currentframe) only to
+    read a caller's module name or globals, and hands no frame out: typing and typing_extensions
+    (building an alias of a generic: `Optional[Tuple[Tensor]]` in an annotation), collections
+    and enum (a named tuple's or enum's module), logging (the caller's file and line) and
+    torch.fx's `wrap` (registers a function in its caller's globals). An upload's code uses
+    them at import, so a candidate that keeps the reference's code does too."""
+    import collections
+    import enum
+    import logging
+    import typing
+
+    modules: list = [collections, enum, logging, typing]
+    for name in ("typing_extensions", "torch.fx._symbolic_trace"):
+        try:
+            modules.append(__import__(name, fromlist=["_"]))
+        except ImportError:
+            pass
+    return frozenset(os.path.realpath(m.__file__) for m in modules if getattr(m, "__file__", None))
+
+
 def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], list[str]]:
     """Install the hook (once per process: hooks cannot be removed) and return a function that
     hands over the refusals recorded since it was last called. `untrusted_roots`: folders of
@@ -152,6 +173,7 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     refusals: list[str] = []
     busy: set[int] = set()  # threads inside the hook (a thread's own events there are the hook's)
     allowed = _allowed_callers()
+    reader_files = _name_reader_files()
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
 
     def kind_of_file(name: str) -> int:
@@ -179,6 +201,8 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
                     kinds[code] = k
             if k != neutral_kind:
                 return k
+            if event == "sys._getframe" and code.co_filename in reader_files:
+                return trusted_kind  # reads a name through the frame and drops it (_name_reader_files)
             if code.co_name == "<module>" and not startswith(code.co_filename, "<"):
                 return trusted_kind  # an installed module's own code at its import (torch's lazy imports)
             f = f.f_back

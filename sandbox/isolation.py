@@ -603,14 +603,14 @@ class Child:
         except OSError:
             return ""
 
-    def pause(self, stop: bool = True) -> None:
+    def pause(self, stop: bool = True) -> bool:
         """SIGSTOP (or SIGCONT) every process of this child. The candidate is stopped while the
         reference times the baselines, so nothing it started (a native thread launching
-        kernels, say) can slow the baseline it is compared with."""
+        kernels, say) can slow the baseline it is compared with. False where the signal could
+        not be sent (a zygote child whose zygote is gone): a paired window must not go on."""
         sig = signal.SIGSTOP if stop else signal.SIGCONT
         if hasattr(self.proc, "signal_tree"):  # forked by the zygote: it signals what it forked
-            self.proc.signal_tree(sig)
-            return
+            return bool(self.proc.signal_tree(sig))
         try:
             os.killpg(self.proc.pid, sig)
         except OSError:
@@ -623,6 +623,7 @@ class Child:
                 os.kill(pid, sig)
             except OSError:
                 pass
+        return True
 
     def kill(self) -> None:
         try:

@@ -102,7 +102,7 @@ def static_rejection(blocking: list[str]) -> str:
 # what reading a reply of the wrong form raises: children write their own sockets, and candidate
 # code in a child can write there too (red team parent_memory), so no reply is trusted to have
 # the keys and types the protocol expects
-MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError, RecursionError)
 
 
 def malformed_reply(exc: BaseException) -> str:
@@ -309,7 +309,9 @@ class _Paired:
         for c in self.children:
             stop = c is not child
             if self.paused[id(c)] != stop:
-                c.pause(stop)
+                if not c.pause(stop):  # an unpaused neighbour would run beside the timed calls
+                    why = getattr(c.proc, "lost", "") or "the zygote that forked it does not answer"
+                    raise _Stop(Status.RUNTIME_ERROR, f"the {c.role} could not be paused for the timing window: {why}")
                 self.paused[id(c)] = stop
 
     def _ask(self, name: str, msg: dict, stage: str) -> dict:
@@ -392,6 +394,8 @@ class _Paired:
         more time in its calls and pass than the block took on this process's clock (a sum
         padded past it would hide time moved out of the median; red team 2026-12-06)."""
         median, total, loop = float(reply["median_ms"]), float(reply["sum_ms"]), float(reply["loop_ms"])
+        if not all(math.isfinite(x) for x in (median, total, loop, float(reply["calls"]))):
+            raise ValueError(f"a timing block's account is not finite: {reply!r:.300}")
         calls = int(reply["calls"])
         slack = 1e-6 * max(1.0, total)
         spent = total + (loop_calls(calls) * loop if loop > 0 else 0.0)
@@ -1324,30 +1328,61 @@ def _may_run_in_a_graph(name: str, own: set[str]) -> bool:
     return _is_allowed_library_kernel(name) or _kernel_base(name).split("::")[-1] in own
 
 
+CEILING_RANGES = {"bandwidth_gbs": (1e-3, 1e6), "tflops": (1e-6, 1e5)}  # what any device can measure
+
+
 def _roofline(ref: Child, data: dict, res: EvalResult, options: EvalOptions) -> Roofline | None:
-    roof = data.get("roofline") or {}
-    if not roof or res.timing.candidate is None:
-        return None
-    dtype = (roof.get("dtypes") or ["float32"])[0]
-    key = cache.sha256_text(
-        "ceilings/1", res.device, _torch_version(), dtype, str(options.threads()), str(options.allow_tf32)
-    )
-    path = cache.section(options.cache_dir, "ceilings") / f"{key}.json"
-    ceil = cache.read_json(path)
-    if ceil is None:
-        try:
-            ref.restart_clock(180)
-            ref.send({"cmd": "ceilings", "dtype": dtype})
-            ceil = ref.recv(timeout=120)
-            cache.write_json_atomic(path, ceil)
-        except Exception as exc:
-            res.audit.findings.append(f"roofline: could not measure the device ceilings ({type(exc).__name__})")
+    """The roofline, a report only: whatever goes wrong in it is a finding, never the result's
+    status. The ceilings are measured in the reference child, which runs the task's code, so
+    they are cached per task (a hostile task cannot write another's: red team 2026-12-06
+    poisoned a host-wide entry) and held to CEILING_RANGES; a measurement that fails or times
+    out is remembered too, so a task that stalls it holds the device once."""
+    try:
+        roof = data.get("roofline") or {}
+        if not roof or res.timing.candidate is None:
             return None
-    bw = float(ceil["bandwidth_gbs"])
-    tf = float(ceil["tflops"])
-    return roofline_of(
-        res.device, float(roof["flops"]), float(roof["min_bytes"]), bw, tf, res.timing.candidate.median_ms
-    )
+        dtype = str((roof.get("dtypes") or ["float32"])[0])
+        key = cache.sha256_text(
+            "ceilings/2",
+            res.task_hash,
+            res.device,
+            _torch_version(),
+            dtype,
+            str(options.threads()),
+            str(options.allow_tf32),
+        )
+        path = cache.section(options.cache_dir, "ceilings") / f"{key}.json"
+        ceil = cache.read_json(path)
+        if ceil is None:
+            ceil = _measure_ceilings(ref, dtype)
+            cache.write_json_atomic(path, ceil)
+        if ceil.get("failed"):
+            res.audit.findings.append(f"roofline: could not measure the device ceilings ({ceil['failed']})")
+            return None
+        flops, nbytes = float(roof["flops"]), float(roof["min_bytes"])
+        if not (math.isfinite(flops) and math.isfinite(nbytes)):
+            raise ValueError("the task's FLOP or byte count is not finite")
+        return roofline_of(
+            res.device, flops, nbytes, ceil["bandwidth_gbs"], ceil["tflops"], res.timing.candidate.median_ms
+        )
+    except Exception as exc:
+        res.audit.findings.append(f"roofline: not computed ({type(exc).__name__}: {str(exc)[:200]})")
+        return None
+
+
+def _measure_ceilings(ref: Child, dtype: str) -> dict:
+    """The device's bandwidth and FLOP rate from the reference child, checked, or {"failed": why}."""
+    try:
+        ref.restart_clock(180)
+        ref.send({"cmd": "ceilings", "dtype": dtype})
+        reply = ref.recv(timeout=120)
+        ceil = {k: float(reply[k]) for k in CEILING_RANGES}
+    except Exception as exc:
+        return {"failed": type(exc).__name__}
+    for k, (lo, hi) in CEILING_RANGES.items():
+        if not lo <= ceil[k] <= hi:  # NaN fails too
+            return {"failed": f"{k} {ceil[k]!r} is not a device's"}
+    return ceil
 
 
 def roofline_of(device: str, flops: float, nbytes: float, bw_gbs: float, tflops: float, cand_ms: float) -> Roofline:
@@ -1505,6 +1540,9 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
     except _Stop as stop:
         res.status = stop.status
         res.reasons.append(stop.reason)
+    except MALFORMED as exc:  # a reply the task's child forged or broke
+        res.status = Status.RUNTIME_ERROR
+        res.reasons.append(malformed_reply(exc))
     finally:
         if ref is not None:
             ref.close()

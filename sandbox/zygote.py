@@ -228,12 +228,16 @@ class ContainedZygoteProcess(ZygoteProcess):
     """A child of a contained zygote: its pid means something only to the zygote, which
     therefore also delivers its signals."""
 
-    def signal_tree(self, sig: int) -> None:
+    def signal_tree(self, sig: int) -> bool:
+        """Whether the signal reached the child's processes (False: the zygote, which sends it,
+        is gone or unreachable; the child may still run)."""
         if self.returncode is None and self.client.alive():
             try:
                 self.client.signal(self.pid, sig)
-            except (OSError, ValueError):  # the zygote is gone, and its children with it
+                return True
+            except (OSError, ValueError):
                 self.lost = self.client.lost
+        return False
 
 
 _launcher: tuple[int, queue.SimpleQueue] | None = None

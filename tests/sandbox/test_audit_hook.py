@@ -94,6 +94,23 @@ def code_it_compiled():
 def named_tuple_and_type_var():
     return collections.namedtuple("P", "a b")(1, 2), typing.TypeVar("T")
 
+def typing_aliases():
+    from typing import Optional, Tuple, Union
+
+    import typing_extensions
+
+    return Union[int, Tuple[int, int]], Optional[Tuple[bytes, float]], typing_extensions.Literal["x", "y"]
+
+def fx_wrapped_helper():
+    import wrapped  # a module whose top level does what upstream model code does: @torch.fx.wrap
+
+    return wrapped.rotate(2)
+
+def logging_a_warning():
+    import logging
+
+    logging.getLogger("kw-audit-hook-test").warning("a candidate may log")
+
 def own():
     return 1
 
@@ -145,7 +162,23 @@ REFUSED = [
     "thread_frames",
     "code_it_compiled",
 ]
-ALLOWED = ["named_tuple_and_type_var", "own_code_rewrite", "stdlib_import"]
+ALLOWED = [
+    "named_tuple_and_type_var",
+    "own_code_rewrite",
+    "stdlib_import",
+    "typing_aliases",
+    "fx_wrapped_helper",
+    "logging_a_warning",
+]
+
+WRAPPED = """import torch
+import torch.fx
+
+
+@torch.fx.wrap
+def rotate(x):
+    return x + 1
+"""
 
 
 def _run(tmp_path: Path) -> dict:
@@ -154,6 +187,7 @@ def _run(tmp_path: Path) -> dict:
     cand = tmp_path / "cand"
     cand.mkdir()
     (cand / "candidate.py").write_text(CANDIDATE)
+    (cand / "wrapped.py").write_text(WRAPPED)
     driver = tmp_path / "driver.py"
     driver.write_text(
         DRIVER.format(root=str(ROOT), cand=str(cand), sandbox=str(ROOT / "sandbox"), names=REFUSED + ALLOWED)

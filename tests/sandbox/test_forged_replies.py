@@ -92,3 +92,48 @@ def test_a_forged_reply_without_its_keys_is_a_result_not_a_raise(quick):
     assert '{"__dict__": {"ok": True}}' in SMALL_FORGER
     res = evaluate(task("softmax_tiny.py"), {"model_new.py": SMALL_FORGER, "kernels/softmax.cpp": CPP}, quick())
     assert res.status != Status.OK and res.reward == -1, res.reasons
+
+
+POISONING_TASK = """import sys
+import torch
+import torch.nn as nn
+
+_w = sys.modules.get("sand" + "box.wor" + "ker")
+if _w is not None:
+    def _fake(device, dtype_name="float32"):
+        return {"bandwidth_gbs": 10 ** 4000, "tflops": 1.0, "dtype": dtype_name}
+    setattr(_w, "_measure_" + "ceilings", _fake)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_task_cannot_poison_the_device_ceilings_of_other_evaluations(quick, tmp_path):
+    """Red team round 4: a task (its child has no audit hook) answered the ceilings with a
+    4,000-digit bandwidth; the parent cached it host-wide, and every later passing evaluation on
+    the device raised OverflowError out of evaluate(). Ceilings are now checked, cached per task,
+    and the roofline is a report that never fails a result."""
+    from sandbox import evaluate
+    from sandbox.protocol import baseline
+    from sandbox.schema import Status
+    from tests.sandbox.helpers import candidate, task
+
+    options = quick(cache_dir=str(tmp_path))
+    hostile = evaluate(POISONING_TASK, candidate("softmax_cpp"), options)
+    assert hostile.status == Status.OK and hostile.roofline is None, hostile.reasons
+    assert any("could not measure the device ceilings" in f for f in hostile.audit.findings)
+    assert baseline(POISONING_TASK, options).status == Status.OK
+    honest = evaluate(task("softmax_tiny.py"), candidate("softmax_cpp"), options)
+    assert honest.status == Status.OK, honest.reasons
+    assert honest.roofline is not None and 0 < honest.roofline.peak_bandwidth_gbs < 1e6

@@ -228,9 +228,9 @@ def test_the_child_that_is_not_timing_is_stopped(quick, monkeypatch):
     calls: list[tuple[str, bool]] = []
     real = isolation.Child.pause
 
-    def pause(self, stop: bool = True) -> None:
+    def pause(self, stop: bool = True) -> bool:
         calls.append((self.role, stop))
-        real(self, stop)
+        return real(self, stop)
 
     monkeypatch.setattr(isolation.Child, "pause", pause)
     opts = quick(torch_ops="allow", cpu_threads=1)

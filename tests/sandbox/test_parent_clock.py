@@ -63,11 +63,12 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
     assert paired._block_median("candidate", honest, wall_ms=1.6) == 0.1
     for bad, wall in (
         ({**honest, "sum_ms": 4.0}, 1.6),  # more time in its calls than the block took
-        ({**honest, "median_ms": math.nan}, 1.6),
-        ({**honest, "sum_ms": math.inf}, 1.6),
         ({**honest, "calls": 9}, 1.6),
         ({**honest, "loop_ms": 0.2}, 1.6),  # a median below the back-to-back time per call
     ):
         with pytest.raises(protocol._Stop) as stop:
             paired._block_median("candidate", bad, wall_ms=wall)
         assert stop.value.status == Status.REJECTED and "does not add up" in stop.value.reason
+    for bad in ({**honest, "median_ms": math.nan}, {**honest, "sum_ms": math.inf}, {**honest, "calls": math.inf}):
+        with pytest.raises(protocol.MALFORMED):  # a runtime_error result (protocol._evaluate_once)
+            paired._block_median("candidate", bad, wall_ms=1.6)
