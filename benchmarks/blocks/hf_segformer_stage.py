@@ -12,7 +12,7 @@ does between stages. Shapes as nvidia/mit-b0 (hidden 32, 1 head, sr_ratio 8, mlp
 of the four, no output_attentions / output_hidden_states / ModelOutput."""
 
 import math
-from typing import Optional  # noqa: UP035
+from typing import Optional
 
 import torch
 from torch import nn
@@ -297,12 +297,12 @@ class Model(nn.Module):
         batch_size = pixel_values.shape[0]
 
         hidden_states = pixel_values
-        for idx, x in enumerate(zip(self.patch_embeddings, self.block, self.layer_norm)):
+        for idx, x in enumerate(zip(self.patch_embeddings, self.block, self.layer_norm)):  # noqa: B007, B905 (as upstream)
             embedding_layer, block_layer, norm_layer = x
             # first, obtain patch embeddings
             hidden_states, height, width = embedding_layer(hidden_states)
             # second, send embeddings through blocks
-            for i, blk in enumerate(block_layer):
+            for i, blk in enumerate(block_layer):  # noqa: B007 (as upstream)
                 layer_outputs = blk(hidden_states, height, width, output_attentions)
                 hidden_states = layer_outputs[0]
             # third, apply layer norm

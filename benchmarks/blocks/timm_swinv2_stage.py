@@ -357,7 +357,7 @@ class SwinTransformerV2Block(nn.Module):
             mask_windows = window_partition(img_mask, self.window_size)  # nW, window_size, window_size, 1
             mask_windows = mask_windows.view(-1, self.window_area)
             attn_mask = mask_windows.unsqueeze(1) - mask_windows.unsqueeze(2)
-            attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(attn_mask == 0, float(0.0))
+            attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0)).masked_fill(attn_mask == 0, float(0.0))  # noqa: UP018 (as upstream)
         else:
             attn_mask = None
         return attn_mask
@@ -382,8 +382,8 @@ class SwinTransformerV2Block(nn.Module):
 
         target_window_size = to_2tuple(target_window_size)
         target_shift_size = to_2tuple(target_shift_size)
-        window_size = [r if r <= w else w for r, w in zip(self.input_resolution, target_window_size)]
-        shift_size = [0 if r <= w else s for r, w, s in zip(self.input_resolution, window_size, target_shift_size)]
+        window_size = [r if r <= w else w for r, w in zip(self.input_resolution, target_window_size)]  # noqa: B905 (as upstream)
+        shift_size = [0 if r <= w else s for r, w, s in zip(self.input_resolution, window_size, target_shift_size)]  # noqa: B905 (as upstream)
         return tuple(window_size), tuple(shift_size)
 
     def _attn(self, x: torch.Tensor) -> torch.Tensor:
