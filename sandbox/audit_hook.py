@@ -112,21 +112,13 @@ def _text(x: object) -> str | None:
 
 
 def _allowed_callers() -> dict[str, frozenset]:
-    """Standard-library code allowed an event wherever it is called from: code that calls
-    sys._getframe only to read its caller's module name and drops the frame
-    (collections.namedtuple, typing's TypeVar), and the import system reading a .pyc file
-    (`_compile_bytecode`; a .pyc keeps whatever file name it was compiled with, so candidate
-    code may not write one: `_LOADABLE`)."""
-    import collections
+    """Standard-library code allowed an event wherever it is called from: the import system
+    reading a .pyc file (`_compile_bytecode`; a .pyc keeps whatever file name it was compiled
+    with, so candidate code may not write one: `_LOADABLE`). Frame reads for a name are
+    `_name_reader_files`'."""
     import importlib._bootstrap_external as external
-    import typing
 
-    readers = [collections.namedtuple.__code__]
-    caller = getattr(typing, "_caller", None)
-    if caller is not None:
-        readers.append(caller.__code__)
-    pyc = frozenset({external._compile_bytecode.__code__})  # type: ignore[attr-defined]
-    return {"sys._getframe": frozenset(readers), "marshal.loads": pyc}
+    return {"marshal.loads": frozenset({external._compile_bytecode.__code__})}  # type: ignore[attr-defined]
 
 
 def _name_reader_files() -> frozenset[str]:

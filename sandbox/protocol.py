@@ -315,11 +315,7 @@ class _Paired:
                 self.paused[id(c)] = stop
 
     def _ask(self, name: str, msg: dict, stage: str) -> dict:
-        child = self.owner[name]
-        assert child is not None, f"{name} has no child"  # the candidate's, when it is timed
-        self._switch_to(child)
-        _send(child, {**msg, "which": name}, WHO[name], stage)
-        return _recv(child, WHO[name], stage)
+        return self._ask_timed(name, msg, stage)[0]
 
     def run(self, progress: Progress | None = None) -> None:
         o = self.options
@@ -376,15 +372,15 @@ class _Paired:
                     c.pause(False)
                     self.paused[id(c)] = False
 
-    def _ask_timed(self, name: str, msg: dict) -> tuple[dict, float]:
-        """A block's reply and its wall time on this process's clock, from the request sent
+    def _ask_timed(self, name: str, msg: dict, stage: str = "timing") -> tuple[dict, float]:
+        """A child's reply and its wall time on this process's clock, from the request sent
         (the child already running) to the reply read."""
         child = self.owner[name]
-        assert child is not None, f"{name} has no child"
+        assert child is not None, f"{name} has no child"  # the candidate's, when it is timed
         self._switch_to(child)
         t0 = time.perf_counter()
-        _send(child, {**msg, "which": name}, WHO[name], "timing")
-        reply = _recv(child, WHO[name], "timing")
+        _send(child, {**msg, "which": name}, WHO[name], stage)
+        reply = _recv(child, WHO[name], stage)
         return reply, (time.perf_counter() - t0) * 1000.0
 
     def _block_median(self, name: str, reply: dict, wall_ms: float) -> float:
