@@ -142,6 +142,21 @@ def _name_reader_files() -> frozenset[str]:
     return frozenset(os.path.realpath(m.__file__) for m in modules if getattr(m, "__file__", None))
 
 
+def _linker_search_is_fixed(untrusted: tuple[str, ...]) -> bool:
+    """Whether a library named without a slash can only come from where candidate code cannot
+    write. glibc reads LD_LIBRARY_PATH once, at start-up (a later os.environ change does not
+    move the search), then its cache and the system folders, never the working directory; an
+    entry that is relative, empty (the working directory), under the candidate's folders or
+    under /tmp would let a file the candidate wrote answer the name."""
+    for entry in os.environ.get("LD_LIBRARY_PATH", "").split(":") if os.environ.get("LD_LIBRARY_PATH") else []:
+        if not os.path.isabs(entry):
+            return False
+        where = os.path.join(os.path.realpath(entry), "")
+        if where.startswith(untrusted) or where.startswith(("/tmp/", "/var/tmp/", "/dev/shm/")):
+            return False
+    return True
+
+
 def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], list[str]]:
     """Install the hook (once per process: hooks cannot be removed) and return a function that
     hands over the refusals recorded since it was last called. `untrusted_roots`: folders of
@@ -152,6 +167,7 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     neutral = _neutral_prefixes()
     untrusted = tuple(os.path.join(os.path.realpath(r), "") for r in untrusted_roots)
     loadable = tuple(os.path.realpath(x) for x in libraries) + neutral + _SYSTEM_LIBS
+    bare_names_found_safely = _linker_search_is_fixed(untrusted)
     # everything the hook reads is bound here: the module's globals are within candidate code's
     # reach (sys.modules), the hook's closure is not
     getframe, get_ident, realpath, text = sys._getframe, threading.get_ident, os.path.realpath, _text
@@ -251,12 +267,16 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
 
     def foreign_library(event: str, args: tuple) -> str | None:
         """A library loaded from anywhere but the build, installed packages or the system: the
-        harness loads nothing else on anyone's behalf (kwrt's path comes from its environment)."""
+        harness loads nothing else on anyone's behalf (kwrt's path comes from its environment).
+        A bare name (torch's `CDLL("libnvidia-ml.so.1")` on CUDA) is the dynamic linker's to
+        find, in search paths fixed when the process started (`_linker_search_is_fixed`)."""
         if event != "ctypes.dlopen" or args[0] is None:
             return None
         name = text(args[0])
         if name is None:
             return "loading a library named by an object"
+        if "/" not in name and bare_names_found_safely:
+            return None
         path = realpath(name)
         return None if startswith(path, loadable) else f"loading {path}"
 

@@ -118,6 +118,16 @@ def own_code_rewrite():
     own.__defaults__ = ()
     return own()
 
+def torch_probes_nvml():
+    import torch
+
+    try:  # torch.cuda.device_count() asks NVML by a bare name: CDLL("libnvidia-ml.so.1")
+        torch.cuda._raw_device_count_nvml()
+    except PermissionError:
+        raise
+    except OSError:
+        pass  # no NVIDIA driver here: the library is missing, and loading it was allowed
+
 def stdlib_import():
     import json.tool, fractions
     return fractions.Fraction(1, 3)
@@ -169,6 +179,7 @@ ALLOWED = [
     "typing_aliases",
     "fx_wrapped_helper",
     "logging_a_warning",
+    "torch_probes_nvml",
 ]
 
 WRAPPED = """import torch
@@ -232,3 +243,17 @@ def test_harness_code_keeps_frames_and_tracebacks(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "bad.py" in proc.stdout and "record []" in proc.stdout, proc.stdout
+
+
+def test_a_bare_library_name_is_the_linkers_only_while_its_search_path_is_out_of_reach(monkeypatch):
+    from sandbox.audit_hook import _linker_search_is_fixed
+
+    for unsafe in ("/tmp/libs", "libs", "/usr/lib::/opt", "/work/cand/lib"):
+        monkeypatch.setenv("LD_LIBRARY_PATH", unsafe)
+        assert not _linker_search_is_fixed(("/work/cand/",)), unsafe
+    for safe in ("/usr/local/nvidia/lib64:/usr/lib", None):
+        if safe is None:
+            monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+        else:
+            monkeypatch.setenv("LD_LIBRARY_PATH", safe)
+        assert _linker_search_is_fixed(("/work/cand/",)), safe
