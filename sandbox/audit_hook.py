@@ -157,6 +157,24 @@ def _linker_search_is_fixed(untrusted: tuple[str, ...]) -> bool:
     return True
 
 
+def _native_probe_files() -> tuple[frozenset[str], str]:
+    """Modules whose ctypes calls load one fixed system library and call fixed symbols in it,
+    handing no handle out, and the ctypes package's folder (its frames pass a call through).
+    torch.cuda asks NVML for the device count (`CDLL("libnvidia-ml.so.1")`) whenever a count is
+    wanted and CUDA is not initialised in the process, so any candidate that touches the
+    device API can set it off."""
+    import ctypes
+
+    files: set[str] = set()
+    try:
+        import torch.cuda
+
+        files |= {torch.cuda.__file__, os.path.realpath(torch.cuda.__file__)}
+    except ImportError:
+        pass
+    return frozenset(files), os.path.join(os.path.dirname(ctypes.__file__), "")
+
+
 def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], list[str]]:
     """Install the hook (once per process: hooks cannot be removed) and return a function that
     hands over the refusals recorded since it was last called. `untrusted_roots`: folders of
@@ -182,6 +200,7 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     busy: set[int] = set()  # threads inside the hook (a thread's own events there are the hook's)
     allowed = _allowed_callers()
     reader_files = _name_reader_files()
+    probe_files, ctypes_folder = _native_probe_files()
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
 
     def kind_of_file(name: str) -> int:
@@ -200,6 +219,12 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
         f: types.FrameType | None = getframe(2)  # past asker and hook: the frame whose operation raised the event
         if f is not None and f.f_code in allowed.get(event, ()):
             return trusted_kind  # standard-library code that needs the event for its own ends
+        if startswith(event, "ctypes."):
+            g = f
+            while g is not None and startswith(g.f_code.co_filename, ctypes_folder):
+                g = g.f_back
+            if g is not None and g.f_code.co_filename in probe_files:
+                return trusted_kind  # torch.cuda's NVML probe (_native_probe_files)
         while f is not None:
             code = f.f_code
             k = kinds.get(code)
@@ -260,10 +285,26 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             name = text(args[1])
             if name is None or startswith(name, "<") and not startswith(name, "<frozen"):
                 return None  # named by `hook` as the candidate's where candidate code compiles it
-            if kind_of_file(name) == untrusted_kind:
-                return None
+            kind = kind_of_file(name)
+            if kind == untrusted_kind or kind == neutral_kind and is_the_file(args[0], name):
+                return None  # the candidate's own name, or an installed file's own text (no .pyc)
             return f"compiling code named {name}"
         return None
+
+    def is_the_file(source: object, name: str) -> bool:
+        """Whether `source` is the text of the file `name`: what the import system compiles for
+        an installed module that has no bytecode cache (a read-only site-packages, a package
+        installed without compiling). Code under an installed name with any other text is a
+        forgery; harness names get no such pass (importing sandbox is refused outright)."""
+        if type(source) is str:
+            source = source.encode()
+        if type(source) is not bytes:
+            return False
+        try:
+            with open(name, "rb") as fh:
+                return fh.read() == source
+        except OSError:
+            return False
 
     def foreign_library(event: str, args: tuple) -> str | None:
         """A library loaded from anywhere but the build, installed packages or the system: the

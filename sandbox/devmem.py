@@ -70,6 +70,18 @@ def footprint(peak: int, roofline: dict, input_sets: int) -> int:
     return reference + candidate + 2 * CONTEXT_BYTES
 
 
+def input_sets_that_fit(peak: int, roofline: dict, wanted: int, total: int) -> int:
+    """The most timing input sets, at most `wanted`, whose footprint fits a `total`-byte device;
+    never fewer than two (the timed loop exchanges sets between calls, so a forward that keys a
+    cached output on its input's address returns a stale one), nor more than asked. A task of
+    4 GiB tensors ran out of memory on an 80 GB H100 holding the whole device with three sets
+    (2026-12-06): the reference and the candidate each keep every set."""
+    n = wanted
+    while n > 2 and footprint(peak, roofline, n) > total:
+        n -= 1
+    return n
+
+
 def parts_for(nbytes: int, total: int) -> int:
     """Parts of a `total`-byte device that cover `nbytes`: at least 1, at most all of them."""
     if total <= 0:

@@ -653,11 +653,25 @@ def _admitted_setup(
     _send(ref, msg, REF, "setup")
     data = _recv(ref, REF, "building the model")
     memory = data.get("memory") or {}
+    data["input_sets"] = options.input_sets
+    if data.get("ok") and memory:
+        data["input_sets"] = devmem.input_sets_that_fit(
+            memory["peak"], data["roofline"], options.input_sets, memory["total"]
+        )
     if data.get("ok") and memory and options.device_lock:
         share.open(data.get("device_id"))
-        need = devmem.footprint(memory["peak"], data["roofline"], options.input_sets)
+        need = devmem.footprint(memory["peak"], data["roofline"], data["input_sets"])
         share.take(devmem.PARTS if share.whole else devmem.parts_for(need, memory["total"]), on_wait)
     return data
+
+
+def _fewer_sets_finding(data: dict, wanted: int) -> str:
+    m, gib = data["memory"], 2**30
+    return (
+        f"memory: {data['input_sets']} timing input sets instead of {wanted}: with {wanted}, what the evaluation "
+        f"keeps on the device (sandbox.devmem.footprint, one set {data['roofline']['input_bytes'] / gib:.2f} GiB) "
+        f"would pass the device's {m['total'] / gib:.0f} GiB"
+    )
 
 
 def _share_finding(share: devmem.MemoryShare, data: dict) -> str:
@@ -839,7 +853,10 @@ class _Evaluation:
         candidate prepares its side; then one window, eager / torch.compile / candidate in rounds."""
         options, backend, res, ref, cand = self.options, self.backend, self.res, self.ref, self.cand
         self.progress("baseline", {"compile": options.compile_baseline})
-        fingerprints, shapes = _timing_sets(ref, cand, options.input_sets)
+        sets = self.data["input_sets"]
+        if sets < options.input_sets:
+            res.audit.findings.append(_fewer_sets_finding(self.data, options.input_sets))
+        fingerprints, shapes = _timing_sets(ref, cand, sets)
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
         window = _window_cpu(options, backend, res.device_id)
         _send(
@@ -874,7 +891,7 @@ class _Evaluation:
         problems = _judge_timing(timed, fingerprints, self.msg, options, backend, res, self.files, self.widen)
         problems += hidden
         problems += _spot_checks(ref, timed.get("spot") or [])
-        _record_timing(res, paired, timed, base, backend, options.input_sets)
+        _record_timing(res, paired, timed, base, backend, sets)
         res.audit.kernels = sorted(set(res.audit.kernels) | set(timed.get("kernels", [])))
         res.audit.graph_launches = int(timed.get("graph_launches", 0))
         if problems:
@@ -1492,7 +1509,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
         res.device = data["device_name"]
         res.device_id = data.get("device_id", "")
-        _timing_sets(ref, None, options.input_sets)
+        _timing_sets(ref, None, data["input_sets"])
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
         _send(
             ref,
@@ -1515,7 +1532,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         res.reasons.extend(paired.findings)
         _send(ref, {"cmd": "timing_end"}, "the reference (task)", "baseline timing")
         _record_timing(
-            res, paired, None, _recv(ref, "the reference (task)", "baseline timing"), backend, options.input_sets
+            res, paired, None, _recv(ref, "the reference (task)", "baseline timing"), backend, data["input_sets"]
         )
         res.timing.candidate = res.timing.eager
         res.roofline = _roofline(ref, data, res, options)

@@ -34,6 +34,10 @@ def libc():
     import ctypes
     return ctypes.CDLL(None)
 
+def libc_by_bare_name():
+    import ctypes
+    return ctypes.CDLL("libc.so.6")
+
 def python_api():
     import ctypes
     return ctypes.pythonapi.PyEval_GetFrame
@@ -128,6 +132,20 @@ def torch_probes_nvml():
     except OSError:
         pass  # no NVIDIA driver here: the library is missing, and loading it was allowed
 
+def installed_source_without_bytecode():
+    import importlib.util, tempfile
+
+    sys.pycache_prefix = tempfile.mkdtemp()  # no .pyc to be found: the import compiles the source
+    try:
+        spec = importlib.util.find_spec("fractions")
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    finally:
+        sys.pycache_prefix = None
+
+def installed_name_forgery():
+    import fractions
+    return compile("import sys" + chr(10) + "f = sys._getframe()", fractions.__file__, "exec")
+
 def stdlib_import():
     import json.tool, fractions
     return fractions.Fraction(1, 3)
@@ -158,10 +176,12 @@ REFUSED = [
     "inspect_frame",
     "every_object",
     "libc",
+    "libc_by_bare_name",
     "python_api",
     "proc_maps",
     "harness_named_code",
     "frozen_named_code",
+    "installed_name_forgery",
     "new_code_object",
     "sourceless_bytecode",
     "bytecode",
@@ -180,6 +200,7 @@ ALLOWED = [
     "fx_wrapped_helper",
     "logging_a_warning",
     "torch_probes_nvml",
+    "installed_source_without_bytecode",
 ]
 
 WRAPPED = """import torch

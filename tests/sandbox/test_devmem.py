@@ -133,6 +133,20 @@ def test_a_published_size_elementwise_task_needs_most_of_an_h200():
     assert devmem.parts_for(small, h200) <= 2  # dozens of small evaluations share one GPU
 
 
+def test_a_task_of_large_tensors_is_timed_on_fewer_sets_but_never_one():
+    """The H100 run of 2026-12-06: 4 GiB in, 4 GiB out ran out of an 80 GB card holding all of
+    it with three sets in each child; two fit. Small tasks keep every set asked for."""
+    gib = 1 << 30
+    big = {"input_bytes": 4 * gib, "output_bytes": 4 * gib}
+    assert devmem.footprint(8 * gib, big, input_sets=3) > 79 * gib
+    assert devmem.input_sets_that_fit(8 * gib, big, 3, 79 * gib) == 2
+    assert devmem.input_sets_that_fit(8 * gib, big, 3, 8 * gib) == 2  # fits nowhere: still two
+    assert devmem.input_sets_that_fit(8 * gib, big, 1, 79 * gib) == 1  # never more than asked
+    small = {"input_bytes": 16 << 20, "output_bytes": 16 << 20}
+    assert devmem.input_sets_that_fit(64 << 20, small, 3, 79 * gib) == 3
+    assert devmem.input_sets_that_fit(64 << 20, small, 5, 79 * gib) == 5
+
+
 def test_out_of_memory_reads_torch_words():
     assert devmem.out_of_memory(["task: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB."])
     assert devmem.out_of_memory(["the task failed: AcceleratorError: CUDA error: out of memory"])
