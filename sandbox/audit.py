@@ -548,7 +548,7 @@ _SOURCE_RULES: list[tuple[str, str]] = [
     ),
     (r"/proc/|\bptrace\b|\bprocess_vm_readv\b", "reads other processes or /proc"),
     (r"\bsignal\.(signal|setitimer|alarm)\b", "installs signal handlers or timers"),
-    (r"\b__class__\s*=|\b_make_subclass\b|\b_make_wrapper_subclass\b", "builds tensor subclasses (lazy outputs)"),
+    (r"\b__class__\s*=(?!=)|\b_make_subclass\b|\b_make_wrapper_subclass\b", "builds tensor subclasses (lazy outputs)"),
     (r"\bbuiltins\b|__builtins__", "touches builtins"),
     (
         r"\bsched_setaffinity\b|\bpthread_setaffinity_np\b|\bset_num_threads\b|\bset_num_interop_threads\b"

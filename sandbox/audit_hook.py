@@ -31,6 +31,8 @@ process's memory without an event. docs/security.md lists what stands behind thi
 
 from __future__ import annotations
 
+import builtins
+import ctypes
 import os
 import sys
 import sysconfig
@@ -157,22 +159,19 @@ def _linker_search_is_fixed(untrusted: tuple[str, ...]) -> bool:
     return True
 
 
-def _native_probe_files() -> tuple[frozenset[str], str]:
-    """Modules whose ctypes calls load one fixed system library and call fixed symbols in it,
-    handing no handle out, and the ctypes package's folder (its frames pass a call through).
-    torch.cuda asks NVML for the device count (`CDLL("libnvidia-ml.so.1")`) whenever a count is
-    wanted and CUDA is not initialised in the process, so any candidate that touches the
-    device API can set it off."""
-    import ctypes
-
-    files: set[str] = set()
+def _native_probe_codes() -> frozenset:
+    """The code of torch.cuda's NVML probes: each loads one fixed library by a fixed bare name
+    and calls fixed symbols in it, handing no handle out. torch asks NVML for the device count
+    (`CDLL("libnvidia-ml.so.1")`) whenever a count is wanted and CUDA is not initialised in the
+    process, so any candidate that touches the device API can set it off. Trusted by code object,
+    not by file: other functions of torch/cuda/__init__.py call whatever callable they are given
+    (red team 2026-12-06: `_WrappedTritonKernel(ctypes.CDLL)("libc.so.6")`)."""
     try:
         import torch.cuda
-
-        files |= {torch.cuda.__file__, os.path.realpath(torch.cuda.__file__)}
     except ImportError:
-        pass
-    return frozenset(files), os.path.join(os.path.dirname(ctypes.__file__), "")
+        return frozenset()
+    names = ("_raw_device_count_nvml", "_raw_device_uuid_nvml")
+    return frozenset(f.__code__ for f in (getattr(torch.cuda, n, None) for n in names) if f is not None)
 
 
 def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], list[str]]:
@@ -200,7 +199,14 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     busy: set[int] = set()  # threads inside the hook (a thread's own events there are the hook's)
     allowed = _allowed_callers()
     reader_files = _name_reader_files()
-    probe_files, ctypes_folder = _native_probe_files()
+    probe_codes = _native_probe_codes()
+    ctypes_folder = os.path.join(os.path.dirname(os.path.realpath(ctypes.__file__)), "")
+    real_builtins = builtins.__dict__
+    # what an installed module's code at its import may do with a candidate's frame beneath it
+    # (torch's lazy imports: dataclasses and namedtuples it compiles, decorators rewriting their
+    # functions' defaults, a module-level sys._getframe), measured 2026-12-06; nothing that hands
+    # out every frame or object, native symbols, or a process
+    import_time_events = frozenset({"compile", "object.__setattr__", "object.__delattr__", "sys._getframe"})
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
 
     def kind_of_file(name: str) -> int:
@@ -223,8 +229,8 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             g = f
             while g is not None and startswith(g.f_code.co_filename, ctypes_folder):
                 g = g.f_back
-            if g is not None and g.f_code.co_filename in probe_files:
-                return trusted_kind  # torch.cuda's NVML probe (_native_probe_files)
+            if g is not None and g.f_code in probe_codes:
+                return trusted_kind  # torch.cuda's NVML probe (_native_probe_codes)
         while f is not None:
             code = f.f_code
             k = kinds.get(code)
@@ -236,8 +242,15 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
                 return k
             if event == "sys._getframe" and code.co_filename in reader_files:
                 return trusted_kind  # reads a name through the frame and drops it (_name_reader_files)
-            if code.co_name == "<module>" and not startswith(code.co_filename, "<"):
-                return trusted_kind  # an installed module's own code at its import (torch's lazy imports)
+            if (
+                code.co_name == "<module>"
+                and not startswith(code.co_filename, "<")
+                and event in import_time_events
+                and f.f_builtins is real_builtins
+            ):
+                # an installed module's own code at its import (torch's lazy imports); run by
+                # candidate code with builtins of its own, `object` could be sys._current_frames
+                return trusted_kind
             f = f.f_back
         # the interpreter's own start-up; in any other thread, a thread candidate code started
         # with a standard-library target (red team 2026-12-06: threading.Timer over
@@ -286,6 +299,8 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             if name is None or startswith(name, "<") and not startswith(name, "<frozen"):
                 return None  # named by `hook` as the candidate's where candidate code compiles it
             kind = kind_of_file(name)
+            if kind != untrusted_kind and realpath(name) != name:
+                return f"compiling code named {name}"  # `..` or a link: judged by its text, not its target
             if kind == untrusted_kind or kind == neutral_kind and is_the_file(args[0], name):
                 return None  # the candidate's own name, or an installed file's own text (no .pyc)
             return f"compiling code named {name}"
@@ -316,6 +331,8 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
         name = text(args[0])
         if name is None:
             return "loading a library named by an object"
+        if "$" in name:  # glibc expands $ORIGIN, $LIB, $PLATFORM: the path is not the one judged here
+            return f"loading {name}"
         if "/" not in name and bare_names_found_safely:
             return None
         path = realpath(name)

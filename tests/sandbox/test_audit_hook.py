@@ -146,6 +146,65 @@ def installed_name_forgery():
     import fractions
     return compile("import sys" + chr(10) + "f = sys._getframe()", fractions.__file__, "exec")
 
+def libc_through_torch_cuda():
+    # red team 2026-12-06: torch/cuda/__init__.py was trusted for ctypes as a file, and one of
+    # its functions calls whatever it wraps
+    import ctypes, torch
+    wrap = torch.cuda._WrappedTritonKernel
+    return wrap(getattr)(wrap(ctypes.CDLL)("libc.so.6"), "system")
+
+def libc_through_torch_cuda_device():
+    import ctypes, torch
+    torch.cuda._exchange_device = ctypes.CDLL
+    d = torch.cuda.device(None)
+    d.idx = "libc.so.6"
+    d.__enter__()
+    return d.prev_idx
+
+def origin_expanded_library():
+    # glibc expands $ORIGIN to _ctypes' folder; the hook resolved "$ORIGIN" as a folder under the
+    # working directory: from deep inside an installed package, the name it judged was installed
+    import _ctypes, ctypes, os, torch
+    up = os.path.dirname(_ctypes.__file__).count("/")  # from _ctypes' folder to /
+    packages = os.path.dirname(os.path.dirname(torch.__file__))
+    deep = next(d for d, _, _ in os.walk(os.path.dirname(torch.__file__)) if d.count("/") - packages.count("/") == up - 1)
+    os.chdir(deep)
+    try:
+        torch.cuda._WrappedTritonKernel(ctypes.CDLL)("$ORIGIN/" + "../" * up + HERE.lstrip("/") + "/lib")
+    except PermissionError:
+        raise
+    except OSError:
+        pass  # allowed: glibc looked for the candidate's file
+    finally:
+        os.chdir(HERE)
+
+def dotdot_installed_name():
+    import os
+    text = "import sys" + chr(10) + "FRAME = sys._getframe(1)" + chr(10)
+    open(HERE + "/evil_mod.py", "w").write(text)
+    neutral = os.path.dirname(os.__file__) + "/"
+    g = {}
+    exec(compile(text, neutral + "../" * neutral.count("/") + HERE.lstrip("/") + "/evil_mod.py", "exec"), g)
+    return g["FRAME"]
+
+def installed_module_run_with_own_builtins():
+    # sched.py's top level runs `_sentinel = object()`; its own text, compiled under its name
+    import builtins, sched
+    mine = dict(vars(builtins))
+    mine["object"] = sys._current_frames
+    g = {"__builtins__": mine, "__name__": "x"}
+    exec(compile(open(sched.__file__).read(), sched.__file__, "exec"), g)
+    return g["_sentinel"]
+
+def installed_module_bytecode_seeded_with_gc():
+    import builtins, importlib.util
+    code = importlib.util.find_spec("sched").loader.get_code("sched")
+    mine = dict(vars(builtins))
+    mine["object"] = gc.get_objects
+    g = {"__builtins__": mine, "__name__": "x"}
+    exec(code, g)
+    return g["_sentinel"]
+
 def stdlib_import():
     import json.tool, fractions
     return fractions.Fraction(1, 3)
@@ -182,6 +241,12 @@ REFUSED = [
     "harness_named_code",
     "frozen_named_code",
     "installed_name_forgery",
+    "libc_through_torch_cuda",
+    "libc_through_torch_cuda_device",
+    "origin_expanded_library",
+    "dotdot_installed_name",
+    "installed_module_run_with_own_builtins",
+    "installed_module_bytecode_seeded_with_gc",
     "new_code_object",
     "sourceless_bytecode",
     "bytecode",

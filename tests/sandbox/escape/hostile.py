@@ -688,7 +688,11 @@ def _attack():
         r['policy'] = _e(exc)
     tasks = {}
     for tid in _o.listdir(_P + '/self/task'):
-        for line in _slurp(_P + '/self/task/' + tid + '/status').decode().splitlines():
+        try:
+            status = _slurp(_P + '/self/task/' + tid + '/status').decode()
+        except FileNotFoundError:  # a thread that ended since the listing (torch's pool)
+            continue
+        for line in status.splitlines():
             if line.startswith('Cpus_allowed_list'):
                 tasks[tid] = line.split(':', 1)[1].strip()
     r['tasks'] = sorted(set(tasks.values()))
