@@ -72,6 +72,11 @@ _REFUSED = frozenset(
         "mmap.__new__",
     }
 )
+# what an installed module's code at its import may do with a candidate's frame beneath it
+# (torch's lazy imports: dataclasses and namedtuples it compiles, decorators rewriting their
+# functions' defaults, a module-level sys._getframe), measured 2026-12-06; nothing that hands out
+# every frame or object, native symbols, or a process
+_IMPORT_TIME_EVENTS = frozenset({"compile", "object.__setattr__", "object.__delattr__", "sys._getframe"})
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__", "__globals__"})
 # events whose arguments decide (see `_judge`)
@@ -114,13 +119,26 @@ def _text(x: object) -> str | None:
 
 
 def _allowed_callers() -> dict[str, frozenset]:
-    """Standard-library code allowed an event wherever it is called from: the import system
-    reading a .pyc file (`_compile_bytecode`; a .pyc keeps whatever file name it was compiled
-    with, so candidate code may not write one: `_LOADABLE`). Frame reads for a name are
-    `_name_reader_files`'."""
+    """Code allowed an event wherever it is called from, judged on the frame that called it
+    (ctypes' own frames passed over). The import system reading a .pyc file
+    (`_compile_bytecode`; a .pyc keeps whatever file name it was compiled with, so candidate code
+    may not write one: `_LOADABLE`). torch.cuda's NVML probes, which load one fixed library by a
+    fixed bare name and look up fixed symbols in it, handing no handle out: torch asks NVML for
+    the device count (`CDLL("libnvidia-ml.so.1")`) whenever a count is wanted and CUDA is not
+    initialised in the process, so any candidate that touches the device API sets it off.
+    Trusted by code object, not by file: other functions of torch/cuda/__init__.py call whatever
+    callable they are given (red team 2026-12-06: `_WrappedTritonKernel(ctypes.CDLL)("libc.so.6")`).
+    Frame reads for a name are `_name_reader_files`'."""
     import importlib._bootstrap_external as external
 
-    return {"marshal.loads": frozenset({external._compile_bytecode.__code__})}  # type: ignore[attr-defined]
+    allowed = {"marshal.loads": frozenset({external._compile_bytecode.__code__})}  # type: ignore[attr-defined]
+    try:
+        import torch.cuda
+    except ImportError:
+        return allowed
+    probes = (getattr(torch.cuda, n, None) for n in ("_raw_device_count_nvml", "_raw_device_uuid_nvml"))
+    codes = frozenset(f.__code__ for f in probes if f is not None)
+    return allowed | {event: codes for event in ("ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle")}
 
 
 def _name_reader_files() -> frozenset[str]:
@@ -150,28 +168,14 @@ def _linker_search_is_fixed(untrusted: tuple[str, ...]) -> bool:
     move the search), then its cache and the system folders, never the working directory; an
     entry that is relative, empty (the working directory), under the candidate's folders or
     under /tmp would let a file the candidate wrote answer the name."""
-    for entry in os.environ.get("LD_LIBRARY_PATH", "").split(":") if os.environ.get("LD_LIBRARY_PATH") else []:
+    search = os.environ.get("LD_LIBRARY_PATH")
+    for entry in search.split(":") if search else []:
         if not os.path.isabs(entry):
             return False
         where = os.path.join(os.path.realpath(entry), "")
         if where.startswith(untrusted) or where.startswith(("/tmp/", "/var/tmp/", "/dev/shm/")):
             return False
     return True
-
-
-def _native_probe_codes() -> frozenset:
-    """The code of torch.cuda's NVML probes: each loads one fixed library by a fixed bare name
-    and calls fixed symbols in it, handing no handle out. torch asks NVML for the device count
-    (`CDLL("libnvidia-ml.so.1")`) whenever a count is wanted and CUDA is not initialised in the
-    process, so any candidate that touches the device API can set it off. Trusted by code object,
-    not by file: other functions of torch/cuda/__init__.py call whatever callable they are given
-    (red team 2026-12-06: `_WrappedTritonKernel(ctypes.CDLL)("libc.so.6")`)."""
-    try:
-        import torch.cuda
-    except ImportError:
-        return frozenset()
-    names = ("_raw_device_count_nvml", "_raw_device_uuid_nvml")
-    return frozenset(f.__code__ for f in (getattr(torch.cuda, n, None) for n in names) if f is not None)
 
 
 def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], list[str]]:
@@ -199,14 +203,8 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     busy: set[int] = set()  # threads inside the hook (a thread's own events there are the hook's)
     allowed = _allowed_callers()
     reader_files = _name_reader_files()
-    probe_codes = _native_probe_codes()
     ctypes_folder = os.path.join(os.path.dirname(os.path.realpath(ctypes.__file__)), "")
-    real_builtins = builtins.__dict__
-    # what an installed module's code at its import may do with a candidate's frame beneath it
-    # (torch's lazy imports: dataclasses and namedtuples it compiles, decorators rewriting their
-    # functions' defaults, a module-level sys._getframe), measured 2026-12-06; nothing that hands
-    # out every frame or object, native symbols, or a process
-    import_time_events = frozenset({"compile", "object.__setattr__", "object.__delattr__", "sys._getframe"})
+    real_builtins, import_time_events = builtins.__dict__, _IMPORT_TIME_EVENTS
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
 
     def kind_of_file(name: str) -> int:
@@ -223,14 +221,11 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     def asker(event: str) -> int:
         """TRUSTED or UNTRUSTED: the nearest frame outside the standard library and packages."""
         f: types.FrameType | None = getframe(2)  # past asker and hook: the frame whose operation raised the event
-        if f is not None and f.f_code in allowed.get(event, ()):
-            return trusted_kind  # standard-library code that needs the event for its own ends
-        if startswith(event, "ctypes."):
-            g = f
-            while g is not None and startswith(g.f_code.co_filename, ctypes_folder):
-                g = g.f_back
-            if g is not None and g.f_code in probe_codes:
-                return trusted_kind  # torch.cuda's NVML probe (_native_probe_codes)
+        caller = f
+        while caller is not None and startswith(caller.f_code.co_filename, ctypes_folder):
+            caller = caller.f_back
+        if caller is not None and caller.f_code in allowed.get(event, ()):
+            return trusted_kind  # code that needs the event for its own ends (_allowed_callers)
         while f is not None:
             code = f.f_code
             k = kinds.get(code)
@@ -299,11 +294,11 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             if name is None or startswith(name, "<") and not startswith(name, "<frozen"):
                 return None  # named by `hook` as the candidate's where candidate code compiles it
             kind = kind_of_file(name)
-            if kind != untrusted_kind and realpath(name) != name:
-                return f"compiling code named {name}"  # `..` or a link: judged by its text, not its target
-            if kind == untrusted_kind or kind == neutral_kind and is_the_file(args[0], name):
-                return None  # the candidate's own name, or an installed file's own text (no .pyc)
-            return f"compiling code named {name}"
+            if kind == untrusted_kind:
+                return None  # a name of the candidate's own
+            if kind == neutral_kind and realpath(name) == name and is_the_file(args[0], name):
+                return None  # an installed file's own text under its resolved name (no .pyc)
+            return f"compiling code named {name}"  # a harness name, a forgery, or `..` and links
         return None
 
     def is_the_file(source: object, name: str) -> bool:

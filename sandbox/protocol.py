@@ -653,22 +653,26 @@ def _admitted_setup(
     _send(ref, msg, REF, "setup")
     data = _recv(ref, REF, "building the model")
     memory = data.get("memory") or {}
-    data["input_sets"] = options.input_sets
-    if data.get("ok") and memory:
-        data["input_sets"] = devmem.input_sets_that_fit(
-            memory["peak"], data["roofline"], options.input_sets, memory["total"]
-        )
     if data.get("ok") and memory and options.device_lock:
         share.open(data.get("device_id"))
-        need = devmem.footprint(memory["peak"], data["roofline"], data["input_sets"])
+        need = devmem.footprint(memory["peak"], data["roofline"], _input_sets(data, options))
         share.take(devmem.PARTS if share.whole else devmem.parts_for(need, memory["total"]), on_wait)
     return data
 
 
-def _fewer_sets_finding(data: dict, wanted: int) -> str:
+def _input_sets(data: dict, options: EvalOptions) -> int:
+    """The timing sets for this task: `options.input_sets`, fewer where the device the reference
+    measured (its set-up reply's `memory`, cuda only) cannot hold them (devmem.input_sets_that_fit)."""
+    memory = data.get("memory")
+    if not memory:
+        return options.input_sets
+    return devmem.input_sets_that_fit(memory["peak"], data["roofline"], options.input_sets, memory["total"])
+
+
+def _fewer_sets_finding(data: dict, sets: int, wanted: int) -> str:
     m, gib = data["memory"], 2**30
     return (
-        f"memory: {data['input_sets']} timing input sets instead of {wanted}: with {wanted}, what the evaluation "
+        f"memory: {sets} timing input sets instead of {wanted}: with {wanted}, what the evaluation "
         f"keeps on the device (sandbox.devmem.footprint, one set {data['roofline']['input_bytes'] / gib:.2f} GiB) "
         f"would pass the device's {m['total'] / gib:.0f} GiB"
     )
@@ -853,9 +857,9 @@ class _Evaluation:
         candidate prepares its side; then one window, eager / torch.compile / candidate in rounds."""
         options, backend, res, ref, cand = self.options, self.backend, self.res, self.ref, self.cand
         self.progress("baseline", {"compile": options.compile_baseline})
-        sets = self.data["input_sets"]
+        sets = _input_sets(self.data, options)
         if sets < options.input_sets:
-            res.audit.findings.append(_fewer_sets_finding(self.data, options.input_sets))
+            res.audit.findings.append(_fewer_sets_finding(self.data, sets, options.input_sets))
         fingerprints, shapes = _timing_sets(ref, cand, sets)
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
         window = _window_cpu(options, backend, res.device_id)
@@ -1509,7 +1513,8 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
         res.device = data["device_name"]
         res.device_id = data.get("device_id", "")
-        _timing_sets(ref, None, data["input_sets"])
+        sets = _input_sets(data, options)
+        _timing_sets(ref, None, sets)
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
         _send(
             ref,
@@ -1531,9 +1536,7 @@ def baseline(task_source: str, options: EvalOptions | None = None) -> EvalResult
         paired.run()
         res.reasons.extend(paired.findings)
         _send(ref, {"cmd": "timing_end"}, "the reference (task)", "baseline timing")
-        _record_timing(
-            res, paired, None, _recv(ref, "the reference (task)", "baseline timing"), backend, data["input_sets"]
-        )
+        _record_timing(res, paired, None, _recv(ref, "the reference (task)", "baseline timing"), backend, sets)
         res.timing.candidate = res.timing.eager
         res.roofline = _roofline(ref, data, res, options)
         res.timing.candidate = None

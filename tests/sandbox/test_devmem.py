@@ -162,3 +162,16 @@ def test_a_folder_it_cannot_use_leaves_no_share(tmp_path):
     share.admit()
     share.take(3)
     assert share.parts == 0
+
+
+def test_an_evaluation_takes_its_set_count_from_what_the_reference_measured():
+    from sandbox import EvalOptions
+    from sandbox.protocol import _input_sets
+
+    gib = 1 << 30
+    big = {
+        "memory": {"peak": 8 * gib, "total": 79 * gib},
+        "roofline": {"input_bytes": 4 * gib, "output_bytes": 4 * gib},
+    }
+    assert _input_sets(big, EvalOptions(input_sets=3)) == 2
+    assert _input_sets({"roofline": big["roofline"]}, EvalOptions(input_sets=3)) == 3  # cpu: no memory measured
