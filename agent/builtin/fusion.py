@@ -185,12 +185,14 @@ def plan(g: Graph) -> Plan:
                 grp.outputs.append(n.name)
                 space = grp.space[n.name]
                 ok = n.shape == grp.full if space == "full" else _is_row_shape(n.dims, grp.full, grp.split)
-                if space == "full" and math.prod(n.dims) != math.prod(grp.full):
+                # stored at out[i] or out[r]: exactly one value per element or per row (a 0-d value
+                # computed in a row loop, DeBERTa's sqrt(scale * 3), was stored once per row)
+                if math.prod(n.dims) != math.prod(grp.full if space == "full" else grp.full[: grp.split]):
                     ok = False
                 if not ok:
                     raise FusionError(
                         f"{n.name} (shape {n.shape}) is needed outside its fused group but is neither "
-                        f"the group's full shape {grp.full} nor one value per row",
+                        f"the group's full shape {grp.full} nor one value per row of {grp.full[: grp.split]}",
                         n.name,
                     )
         _finish_operands(g, grp)

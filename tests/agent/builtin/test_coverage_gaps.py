@@ -166,3 +166,47 @@ def test_a_generated_file_over_the_workspace_limit_is_a_generation_error():
     check_sizes({"model_new.py": "x" * MAX_FILE_BYTES})
     with pytest.raises(GenerationError, match="over the workspace's limit"):
         check_sizes({"model_new.py": "x" * (MAX_FILE_BYTES + 1)})
+
+
+SCALAR_BESIDE_A_ROW_LOOP = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.w = nn.Parameter(torch.randn(d, d))
+        self.scale_factor = 3
+
+    def forward(self, x):
+        h = self.norm(x)
+        scale = torch.sqrt(torch.tensor(h.size(-1), dtype=torch.float) * self.scale_factor)
+        return (h @ self.w) / scale.to(dtype=h.dtype)
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return [32]
+"""
+
+
+def test_a_scalar_computed_beside_a_row_loop_is_stored_once(tmp_path):
+    """DeBERTa-v2's `sqrt(tensor(head_size) * scale_factor)` joined its LayerNorm's row group and
+    was stored at out[r] for every row into a one-element tensor: heap corruption (2026-12-06).
+    Every group output now holds exactly one value per element or per row of its group."""
+    import math
+
+    an = _analysis(SCALAR_BESIDE_A_ROW_LOOP, profile=False)
+    assert an.ok, an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
+    for grp in c.plan.groups:
+        for o in grp.outputs:
+            n = c.plan.graph.node(o)
+            want = grp.full if grp.space[o] == "full" else grp.full[: grp.split]
+            assert math.prod(n.dims) == math.prod(want), (grp.name, o, n.dims, grp.full, grp.split)
+    _check_candidate(SCALAR_BESIDE_A_ROW_LOOP, c.files, tmp_path)
