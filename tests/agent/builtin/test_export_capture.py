@@ -297,6 +297,22 @@ def test_the_fallback_is_the_reference_forward_under_another_name(tmp_path):
     _check_candidate(src, files, tmp_path)
 
 
+def test_a_fallback_quoting_a_scanned_line_passes_the_scan():
+    """A reason quotes the line that failed a candidate (torchvision's MaxViT, 2026-12-06: its
+    `__class__` check, read as building a subclass, was written into the fallback's docstring
+    and failed the fallback too); reasons are comments, which the scan does not read."""
+    from sandbox.audit import scan_source
+
+    src = _block("resnet_bottleneck", batch=1, inplanes=16, planes=4, size=6)
+    why = [
+        "no generated candidate was correct (last: fused: model_new.py:9: builds tensor subclasses "
+        "(lazy outputs): x.__class__ = Lazy\n--- its output ---\nopen('/proc/self/maps')"
+    ]
+    files = {"model_new.py": fallback_model(src, why)}
+    assert scan_source(files) == [], scan_source(files)
+    assert "x.__class__ = Lazy --- its output" in files["model_new.py"]  # one line, as said
+
+
 ORDERED = """
 import collections.abc
 import functools
