@@ -2,7 +2,11 @@
 the final candidate, build the kernels directly (g++ or nvcc), run ModelNew next to the
 reference on the task's inputs and print the max error and a rough eager-vs-candidate time.
 
-    python -m benchmarks.check_generated [--backend cpu|cuda] [--shrink N] [TASK ...]
+    python -m benchmarks.check_generated [--backend cpu|cuda] [--shrink N] [--sanitize] [TASK ...]
+
+`--sanitize` (cpu): the kernels built with AddressSanitizer, the process restarted with its
+runtime preloaded; an out-of-bounds access stops the run with its kernel and line (inside the
+sandbox the same write is a crash, or a silent corruption of the candidate's own memory).
 
 This is a developer's check (the numbers that count come from the sandbox, via
 benchmarks.suite); it runs the task code in this process.
@@ -35,7 +39,20 @@ def _module(name: str, src: str) -> types.ModuleType:
     return m
 
 
-def _build(files: dict[str, str], backend: str, d: str) -> str:
+ASAN_FLAGS = ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"]
+
+
+def _with_asan_runtime() -> None:
+    """Restart this process with libasan preloaded (a sanitized library loaded into an
+    unsanitized Python needs its runtime first), unless it is already."""
+    runtime = subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    if runtime in os.environ.get("LD_PRELOAD", ""):
+        return
+    env = os.environ | {"LD_PRELOAD": runtime, "ASAN_OPTIONS": "detect_leaks=0"}
+    os.execve(sys.executable, [sys.executable, "-m", "benchmarks.check_generated", *sys.argv[1:]], env)
+
+
+def _build(files: dict[str, str], backend: str, d: str, sanitize: bool = False) -> str:
     """The candidate's kernels/ files written under d; its main file (which includes any parts) built."""
     for name, text in files.items():
         if name.startswith("kernels/"):
@@ -46,7 +63,8 @@ def _build(files: dict[str, str], backend: str, d: str) -> str:
     if backend == "cuda":
         cmd = ["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", src, "-o", so, "-lcublas"]
     else:
-        cmd = ["g++", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", src, "-o", so]
+        opt = ASAN_FLAGS if sanitize else ["-O3", "-march=native"]
+        cmd = ["g++", *opt, "-fopenmp", "-shared", "-fPIC", src, "-o", so]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(r.stderr[-2000:])
@@ -71,8 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--shrink", type=int, default=0)
+    ap.add_argument("--sanitize", action="store_true", help="cpu: build with AddressSanitizer")
     ap.add_argument("tasks", nargs="*")
     args = ap.parse_args(argv)
+    if args.sanitize:
+        if args.backend != "cpu":
+            ap.error("--sanitize builds the CPU kernels")
+        _with_asan_runtime()
     shrink = args.shrink or (16 if args.backend == "cpu" else 1)
     sys.path.insert(0, str(RUNTIME))
     os.environ["KW_BACKEND"] = args.backend
@@ -96,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             g = rw[-1].graph if rw else g
             cand = build_candidate(g, an.data, args.backend)
             d = tempfile.mkdtemp(prefix="kw-check-")
-            os.environ["KWRT_LIB"] = _build(cand.files, args.backend, d)
+            os.environ["KWRT_LIB"] = _build(cand.files, args.backend, d, args.sanitize)
             kwrt._lib = None
             ref = _module("ref_" + name, src)
             torch.manual_seed(0)
