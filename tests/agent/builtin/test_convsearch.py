@@ -5,6 +5,8 @@ records the setting."""
 
 from __future__ import annotations
 
+import pytest
+
 from agent.builtin import BuiltinPolicy
 from agent.builtin.convsearch import has_convolutions, with_search
 from agent.task import task_from_source
@@ -12,6 +14,7 @@ from sandbox import EvalOptions, evaluate
 from tests.agent.builtin.conftest import SMALL, task_source
 
 
+@pytest.mark.slow  # moved out of the fast tier: CI near its 20 minutes (2026-12-06)
 def test_a_generated_candidate_with_the_search_passes_the_sandbox_and_is_recorded(tmp_path):
     src = task_source("basic_residual_block", **SMALL["basic_residual_block"])
     task = task_from_source(src, "basic_residual_block", "cpu", {"torch_ops": "allow"})

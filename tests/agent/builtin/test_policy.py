@@ -73,6 +73,7 @@ def test_an_uncapturable_task_finishes_with_a_plain_explanation():
     assert "data-dependent control flow" in fin.summary
 
 
+@pytest.mark.slow  # moved out of the fast tier: CI near its 20 minutes (2026-12-06)
 def test_on_cuda_a_task_with_a_gemm_also_tries_the_aten_gemm(monkeypatch):
     """Planning only (no GPU needed): the capture runs on the CPU, the steps are those of cuda."""
     import agent.builtin.policy as policy_mod
@@ -244,6 +245,7 @@ def _cuda_plan(monkeypatch, name: str, **kw) -> BuiltinPolicy:
     return pol
 
 
+@pytest.mark.slow  # moved out of the fast tier: CI near its 20 minutes (2026-12-06)
 def test_on_cuda_a_forward_that_convolves_tries_cudnns_algorithm_search_last(monkeypatch):
     kinds = [s.kind for s in _cuda_plan(monkeypatch, "basic_residual_block").steps]
     assert "search" in kinds and kinds.index("search") == kinds.index("restore") - 1, kinds

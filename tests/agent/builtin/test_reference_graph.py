@@ -4,6 +4,7 @@ reference's. Its replay is checked on the GPU (test_gpu_graph.py)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from agent.builtin.fallback import fallback_model
@@ -47,6 +48,7 @@ def _fallback_best(host_ms, device_ms):
     return t
 
 
+@pytest.mark.slow  # moved out of the fast tier: CI near its 20 minutes (2026-12-06)
 def test_the_reference_graph_is_tried_only_for_a_launch_bound_fallback(monkeypatch):
     from agent.builtin.policy import REFERENCE_GRAPH_TITLE, _Tried
 

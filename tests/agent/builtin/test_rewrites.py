@@ -126,6 +126,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow  # moved out of the fast tier: CI near its 20 minutes (2026-12-06)
 def test_a_dense_blocks_concatenations_reuse_the_previous_one(tmp_path):
     """torch.cat(features) at every layer (DenseNet): k copies at layer k become two, and the
     candidate built from the rewritten graph passes the sandbox (its trials are the check: the

@@ -186,6 +186,7 @@ def _plan(src: str):
     return an
 
 
+@pytest.mark.slow  # moved out of the fast tier: CI near its 20 minutes (2026-12-06)
 def test_only_gemms_estimated_to_gain_get_the_step():
     """The estimate against what the H200 measured (docs/benchmarks.md, 2026-12-03): 3xTF32 won on
     L2/22's linear (1024 x 8192 x 8192, 2.72x) and L1/17 (A @ B.T, 2048 x 8192 x 4096, 1.74x) and
