@@ -85,10 +85,10 @@ def compare_outputs(
                 mismatched += bad
                 messages.append(f"output {i}: {bad} of {n} integer elements differ")
             continue
-        # Few passes over the data (a 67 MB output is compared in the parent, on its CPU): the
-        # extremes say whether everything is finite (min/max propagate NaN) and give the scales.
-        work = torch.float64 if e.dtype == torch.float64 else torch.float32
-        ef, gf = e.to(work).reshape(-1), g.to(work).reshape(-1)
+        # Few passes over the data: the extremes say whether everything is finite (min/max
+        # propagate NaN) and give the scales; the values are compared in float32 (or float64)
+        # chunk by chunk (_outside_tolerance).
+        ef, gf = e.reshape(-1), g.reshape(-1)
         emin, emax = (float(v) for v in torch.aminmax(ef))
         gmin, gmax = (float(v) for v in torch.aminmax(gf))
         if not (math.isfinite(emin) and math.isfinite(emax)):
@@ -137,15 +137,10 @@ def compare_outputs(
         if not ef.numel():
             continue
         tol = options.tolerance(str(e.dtype).replace("torch.", ""))
-        mag = ef.abs()
-        diff = gf.sub(ef).abs_()
-        allowed = mag.mul(tol.rtol).add_(tol.atol)
-        nbad = int((diff > allowed).sum())
-        worst_abs = max(worst_abs, float(diff.max()))
-        worst_rel = max(worst_rel, float(diff.div(mag.clamp_min_(1e-12)).max()))
+        nbad, chunk_abs, chunk_rel, idx = _outside_tolerance(ef, gf, tol.rtol, tol.atol)
+        worst_abs, worst_rel = max(worst_abs, chunk_abs), max(worst_rel, chunk_rel)
         if nbad:
             mismatched += nbad
-            idx = int(torch.argmax(diff - allowed))
             messages.append(
                 f"output {i}: {nbad} of {n} elements outside atol={tol.atol:g} rtol={tol.rtol:g} "
                 f"(worst: got {float(gf[idx]):.6g}, expected {float(ef[idx]):.6g})"
@@ -153,6 +148,36 @@ def compare_outputs(
     return Comparison(
         not messages, "; ".join(messages), worst_abs, worst_rel, mismatched, total, values_only=bool(messages)
     )
+
+
+CHUNK = 1 << 24  # elements per step of the value check
+
+
+def _outside_tolerance(ef: Any, gf: Any, rtol: float, atol: float) -> tuple[int, float, float, int]:
+    """How many elements of the flat outputs lie outside atol + rtol * |expected|, the worst
+    absolute and relative errors, and where the tolerance is exceeded most: CHUNK elements at a
+    time in float32 (float64 outputs in float64), so the check's temporaries stay under 1 GB
+    whatever the output's size (five temporaries as large as a 4 GiB output ran the reference
+    out of memory on an 80 GB device)."""
+    import torch
+
+    work = torch.float64 if ef.dtype == torch.float64 else torch.float32
+    nbad, worst_abs, worst_rel, worst_excess, worst_idx = 0, 0.0, 0.0, -math.inf, 0
+    for start in range(0, ef.numel(), CHUNK):
+        e, g = ef[start : start + CHUNK].to(work), gf[start : start + CHUNK].to(work)
+        mag = e.abs()
+        diff = g.sub(e).abs_()
+        allowed = mag.mul(rtol).add_(atol)
+        bad = int((diff > allowed).sum())
+        worst_abs = max(worst_abs, float(diff.max()))
+        if bad:
+            nbad += bad
+            excess = diff - allowed
+            k = int(torch.argmax(excess))
+            if float(excess[k]) > worst_excess:
+                worst_excess, worst_idx = float(excess[k]), start + k
+        worst_rel = max(worst_rel, float(diff.div_(mag.clamp_min_(1e-12)).max()))
+    return nbad, worst_abs, worst_rel, worst_idx
 
 
 REFERENCE_ERROR_FACTOR = 2.0

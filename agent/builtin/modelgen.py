@@ -23,7 +23,7 @@ from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.guard import HELPER as GUARD_HELPER
 from agent.builtin.kernelgen import KernelSig
 from agent.builtin.layout import inverse, last_perm
-from agent.builtin.ownkernels import DENSE_HELPER, emit_lines, op_label, own_call
+from agent.builtin.ownkernels import DENSE_HELPER, GATHER_HELPER, emit_lines, op_label, own_call
 
 _HELPERS = '''
 
@@ -652,13 +652,9 @@ _CONTIG_HELPER = '''
 
 def _kw_contig(lib, x, stream):
     """x copied to contiguous memory by the kw_gather kernel, which reads it through its sizes
-    and strides (a permuted, sliced or expanded view; up to 6 dims)."""
-    if x.dim() > 6:
-        raise RuntimeError(f"kw_gather handles up to 6 dims, got {x.dim()}")
+    and strides (a permuted, sliced or expanded view; _kw_gather_into)."""
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    pad = 6 - x.dim()
-    lib.kw_gather(ctypes.c_void_p(x.data_ptr()), out, out.numel(), *([1] * pad + list(x.shape)),
-                  *([0] * pad + list(x.stride())), stream)
+    _kw_gather_into(lib, x, out, stream)
     return out
 '''
 
@@ -783,6 +779,8 @@ def generate_model(
     parts += imports
     parts += ["", *src.get("body", [])]
     parts.append(_HELPERS)
+    if em.gathers or em.own:
+        parts.append(GATHER_HELPER)
     if em.gathers:
         parts.append(_CONTIG_HELPER)
     if em.channels_last_weights or em.tf32x3:

@@ -329,17 +329,40 @@ def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[
     return lines
 
 
+GATHER_HELPER = '''
+
+def _kw_gather_into(lib, x, out, stream):
+    """out (contiguous, x's shape) = x read through its sizes and strides by the kw_gather kernel,
+    which takes 6 dims: size-1 dims are dropped and neighbours that step as one dim merged first;
+    a view still wider (Mamba2's 7-d chunked views) is copied one leading index at a time."""
+    if out.numel() == 0:
+        return
+    dims = []
+    for n, s in zip(x.shape, x.stride()):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == s * n:
+            dims[-1] = (dims[-1][0] * n, s)
+        else:
+            dims.append((n, s))
+    if len(dims) > 6:
+        for i in range(x.shape[0]):
+            _kw_gather_into(lib, x[i], out[i], stream)
+        return
+    pad = 6 - len(dims)
+    lib.kw_gather(ctypes.c_void_p(x.data_ptr()), out, out.numel(), *([1] * pad + [n for n, _ in dims]),
+                  *([0] * pad + [s for _, s in dims]), stream)
+'''
+
 DENSE_HELPER = '''
 
 def _kw_dense(lib, x, stream):
-    """x copied to contiguous memory by our kw_gather kernel (float32), or by .contiguous() for the
-    integer targets of a loss (no arithmetic)."""
-    if x.dtype != torch.float32 or x.dim() > 6:
+    """x copied to contiguous memory by our kw_gather kernel (float32, _kw_gather_into), or by
+    .contiguous() for the integer targets of a loss (no arithmetic)."""
+    if x.dtype != torch.float32:
         return x.contiguous()
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    pad = 6 - x.dim()
-    lib.kw_gather(ctypes.c_void_p(x.data_ptr()), out, out.numel(), *([1] * pad + list(x.shape)),
-                  *([0] * pad + list(x.stride())), stream)
+    _kw_gather_into(lib, x, out, stream)
     return out
 
 

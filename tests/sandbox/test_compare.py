@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from sandbox import compare
 from sandbox.compare import compare_outputs
 from sandbox.options import EvalOptions
 
@@ -87,3 +88,27 @@ def test_structure_shape_dtype_and_integer_mismatches():
     c = cmp(i, j)
     assert not c.passed and "1 of 10 integer elements differ" in c.message
     assert cmp(torch.empty(0), torch.empty(0)).passed
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_chunked_values_give_the_whole_outputs_verdict(monkeypatch, dtype):
+    """The value check runs CHUNK elements at a time (its temporaries stay small for a 4 GiB
+    output): with chunks of 7 elements it counts, measures and names the worst element exactly
+    as one pass over everything does, a NaN the reference shares included."""
+    e = torch.linspace(-3, 5, 1000).to(dtype)
+    e[3] = float("nan")
+    g = e.clone()
+    g[10] += 1.0
+    g[701] -= 2.0  # the worst, in a later chunk than the first bad element
+    g[702] += 0.5
+    whole = cmp(e, g)
+    monkeypatch.setattr(compare, "CHUNK", 7)
+    chunked = cmp(e, g)
+    assert not whole.passed and whole.mismatched == 3
+    assert (chunked.message, chunked.mismatched, chunked.max_abs_error, chunked.max_rel_error) == (
+        whole.message,
+        whole.mismatched,
+        whole.max_abs_error,
+        whole.max_rel_error,
+    )
+    assert f"expected {float(e[701]):.6g}" in chunked.message

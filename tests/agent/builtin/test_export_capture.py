@@ -287,6 +287,24 @@ def test_strided_operands_are_made_contiguous_at_the_kernel_boundary(tmp_path):
     _check_candidate(PERMUTE_LN, forbid.files, sub)
 
 
+PERMUTE7_LN = (
+    PERMUTE_LN.replace("x.permute(0, 2, 3, 1)", "x.permute(1, 0, 3, 2, 5, 4, 6)")
+    .replace("torch.relu(y).permute(0, 3, 1, 2)", "torch.relu(y)")
+    .replace("torch.randn(2, 8, 5, 6)", "torch.randn(2, 3, 2, 3, 2, 3, 8)")
+)
+
+
+def test_a_seven_dim_view_is_gathered_under_forbid(tmp_path):
+    """kw_gather reads through 6 dims; a 7-d permuted view (Mamba2's chunked scan in KernelBench
+    3/48) is coalesced, then copied one leading index at a time."""
+    assert "permute(1, 0, 3, 2, 5, 4, 6)" in PERMUTE7_LN
+    an = _analysis(PERMUTE7_LN, profile=False)
+    assert an.ok, an.error
+    forbid = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert "_kw_contig(lib, v_permute, _stream)" in forbid.files["model_new.py"]
+    _check_candidate(PERMUTE7_LN, forbid.files, tmp_path)
+
+
 def test_the_fallback_is_the_reference_forward_under_another_name(tmp_path):
     src = _block("resnet_bottleneck", batch=1, inplanes=16, planes=4, size=6)
     parts = source_parts(src)
