@@ -162,6 +162,17 @@ def _name_reader_files() -> frozenset[str]:
     return frozenset(os.path.realpath(m.__file__) for m in modules if getattr(m, "__file__", None))
 
 
+def _frame_passers() -> frozenset:
+    """Code that returns its caller's frame as it got it (inspect.currentframe, logging's
+    currentframe): whoever called it receives the frame, and is judged as if it had called
+    sys._getframe itself (red team 2026-12-06, round 6: `logging.currentframe()` from candidate
+    code was judged by logging's file, a name reader, and handed the candidate its frame)."""
+    import inspect
+    import logging
+
+    return frozenset(f.__code__ for f in (inspect.currentframe, logging.currentframe))
+
+
 def _linker_search_is_fixed(untrusted: tuple[str, ...]) -> bool:
     """Whether a library named without a slash can only come from where candidate code cannot
     write. glibc reads LD_LIBRARY_PATH once, at start-up (a later os.environ change does not
@@ -202,7 +213,10 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     refusals: list[str] = []
     busy: set[int] = set()  # threads inside the hook (a thread's own events there are the hook's)
     allowed = _allowed_callers()
-    reader_files = _name_reader_files()
+    reader_files, passers = _name_reader_files(), _frame_passers()
+    stdlib = tuple(
+        os.path.join(os.path.realpath(p), "") for p in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib")}
+    )
     ctypes_folder = os.path.join(os.path.dirname(os.path.realpath(ctypes.__file__)), "")
     real_builtins, import_time_events = builtins.__dict__, _IMPORT_TIME_EVENTS
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
@@ -218,6 +232,26 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             return neutral_kind
         return untrusted_kind  # /tmp, the work folder, anything the candidate could have written
 
+    def receives_frame_at_import(f: types.FrameType | None) -> bool:
+        """For sys._getframe: whether the code that receives the frame (the caller, past
+        `passers`) may have it when an installed module's import set the call off. Not the
+        module's own top-level code, nor the standard library's: candidate code can rebind a
+        name that code calls at import (`random.SystemRandom = sys._getframe`, then reloading
+        secrets binds `_sysrand` to a frame: red team 2026-12-06, round 6); torch's own
+        functions reading a frame at its lazy imports may."""
+        while f is not None and f.f_code in passers:
+            f = f.f_back
+        if f is None or f.f_code.co_name == "<module>":
+            return False
+        return not startswith(f.f_code.co_filename, stdlib)
+
+    def reads_a_name(f: types.FrameType | None) -> bool:
+        """Whether the frame sys._getframe returns goes to a name reader (`_name_reader_files`),
+        past code that hands it on as it got it (`passers`)."""
+        while f is not None and f.f_code in passers:
+            f = f.f_back
+        return f is not None and f.f_code.co_filename in reader_files and f.f_code not in passers
+
     def asker(event: str) -> int:
         """TRUSTED or UNTRUSTED: the nearest frame outside the standard library and packages."""
         f: types.FrameType | None = getframe(2)  # past asker and hook: the frame whose operation raised the event
@@ -226,6 +260,12 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             caller = caller.f_back
         if caller is not None and caller.f_code in allowed.get(event, ()):
             return trusted_kind  # code that needs the event for its own ends (_allowed_callers)
+        import_time_events_here = import_time_events
+        if event == "sys._getframe":
+            if reads_a_name(f):
+                return trusted_kind  # reads a name through the frame and drops it
+            if not receives_frame_at_import(f):
+                import_time_events_here = frozenset()
         while f is not None:
             code = f.f_code
             k = kinds.get(code)
@@ -235,12 +275,10 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
                     kinds[code] = k
             if k != neutral_kind:
                 return k
-            if event == "sys._getframe" and code.co_filename in reader_files:
-                return trusted_kind  # reads a name through the frame and drops it (_name_reader_files)
             if (
                 code.co_name == "<module>"
                 and not startswith(code.co_filename, "<")
-                and event in import_time_events
+                and event in import_time_events_here
                 and f.f_builtins is real_builtins
             ):
                 # an installed module's own code at its import (torch's lazy imports); run by

@@ -205,6 +205,37 @@ def installed_module_bytecode_seeded_with_gc():
     exec(code, g)
     return g["_sentinel"]
 
+def logging_current_frame():
+    # logging's `currentframe = lambda: sys._getframe(1)`: logging reads names through frames,
+    # this function of it hands the frame back
+    import logging
+    return logging.currentframe()
+
+def module_name_rebound_to_getframe():
+    # secrets' top level runs `_sysrand = SystemRandom()`, bound from random at its import
+    import random, secrets
+    real = random.SystemRandom
+    random.SystemRandom = getattr(sys, "_get" + "frame")
+    try:
+        importlib.reload(secrets)
+    except AttributeError:
+        pass  # its next line reads an attribute of what it got; `_sysrand` is bound by then
+    finally:
+        random.SystemRandom = real
+    return secrets._sysrand
+
+def module_name_rebound_to_inspect_stack():
+    import inspect, random, secrets
+    real = random.SystemRandom
+    random.SystemRandom = inspect.stack
+    try:
+        importlib.reload(secrets)
+    except AttributeError:
+        pass
+    finally:
+        random.SystemRandom = real
+    return secrets._sysrand
+
 def stdlib_import():
     import json.tool, fractions
     return fractions.Fraction(1, 3)
@@ -247,6 +278,9 @@ REFUSED = [
     "dotdot_installed_name",
     "installed_module_run_with_own_builtins",
     "installed_module_bytecode_seeded_with_gc",
+    "logging_current_frame",
+    "module_name_rebound_to_getframe",
+    "module_name_rebound_to_inspect_stack",
     "new_code_object",
     "sourceless_bytecode",
     "bytecode",
