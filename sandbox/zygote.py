@@ -110,6 +110,7 @@ def serve(fd: int) -> None:
 
     sock = socket.socket(fileno=fd)
     exited: dict[int, int] = {}
+    dying: dict[int, list[int]] = {}  # a killed child -> the processes below it when it was killed
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(sock, MAX_MSG, 4)
@@ -129,21 +130,26 @@ def serve(fd: int) -> None:
         elif req["op"] == "wait":
             pid = req["pid"]
             deadline = time.monotonic() + float(req.get("timeout", 0))
-            while pid not in exited:
-                try:
-                    got, status = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    exited[pid] = -9999
-                    break
-                if got == pid:
-                    exited[pid] = os.waitstatus_to_exitcode(status)
-                    break
-                if time.monotonic() >= deadline:
+            while True:
+                if pid not in exited:
+                    try:
+                        got, status = os.waitpid(pid, os.WNOHANG)
+                        if got == pid:
+                            exited[pid] = os.waitstatus_to_exitcode(status)
+                    except ChildProcessError:
+                        exited[pid] = -9999
+                ended = pid in exited and not _any_alive(dying.get(pid, []))
+                if ended or time.monotonic() >= deadline:
                     break
                 time.sleep(0.005)
-            reply = {"returncode": exited.pop(pid, None)}
+            reply = {"returncode": exited.pop(pid, None) if ended else None}
+            if ended:
+                dying.pop(pid, None)
         elif req["op"] == "signal":
-            reply = {"signalled": _signal_tree(int(req["pid"]), int(req["sig"]))}
+            pid, sig = int(req["pid"]), int(req["sig"])
+            if sig == 9:
+                dying[pid] = dying.get(pid, []) + _descendants(pid)
+            reply = {"signalled": _signal_tree(pid, sig)}
         elif req["op"] == "ping":
             reply = {"pong": os.getpid()}
         # reap anything else that exited, so no zombie piles up
@@ -160,8 +166,9 @@ def serve(fd: int) -> None:
 
 def _signal_tree(root: int, sig: int) -> int:
     """Signal a forked child and every process below it (its namespace's included: this /proc
-    shows them all). SIGKILL needs only the root: its namespace dies with it."""
-    targets = [root] if sig == 9 else [root, *_descendants(root)]
+    shows them all). SIGKILL goes to each of them too: the namespace would die with the root,
+    but only after the root had been reaped."""
+    targets = [root, *_descendants(root)]
     sent = 0
     for pid in targets:
         try:
@@ -170,6 +177,21 @@ def _signal_tree(root: int, sig: int) -> int:
         except OSError:
             pass
     return sent
+
+
+def _any_alive(pids: list[int]) -> bool:
+    """Whether any of these processes has not yet exited (a zombie has: its memory, and its
+    device memory, are freed before it becomes one). A killed child's worker is two levels
+    below it, in its own PID namespace, and dies after the child has been reaped: a parent that
+    took the reaping for the end gave the device memory share back while the worker still held
+    40 GiB of it (the next evaluation ran out of memory, H100, 2026-12-06)."""
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        except (OSError, IndexError):
+            pass
+    return False
 
 
 def _descendants(root: int) -> list[int]:

@@ -75,3 +75,16 @@ def test_running_out_beside_another_process_is_evaluated_again_with_the_whole_de
     again = [f for f in res.audit.findings if "the first attempt ran out of device memory" in f]
     assert again, res.audit.findings
     assert any(f.startswith(f"memory: {devmem.PARTS} of the device's") for f in res.audit.findings), res.audit.findings
+
+
+def test_an_evaluations_device_memory_is_free_when_it_returns(cache_dir):
+    """A killed child's worker runs two levels below the process the zygote forked, in its own
+    PID namespace, and exits after that process has been reaped: the evaluation waits for it, so
+    the share of the device it gives back is free (the next evaluation, or test, ran out of
+    memory beside the 78 GiB its children still held: H100, 2026-12-06)."""
+    task = TANH.format(rows=1024)  # 4 GiB tensors: the children hold tens of GiB
+    before, _ = torch.cuda.mem_get_info()
+    res = evaluate(task, _honest(task), _options(cache_dir))
+    after, _ = torch.cuda.mem_get_info()
+    assert res.status == Status.OK, res.reasons
+    assert after >= before - (1 << 30), f"{(before - after) / 2**30:.1f} GiB still held after the evaluation returned"
