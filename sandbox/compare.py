@@ -239,15 +239,20 @@ def fingerprint_bound(expected: list[Any], weights: list[Any], options: EvalOpti
     and lands far outside it."""
     import torch
 
+    from .harness import chunk_pairs
+
     value = 0.0
     bound = 0.0
     for e, w in zip(expected, weights, strict=False):
         if isinstance(e, torch.Tensor) and w is not None:
-            ed = e.double()
             tol = options.tolerance(str(e.dtype).replace("torch.", ""))
-            value += float((ed * w).sum())
-            per_elem = tol.atol + tol.rtol * ed.abs()
-            bound += 8.0 * float(per_elem.pow(2).sum().sqrt()) + 1e-9 * float((w.abs() * ed.abs()).sum())
+            squares = scaled = 0.0
+            for ed, wc in chunk_pairs(e, w):
+                value += float((ed * wc).sum())
+                mag = ed.abs()  # not in place: a float64 output's chunk is a view of it
+                scaled += float((wc.abs() * mag).sum())
+                squares += float(mag.mul_(tol.rtol).add_(tol.atol).pow_(2).sum())
+            bound += 8.0 * math.sqrt(squares) + 1e-9 * scaled
         elif isinstance(e, int | float) and not isinstance(e, bool):
             value += float(e)
             bound += 1e-6 * (abs(float(e)) + 1)

@@ -249,6 +249,18 @@ def fingerprint_weights(shapes: list[tuple], seed: int, device: str) -> list[Any
     ]
 
 
+PROJECTION_CHUNK = 1 << 24  # elements per step of a projection
+
+
+def chunk_pairs(x: Any, w: Any) -> Any:
+    """x (in float64) and w, flat, PROJECTION_CHUNK elements at a time: a projection of a
+    4 GiB output made at once held a float64 copy and a float64 product of it (16 GiB; the
+    children of one evaluation reached 57 and 42 GiB on an 80 GB H100, 2026-12-06)."""
+    xf, wf = x.detach().reshape(-1), w.reshape(-1)
+    for start in range(0, xf.numel(), PROJECTION_CHUNK):
+        yield xf[start : start + PROJECTION_CHUNK].double(), wf[start : start + PROJECTION_CHUNK]
+
+
 def fingerprint(leaves: list[Any], weights: list[Any]) -> float:
     """A random projection of the outputs: cheap per call, and matching it without the real
     output needs the expected values, which this process never has."""
@@ -257,7 +269,7 @@ def fingerprint(leaves: list[Any], weights: list[Any]) -> float:
     total = 0.0
     for leaf, w in zip(leaves, weights, strict=False):
         if isinstance(leaf, torch.Tensor) and w is not None and leaf.shape == w.shape:
-            total += float((leaf.detach().double() * w).sum())
+            total += sum(float((x * c).sum()) for x, c in chunk_pairs(leaf, w))
         elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
             total += float(leaf)
     return total

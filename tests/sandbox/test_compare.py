@@ -112,3 +112,28 @@ def test_chunked_values_give_the_whole_outputs_verdict(monkeypatch, dtype):
         whole.max_rel_error,
     )
     assert f"expected {float(e[701]):.6g}" in chunked.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_projections_in_chunks_match_the_whole_and_leave_the_output_alone(monkeypatch, dtype):
+    """The timed-call fingerprint and its bound are computed PROJECTION_CHUNK elements at a time
+    (a float64 copy of a 4 GiB output ran a child out of device memory): with chunks of 7 they
+    agree with the formulas over the whole output, and a float64 output (whose chunks are views
+    of it) is not changed by computing them."""
+    from sandbox import harness
+    from sandbox.compare import fingerprint_bound
+
+    e = torch.linspace(-3, 5, 1000, dtype=dtype).reshape(20, 50).t()  # a strided output
+    w = torch.randn(50, 20)
+    kept = e.clone()
+    monkeypatch.setattr(harness, "PROJECTION_CHUNK", 7)
+    value, bound = fingerprint_bound([e], [w], OPTS)
+    tol = OPTS.tolerance(str(dtype).replace("torch.", ""))
+    ed = e.double()
+    assert value == pytest.approx(float((ed * w).sum()), rel=1e-12)
+    whole = 8.0 * math.sqrt(float((tol.atol + tol.rtol * ed.abs()).pow(2).sum())) + 1e-9 * float(
+        (w.abs() * ed.abs()).sum()
+    )
+    assert bound == pytest.approx(whole, rel=1e-12)
+    assert harness.fingerprint([e], [w]) == pytest.approx(value, rel=1e-12)
+    assert torch.equal(e, kept)
