@@ -333,7 +333,9 @@ def _candidate_row(t: Any) -> dict[str, Any]:
         "vs_eager": t.speedup_vs_eager,
         "vs_compile": t.speedup_vs_compile,
         "median_ms": t.median_ms,
+        "reward": t.reward,
         "reason": (t.reasons or [""])[0][:200],
+        "noisy": t.noisy[:400],  # why a correct, faster candidate got reward 1: judged on its worst pairing
         "memory": t.memory[:300],
     }
 

@@ -195,6 +195,9 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path):
     assert row["best_label"] in [c["label"] for c in cands if c["correct"]], (row["best_label"], cands)
     assert all(c["vs_eager"] and c["vs_eager"] > 0 for c in cands if c["correct"]), cands
     assert all(c["memory"] == "" for c in cands), cands  # the cpu backend holds no share of a device's memory
+    # the reward each earned, and the noisy-window line that explains a faster one's reward of 1
+    assert all(c["reward"] >= 1 if c["correct"] else c["reward"] == -1 for c in cands), cands
+    assert all(isinstance(c["noisy"], str) for c in cands), cands
     # The budget ends on the turn that evaluated the first candidate: the policy never read its
     # result, and the row still names the candidate the loop kept.
     short = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=2, max_variants=1, confirmations=0)
