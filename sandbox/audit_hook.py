@@ -110,6 +110,11 @@ def _neutral_prefixes() -> tuple[str, ...]:
     return tuple(sorted({os.path.join(os.path.realpath(p), "") for p in found}))
 
 
+def _stdlib_prefixes() -> tuple[str, ...]:
+    """Folders of the standard library alone."""
+    return tuple(sorted({os.path.join(os.path.realpath(sysconfig.get_path(k)), "") for k in ("stdlib", "platstdlib")}))
+
+
 def _text(x: object) -> str | None:
     """An event's path or name as text, without running any code of the candidate's (a path
     given as another object, whose __fspath__ or __str__ would run inside the hook, is None)."""
@@ -214,9 +219,7 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     busy: set[int] = set()  # threads inside the hook (a thread's own events there are the hook's)
     allowed = _allowed_callers()
     reader_files, passers = _name_reader_files(), _frame_passers()
-    stdlib = tuple(
-        os.path.join(os.path.realpath(p), "") for p in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib")}
-    )
+    stdlib = _stdlib_prefixes()
     ctypes_folder = os.path.join(os.path.dirname(os.path.realpath(ctypes.__file__)), "")
     real_builtins, import_time_events = builtins.__dict__, _IMPORT_TIME_EVENTS
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
@@ -232,25 +235,19 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             return neutral_kind
         return untrusted_kind  # /tmp, the work folder, anything the candidate could have written
 
-    def receives_frame_at_import(f: types.FrameType | None) -> bool:
-        """For sys._getframe: whether the code that receives the frame (the caller, past
-        `passers`) may have it when an installed module's import set the call off. Not the
-        module's own top-level code, nor the standard library's: candidate code can rebind a
-        name that code calls at import (`random.SystemRandom = sys._getframe`, then reloading
-        secrets binds `_sysrand` to a frame: red team 2026-12-06, round 6); torch's own
-        functions reading a frame at its lazy imports may."""
+    def receiver(f: types.FrameType | None) -> types.FrameType | None:
+        """The frame whose code gets what sys._getframe returns: the caller, past `passers`."""
         while f is not None and f.f_code in passers:
             f = f.f_back
-        if f is None or f.f_code.co_name == "<module>":
-            return False
-        return not startswith(f.f_code.co_filename, stdlib)
+        return f
 
-    def reads_a_name(f: types.FrameType | None) -> bool:
-        """Whether the frame sys._getframe returns goes to a name reader (`_name_reader_files`),
-        past code that hands it on as it got it (`passers`)."""
-        while f is not None and f.f_code in passers:
-            f = f.f_back
-        return f is not None and f.f_code.co_filename in reader_files and f.f_code not in passers
+    def may_have_frame_at_import(f: types.FrameType) -> bool:
+        """Whether this receiver may have a frame when an installed module's import set the call
+        off: not the module's own top-level code, nor the standard library's (candidate code can
+        rebind a name that code calls at import: `random.SystemRandom = sys._getframe`, then
+        reloading secrets bound `_sysrand` to a frame, red team 2026-12-06, round 6); torch's own
+        functions reading a frame at its lazy imports may."""
+        return f.f_code.co_name != "<module>" and not startswith(f.f_code.co_filename, stdlib)
 
     def asker(event: str) -> int:
         """TRUSTED or UNTRUSTED: the nearest frame outside the standard library and packages."""
@@ -262,9 +259,10 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             return trusted_kind  # code that needs the event for its own ends (_allowed_callers)
         import_time_events_here = import_time_events
         if event == "sys._getframe":
-            if reads_a_name(f):
-                return trusted_kind  # reads a name through the frame and drops it
-            if not receives_frame_at_import(f):
+            to = receiver(f)
+            if to is not None and to.f_code.co_filename in reader_files:
+                return trusted_kind  # reads a name through the frame and drops it (_name_reader_files)
+            if to is None or not may_have_frame_at_import(to):
                 import_time_events_here = frozenset()
         while f is not None:
             code = f.f_code
