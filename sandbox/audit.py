@@ -255,21 +255,45 @@ def settings_in_use() -> list[tuple[str, str]]:
     return [("setting", CONV_SEARCH_SETTING)] if searched else []
 
 
-def _interceptors() -> dict[str, Any]:
+def _catchable_signals() -> list[int]:
+    import signal
+
+    return sorted(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+
+
+_SIGNALS = _catchable_signals()
+
+
+def _interceptors() -> dict[str, list]:
     """What runs candidate code inside the harness's own calls once forward has returned: a torch
     function mode sees every torch call the harness makes on an output (its clone, its copy out, its
     fingerprint), so a forward could return an unfinished output and finish it there, after the
     timer stopped; a dispatch mode likewise; a garbage-collector callback runs at the harness's
     allocations. Counted (modes) or kept (callbacks) before candidate code runs."""
+    import _signal  # type: ignore[import-not-found]  # the C getsignal: no enum conversion (0.7 ms -> 2 us per check)
     import gc
 
     import torch
 
     return {
-        "torch function mode": torch._C._len_torch_function_stack(),
-        "torch dispatch mode": torch._C._len_torch_dispatch_stack(),
+        "torch function mode": [torch._C._len_torch_function_stack()],
+        "torch dispatch mode": [torch._C._len_torch_dispatch_stack()],
         "garbage-collector callback": list(gc.callbacks),
+        # a Python signal handler gets the frame that runs when the signal arrives (the timer's,
+        # for one sent from a thread at the right moment: red team 2026-12-06, round 7)
+        "signal handler": [_signal.getsignal(s) for s in _SIGNALS],
+        # DEBUG_SAVEALL keeps what the collector frees in gc.garbage, frames of finished calls
+        # included, whose f_back leads to the live harness frames (round 7)
+        "garbage-collector debug flag": [gc.get_debug()],
     }
+
+
+def _same(a: list, b: list) -> bool:
+    """Item by item identity (ints by value): an object of the candidate's with an `__eq__` that
+    always says yes compares equal to anything."""
+    return len(a) == len(b) and all(
+        x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a, b, strict=True)
+    )
 
 
 # ---- The harness snapshot: every module of the harness in the candidate's process, whole --------
@@ -465,7 +489,7 @@ class Integrity:
         found = [
             ("tamper", f"candidate code left a {what} active, which would run inside the harness's own calls")
             for what, before in self.interceptors.items()
-            if now[what] != before
+            if not _same(now[what], before)
         ]
         return found + self._harness_now_and_then()
 

@@ -31,6 +31,7 @@ process's memory without an event. docs/security.md lists what stands behind thi
 
 from __future__ import annotations
 
+import ast
 import builtins
 import ctypes
 import os
@@ -75,7 +76,7 @@ _REFUSED = frozenset(
 # what an installed module's code at its import may do with a candidate's frame beneath it
 # (torch's lazy imports: dataclasses and namedtuples it compiles, decorators rewriting their
 # functions' defaults, a module-level sys._getframe), measured 2026-12-06; nothing that hands out
-# every frame or object, native symbols, or a process
+# every frame or object, native symbols, or a process; each narrowed further in `import_pass`
 _IMPORT_TIME_EVENTS = frozenset({"compile", "object.__setattr__", "object.__delattr__", "sys._getframe"})
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__", "__globals__"})
@@ -222,6 +223,7 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
     stdlib = _stdlib_prefixes()
     ctypes_folder = os.path.join(os.path.dirname(os.path.realpath(ctypes.__file__)), "")
     real_builtins, import_time_events = builtins.__dict__, _IMPORT_TIME_EVENTS
+    ast_parse = ast.parse.__code__
     sys.dont_write_bytecode = True  # the import system writes no .pyc for candidate modules
 
     def kind_of_file(name: str) -> int:
@@ -249,7 +251,25 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
         functions reading a frame at its lazy imports may."""
         return f.f_code.co_name != "<module>" and not startswith(f.f_code.co_filename, stdlib)
 
-    def asker(event: str) -> int:
+    def import_pass(event: str, args: tuple, f: types.FrameType | None) -> bool:
+        """Whether an installed module's import-time code may do this (`_IMPORT_TIME_EVENTS`). Never
+        to the harness, whatever ran the module's code (red team 2026-12-06, round 7: an installed
+        module's code run in a dict seeded with `object = partial(compile, src, "sandbox/timing.py",
+        "exec")` made code under a harness name): a compile at import only as `ast.parse` (a syntax
+        tree runs nothing: torch.jit reading a function's source), a function's code or defaults
+        rewritten only where the function is not the harness's, a frame only to a receiver that
+        may have one (`may_have_frame_at_import`)."""
+        if event == "compile":
+            return f is not None and f.f_code is ast_parse
+        if event in ("object.__setattr__", "object.__delattr__"):
+            code = getattr(args[0], "__code__", None) if args[1] in code_attrs else None
+            return code is None or kind_of_file(code.co_filename) != trusted_kind
+        if event == "sys._getframe":
+            to = receiver(f)
+            return to is not None and may_have_frame_at_import(to)
+        return True
+
+    def asker(event: str, args: tuple = ()) -> int:
         """TRUSTED or UNTRUSTED: the nearest frame outside the standard library and packages."""
         f: types.FrameType | None = getframe(2)  # past asker and hook: the frame whose operation raised the event
         caller = f
@@ -257,13 +277,11 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             caller = caller.f_back
         if caller is not None and caller.f_code in allowed.get(event, ()):
             return trusted_kind  # code that needs the event for its own ends (_allowed_callers)
-        import_time_events_here = import_time_events
         if event == "sys._getframe":
             to = receiver(f)
             if to is not None and to.f_code.co_filename in reader_files:
                 return trusted_kind  # reads a name through the frame and drops it (_name_reader_files)
-            if to is None or not may_have_frame_at_import(to):
-                import_time_events_here = frozenset()
+        at_import = event in import_time_events and import_pass(event, args, f)
         while f is not None:
             code = f.f_code
             k = kinds.get(code)
@@ -276,7 +294,7 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             if (
                 code.co_name == "<module>"
                 and not startswith(code.co_filename, "<")
-                and event in import_time_events_here
+                and at_import
                 and f.f_builtins is real_builtins
             ):
                 # an installed module's own code at its import (torch's lazy imports); run by
@@ -385,7 +403,7 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             why = foreign_library(event, args)
             if why is None:
                 why = refused(event, args)
-                if why is None or asker(event) == trusted_kind:
+                if why is None or asker(event, args) == trusted_kind:
                     return
             refusals.append(why)
         finally:

@@ -236,6 +236,30 @@ def module_name_rebound_to_inspect_stack():
         random.SystemRandom = real
     return secrets._sysrand
 
+def _sched_run_with(obj):
+    # sched's top level runs `_sentinel = object()`: its own bytecode, real builtins, and
+    # `object` found first in the module globals the candidate seeded
+    import importlib.util
+    code = importlib.util.find_spec("sched").loader.get_code("sched")
+    g = {"__name__": "x", "object": obj}
+    exec(code, g)
+    return g["_sentinel"]
+
+def seeded_compile_under_harness_name():
+    import functools
+    src = chr(10).join(["import sys", "F = sys._getframe(0)", ""])
+    return _sched_run_with(functools.partial(compile, src, SANDBOX + "/timing.py", "exec"))
+
+def seeded_compile_under_installed_name():
+    import functools, json
+    src = chr(10).join(["import sys", "def g():", "    return sys._getframe(1)", "F = g()", ""])
+    return _sched_run_with(functools.partial(compile, src, json.__file__, "exec"))
+
+def seeded_harness_code_rewrite():
+    import functools
+    harness_fn = sys.modules["sandbox.audit_hook"]._text
+    return _sched_run_with(functools.partial(setattr, harness_fn, "__code__", own.__code__))
+
 def stdlib_import():
     import json.tool, fractions
     return fractions.Fraction(1, 3)
@@ -279,6 +303,9 @@ REFUSED = [
     "installed_module_run_with_own_builtins",
     "installed_module_bytecode_seeded_with_gc",
     "logging_current_frame",
+    "seeded_compile_under_harness_name",
+    "seeded_compile_under_installed_name",
+    "seeded_harness_code_rewrite",
     "module_name_rebound_to_getframe",
     "module_name_rebound_to_inspect_stack",
     "new_code_object",
