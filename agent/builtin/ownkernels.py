@@ -170,7 +170,7 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         return {"kernel": "kw_argreduce", "inputs": [x], "ints": [o, L, i, int(op == "argmin")], "dtype": "int64"}
     if op == "flip":
         x = _arg(n, 0)
-        if not _float(g, x) or len(_shape(g, x)) > 6:
+        if not _float(g, x):  # any number of dims: _kw_gather_raw copies past 6 a leading index at a time
             return None
         nd = len(_shape(g, x))
         return {"kernel": "kw_flip", "inputs": [x], "dims": sorted(d % nd for d in _arg(n, 1)), "dtype": "float32"}
@@ -331,14 +331,15 @@ def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[
 
 GATHER_HELPER = '''
 
-def _kw_gather_into(lib, x, out, stream):
-    """out (contiguous, x's shape) = x read through its sizes and strides by the kw_gather kernel,
-    which takes 6 dims: size-1 dims are dropped and neighbours that step as one dim merged first;
-    a view still wider (Mamba2's 7-d chunked views) is copied one leading index at a time."""
+def _kw_gather_raw(lib, ptr, shape, strides, out, stream):
+    """out (contiguous, `shape`) = the float32 elements at address ptr read through shape and
+    strides (in elements; negative ones read a dim backwards) by the kw_gather kernel, which takes
+    6 dims: size-1 dims are dropped and neighbours that step as one dim merged first; a view still
+    wider (Mamba2's 7-d chunked views) is copied one leading index at a time."""
     if out.numel() == 0:
         return
     dims = []
-    for n, s in zip(x.shape, x.stride()):
+    for n, s in zip(shape, strides):
         if n == 1:
             continue
         if dims and dims[-1][1] == s * n:
@@ -346,12 +347,19 @@ def _kw_gather_into(lib, x, out, stream):
         else:
             dims.append((n, s))
     if len(dims) > 6:
-        for i in range(x.shape[0]):
-            _kw_gather_into(lib, x[i], out[i], stream)
+        (n0, s0), rest = dims[0], dims[1:]
+        rows = out.view(n0, -1)
+        for i in range(n0):
+            _kw_gather_raw(lib, ptr + 4 * i * s0, [n for n, _ in rest], [s for _, s in rest], rows[i], stream)
         return
     pad = 6 - len(dims)
-    lib.kw_gather(ctypes.c_void_p(x.data_ptr()), out, out.numel(), *([1] * pad + [n for n, _ in dims]),
+    lib.kw_gather(ctypes.c_void_p(ptr), out, out.numel(), *([1] * pad + [n for n, _ in dims]),
                   *([0] * pad + [s for _, s in dims]), stream)
+
+
+def _kw_gather_into(lib, x, out, stream):
+    """out (contiguous, x's shape) = x (float32) read through its sizes and strides."""
+    _kw_gather_raw(lib, x.data_ptr(), x.shape, x.stride(), out, stream)
 '''
 
 DENSE_HELPER = '''
@@ -378,10 +386,9 @@ def _kw_reduced(shape, a, b, keepdim):
 
 def _kw_flip(lib, x, out, dims, stream):
     """out = x.flip(dims) by kw_gather: the flipped dims read from their last element backwards."""
-    pad = 6 - x.dim()
     strides = [-s if d in dims else s for d, s in enumerate(x.stride())]
     start = x.data_ptr() + 4 * sum((x.shape[d] - 1) * x.stride(d) for d in dims if x.shape[d] > 0)
-    lib.kw_gather(ctypes.c_void_p(start), out, out.numel(), *([1] * pad + list(x.shape)), *([0] * pad + strides), stream)
+    _kw_gather_raw(lib, start, x.shape, strides, out, stream)
 '''
 
 

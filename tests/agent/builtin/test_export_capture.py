@@ -305,6 +305,24 @@ def test_a_seven_dim_view_is_gathered_under_forbid(tmp_path):
     _check_candidate(PERMUTE7_LN, forbid.files, tmp_path)
 
 
+FLIP7 = (
+    PERMUTE_LN.replace("y = x.permute(0, 2, 3, 1)", "y = x.flip(0, 3, 5) * 1.5")
+    .replace("torch.relu(y).permute(0, 3, 1, 2)", "torch.relu(y)")
+    .replace("torch.randn(2, 8, 5, 6)", "torch.randn(2, 3, 2, 3, 2, 3, 8)")
+)
+
+
+def test_a_seven_dim_flip_is_read_backwards_under_forbid(tmp_path):
+    """Our flip kernel reads through kw_gather's 6 dims too (`_kw_gather_raw`, shared with the
+    strided copy): a flip of a 7-d tensor is copied one leading index at a time."""
+    assert "x.flip(0, 3, 5)" in FLIP7
+    an = _analysis(FLIP7, profile=False)
+    assert an.ok, an.error
+    forbid = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert "_kw_flip(lib, " in forbid.files["model_new.py"], forbid.files["model_new.py"][-3000:]
+    _check_candidate(FLIP7, forbid.files, tmp_path)
+
+
 def test_the_fallback_is_the_reference_forward_under_another_name(tmp_path):
     src = _block("resnet_bottleneck", batch=1, inplanes=16, planes=4, size=6)
     parts = source_parts(src)
