@@ -251,21 +251,25 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
         functions reading a frame at its lazy imports may."""
         return f.f_code.co_name != "<module>" and not startswith(f.f_code.co_filename, stdlib)
 
-    def import_pass(event: str, args: tuple, f: types.FrameType | None) -> bool:
+    def rewritten_code(args: tuple) -> types.CodeType | None:
+        """For object.__setattr__/__delattr__: the code of the function whose code, defaults or
+        globals would change, or None for any other attribute."""
+        return getattr(args[0], "__code__", None) if args[1] in code_attrs else None
+
+    def import_pass(event: str, args: tuple, f: types.FrameType | None, to: types.FrameType | None) -> bool:
         """Whether an installed module's import-time code may do this (`_IMPORT_TIME_EVENTS`). Never
         to the harness, whatever ran the module's code (red team 2026-12-06, round 7: an installed
         module's code run in a dict seeded with `object = partial(compile, src, "sandbox/timing.py",
         "exec")` made code under a harness name): a compile at import only as `ast.parse` (a syntax
         tree runs nothing: torch.jit reading a function's source), a function's code or defaults
-        rewritten only where the function is not the harness's, a frame only to a receiver that
-        may have one (`may_have_frame_at_import`)."""
+        rewritten only where the function is not the harness's, a frame only to a receiver `to`
+        that may have one (`may_have_frame_at_import`)."""
         if event == "compile":
             return f is not None and f.f_code is ast_parse
         if event in ("object.__setattr__", "object.__delattr__"):
-            code = getattr(args[0], "__code__", None) if args[1] in code_attrs else None
+            code = rewritten_code(args)
             return code is None or kind_of_file(code.co_filename) != trusted_kind
         if event == "sys._getframe":
-            to = receiver(f)
             return to is not None and may_have_frame_at_import(to)
         return True
 
@@ -277,11 +281,10 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             caller = caller.f_back
         if caller is not None and caller.f_code in allowed.get(event, ()):
             return trusted_kind  # code that needs the event for its own ends (_allowed_callers)
-        if event == "sys._getframe":
-            to = receiver(f)
-            if to is not None and to.f_code.co_filename in reader_files:
-                return trusted_kind  # reads a name through the frame and drops it (_name_reader_files)
-        at_import = event in import_time_events and import_pass(event, args, f)
+        to = receiver(f) if event == "sys._getframe" else None
+        if to is not None and to.f_code.co_filename in reader_files:
+            return trusted_kind  # reads a name through the frame and drops it (_name_reader_files)
+        at_import = event in import_time_events and import_pass(event, args, f, to)
         while f is not None:
             code = f.f_code
             k = kinds.get(code)
@@ -313,11 +316,10 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
         if event == "object.__getattr__":
             return f"reading {args[1]}" if args[1] in frame_attrs else None
         if event in ("object.__setattr__", "object.__delattr__"):
-            target, name = args[0], args[1]
-            code = getattr(target, "__code__", None) if name in code_attrs else None
+            code = rewritten_code(args)
             if code is None or kind_of_file(code.co_filename) == untrusted_kind:
                 return None  # the candidate's own functions
-            return f"rewriting {name} of {getattr(target, '__qualname__', '?')}"
+            return f"rewriting {args[1]} of {getattr(args[0], '__qualname__', '?')}"
         if event == "open":
             if type(args[0]) is int:
                 return None  # a descriptor it holds already
@@ -334,12 +336,12 @@ def install(untrusted_roots: list[str], libraries: list[str]) -> Callable[[], li
             dst = text(args[1])
             return f"{event} to {dst}" if dst is None or dst.endswith(loadable_suffixes) else None
         if event == "import":
-            name, path = text(args[0]) or "", args[1]
-            if name == "sandbox" or startswith(name, "sandbox."):
-                return f"importing {name}"
+            module, path = text(args[0]) or "", args[1]
+            if module == "sandbox" or startswith(module, "sandbox."):
+                return f"importing {module}"
             where = text(path) if path is not None else ""
             if where is None or (where and kind_of_file(where) == untrusted_kind):
-                return f"loading native module {name} from {where}"
+                return f"loading native module {module} from {where}"
             return None
         if event in ("marshal.load", "marshal.loads"):
             return event  # the import system's own reading of .pyc files is let through in `asker`

@@ -150,21 +150,19 @@ def compare_outputs(
     )
 
 
-CHUNK = 1 << 24  # elements per step of the value check
-
-
 def _outside_tolerance(ef: Any, gf: Any, rtol: float, atol: float) -> tuple[int, float, float, int]:
     """How many elements of the flat outputs lie outside atol + rtol * |expected|, the worst
-    absolute and relative errors, and where the tolerance is exceeded most: CHUNK elements at a
-    time in float32 (float64 outputs in float64), so the check's temporaries stay under 1 GB
-    whatever the output's size (five temporaries as large as a 4 GiB output ran the reference
-    out of memory on an 80 GB device)."""
+    absolute and relative errors, and where the tolerance is exceeded most: a chunk at a time
+    (harness.flat_chunks) in float32 (float64 outputs in float64); made at once, five temporaries
+    as large as a 4 GiB output ran the reference out of memory on an 80 GB device."""
     import torch
+
+    from .harness import flat_chunks
 
     work = torch.float64 if ef.dtype == torch.float64 else torch.float32
     nbad, worst_abs, worst_rel, worst_excess, worst_idx = 0, 0.0, 0.0, -math.inf, 0
-    for start in range(0, ef.numel(), CHUNK):
-        e, g = ef[start : start + CHUNK].to(work), gf[start : start + CHUNK].to(work)
+    for start, e_part, g_part in flat_chunks(ef, gf):
+        e, g = e_part.to(work), g_part.to(work)
         mag = e.abs()
         diff = g.sub(e).abs_()
         allowed = mag.mul(rtol).add_(atol)
@@ -239,7 +237,7 @@ def fingerprint_bound(expected: list[Any], weights: list[Any], options: EvalOpti
     and lands far outside it."""
     import torch
 
-    from .harness import chunk_pairs
+    from .harness import flat_chunks
 
     value = 0.0
     bound = 0.0
@@ -247,7 +245,8 @@ def fingerprint_bound(expected: list[Any], weights: list[Any], options: EvalOpti
         if isinstance(e, torch.Tensor) and w is not None:
             tol = options.tolerance(str(e.dtype).replace("torch.", ""))
             squares = scaled = 0.0
-            for ed, wc in chunk_pairs(e, w):
+            for _, ec, wc in flat_chunks(e, w):
+                ed = ec.double()
                 value += float((ed * wc).sum())
                 mag = ed.abs()  # not in place: a float64 output's chunk is a view of it
                 scaled += float((wc.abs() * mag).sum())

@@ -249,16 +249,18 @@ def fingerprint_weights(shapes: list[tuple], seed: int, device: str) -> list[Any
     ]
 
 
-PROJECTION_CHUNK = 1 << 24  # elements per step of a projection
+CHUNK = 1 << 24  # elements per step of a whole-output check (`flat_chunks`)
 
 
-def chunk_pairs(x: Any, w: Any) -> Any:
-    """x (in float64) and w, flat, PROJECTION_CHUNK elements at a time: a projection of a
-    4 GiB output made at once held a float64 copy and a float64 product of it (16 GiB; the
-    children of one evaluation reached 57 and 42 GiB on an 80 GB H100, 2026-12-06)."""
-    xf, wf = x.detach().reshape(-1), w.reshape(-1)
-    for start in range(0, xf.numel(), PROJECTION_CHUNK):
-        yield xf[start : start + PROJECTION_CHUNK].double(), wf[start : start + PROJECTION_CHUNK]
+def flat_chunks(a: Any, b: Any) -> Any:
+    """(start, a's chunk, b's chunk) over two tensors of one shape, flat, CHUNK elements at a
+    time: the output checks (the comparison, the fingerprints and their bounds) convert and
+    combine one chunk at a time, so their temporaries stay small whatever the output's size (made
+    at once for a 4 GiB output they ran the two children of one evaluation to 57 and 42 GiB on an
+    80 GB H100, 2026-12-06)."""
+    af, bf = a.detach().reshape(-1), b.detach().reshape(-1)
+    for start in range(0, af.numel(), CHUNK):
+        yield start, af[start : start + CHUNK], bf[start : start + CHUNK]
 
 
 def fingerprint(leaves: list[Any], weights: list[Any]) -> float:
@@ -269,7 +271,7 @@ def fingerprint(leaves: list[Any], weights: list[Any]) -> float:
     total = 0.0
     for leaf, w in zip(leaves, weights, strict=False):
         if isinstance(leaf, torch.Tensor) and w is not None and leaf.shape == w.shape:
-            total += sum(float((x * c).sum()) for x, c in chunk_pairs(leaf, w))
+            total += sum(float((x.double() * c).sum()) for _, x, c in flat_chunks(leaf, w))
         elif isinstance(leaf, int | float) and not isinstance(leaf, bool):
             total += float(leaf)
     return total

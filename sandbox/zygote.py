@@ -147,9 +147,10 @@ def serve(fd: int) -> None:
                 dying.pop(pid, None)
         elif req["op"] == "signal":
             pid, sig = int(req["pid"]), int(req["sig"])
+            below = _descendants(pid)
             if sig == 9:
-                dying[pid] = dying.get(pid, []) + _descendants(pid)
-            reply = {"signalled": _signal_tree(pid, sig)}
+                dying[pid] = dying.get(pid, []) + below
+            reply = {"signalled": _signal_tree(pid, below, sig)}
         elif req["op"] == "ping":
             reply = {"pong": os.getpid()}
         # reap anything else that exited, so no zombie piles up
@@ -164,11 +165,11 @@ def serve(fd: int) -> None:
         sock.sendall(json.dumps(reply).encode())
 
 
-def _signal_tree(root: int, sig: int) -> int:
-    """Signal a forked child and every process below it (its namespace's included: this /proc
-    shows them all). SIGKILL goes to each of them too: the namespace would die with the root,
-    but only after the root had been reaped."""
-    targets = [root, *_descendants(root)]
+def _signal_tree(root: int, below: list[int], sig: int) -> int:
+    """Signal a forked child and every process below it (`_descendants`: its namespace's
+    included, this /proc shows them all). SIGKILL goes to each of them too: the namespace would
+    die with the root, but only after the root had been reaped."""
+    targets = [root, *below]
     sent = 0
     for pid in targets:
         try:

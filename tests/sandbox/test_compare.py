@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from sandbox import compare
+from sandbox import harness
 from sandbox.compare import compare_outputs
 from sandbox.options import EvalOptions
 
@@ -102,7 +102,7 @@ def test_chunked_values_give_the_whole_outputs_verdict(monkeypatch, dtype):
     g[701] -= 2.0  # the worst, in a later chunk than the first bad element
     g[702] += 0.5
     whole = cmp(e, g)
-    monkeypatch.setattr(compare, "CHUNK", 7)
+    monkeypatch.setattr(harness, "CHUNK", 7)
     chunked = cmp(e, g)
     assert not whole.passed and whole.mismatched == 3
     assert (chunked.message, chunked.mismatched, chunked.max_abs_error, chunked.max_rel_error) == (
@@ -116,17 +116,16 @@ def test_chunked_values_give_the_whole_outputs_verdict(monkeypatch, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_projections_in_chunks_match_the_whole_and_leave_the_output_alone(monkeypatch, dtype):
-    """The timed-call fingerprint and its bound are computed PROJECTION_CHUNK elements at a time
+    """The timed-call fingerprint and its bound are computed harness.CHUNK elements at a time
     (a float64 copy of a 4 GiB output ran a child out of device memory): with chunks of 7 they
     agree with the formulas over the whole output, and a float64 output (whose chunks are views
     of it) is not changed by computing them."""
-    from sandbox import harness
     from sandbox.compare import fingerprint_bound
 
     e = torch.linspace(-3, 5, 1000, dtype=dtype).reshape(20, 50).t()  # a strided output
     w = torch.randn(50, 20)
     kept = e.clone()
-    monkeypatch.setattr(harness, "PROJECTION_CHUNK", 7)
+    monkeypatch.setattr(harness, "CHUNK", 7)
     value, bound = fingerprint_bound([e], [w], OPTS)
     tol = OPTS.tolerance(str(dtype).replace("torch.", ""))
     ed = e.double()
