@@ -35,6 +35,7 @@ import random
 import re
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from agent.builtin import BuiltinPolicy
 from agent.builtin.convsearch import TAG as SEARCH_TAG
 from agent.builtin.cudagraph import TAG as GRAPH_TAG
 from agent.evaluator import LocalEvaluator
-from agent.events import EvaluationEvent
+from agent.events import CompileEvent, ErrorEvent, EvaluationEvent, Event, ToolCall, ToolResult
 from agent.loop import Budgets, run
 from agent.task import task_from_source
 from benchmarks.runner import environment, geomean
@@ -236,6 +237,21 @@ def run_one(
     return row
 
 
+def _trace(name: str, t0: float, ev: Event) -> None:
+    """One log line per step as it happens: a shard cut off by its timeout writes no row, and
+    these lines say which problem, turn and step it was in and how long each took."""
+    what = getattr(ev, "name", "") if isinstance(ev, (ToolCall, ToolResult)) else ""
+    if isinstance(ev, EvaluationEvent):
+        what = f"{ev.result.get('status', '')} {ev.purpose}"
+    if isinstance(ev, CompileEvent):
+        what = f"ok={ev.result.get('ok')} {ev.result.get('seconds', 0):.1f} s"
+    if isinstance(ev, ErrorEvent):
+        what = f"{ev.kind}: {ev.message[:120]}"
+    if isinstance(ev, ToolResult) and not ev.ok:
+        what += " (failed)"
+    print(f"  {name} +{time.time() - t0:.0f} s turn {ev.turn} {ev.type} {what}".rstrip(), flush=True)
+
+
 def _run_one(
     path: Path,
     backend: str,
@@ -260,7 +276,14 @@ def _run_one(
         analysis_timeout_s=120.0 if coverage else 300.0,
     )
     t0 = time.time()
-    res = run(task, pol, LocalEvaluator(), Budgets(max_turns=max_turns, confirmations=confirmations))
+    print(f"{name}: started", flush=True)
+    res = run(
+        task,
+        pol,
+        LocalEvaluator(),
+        Budgets(max_turns=max_turns, confirmations=confirmations),
+        on_event=partial(_trace, name, t0),
+    )
     secs = time.time() - t0
     evals = res.trajectory.of_type(EvaluationEvent)
     fin = res.trajectory.finished()

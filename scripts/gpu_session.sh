@@ -67,7 +67,8 @@ for s in $stages; do case $s in
       shards="${shards:-} $!"
     done; wait $shards; kill $smi $saver 2>/dev/null; wait $saver 2>/dev/null; rm -f "$OUT/kernelbench.tgz.part"; set +f
     python3 scripts/gpu_trace.py "$WORK/kb/gpu.csv" | tee -a "$summary"
-    python3 -m benchmarks.kernelbench --merge "$WORK"/kb/s*.json | tee -a "$summary"
+    if ls "$WORK"/kb/s*.json >/dev/null 2>&1; then python3 -m benchmarks.kernelbench --merge "$WORK"/kb/s*.json | tee -a "$summary"
+    else echo "kernelbench: no shard finished a problem (each s*.log in kernelbench.tgz says where it was)" | tee -a "$summary"; fi
     tar czf "$OUT/kernelbench.tgz" -C "$WORK" kb ;;
 esac; done
 tar czf "$OUT/logs.tgz" -C "$WORK" logs

@@ -180,7 +180,7 @@ def get_init_inputs():
 
 
 @pytest.mark.slow  # 10-20 s on 2 cores: the slow tier (./kw test -m slow)
-def test_a_row_lists_what_every_candidate_measured(tmp_path):
+def test_a_row_lists_what_every_candidate_measured(tmp_path, capsys):
     """The best alone hides which candidates lost and by how much (the channels-last candidate on
     the GPU, 2026-12-01): every evaluated candidate is in the row, the best among the correct ones.
     This one runs the policy and the sandbox (the rest of this file does not)."""
@@ -191,6 +191,12 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path):
     row = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=6, max_variants=1, confirmations=0)
     cands = row["candidates"]
     assert row["correct"] and 1 <= len(cands) <= row["evaluations"], row  # (the loop may evaluate the best again)
+    # the log says where a problem was as it goes (a shard cut off by its timeout writes no row)
+    log = capsys.readouterr().out.splitlines()
+    assert log[0] == "block/1_Scale_ReLU: started", log[:3]
+    evaluated = [ln for ln in log if " evaluation " in ln]
+    assert len(evaluated) == row["evaluations"] and all(" evaluation ok" in ln for ln in evaluated), log
+    assert any(" compile_result ok=True " in ln for ln in log) and log[-1].split()[-1] == "finished", log
     assert all(c["label"] and isinstance(c["correct"], bool) for c in cands), cands
     assert row["best_label"] in [c["label"] for c in cands if c["correct"]], (row["best_label"], cands)
     assert all(c["vs_eager"] and c["vs_eager"] > 0 for c in cands if c["correct"]), cands
