@@ -203,15 +203,10 @@ def within_reference_error(
             continue
         if not isinstance(x, torch.Tensor) or tuple(x.shape) != tuple(e.shape) or not isinstance(g, torch.Tensor):
             return False, f"output {i}: no float64 reference to compare with", 1.0
-        tol = options.tolerance(str(e.dtype).replace("torch.", ""))
-        xd = x.double()
-        mask = torch.isfinite(xd) & torch.isfinite(e.double())
-        if not bool(mask.any()):
+        errors = _errors_in_tolerance_units(e, g, x, options.tolerance(str(e.dtype).replace("torch.", "")))
+        if errors is None:
             continue
-        xs = xd[mask]
-        unit = xs.abs().mul(tol.rtol).add(tol.atol)
-        ref_err = float(((e.double()[mask] - xs).abs() / unit).max())
-        cand_err = float(((g.double()[mask] - xs).abs() / unit).max())
+        ref_err, cand_err = errors
         limit = max(1.0, REFERENCE_ERROR_FACTOR * ref_err)
         if not cand_err <= limit:
             return (
@@ -225,6 +220,30 @@ def within_reference_error(
         widen = max(widen, limit + ref_err)
         notes.append(f"output {i}: {cand_err:.3g} vs the reference's own {ref_err:.3g} tolerance units")
     return True, "within the float32 reference's own error of the float64 result (" + "; ".join(notes) + ")", widen
+
+
+def _errors_in_tolerance_units(e: Any, g: Any, x: Any, tol: Any) -> tuple[float, float] | None:
+    """The float32 reference's (e) and the candidate's (g) worst errors against the float64 result
+    (x), in units of atol + rtol * |x|, over the elements where x and e are finite (None: there are
+    none); a chunk at a time, as the first comparison (three float64 copies of a 4 GiB output
+    would not fit beside the task). A NaN error anywhere makes that worst error NaN."""
+    import torch
+
+    from .harness import flat_chunks
+
+    worst: list[float] | None = None
+    for _, ec, gc, xc in flat_chunks(e, g, x):
+        xd, ed = xc.double(), ec.double()
+        mask = torch.isfinite(xd) & torch.isfinite(ed)
+        if not bool(mask.any()):
+            continue
+        xs = xd[mask]
+        unit = xs.abs().mul_(tol.rtol).add_(tol.atol)
+        errs = [float((ed[mask] - xs).abs_().div_(unit).max()), float((gc.double()[mask] - xs).abs_().div_(unit).max())]
+        worst = (
+            errs if worst is None else [b if math.isnan(b) or b > a else a for a, b in zip(worst, errs, strict=True)]
+        )
+    return None if worst is None else (worst[0], worst[1])
 
 
 def fingerprint_bound(expected: list[Any], weights: list[Any], options: EvalOptions) -> tuple[float, float]:

@@ -252,15 +252,15 @@ def fingerprint_weights(shapes: list[tuple], seed: int, device: str) -> list[Any
 CHUNK = 1 << 24  # elements per step of a whole-output check (`flat_chunks`)
 
 
-def flat_chunks(a: Any, b: Any) -> Any:
-    """(start, a's chunk, b's chunk) over two tensors of one shape, flat, CHUNK elements at a
-    time: the output checks (the comparison, the fingerprints and their bounds) convert and
-    combine one chunk at a time, so their temporaries stay small whatever the output's size (made
-    at once for a 4 GiB output they ran the two children of one evaluation to 57 and 42 GiB on an
-    80 GB H100, 2026-12-06)."""
-    af, bf = a.detach().reshape(-1), b.detach().reshape(-1)
-    for start in range(0, af.numel(), CHUNK):
-        yield start, af[start : start + CHUNK], bf[start : start + CHUNK]
+def flat_chunks(*tensors: Any) -> Any:
+    """(start, each tensor's chunk...) over tensors of one shape, flat, CHUNK elements at a
+    time: the output checks (the comparison, its float64 second look, the fingerprints and their
+    bounds) convert and combine one chunk at a time, so their temporaries stay small whatever the
+    output's size (made at once for a 4 GiB output they ran the two children of one evaluation to
+    57 and 42 GiB on an 80 GB H100, 2026-12-06)."""
+    flat = [t.detach().reshape(-1) for t in tensors]
+    for start in range(0, flat[0].numel(), CHUNK):
+        yield start, *(f[start : start + CHUNK] for f in flat)
 
 
 def fingerprint(leaves: list[Any], weights: list[Any]) -> float:

@@ -136,3 +136,27 @@ def test_projections_in_chunks_match_the_whole_and_leave_the_output_alone(monkey
     assert bound == pytest.approx(whole, rel=1e-12)
     assert harness.fingerprint([e], [w]) == pytest.approx(value, rel=1e-12)
     assert torch.equal(e, kept)
+
+
+def test_the_float64_second_look_in_chunks_gives_the_whole_outputs_verdict(monkeypatch):
+    """The float64 second look (within_reference_error) also runs a chunk at a time (three float64
+    copies of a 4 GiB output would not fit beside the task): with chunks of 7 elements its
+    verdict and its widening are those of one pass, the worst element in a later chunk counts,
+    and a NaN of the candidate's in any chunk fails it."""
+    from sandbox.compare import within_reference_error
+
+    x = torch.linspace(-3, 5, 1000, dtype=torch.float64)
+    e = x.float()
+    e[500] += 1e-3  # the float32 reference's own error
+    g = x.float()
+    g[701] += 1.5e-3  # within twice the reference's own
+    whole = within_reference_error([e], [g], [x], OPTS)
+    monkeypatch.setattr(harness, "CHUNK", 7)
+    assert within_reference_error([e], [g], [x], OPTS) == whole and whole[0], whole
+    far = g.clone()
+    far[702] += 5e-2  # many times the reference's own error, in a later chunk
+    assert not within_reference_error([e], [far], [x], OPTS)[0]
+    nan = g.clone()
+    nan[900] = float("nan")  # a later chunk: the earlier chunks' finite errors must not hide it
+    ok, text, _ = within_reference_error([e], [nan], [x], OPTS)
+    assert not ok and "nan" in text, text
