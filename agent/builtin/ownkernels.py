@@ -1,6 +1,6 @@
 """Kernels of our own for ATen ops that the fusion generator does not express: pooling, scans,
 arg-reductions, concatenation, flips, cross-entropy and KL divergence, triangular masks, vector
-norms, and the reductions and softmaxes over a dim other than the last (which the row kernels
+norms, rows picked by an index tensor (embeddings, index_select, `x[idx]`), and the reductions and softmaxes over a dim other than the last (which the row kernels
 of the fusion generator do not do).
 
 torch.export keeps these as single ATen ops (`aten.max_pool2d`, `aten.cumsum`, `aten.cat`,
@@ -207,6 +207,8 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         return {"kernel": "kw_reduce", "inputs": [x], "ints": [*block, 4 if ord_ == 2 else 5], "dtype": "float32"}
     if op == "cross_entropy_loss":
         return _cross_entropy(n, g)
+    if op in ("embedding", "index_select", "index"):
+        return _index_rows(n, g, op)
     if op == "kl_div":
         x, t = _arg(n, 0), _arg(n, 1)
         red, log_target = _kwarg(n, 2, "reduction", 1), _kwarg(n, 3, "log_target", False)
@@ -278,6 +280,31 @@ def _cat(n: Node, g: Graph) -> dict[str, Any] | None:
         "sizes": [p[1] for p in pieces],
         "dtype": "float32",
     }
+
+
+def _index_rows(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
+    """Rows picked by an int64 index tensor: embedding(weight, idx), index_select(x, dim, idx) and
+    x[..., idx] with one index tensor (index.Tensor: an embedding lookup, a relative-position
+    bias table read through its index buffer). x viewed [outer, rows, inner] around the indexed
+    dim, the output [outer, idx.numel(), inner]: ATen's shape for a single (so adjacent) index."""
+    x = _arg(n, 0)
+    if op == "embedding":
+        d, idx = 0, _arg(n, 1)  # padding_idx, scale_grad_by_freq and sparse change only the gradient
+    elif op == "index_select":
+        d, idx = int(_arg(n, 1)), _arg(n, 2)
+    else:
+        at = [k for k, v in enumerate(_arg(n, 1)) if v is not None]
+        if len(at) != 1:
+            return None
+        d, idx = at[0], _arg(n, 1)[at[0]]
+    if not _float(g, x) or n.dtype != "float32" or not isinstance(idx, Ref) or g.node(idx.name).dtype != "int64":
+        return None
+    shape = _shape(g, x)
+    outer, rows, inner = _around(shape, d)
+    picked = math.prod(_shape(g, idx))
+    if math.prod(n.dims) != outer * picked * inner:
+        return None
+    return {"kernel": "kw_index_rows", "inputs": [x, idx], "ints": [outer, rows, inner, picked], "dtype": "float32"}
 
 
 def _cross_entropy(n: Node, g: Graph) -> dict[str, Any] | None:
@@ -452,6 +479,12 @@ KW_HD static inline float kw_pool_one(const float* x, int64_t e, const int64_t* 
     return (float)(s / (double)count);
 }
 
+// The row an index picks out of `rows` (negative ones from the end), or -1 when out of range.
+KW_HD static inline int64_t kw_row_of(int64_t i, int64_t rows) {
+    const int64_t r = i < 0 ? i + rows : i;
+    return r >= 0 && r < rows ? r : -1;
+}
+
 // One line q = (o, i) of [outer, len, inner]: inclusive cumulative sum (op 0, in double) or product (op 1).
 KW_HD static inline void kw_scan_line(const float* x, float* y, int64_t q, int64_t len, int64_t inner, int64_t op) {
     const int64_t base = (q / inner) * len * inner + q % inner;
@@ -604,6 +637,19 @@ extern "C" int kw_mask_mul(const float* x, const bool* m, float* y, int64_t n, v
     (void)stream;
     #pragma omp parallel for simd if (parallel: n > (1 << 16))
     for (int64_t e = 0; e < n; ++e) y[e] = x[e] * (m[e] ? 1.0f : 0.0f);
+    return 0;
+}
+
+// kw_index_rows: y[o, i, k] = x[o, idx[i], k] for x [outer, rows, inner] (a negative index counts
+// from the end, as ATen's; one out of range reads nothing and gives NaN where ATen raises).
+extern "C" int kw_index_rows(const float* x, const int64_t* idx, float* y, int64_t outer, int64_t rows, int64_t inner,
+                             int64_t n, void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (outer * n * inner > (1 << 16))
+    for (int64_t p = 0; p < outer * n; ++p) {
+        const int64_t r = kw_row_of(idx[p % n], rows);
+        for (int64_t k = 0; k < inner; ++k) y[p * inner + k] = r >= 0 ? x[((p / n) * rows + r) * inner + k] : NAN;
+    }
     return 0;
 }
 
@@ -901,6 +947,21 @@ __global__ void kw_mask_mul_kernel(const float* __restrict__ x, const bool* __re
 
 extern "C" int kw_mask_mul(const float* x, const bool* m, float* y, int64_t n, void* stream) {
     kw_mask_mul_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(x, m, y, n);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_index_rows_kernel(const float* __restrict__ x, const int64_t* __restrict__ idx, float* __restrict__ y,
+                                     int64_t total, int64_t rows, int64_t inner, int64_t n) {
+    KW_GRID(total) {
+        const int64_t p = q / inner, r = kw_row_of(idx[p % n], rows);
+        y[q] = r >= 0 ? x[((p / n) * rows + r) * inner + q % inner] : NAN;
+    }
+}
+
+extern "C" int kw_index_rows(const float* x, const int64_t* idx, float* y, int64_t outer, int64_t rows, int64_t inner,
+                             int64_t n, void* stream) {
+    kw_index_rows_kernel<<<kw_blocks(outer * n * inner), 256, 0, (cudaStream_t)stream>>>(x, idx, y, outer * n * inner,
+                                                                                          rows, inner, n);
     return (int)cudaGetLastError();
 }
 

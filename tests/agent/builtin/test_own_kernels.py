@@ -1,5 +1,5 @@
 """Kernels of our own for the ATen ops the fusion generator does not express (pooling, scans,
-arg-reductions, cat, flip, cross-entropy, KL divergence): under torch-ops=forbid the candidate
+arg-reductions, cat, flip, cross-entropy, KL divergence, rows picked by an index): under torch-ops=forbid the candidate
 computes them itself, and matches the reference (issue 18). The tasks are written here in
 KernelBench's format."""
 
@@ -106,6 +106,19 @@ CASES = {
             "torch.randn(2, 3, 4, 5)",
         ),
         {"kw_reduce", "kw_softmax_mid"},
+    ),
+    "gathers": (
+        task(
+            "(self.emb(i), self.table[self.index.view(-1)].view(4, 4, -1).permute(2, 0, 1) + x[:, :1, :1, :1], "
+            "torch.index_select(x, 1, m), x[:, j], x[k, :, 1:], torch.sigmoid(self.emb(i[:, 1:])))",
+            "torch.randn(3, 5, 4, 2), torch.randint(0, 10, (2, 6)), torch.tensor([4, 0, -1, 2]), "
+            "torch.tensor([2, -3, 1, 2, 0]), torch.tensor([3, 0, 4])",
+            "        self.emb = nn.Embedding(10, 8)\n"
+            "        self.table = nn.Parameter(torch.randn(49, 3))\n"
+            "        self.register_buffer('index', torch.randint(0, 49, (4, 4)))",
+            args="x, i, j, k, m",  # negative indices count from the end (not in index_select)
+        ),
+        {"kw_index_rows"},
     ),
     "triangular": (
         task(
