@@ -91,7 +91,7 @@ _UNARY = {
 }
 _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum"}
 _REDUCE = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
-_ALIAS = {"alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout", "_assert_tensor_metadata"}
+_ALIAS = {"alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout"}
 
 
 class ExportBuilder:
@@ -234,6 +234,8 @@ class ExportBuilder:
             return
         name = t.overloadpacket.__name__
         over = t._overloadname
+        if name == "_assert_tensor_metadata":  # export's check of a `.float()`'s input: returns None, computes nothing
+            return
         a, kw = list(n.args), dict(n.kwargs)
         v = self.val(n)
         if not isinstance(v, torch.Tensor) and not isinstance(v, list | tuple):

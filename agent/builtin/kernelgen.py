@@ -588,12 +588,11 @@ extern "C" int colsum(const float* w, float* out, int64_t n_rows, int64_t n_cols
 
 // kw_gather: dst = src read through sizes s0..s5 and strides t0..t5 (elements; a permuted, sliced
 // or expanded view, leading dims padded with size 1), written contiguously. Fused kernels read raw
-// pointers, so a strided operand is copied once at the boundary (model_new.py, _kw_contig).
-extern "C" int kw_gather(const float* src, float* dst, int64_t n, int64_t s0, int64_t s1, int64_t s2, int64_t s3,
-                         int64_t s4, int64_t s5, int64_t t0, int64_t t1, int64_t t2, int64_t t3, int64_t t4,
-                         int64_t t5, void* stream) {
-    (void)stream;
-    const int64_t S[6] = {s0, s1, s2, s3, s4, s5}, T[6] = {t0, t1, t2, t3, t4, t5};
+// pointers, so a strided operand is copied once at the boundary (model_new.py, _kw_contig);
+// kw_gather64 does the same for int64 (an expanded or sliced index tensor), kw_gather8 for bool,
+// uint8 and int8 (a causal mask sliced from a buffer).
+template <typename E>
+static int kw_gather_t(const E* src, E* dst, int64_t n, const int64_t* S, const int64_t* T) {
     const int64_t inner = S[5];
     #pragma omp parallel for if (n > (1 << 16))
     for (int64_t o = 0; o < n / (inner > 0 ? inner : 1); ++o) {
@@ -602,11 +601,32 @@ extern "C" int kw_gather(const float* src, float* dst, int64_t n, int64_t s0, in
             off += (r % S[d]) * T[d];
             r /= S[d];
         }
-        const float* in = src + off;
-        float* out = dst + o * inner;
+        const E* in = src + off;
+        E* out = dst + o * inner;
         for (int64_t c = 0; c < inner; ++c) out[c] = in[c * T[5]];
     }
     return 0;
+}
+extern "C" int kw_gather(const float* src, float* dst, int64_t n, int64_t s0, int64_t s1, int64_t s2, int64_t s3,
+                         int64_t s4, int64_t s5, int64_t t0, int64_t t1, int64_t t2, int64_t t3, int64_t t4,
+                         int64_t t5, void* stream) {
+    (void)stream;
+    const int64_t S[6] = {s0, s1, s2, s3, s4, s5}, T[6] = {t0, t1, t2, t3, t4, t5};
+    return kw_gather_t(src, dst, n, S, T);
+}
+extern "C" int kw_gather64(const int64_t* src, int64_t* dst, int64_t n, int64_t s0, int64_t s1, int64_t s2,
+                           int64_t s3, int64_t s4, int64_t s5, int64_t t0, int64_t t1, int64_t t2, int64_t t3,
+                           int64_t t4, int64_t t5, void* stream) {
+    (void)stream;
+    const int64_t S[6] = {s0, s1, s2, s3, s4, s5}, T[6] = {t0, t1, t2, t3, t4, t5};
+    return kw_gather_t(src, dst, n, S, T);
+}
+extern "C" int kw_gather8(const uint8_t* src, uint8_t* dst, int64_t n, int64_t s0, int64_t s1, int64_t s2,
+                          int64_t s3, int64_t s4, int64_t s5, int64_t t0, int64_t t1, int64_t t2, int64_t t3,
+                          int64_t t4, int64_t t5, void* stream) {
+    (void)stream;
+    const int64_t S[6] = {s0, s1, s2, s3, s4, s5}, T[6] = {t0, t1, t2, t3, t4, t5};
+    return kw_gather_t(src, dst, n, S, T);
 }
 """
 )
@@ -722,7 +742,8 @@ extern "C" int colsum(const float* w, float* out, int64_t n_rows, int64_t n_cols
 // or expanded view, leading dims padded with size 1), written contiguously. Fused kernels read raw
 // pointers, so a strided operand is copied once at the boundary (model_new.py, _kw_contig).
 struct kw_dims6 { int64_t s[6]; int64_t t[6]; };
-__global__ void kw_gather_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t n, kw_dims6 d) {
+template <typename E>
+__global__ void kw_gather_kernel(const E* __restrict__ src, E* __restrict__ dst, int64_t n, kw_dims6 d) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i, off = 0;
         for (int k = 5; k >= 0; --k) {
@@ -732,14 +753,27 @@ __global__ void kw_gather_kernel(const float* __restrict__ src, float* __restric
         dst[i] = src[off];
     }
 }
+template <typename E>
+static int kw_gather_launch(const E* src, E* dst, int64_t n, kw_dims6 d, void* stream) {
+    if (n == 0) return 0;
+    const int64_t blocks = (n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535;
+    kw_gather_kernel<E><<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(src, dst, n, d);
+    return (int)cudaGetLastError();
+}
 extern "C" int kw_gather(const float* src, float* dst, int64_t n, int64_t s0, int64_t s1, int64_t s2, int64_t s3,
                          int64_t s4, int64_t s5, int64_t t0, int64_t t1, int64_t t2, int64_t t3, int64_t t4,
                          int64_t t5, void* stream) {
-    if (n == 0) return 0;
-    kw_dims6 d = {{s0, s1, s2, s3, s4, s5}, {t0, t1, t2, t3, t4, t5}};
-    const int64_t blocks = (n + 255) / 256 < 65535 ? (n + 255) / 256 : 65535;
-    kw_gather_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(src, dst, n, d);
-    return (int)cudaGetLastError();
+    return kw_gather_launch(src, dst, n, kw_dims6{{s0, s1, s2, s3, s4, s5}, {t0, t1, t2, t3, t4, t5}}, stream);
+}
+extern "C" int kw_gather64(const int64_t* src, int64_t* dst, int64_t n, int64_t s0, int64_t s1, int64_t s2,
+                           int64_t s3, int64_t s4, int64_t s5, int64_t t0, int64_t t1, int64_t t2, int64_t t3,
+                           int64_t t4, int64_t t5, void* stream) {
+    return kw_gather_launch(src, dst, n, kw_dims6{{s0, s1, s2, s3, s4, s5}, {t0, t1, t2, t3, t4, t5}}, stream);
+}
+extern "C" int kw_gather8(const uint8_t* src, uint8_t* dst, int64_t n, int64_t s0, int64_t s1, int64_t s2,
+                          int64_t s3, int64_t s4, int64_t s5, int64_t t0, int64_t t1, int64_t t2, int64_t t3,
+                          int64_t t4, int64_t t5, void* stream) {
+    return kw_gather_launch(src, dst, n, kw_dims6{{s0, s1, s2, s3, s4, s5}, {t0, t1, t2, t3, t4, t5}}, stream);
 }
 
 // kw_copy: a stream-ordered device-to-device copy; the CUDA-graph forward copies its inputs into the

@@ -23,7 +23,7 @@ from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.guard import HELPER as GUARD_HELPER
 from agent.builtin.kernelgen import KernelSig
 from agent.builtin.layout import inverse, last_perm
-from agent.builtin.ownkernels import DENSE_HELPER, GATHER_HELPER, emit_lines, op_label, own_call
+from agent.builtin.ownkernels import DENSE_HELPER, GATHER_DTYPES, GATHER_HELPER, emit_lines, op_label, own_call
 
 _HELPERS = '''
 
@@ -149,6 +149,7 @@ class _Emitter:
         self.lines: list[str] = []
         self.strided: set[str] = set()  # values that may not be contiguous where they are made
         self.gathers = 0  # strided operands copied to contiguous memory by the kw_gather kernel
+        self.matmuls = 0  # library GEMMs through _kw_matmul (torch-ops=forbid)
         self.tf32x3 = 0  # GEMMs and convolutions computed in 3xTF32 (agent.builtin.tf32x3.HELPER)
         self.conv3s = 0  # of them convolutions (agent.builtin.tf32x3.CONV_HELPER)
         self.channels_last_weights = 0  # convolution weights kept in channels-last memory (KEPT_HELPER)
@@ -216,6 +217,11 @@ class _Emitter:
             self.emit(f"{v} = {self.val(a[0])}.select({n.attrs['dim']}, {n.attrs['index']})")
         elif n.op == "getitem":
             self.emit(f"{v} = {self.val(a[0])}[{n.attrs['index']}]")
+        elif n.op == "contiguous" and self.torch_ops != "allow" and n.dtype in GATHER_DTYPES:
+            # a copy of a strided view (a permute's `.contiguous()`) is compute: ATen's clone under forbid
+            self.gathers += 1
+            x = self.val(a[0])
+            self.emit(f"{v} = {x} if {x}.is_contiguous() else _kw_contig(lib, {x}, _stream)  # kw_gather kernel")
         elif n.op in ("flatten", "transpose", "unsqueeze", "squeeze", "t", "contiguous"):
             rest = ", ".join(self.val(x) for x in a[1:])
             self.emit(f"{v} = {self.val(a[0])}.{n.op}({rest})")
@@ -251,7 +257,7 @@ class _Emitter:
                 self.emit(f"{v} = {v}.view(*{x}.shape[:-1], {w}.shape[0])")
             else:
                 self.emit(f"# {n.name}: GEMM x @ W^T through the library (oneDNN/MKL), W read transposed in place")
-                self.emit(f"{v} = torch.matmul({x}, {w}.t())")
+                self.emit(f"{v} = {self.matmul_call(x, f'{w}.t()')}")
         elif n.op == "matmul" and self.backend == "cuda" and self.gemm == "3xtf32" and tf32x3.node_pays(self.g, n):
             self.tf32x3 += 1
             self.emit(
@@ -260,7 +266,7 @@ class _Emitter:
             self.emit(f"{v} = _kw_mm3(lib, {self.val(a[0])}, {self.val(a[1])}, _stream)")
         elif n.op == "matmul":
             self.emit(f"# {n.name}: library GEMM")
-            self.emit(f"{v} = torch.matmul({self.val(a[0])}, {self.val(a[1])})")
+            self.emit(f"{v} = {self.matmul_call(self.val(a[0]), self.val(a[1]))}")
         elif n.op == "conv2d":
             at = n.attrs
             self.emit(
@@ -277,6 +283,16 @@ class _Emitter:
             self.channels_last(v, self.val(a[0]), len(n.dims))
         else:
             raise ValueError(f"no Python emission for {n.op}")
+
+    def matmul_call(self, a: str, b: str) -> str:
+        """torch.matmul(a, b); under forbid `_kw_matmul`, which gives mm or bmm operands they take
+        as views (ATen's matmul copies an operand whose batch dims do not merge, a permuted
+        attention head's for one, with aten::clone: a compute op that forbid rejects)."""
+        if self.torch_ops == "allow":
+            return f"torch.matmul({a}, {b})"
+        self.gathers += 1
+        self.matmuls += 1
+        return f"_kw_matmul(lib, {a}, {b}, _stream)"
 
     def conv3_applies(self, n: Node) -> bool:
         """A convolution the 3xTF32 candidate times against float32 (tf32x3.CONV_HELPER); under
@@ -652,10 +668,40 @@ _CONTIG_HELPER = '''
 
 def _kw_contig(lib, x, stream):
     """x copied to contiguous memory by the kw_gather kernel, which reads it through its sizes
-    and strides (a permuted, sliced or expanded view; _kw_gather_into)."""
+    and strides (a permuted, sliced or expanded view; _kw_gather_into); the kernel's element
+    types only (_KW_GATHER), any other dtype by .contiguous()."""
+    if x.dtype not in _KW_GATHER:
+        return x.contiguous()
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     _kw_gather_into(lib, x, out, stream)
     return out
+'''
+
+
+_MATMUL_HELPER = '''
+
+def _kw_merged(lib, x, keep, stream):
+    """x viewed with its leading dims merged into one and its last `keep` kept: a view where
+    those dims step as one, else a copy by the kw_gather kernel first (_kw_contig)."""
+    lead = [(n, s) for n, s in zip(x.shape[: x.dim() - keep], x.stride()) if n != 1]
+    if any(s != n2 * s2 for (_, s), (n2, s2) in zip(lead, lead[1:])):
+        x = _kw_contig(lib, x, stream)
+    return x.reshape(-1, *x.shape[x.dim() - keep :])
+
+
+def _kw_matmul(lib, a, b, stream):
+    """torch.matmul(a, b) as the one mm or bmm ATen's matmul reduces it to, with operands that
+    need no copy of ATen's (aten::clone inside matmul is a compute op under torch-ops=forbid):
+    a [..., k] @ b [k, n] folds a's leading dims into the rows of one mm; batched operands are
+    broadcast (expand: a view) and their batch dims merged into one for bmm."""
+    if a.dim() < 2 or b.dim() < 2 or a.dim() + b.dim() == 4:
+        return torch.matmul(a, b)
+    if b.dim() == 2:
+        return torch.mm(_kw_merged(lib, a, 1, stream), b).view(*a.shape[:-1], b.shape[-1])
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a3 = _kw_merged(lib, a.expand(*batch, *a.shape[-2:]), 2, stream)
+    b3 = _kw_merged(lib, b.expand(*batch, *b.shape[-2:]), 2, stream)
+    return torch.bmm(a3, b3).view(*batch, a.shape[-2], b.shape[-1])
 '''
 
 
@@ -783,6 +829,8 @@ def generate_model(
         parts.append(GATHER_HELPER)
     if em.gathers:
         parts.append(_CONTIG_HELPER)
+    if em.matmuls:
+        parts.append(_MATMUL_HELPER)
     if em.channels_last_weights or em.tf32x3:
         parts.append(KEPT_HELPER)
     if em.tf32x3:

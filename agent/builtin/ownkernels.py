@@ -1,6 +1,7 @@
 """Kernels of our own for ATen ops that the fusion generator does not express: pooling, scans,
 arg-reductions, concatenation, flips, cross-entropy and KL divergence, triangular masks, vector
-norms, rows picked by an index tensor (embeddings, index_select, `x[idx]`), and the reductions and softmaxes over a dim other than the last (which the row kernels
+norms, rows picked by an index tensor (embeddings, index_select, `x[idx]`), comparisons with a
+number and bool masks as float32 (a causal mask's `mask == 0`), and the reductions and softmaxes over a dim other than the last (which the row kernels
 of the fusion generator do not do).
 
 torch.export keeps these as single ATen ops (`aten.max_pool2d`, `aten.cumsum`, `aten.cat`,
@@ -86,6 +87,13 @@ def _float(g: Graph, a: Any) -> bool:
 
 
 _REDUCE_OPS = {"sum": 0, "mean": 1, "amax": 2, "amin": 3, "logsumexp": 6}
+_COMPARE = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5}  # with a number: kw_compare's op codes
+
+
+def _name_overload(n: Node) -> str:
+    """The overload of an island's ATen op (`aten.eq.Scalar`: Scalar)."""
+    parts = str(n.attrs.get("target", "")).split(".")
+    return parts[2] if len(parts) > 2 else ""
 
 
 def own_call(n: Node, g: Graph) -> dict[str, Any] | None:
@@ -209,6 +217,22 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         return _cross_entropy(n, g)
     if op in ("embedding", "index_select", "index"):
         return _index_rows(n, g, op)
+    if op in _COMPARE and _name_overload(n) == "Scalar":
+        x, scalar = _arg(n, 0), _arg(n, 1)
+        if not _float(g, x) or not isinstance(scalar, int | float) or not math.isfinite(scalar):
+            return None
+        return {
+            "kernel": "kw_compare",
+            "inputs": [x],
+            "ints": [math.prod(n.dims), _COMPARE[op], float(scalar)],
+            "dtype": "bool",
+        }
+    if op == "_to_copy":  # a bool mask as float32 (a causal mask's `mask == 0` read by a masked fill)
+        x = _arg(n, 0)
+        kwargs = n.attrs["call"]["kwargs"]
+        if set(kwargs) != {"dtype"} or n.dtype != "float32" or not isinstance(x, Ref) or g.node(x.name).dtype != "bool":
+            return None
+        return {"kernel": "kw_bool_to_float", "inputs": [x], "ints": [math.prod(n.dims)], "dtype": "float32"}
     if op == "kl_div":
         x, t = _arg(n, 0), _arg(n, 1)
         red, log_target = _kwarg(n, 2, "reduction", 1), _kwarg(n, 3, "log_target", False)
@@ -356,12 +380,22 @@ def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[
     return lines
 
 
+# The strided-copy kernel (agent/builtin/kernelgen.py) for each element type it copies: float32,
+# int64 indices, one-byte masks. Other dtypes are copied by torch (a compute op under forbid).
+GATHER_KERNELS = {
+    "float32": "kw_gather",
+    "int64": "kw_gather64",
+    "bool": "kw_gather8",
+    "uint8": "kw_gather8",
+    "int8": "kw_gather8",
+}
+GATHER_DTYPES = tuple(GATHER_KERNELS)
+
 GATHER_HELPER = '''
 
 def _kw_gather_raw(lib, ptr, shape, strides, out, stream):
-    """out (contiguous, `shape`) = the float32 elements at address ptr read through shape and
-    strides (in elements; negative ones read a dim backwards) by the kw_gather kernel, which takes
-    6 dims: size-1 dims are dropped and neighbours that step as one dim merged first; a view still
+    """out (contiguous, `shape`) = the elements at address ptr (a dtype of _KW_GATHER) read through
+    shape and strides (in elements; negative ones read a dim backwards) by the kw_gather kernel, which takes 6 dims: size-1 dims are dropped and neighbours that step as one dim merged first; a view still
     wider (Mamba2's 7-d chunked views) is copied one leading index at a time."""
     if out.numel() == 0:
         return
@@ -377,24 +411,32 @@ def _kw_gather_raw(lib, ptr, shape, strides, out, stream):
         (n0, s0), rest = dims[0], dims[1:]
         rows = out.view(n0, -1)
         for i in range(n0):
-            _kw_gather_raw(lib, ptr + 4 * i * s0, [n for n, _ in rest], [s for _, s in rest], rows[i], stream)
+            at = ptr + out.element_size() * i * s0
+            _kw_gather_raw(lib, at, [n for n, _ in rest], [s for _, s in rest], rows[i], stream)
         return
     pad = 6 - len(dims)
-    lib.kw_gather(ctypes.c_void_p(ptr), out, out.numel(), *([1] * pad + [n for n, _ in dims]),
-                  *([0] * pad + [s for _, s in dims]), stream)
+    gather = getattr(lib, _KW_GATHER[out.dtype])
+    gather(ctypes.c_void_p(ptr), out, out.numel(), *([1] * pad + [n for n, _ in dims]),
+           *([0] * pad + [s for _, s in dims]), stream)
 
 
 def _kw_gather_into(lib, x, out, stream):
-    """out (contiguous, x's shape) = x (float32) read through its sizes and strides."""
+    """out (contiguous, x's shape) = x (a dtype of _KW_GATHER) read through its sizes and strides."""
     _kw_gather_raw(lib, x.data_ptr(), x.shape, x.stride(), out, stream)
-'''
+''' + (
+    "\n\n# the kw_gather kernel for each element type it copies (agent/builtin/ownkernels.py GATHER_KERNELS)\n"
+    + "_KW_GATHER = {"
+    + ", ".join(f"torch.{k}: {v!r}" for k, v in GATHER_KERNELS.items())
+    + "}\n"
+)
 
 DENSE_HELPER = '''
 
 def _kw_dense(lib, x, stream):
-    """x copied to contiguous memory by our kw_gather kernel (float32, _kw_gather_into), or by
-    .contiguous() for the integer targets of a loss (no arithmetic)."""
-    if x.dtype != torch.float32:
+    """x copied to contiguous memory by our kw_gather kernel (the dtypes of _KW_GATHER: an expanded
+    index, a loss's sliced targets, a sliced mask; _kw_gather_into), else by .contiguous() (a torch
+    copy, which torch-ops=forbid rejects)."""
+    if x.dtype not in _KW_GATHER:
         return x.contiguous()
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     _kw_gather_into(lib, x, out, stream)
@@ -477,6 +519,12 @@ KW_HD static inline float kw_pool_one(const float* x, int64_t e, const int64_t* 
         for (int64_t yy = y0; yy < y1; ++yy)
             for (int64_t xx = x0; xx < x1; ++xx) s += src[(z * ih + yy) * iw + xx];
     return (float)(s / (double)count);
+}
+
+// x op s for kw_compare's op codes (0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge); NaN compares as in ATen
+// (false, and true for ne).
+KW_HD static inline bool kw_compare_one(float x, float s, int64_t op) {
+    return op == 0 ? x == s : op == 1 ? x != s : op == 2 ? x < s : op == 3 ? x <= s : op == 4 ? x > s : x >= s;
 }
 
 // The row an index picks out of `rows` (negative ones from the end), or -1 when out of range.
@@ -650,6 +698,21 @@ extern "C" int kw_index_rows(const float* x, const int64_t* idx, float* y, int64
         const int64_t r = kw_row_of(idx[p % n], rows);
         for (int64_t k = 0; k < inner; ++k) y[p * inner + k] = r >= 0 ? x[((p / n) * rows + r) * inner + k] : NAN;
     }
+    return 0;
+}
+
+// kw_compare: y = x op s, a float32 tensor against a number (bool out); kw_bool_to_float: a bool mask as float32.
+extern "C" int kw_compare(const float* x, bool* y, int64_t n, int64_t op, float s, void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (n > (1 << 16))
+    for (int64_t e = 0; e < n; ++e) y[e] = kw_compare_one(x[e], s, op);
+    return 0;
+}
+
+extern "C" int kw_bool_to_float(const bool* x, float* y, int64_t n, void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (n > (1 << 16))
+    for (int64_t e = 0; e < n; ++e) y[e] = x[e] ? 1.0f : 0.0f;
     return 0;
 }
 
@@ -947,6 +1010,24 @@ __global__ void kw_mask_mul_kernel(const float* __restrict__ x, const bool* __re
 
 extern "C" int kw_mask_mul(const float* x, const bool* m, float* y, int64_t n, void* stream) {
     kw_mask_mul_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(x, m, y, n);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_compare_kernel(const float* __restrict__ x, bool* __restrict__ y, int64_t n, int64_t op, float s) {
+    KW_GRID(n) y[q] = kw_compare_one(x[q], s, op);
+}
+
+extern "C" int kw_compare(const float* x, bool* y, int64_t n, int64_t op, float s, void* stream) {
+    kw_compare_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(x, y, n, op, s);
+    return (int)cudaGetLastError();
+}
+
+__global__ void kw_bool_to_float_kernel(const bool* __restrict__ x, float* __restrict__ y, int64_t n) {
+    KW_GRID(n) y[q] = x[q] ? 1.0f : 0.0f;
+}
+
+extern "C" int kw_bool_to_float(const bool* x, float* y, int64_t n, void* stream) {
+    kw_bool_to_float_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(x, y, n);
     return (int)cudaGetLastError();
 }
 

@@ -16,6 +16,7 @@ import torch
 from agent.builtin.fallback import fallback_model, source_parts
 from agent.builtin.graph import analyze_source
 from agent.builtin.pipeline import build_candidate, library_parts, make_plan, own_parts
+from sandbox.audit import make_recorder
 
 REPO = Path(__file__).resolve().parents[3]
 BLOCKS = REPO / "benchmarks" / "blocks"
@@ -214,10 +215,19 @@ def _compile(code: str, tmp_path: Path) -> str:
 
 
 def _check_candidate(
-    task_src: str, files: dict[str, str], tmp_path: Path, *, other_inputs=None, equal_nan: bool = False, change=None
+    task_src: str,
+    files: dict[str, str],
+    tmp_path: Path,
+    *,
+    other_inputs=None,
+    equal_nan: bool = False,
+    change=None,
+    ops: dict[str, int] | None = None,
 ) -> None:
     """model_new.py next to the reference, in this process, on the task's inputs (and others);
-    with `change(model)`, applied to both models after that, once more on the task's inputs."""
+    with `change(model)`, applied to both models after that, once more on the task's inputs.
+    `ops` collects the ATen ops the candidate's forwards dispatched (sandbox.audit's recorder,
+    what torch-ops=forbid judges)."""
     kernel = next((p for p in files if p.startswith("kernels/")), None)
     if kernel:
         os.environ["KWRT_LIB"] = _compile(files[kernel], tmp_path)
@@ -235,7 +245,11 @@ def _check_candidate(
 
         def compare(ins):
             with torch.no_grad():
-                y0, y1 = m(*ins), mn(*ins)
+                y0 = m(*ins)
+                with make_recorder() as rec:
+                    y1 = mn(*ins)
+            if ops is not None:
+                ops.update(rec.ops)
             y0 = y0 if isinstance(y0, tuple) else (y0,)
             y1 = y1 if isinstance(y1, tuple) else (y1,)
             for a, b in zip(y0, y1, strict=True):

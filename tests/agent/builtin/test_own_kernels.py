@@ -13,6 +13,7 @@ import torch
 from agent.builtin.graph import LIBRARY
 from agent.builtin.pipeline import build_candidate, library_parts, own_parts
 from agent.builtin.policy import _forbid_blockers
+from sandbox.audit import classify
 from tests.agent.builtin.test_export_capture import _analysis, _check_candidate
 
 TEMPLATE = """
@@ -110,15 +111,26 @@ CASES = {
     "gathers": (
         task(
             "(self.emb(i), self.table[self.index.view(-1)].view(4, 4, -1).permute(2, 0, 1) + x[:, :1, :1, :1], "
-            "torch.index_select(x, 1, m), x[:, j], x[k, :, 1:], torch.sigmoid(self.emb(i[:, 1:])))",
+            "torch.index_select(x, 1, m), x[:, j], x[k, :, 1:], torch.sigmoid(self.emb(i[:, 1:])), "
+            "self.emb(i[:, ::2]), self.emb(self.pos[:, 1:7].expand(2, 6)))",  # strided and expanded indices
             "torch.randn(3, 5, 4, 2), torch.randint(0, 10, (2, 6)), torch.tensor([4, 0, -1, 2]), "
             "torch.tensor([2, -3, 1, 2, 0]), torch.tensor([3, 0, 4])",
             "        self.emb = nn.Embedding(10, 8)\n"
             "        self.table = nn.Parameter(torch.randn(49, 3))\n"
-            "        self.register_buffer('index', torch.randint(0, 49, (4, 4)))",
+            "        self.register_buffer('index', torch.randint(0, 49, (4, 4)))\n"
+            "        self.register_buffer('pos', torch.arange(10).view(1, 10))",
             args="x, i, j, k, m",  # negative indices count from the end (not in index_select)
         ),
         {"kw_index_rows"},
+    ),
+    "masks": (  # GPT-2's causal mask from a buffer, and masks of an input
+        task(
+            "(torch.softmax(x.masked_fill(self.bias[:, :, :5, :5] == 0, float('-inf')), -1), "
+            "(x > 0.5).float() * x, x.masked_fill(x <= -1.0, 0.0))",
+            "torch.randn(2, 3, 5, 5)",
+            "        self.register_buffer('bias', torch.tril(torch.ones(8, 8)).view(1, 1, 8, 8))",
+        ),
+        {"kw_compare", "kw_bool_to_float"},
     ),
     "triangular": (
         task(
@@ -143,7 +155,11 @@ def test_our_kernels_compute_the_ops_under_forbid(name, tmp_path):
     torch_calls = re.findall(r"# (\w+): library/ATen call", forward)
     assert all(c.plan.graph.node(x).attrs.get("target") == "aten.zeros_like.default" for x in torch_calls)
     assert all(n.op in LIBRARY or n.attrs.get("target") == "aten.zeros_like.default" for n in library_parts(c.plan))
-    _check_candidate(src, c.files, tmp_path)
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops)
+    # what the sandbox judges under forbid: no ATen op that computes ran in the forward (a torch
+    # copy to contiguous memory of a strided index was one)
+    assert ops and not [op for op in ops if classify(op) == "compute" and op != "aten::zeros_like"], ops
 
 
 def test_a_form_our_kernels_do_not_handle_stays_the_aten_call_and_a_named_blocker():
@@ -167,3 +183,30 @@ def test_nan_propagates_through_max_pooling_and_argmax_picks_it(tmp_path):
     assert {k for _, k in own_parts(c.plan)} == {"kw_pool", "kw_argreduce"}
     torch.manual_seed(1)
     _check_candidate(src, c.files, tmp_path, equal_nan=True)
+
+
+def test_library_gemms_of_strided_views_run_no_torch_copy_under_forbid(tmp_path):
+    """ATen's matmul reshapes a permuted attention head, a transposed activation or a broadcast
+    batch for mm/bmm with a copy of its own (aten::clone, a compute op that torch-ops=forbid
+    rejects: BEiT's attention was rejected so). Under forbid the candidate hands mm/bmm operands
+    they take as views, copied by our kw_gather kernel where the dims do not merge, and the
+    products match the reference's."""
+    src = task(
+        "(torch.matmul(q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1)), "
+        "torch.relu(torch.matmul(x.transpose(0, 1), self.w)), "
+        "torch.matmul(q[:, :1].permute(0, 2, 1, 3), k[:1].permute(0, 2, 3, 1)), "
+        "torch.matmul(self.w.t()[:, :5], x[:, :5]))",
+        "torch.randn(2, 6, 3, 4), torch.randn(2, 6, 3, 4), torch.randn(5, 7, 8)",
+        "        self.w = nn.Parameter(torch.randn(8, 6))",
+        args="q, k, x",
+    )
+    an = _analysis(src, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert "_kw_matmul(lib, " in c.files["model_new.py"]
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops)
+    assert ops.get("aten::bmm") and ops.get("aten::mm"), ops
+    assert not [op for op in ops if classify(op) == "compute"], ops
+    allowed = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
+    assert "_kw_matmul" not in allowed.files["model_new.py"]  # under allow ATen's own matmul, copies and all
