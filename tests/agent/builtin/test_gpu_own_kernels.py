@@ -65,3 +65,24 @@ def test_reductions_of_our_own_pass_the_sandbox_on_the_gpu(tmp_path):
     res = _evaluated(REDUCTIONS, {"kw_reduce", "kw_argreduce"}, tmp_path)
     for name in ("kw_reduce_cols_kernel", "kw_reduce_lines_kernel", "kw_reduce_kernel", "kw_argreduce_kernel"):
         assert _ran(res, name), (name, res.audit.kernels)
+
+
+def test_gathers_masks_and_attention_of_views_pass_the_sandbox_on_the_gpu(tmp_path):
+    """The kernels that let attention pass under forbid on the GPU: rows picked by an index
+    (kw_index_rows, a strided index through kw_gather64), a causal mask from a buffer (kw_compare,
+    kw_bool_to_float, a sliced bool mask through kw_gather8) and bmm of permuted heads (_kw_matmul)."""
+    from .test_own_kernels import CASES
+
+    src = task(
+        "torch.softmax(torch.matmul(q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1)).masked_fill("
+        "self.bias[:, :, :64, :64] == 0, float('-inf')), -1) + self.emb(i[:, ::2]).sum()",
+        "torch.randn(2, 64, 4, 32), torch.randn(2, 64, 4, 32), torch.randint(0, 100, (2, 12))",
+        "        self.emb = nn.Embedding(100, 8)\n"
+        "        self.register_buffer('bias', torch.tril(torch.ones(128, 128)).view(1, 1, 128, 128))",
+        args="q, k, i",
+    )
+    res = _evaluated(src, {"kw_index_rows", "kw_compare", "kw_bool_to_float"}, tmp_path)
+    for name in ("kw_index_rows_kernel", "kw_compare_kernel", "kw_bool_to_float_kernel", "kw_gather_kernel"):
+        assert _ran(res, name), (name, res.audit.kernels)
+    for name in ("gathers", "masks"):  # the CPU cases, on the GPU
+        _evaluated(CASES[name][0], CASES[name][1], tmp_path)
