@@ -23,7 +23,9 @@ class UserError(Exception):
 
 
 def where(exc: BaseException, roots: list[str]) -> tuple[str | None, int | None, str]:
-    """The innermost traceback frame inside user files, and a trimmed traceback."""
+    """The innermost traceback frame inside user files, and a trimmed traceback: the exception
+    first, then the user's frames (a one-line view of the error, a plan's or a summary's, keeps
+    what went wrong; with the frames first it kept a line of the user's code and lost the error)."""
     frames = traceback.extract_tb(exc.__traceback__)
     file = line = None
     user_frames = []
@@ -37,7 +39,7 @@ def where(exc: BaseException, roots: list[str]) -> tuple[str | None, int | None,
     if len(text) > 2000:
         text = text[:2000] + " ...[trimmed]"
     if user_frames:
-        text = "\n".join(user_frames[-6:]) + "\n" + text
+        text = text + "\n" + "\n".join(user_frames[-6:])
     return file, line, text
 
 

@@ -800,11 +800,27 @@ def _autocast_entries() -> Iterator[list[str]]:
         cls.__enter__ = original  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def _attributes_kept(model: nn.Module) -> Any:
+    """The model as it was after the trace: fx stores each tensor constant it meets (a 0-d tensor
+    in a lambda, NeRF's frequency bands) on the traced module as `_tensor_constantN`, even when the
+    trace then fails. Left there, torch.export read them as attributes of the model (parameters of
+    the capture) that a fresh ModelNew does not have, and the candidate raised. The traced
+    GraphModule keeps its own copies."""
+    before = {name: set(vars(m)) for name, m in model.named_modules()}
+    try:
+        yield
+    finally:
+        for name, m in model.named_modules():
+            for attr in set(vars(m)) - before.get(name, set()):
+                delattr(m, attr)
+
+
 def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], notes: list[str]) -> tuple[list[dict], str]:
     """torch.fx symbolic tracing + ShapeProp: a graph whose sizes stay symbolic (size/shape nodes),
     so its candidates run at any shape. Raises Unsupported for anything outside the vocabulary."""
     try:
-        with _autocast_entries() as autocast:
+        with _autocast_entries() as autocast, _attributes_kept(model):
             gm = fx.symbolic_trace(model)
     except Exception as e:  # any tracing failure becomes a message
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -137,6 +137,9 @@ def test_forward_exception_is_a_runtime_error_with_trial(quick):
     assert res.status == Status.RUNTIME_ERROR and "kernel launch failed" in res.reasons[0]
     assert "model_new.py:4" in res.reasons[0]
     assert res.trials and not res.trials[0].passed
+    # the error comes before the user's frames: a one-line view of the reason (a plan, a summary)
+    # names what went wrong, not a line of code (NeRF's AttributeError was lost behind a long line)
+    assert "RuntimeError: kernel launch failed" in res.reasons[0].splitlines()[0], res.reasons[0]
 
 
 def test_kernel_error_code_names_the_function(quick):
