@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 import operator
+import os
+import re
 from typing import Any, cast
 
 import torch
@@ -791,13 +793,28 @@ def structure_guard(model: nn.Module) -> dict[str, Any]:
     return guard(model, "fx", set(), [])
 
 
+def _user_call(error: str) -> str:
+    """Where in the upload torch.export gave up, from its own "The following call raised this
+    error" lines (a data-dependent guard names no user code in its first line): " (file, line N,
+    in f: code)", or "" when the error does not say."""
+    lines = error.splitlines()
+    at = next((i for i, line in enumerate(lines) if "The following call raised this error" in line), None)
+    if at is None or at + 1 >= len(lines):
+        return ""
+    m = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', lines[at + 1])
+    if not m:
+        return ""
+    code = lines[at + 2].strip() if at + 2 < len(lines) else ""
+    return f" (at {os.path.basename(m[1])}, line {m[2]}, in {m[3]}: {code[:160]})"
+
+
 def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], notes: list[str]) -> dict[str, Any]:
     """The exported graph as IR node dicts plus what it is specialised to."""
     try:
         ep = export_program(model, inputs)
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}") from None
+        raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}{_user_call(str(e))}") from None
     binds = bind_scalars(model, inputs, ep, float_attrs, notes)
     b = ExportBuilder(ep, binds, model)
     nodes = b.build()

@@ -747,3 +747,33 @@ def test_tensor_constants_fx_met_are_not_left_on_the_model(tmp_path):
     c = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
     assert "_tensor_constant" not in c.files["model_new.py"]
     _check_candidate(TENSOR_CONSTANTS_IN_LAMBDAS, c.files, tmp_path)
+
+
+DATA_DEPENDENT_ASSERT = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, shapes):
+        n = x.shape[1]
+        assert (shapes[:, 0] * shapes[:, 1]).sum() == n
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(2, 12), torch.tensor([[2, 3], [3, 2]])]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_data_dependent_guard_names_the_line_of_the_upload():
+    """Deformable DETR asserts on the sum of its spatial-shape tensor: torch.export's first line
+    ("Could not guard on data-dependent expression Eq(u0, 1)") names no code of the user's; the
+    reason now says which line of the upload it was."""
+    an = _analysis(DATA_DEPENDENT_ASSERT, profile=False)
+    assert not an.ok
+    assert "line 9, in forward: assert (shapes[:, 0] * shapes[:, 1]).sum() == n" in an.error, an.error
