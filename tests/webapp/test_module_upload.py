@@ -109,7 +109,7 @@ def test_the_form_in_the_browser(request, client):
     page.select_option("#id_module_class", "SEBlock")
     assert (
         page.locator("#module-signature").inner_text()
-        == "SEBlock(channels, reduction=REDUCTION) · forward(x) · line 14"
+        == "SEBlock(channels, reduction=REDUCTION) · forward(x) · line 15"  # the class statement's line
     )
     page.fill("#id_init_args", "[16]")
     page.fill("#id_input_specs", "float32[4,16,8,8] randn")

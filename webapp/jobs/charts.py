@@ -25,6 +25,17 @@ LAYOUT = {
 LOG_AXIS = {"type": "log", "dtick": 1, "tickformat": "~g", "minor": {"ticks": "inside", "showgrid": False}}
 
 
+def _plain(value: Any, limit: int | None = None) -> str:
+    """Text from a result (a kernel's name, the device, the clock, the verdict) as plotly shows
+    it: plotly.js reads tags in every label and title (<a href> to any http(s) address, <span
+    style>, <br>), so the brackets become look-alikes and the text stays text. Cut before that,
+    so a cut never leaves half a tag."""
+    text = str(value)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.replace("<", "‹").replace(">", "›")
+
+
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
     return {**LAYOUT, "title": {"text": title}, **extra}
 
@@ -167,10 +178,8 @@ def best_vs_baselines(evaluation: dict[str, Any] | None) -> dict[str, Any] | Non
     whiskers = "whiskers: interquartile range over the rounds" if any(spreads) else "no whiskers: no per-round times"
     speed = (evaluation or {}).get("speed")
     # plotly reads a few tags in titles: the verdict (the sandbox's words) goes in as plain text
-    verdict = (
-        str(speed.get("verdict") or "")[:90].replace("<", "‹").replace(">", "›") if isinstance(speed, dict) else ""
-    )
-    note = f"median ms, {whiskers}; clock {timing.get('clock') or '?'}" + (f"<br>{verdict}" if verdict else "")
+    verdict = _plain(speed.get("verdict") or "")[:90] if isinstance(speed, dict) else ""
+    note = f"median ms, {whiskers}; clock {_plain(timing.get('clock') or '?')}" + (f"<br>{verdict}" if verdict else "")
     layout = _layout(
         "Best candidate vs baselines",
         yaxis={"title": {"text": "median (ms)"}},
@@ -188,7 +197,7 @@ def time_per_kernel(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         {
             "type": "bar",
             "orientation": "h",
-            "y": [_short(r.get("name") or "?") for r in rows],
+            "y": [_plain(r.get("name") or "?", 40) for r in rows],
             "x": [r.get("total_ms", 0.0) for r in rows],
             "hovertext": [f"{r.get('calls', 0)} calls, {100 * r.get('share', 0.0):.1f}%" for r in rows],
         }
@@ -199,10 +208,6 @@ def time_per_kernel(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             "Time per kernel of the best candidate", xaxis={"title": {"text": "ms"}}, yaxis={"automargin": True}
         ),
     }
-
-
-def _short(name: str, limit: int = 40) -> str:
-    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def flop_rate_unit(peak_tflops: float) -> tuple[str, float]:
@@ -247,7 +252,7 @@ def roofline(roof: dict[str, Any] | None, evaluation: dict[str, Any] | None) -> 
                 }
             )
     layout = _layout(
-        f"Roofline on {roof.get('device') or 'the device'} ({roof.get('bound') or '?'}-bound)",
+        f"Roofline on {_plain(roof.get('device') or 'the device')} ({_plain(roof.get('bound') or '?')}-bound)",
         xaxis={**LOG_AXIS, "title": {"text": "arithmetic intensity (FLOP/byte)"}},
         yaxis={**LOG_AXIS, "title": {"text": unit}},
         # four legend rows below the axis title

@@ -25,6 +25,12 @@ from webapp.jobs.highlight import Line, highlight_path, language_for
 CONTEXT_LINES = 3
 # SequenceMatcher is quadratic at worst: beyond this many lines a side, the diff is not computed.
 MAX_DIFF_LINES = 5000
+# ... and on lines that repeat it is cubic: each search for a longest match visits every pair of
+# equal lines in its range, at every level of its recursion (1400 lines of `x` against `x` and
+# `y` alternating: 20 s). Each search is charged those pairs; past this budget the diff is given
+# up like a too large one. Edits of real code cost under 10 per line (the gallery's).
+DIFF_WORK_BASE = 10_000
+DIFF_WORK_PER_LINE = 100
 TEMPLATE_VERSION = 1  # bump when jobs/_diff.html changes
 TTL_S = 7 * 24 * 3600
 
@@ -73,6 +79,29 @@ class FileDiff:
         return self.status == "same"
 
 
+class DiffTooCostly(Exception):
+    pass
+
+
+class BoundedMatcher(difflib.SequenceMatcher):
+    """A SequenceMatcher (autojunk off) that raises DiffTooCostly once its searches would visit
+    more than `budget` pairs of equal lines in all."""
+
+    def __init__(self, a: list[str], b: list[str], budget: int) -> None:
+        super().__init__(None, a, b, autojunk=False)
+        pairs = [0]  # pairs[i]: the pairs of equal lines a[:i] has with b, so a range costs O(1) to charge
+        for line in a:
+            pairs.append(pairs[-1] + len(self.b2j.get(line, ())))
+        self._pairs, self._left = pairs, budget
+
+    def find_longest_match(self, alo=0, ahi=None, blo=0, bhi=None):
+        ahi = len(self.a) if ahi is None else ahi
+        self._left -= self._pairs[ahi] - self._pairs[alo] + 1
+        if self._left < 0:
+            raise DiffTooCostly
+        return super().find_longest_match(alo, ahi, blo, bhi)
+
+
 def _lines(text: str) -> list[str]:
     return text.splitlines()
 
@@ -95,11 +124,15 @@ def file_diff(path: str, old: str | None, new: str | None, context: int = CONTEX
     status = "added" if old is None or (not a and b) else "deleted" if new is None else "modified"
     if len(a) > MAX_DIFF_LINES or len(b) > MAX_DIFF_LINES:
         return FileDiff(path, "too_large", language)
+    matcher = BoundedMatcher(a, b, DIFF_WORK_BASE + DIFF_WORK_PER_LINE * (len(a) + len(b)))
+    try:
+        groups = list(matcher.get_grouped_opcodes(context))
+    except DiffTooCostly:
+        return FileDiff(path, "too_large", language)
     hl_a = highlight_path("\n".join(a), path) if a else []
     hl_b = highlight_path("\n".join(b), path) if b else []
     out = FileDiff(path, status, language)
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for group in matcher.get_grouped_opcodes(context):
+    for group in groups:
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         hunk = Hunk(header=f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@")
         for tag, a1, a2, b1, b2 in group:

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from agent.workspace import WorkspaceError, check_path
 from webapp.jobs.models import Job
 
 KWRT_PATH = Path(__file__).resolve().parents[2] / "sandbox" / "runtime" / "kwrt.py"
@@ -84,12 +85,22 @@ def readme(job: Job) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _inside_folder(path: str) -> bool:
+    """A stored file name that stays inside the zip's folder (agent.workspace.check_path's rule,
+    as a run writes them and the importer requires): never `..`, absolute or backslashed."""
+    try:
+        return check_path(path) == path
+    except WorkspaceError:
+        return False
+
+
 def best_zip(job: Job) -> bytes:
     buf = io.BytesIO()
     folder = f"kernelwright-job{job.pk}"
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for art in job.artifacts.all():
-            zf.writestr(f"{folder}/{art.path}", art.content)
+            if _inside_folder(art.path):
+                zf.writestr(f"{folder}/{art.path}", art.content)
         if KWRT_PATH.exists() and not job.artifacts.filter(path="kwrt.py").exists():
             zf.writestr(f"{folder}/kwrt.py", KWRT_PATH.read_text())
         zf.writestr(f"{folder}/README.md", readme(job))

@@ -10,6 +10,7 @@ right; the token stream is then cut at newlines.
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 
 from pygments.formatters import HtmlFormatter
@@ -33,6 +34,11 @@ LANGUAGES = {
 }
 # Lexing is regex work: a huge file (or a pathological one) is shown as plain text instead.
 MAX_HIGHLIGHT_CHARS = 200_000
+# ... and so is one that costs more than this to lex. Some lexer rules are quadratic on hostile
+# text (the C++/CUDA raw-string rule scans to the end of the file at every `R"(`: 100 KB of them
+# took 15 s); the work between two tokens is one such scan, so checking the clock per token
+# bounds a text's cost to about this budget.
+HIGHLIGHT_BUDGET_S = 0.5
 
 
 def language_for(path: str | None) -> str | None:
@@ -66,13 +72,17 @@ def highlight_lines(text: str | None, language: str | None) -> list[Line]:
     """The lines of `text` (split at "\\n", like `str.split`) as highlighted segments.
 
     Adjacent tokens of one class are merged, and whitespace-only tokens carry no class, so a
-    typical line is a handful of spans. Unknown languages and very large texts come back plain.
+    typical line is a handful of spans. Unknown languages, very large texts and texts that take
+    longer than HIGHLIGHT_BUDGET_S to lex come back plain.
     """
     text = text or ""
     if not language or len(text) > MAX_HIGHLIGHT_CHARS:
         return plain_lines(text)
     lines: list[Line] = [[]]
+    deadline = time.monotonic() + HIGHLIGHT_BUDGET_S
     for ttype, value in _lexer(language).get_tokens(text):
+        if time.monotonic() > deadline:
+            return plain_lines(text)
         cls = _css_class(ttype)
         parts = value.split("\n")
         for i, part in enumerate(parts):

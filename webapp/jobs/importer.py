@@ -9,7 +9,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agent.events import BestChanged, FileEdit
 from agent.trajectory import Trajectory, TrajectoryFormatError
+from agent.workspace import WorkspaceError, check_path
 from webapp.jobs import services
 from webapp.jobs.models import Job, task_hash
 from webapp.jobs.turns import group_by_turn
@@ -21,13 +23,53 @@ class ImportRefused(ValueError):
     pass
 
 
+MAX_DEPTH = 100  # a trajectory nests about 8 deep; copying events (dataclasses.asdict) recurses per level
+
+
+def _nested_deeper_than(data: Any, limit: int) -> bool:
+    """Without recursion: whether any value of `data` lies more than `limit` lists or objects deep."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
 def parse(data: Any) -> Trajectory:
     if not isinstance(data, dict):
         raise ImportRefused("a trajectory file is a JSON object with `schema` and `events`")
+    if _nested_deeper_than(data, MAX_DEPTH):
+        raise ImportRefused(f"not a valid trajectory: it nests more than {MAX_DEPTH} lists or objects deep")
     try:
-        return Trajectory.from_dict(data)
+        traj = Trajectory.from_dict(data)
     except (TrajectoryFormatError, TypeError, ValueError, KeyError) as exc:
         raise ImportRefused(f"not a valid trajectory: {exc}") from exc
+    for e in traj.events:
+        _check_files(e)
+    return traj
+
+
+def _check_files(event: Any) -> None:
+    """File names as a run's agent writes them (agent.workspace.check_path): relative, no `..`,
+    plain segments. They become the downloads' names (best.zip), so nothing else is stored."""
+    if isinstance(event, FileEdit):
+        paths = [event.path]
+    elif isinstance(event, BestChanged):
+        if not isinstance(event.files, dict) or not all(isinstance(v, str) for v in event.files.values()):
+            raise ImportRefused("not a valid trajectory: a best_changed event's files must map paths to text")
+        paths = list(event.files)
+    else:
+        return
+    for path in paths:
+        try:
+            if check_path(path) == path:
+                continue
+        except WorkspaceError as exc:
+            raise ImportRefused(f"not a valid trajectory: file {exc}") from None
+        raise ImportRefused(f"not a valid trajectory: file path {path!r} is not in its normal form")
 
 
 @transaction.atomic
@@ -76,10 +118,12 @@ def import_trajectory(
         job.save()
     turns = group_by_turn(e.to_dict() for e in traj.events)
     for index, events in turns.items():
-        services.store_turn(job, index, events)
+        services.store_turn(job, index, events, notify=False)  # one notice below, not one per turn
     if into is not None:
         job.turns.exclude(index__in=list(turns)).delete()
         if best is None:
             services.clear_best(job)
     job.refresh_from_db()
+    if into is not None:  # a page open on it fetches every turn again
+        services.announce_state(job.pk, job.state)
     return job

@@ -158,9 +158,13 @@ def announce_state(job_id: int, state: str, reason: str = "") -> None:
 
 
 @transaction.atomic
-def store_turn(job: Job, index: int, events: list[dict[str, Any]], attempt: int | None = None) -> Turn | None:
+def store_turn(
+    job: Job, index: int, events: list[dict[str, Any]], attempt: int | None = None, *, notify: bool = True
+) -> Turn | None:
     """Save one turn's events (idempotent per index), update the job's best, then announce. With
-    `attempt`, only while that attempt owns the job (a superseded worker stores nothing)."""
+    `attempt`, only while that attempt owns the job (a superseded worker stores nothing). Without
+    `notify` (an import storing every turn at once) nothing is announced: each announcement builds
+    the update since the turn before, so announcing N turns would cost O(N^2)."""
     if attempt is not None and not Job.objects.select_for_update().filter(pk=job.pk, attempts=attempt).exists():
         logger.warning("job %s: turn %s of attempt %s not stored: a later attempt owns the job", job.pk, index, attempt)
         return None
@@ -190,7 +194,8 @@ def store_turn(job: Job, index: int, events: list[dict[str, Any]], attempt: int 
         _apply_best(job, s.best, events)
     if s.finished is not None and s.finished.get("best_version") is None:
         clear_best(job)  # the run ended without a verified candidate (its best failed the confirmation)
-    transaction.on_commit(lambda: announce_turn(job.pk, index))
+    if notify:
+        transaction.on_commit(lambda: announce_turn(job.pk, index))
     return turn
 
 

@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from agent.exported_task import exported_task_limit, is_exported_task
 from agent.module_task import error_that_matters
 
-__all__ = ["MAX_SOURCE_BYTES", "TaskCheck", "check_task_source", "error_that_matters", "source_limit"]
+__all__ = ["MAX_SOURCE_BYTES", "TOO_DEEP", "TaskCheck", "check_task_source", "error_that_matters", "source_limit"]
 
 MAX_SOURCE_BYTES = 256 * 1024
+# What CPython's parsers raise on input nested past their limits (`ast.parse` of "-" * 10**5 + "1",
+# a long attribute chain; json.loads of deep brackets): a refusal, never an error of the server.
+TOO_DEEP = (RecursionError, MemoryError)
 REQUIRED_FUNCTIONS = ("get_inputs", "get_init_inputs")
 
 
@@ -45,6 +48,8 @@ def check_task_source(source: str, max_bytes: int | None = None) -> TaskCheck:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return TaskCheck(False, [f"Syntax error on line {exc.lineno}: {exc.msg}"])
+    except TOO_DEEP:
+        return TaskCheck(False, ["The source is nested too deeply to parse."])
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
     assigned = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}

@@ -23,8 +23,9 @@ from django.utils.safestring import SafeString, mark_safe
 
 from webapp.jobs.diffview import apply_edits, edit_diffs
 from webapp.jobs.models import Turn
+from webapp.jobs.turns import evaluations_behind
 
-TEMPLATE_VERSION = 6  # bump when jobs/_turn.html (or jobs/_diff.html) changes
+TEMPLATE_VERSION = 7  # bump when jobs/_turn.html (or jobs/_diff.html) changes
 TTL_S = 7 * 24 * 3600
 
 
@@ -72,7 +73,8 @@ def _render(turn: Turn, before: dict[str, str] | None) -> tuple[str, dict[str, s
     if before is None:
         before = files_before(turn)
     diffs = edit_diffs(turn.events, before)
-    items: list[tuple[dict[str, Any], Any]] = list(zip(turn.events, diffs, strict=True))
+    behind = evaluations_behind(turn.events)
+    items: list[tuple[dict[str, Any], Any, Any]] = list(zip(turn.events, diffs, behind, strict=True))
     html = render_to_string("jobs/_turn.html", {"turn": turn, "items": items})
     after = apply_edits(dict(before), turn.events)
     cache.set(_files_key(turn.job_id, turn.pk, turn.revision, turn.created_at), after, TTL_S)

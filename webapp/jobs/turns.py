@@ -7,6 +7,7 @@ best) so that lists, filters and charts read columns instead of walking events.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,20 @@ def evaluation_behind(events: list[dict[str, Any]], at: int) -> dict[str, Any] |
     return next(
         (e for e in reversed(events[:at]) if e.get("type") == "evaluation" and e.get("version") == version), None
     )
+
+
+def evaluations_behind(events: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+    """evaluation_behind of every best_changed event (None for the other events), in one pass: a
+    turn may hold many of them (an imported one), and a scan back from each would be quadratic."""
+    last: dict[Any, dict[str, Any]] = {}
+    out: list[dict[str, Any] | None] = []
+    for e in events:
+        version = e.get("version")
+        key = json.dumps(version, sort_keys=True) if isinstance(version, dict | list) else version
+        out.append(last.get(key) if e.get("type") == "best_changed" else None)
+        if e.get("type") == "evaluation":
+            last[key] = e
+    return out
 
 
 def group_by_turn(events: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:

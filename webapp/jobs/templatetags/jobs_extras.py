@@ -14,7 +14,6 @@ from django.urls import reverse
 
 from webapp.jobs.highlight import Line, highlight_path
 from webapp.jobs.results import SpeedReport
-from webapp.jobs.turns import evaluation_behind
 
 register = template.Library()
 
@@ -94,12 +93,10 @@ def speed_parts(evaluation: Any) -> list[str]:
 
 
 @register.filter
-def best_speed_parts(event: Any, items: Any) -> list[str]:
-    """A best_changed event's speedups in words, from the evaluation it came from (`items`: the
-    turn's (event, diff) pairs)."""
-    events = [e for e, _ in items or ()]
-    at = next((i for i, e in enumerate(events) if e is event), None)
-    behind = evaluation_behind(events, at) if at is not None else None
+def best_speed_parts(event: Any, behind: Any) -> list[str]:
+    """A best_changed event's speedups in words, from the evaluation it came from (`behind`:
+    webapp.jobs.turns.evaluations_behind, found for the whole turn in one pass)."""
+    behind = behind if isinstance(behind, dict) else None
     ev = event if isinstance(event, dict) else {}
     return SpeedReport.of(
         (behind or {}).get("result"), ev.get("speedup_vs_eager"), ev.get("speedup_vs_compile")

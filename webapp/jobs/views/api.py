@@ -32,7 +32,7 @@ from webapp.jobs.api.requests import BadRequest, EvaluateRequest, JobCreate, Tur
 from webapp.jobs.models import ApiToken, Job, Turn
 from webapp.jobs.module_wrapper import MAX_EXPORTED_BYTES, SpecError, exported_task_source, task_from_module
 from webapp.jobs.permissions import can_change, can_view, visible_jobs
-from webapp.jobs.task_check import check_task_source
+from webapp.jobs.task_check import TOO_DEEP, check_task_source
 from webapp.jobs.views import files as file_views
 from webapp.jobs.views.access import share_token
 from webapp.queues import EVALUATE_TASK
@@ -184,6 +184,8 @@ def _json_body(request) -> dict[str, Any] | JsonResponse:
         body = json.loads(request.body or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError):
         return error(400, "the body is not JSON")
+    except TOO_DEEP:
+        return error(400, "the body is nested too deeply")
     if not isinstance(body, dict):
         return error(400, "the body must be a JSON object")
     return body

@@ -35,7 +35,7 @@ from webapp.jobs.module_wrapper import (
     task_from_module,
 )
 from webapp.jobs.permissions import can_change, visible_jobs
-from webapp.jobs.task_check import MAX_SOURCE_BYTES, check_task_source
+from webapp.jobs.task_check import MAX_SOURCE_BYTES, TOO_DEEP, check_task_source
 from webapp.jobs.turn_html import turn_html, turns_html
 from webapp.jobs.views.access import LoginNeeded, changeable_job, login_redirect, share_token, viewable_job
 
@@ -405,13 +405,17 @@ def import_view(request):
         else:
             try:
                 data = json.loads(upload.read().decode("utf-8"))
-                job = import_trajectory(request.user, data, name=request.POST.get("name", ""))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 error = f"The file is not JSON: {exc}"
-            except ImportRefused as exc:
-                error = str(exc)
+            except TOO_DEEP:
+                error = "The file is nested too deeply to read."
             else:
-                return redirect("jobs:detail", job_id=job.pk)
+                try:
+                    job = import_trajectory(request.user, data, name=request.POST.get("name", ""))
+                except ImportRefused as exc:
+                    error = str(exc)
+                else:
+                    return redirect("jobs:detail", job_id=job.pk)
     return render(request, "jobs/import.html", {"error": error}, status=400 if error else 200)
 
 
