@@ -299,3 +299,13 @@ def test_sample_task_is_still_accepted(client):
     """Control for the fixes above: an ordinary task still passes the check and starts a job."""
     resp = client.post("/jobs/check/", {"source": SOFTMAX_TASK})
     assert resp.status_code == 200 and resp.json()["ok"] is True
+
+
+def test_a_turn_number_python_cannot_read_is_no_server_error(client, attacker):
+    """`"²".isdigit()` is true and int("²") raises; so does int() of 5,000 digits: the compare
+    page answered 500. A turn it cannot read is no turn (the job's best is shown)."""
+    assert import_file(client, build(turns=2)).status_code == 302
+    job = Job.objects.get(owner=attacker)
+    for turn in ("²", "9" * 5000, "1"):
+        resp = client.get(f"/compare/?a={job.pk}&ta={turn}&b={job.pk}&tb=2")
+        assert resp.status_code == 200, (turn[:5], resp.status_code)

@@ -111,7 +111,7 @@ def _side(request, key: str) -> dict[str, Any] | None:
     if job is None or not can_view(request.user, job, token):
         raise Http404("no such job")
     turn = (request.GET.get(f"t{key}") or "").strip()
-    turn_index = int(turn) if turn.lstrip("-").isdigit() else None
+    turn_index = int(turn) if re.fullmatch(r"-?[0-9]{1,9}", turn) else None  # not "²" (isdigit), nor 5,000 digits
     turns = list(job.turns.order_by("index").values("index", "reward", "speedup_eager", "has_error", "improved"))
     note = ""
     if turn_index is not None and not any(t["index"] == turn_index for t in turns):
