@@ -46,7 +46,8 @@ for s in $stages; do case $s in
   suite) set -f; run_stage suite ${KW_SUITE_LIMIT:-560} python3 -m benchmarks.suite --backend cuda --jobs 8 --out "$OUT/suite.json" ${KW_SUITE_TASKS:+--tasks $KW_SUITE_TASKS}; set +f ;;
   # KernelBench's stratified sample (issue 18) in KW_KB_SHARDS processes sharing the GPU (at most ~5
   # at published sizes: 7 ran references out of device memory; such a problem is retried once after
-  # the rest), no problem started after KW_KB_LIMIT s. KW_KB: a KernelBench copy that travelled in a
+  # the rest), no problem started after KW_KB_LIMIT s, a shard killed KW_KB_GRACE s after it (240: a level-3
+  # problem with 6 turns and the compile baseline took more than 200 s beside a second shard, 2026-12-06). KW_KB: a KernelBench copy that travelled in a
   # carried folder (never committed). KW_KB_PROBLEMS="1/22 3/16 ...": those problems instead of the
   # sample (the rest of a level that did not fit one call). Merged table in summary.txt, rows in kernelbench.tgz.
   # gpu.csv: the device's used memory and utilisation each second while the shards run (is the
@@ -60,7 +61,7 @@ for s in $stages; do case $s in
     which="--level ${KW_KB_LEVELS:-1 2 3} --sample ${KW_KB_SAMPLE:-30} --stratified --seed ${KW_KB_SEED:-2612}"
     [ -n "${KW_KB_PROBLEMS:-}" ] && which="--problems $KW_KB_PROBLEMS"
     for k in $(seq 0 $((${KW_KB_SHARDS:-5} - 1))); do
-      timeout $((${KW_KB_LIMIT:-400} + 140)) python3 -m benchmarks.kernelbench --kernelbench "${KW_KB:?KW_KB: a KernelBench copy}" \
+      timeout $((${KW_KB_LIMIT:-400} + ${KW_KB_GRACE:-240})) python3 -m benchmarks.kernelbench --kernelbench "${KW_KB:?KW_KB: a KernelBench copy}" \
         $which --backend cuda \
         --cap 0 --max-turns ${KW_KB_TURNS:-10} --compile-baseline --shard $k/${KW_KB_SHARDS:-5} --time-limit ${KW_KB_LIMIT:-400} \
         --out "$WORK/kb/s$k.json" > "$WORK/kb/s$k.log" 2>&1 &
