@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -442,6 +443,27 @@ class BuiltinPolicy(Policy):
             if t.files and all(files.get(name) == text for name, text in t.files.items()):
                 return t.label
         return None
+
+    def planned_candidates(self) -> Iterator[tuple[str, dict[str, str]]]:
+        """(title, files) of each candidate the plan of the task given to reset() writes, built
+        without evaluating any: the launch variants are taken on the final graph (in a run they
+        tune the best correct one), and a step whose graph cannot be generated is left out, as a
+        run moves on from it. Lets benchmarks.cuda_compile and the `nvcc` tests compile every
+        CUDA candidate the policy would write on a machine without a GPU."""
+        for step in self.steps:
+            try:
+                if step.kind == "candidate" and step.graph is not None:
+                    yield step.title, self._build(step.graph, gemm=step.gemm).files
+                elif step.kind == "variant" and self.final_plan is not None and self.final_graph is not None:
+                    cfgs = {
+                        g.name: vs[step.variant]
+                        for g in self.final_plan.groups
+                        if step.variant < len(vs := config_variants(g, self.backend))
+                    }
+                    if cfgs:
+                        yield step.title, self._build(self.final_graph, cfgs).files
+            except GenerationError:
+                continue
 
     def _last(self) -> _Tried | None:
         return self.tried[-1] if self.tried else None
