@@ -31,7 +31,13 @@ from typing import Any
 from agent.module_task import SpecError
 
 MAX_EXPORTED_BYTES = 704 * 1024  # the file; base64 in a JSON body (the API) it still fits the 1 MiB new-job body limit
-MAX_JSON_BYTES = 16 * 1024 * 1024  # the graph's JSON, uncompressed: a zip bomb stops here
+# The graph's JSON, uncompressed, is parsed in the web process (no login needed on /jobs/check/),
+# so it is bounded by what Python allocates for it, not by the bytes alone: torch.export's graphs
+# run at 1.2 to 1.7 KB and 19 to 31 `{`/`[` per KB of JSON per node (ResNet, BERT, Llama, Swin
+# blocks), so 4 MiB holds a graph of about 2,500 nodes; a JSON of empty containers (500 per KB,
+# 70 bytes of Python each) stops at MAX_JSON_CONTAINERS. Worst case about 60 MB for a moment.
+MAX_JSON_BYTES = 4 * 1024 * 1024
+MAX_JSON_CONTAINERS = 200_000
 EXPORTED_MARK = (
     "# --- KernelBench-format task for an ExportedProgram, written by Kernelwright (agent/exported_task.py) ---"
 )
@@ -101,7 +107,14 @@ def read_exported(data: bytes) -> ExportedInfo:
             raise SpecError(
                 f"the .pt2 file's graph is {graph.file_size} bytes uncompressed; the limit is {MAX_JSON_BYTES} bytes"
             )
-        model = json.loads(archive.read(graph))
+        raw = archive.read(graph)
+        containers = raw.count(b"{") + raw.count(b"[")  # an upper bound: brackets inside strings count too
+        if containers > MAX_JSON_CONTAINERS:
+            raise SpecError(
+                f"the .pt2 file's graph has {containers} JSON objects and lists; the limit is {MAX_JSON_CONTAINERS} "
+                "(about 6,000 graph nodes)"
+            )
+        model = json.loads(raw)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, KeyError) as exc:
         if isinstance(exc, SpecError):
             raise

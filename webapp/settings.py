@@ -274,6 +274,10 @@ KERNELWRIGHT_API_EVALUATE_TIMEOUT = envfloat("KERNELWRIGHT_API_EVALUATE_TIMEOUT"
 
 # /healthz: how long to wait for workers to answer a broadcast.
 HEALTH_WORKER_TIMEOUT = envfloat("KERNELWRIGHT_HEALTH_WORKER_TIMEOUT", 1.0)
+# who sees worker names, the model endpoint URL and error texts on /healthz and /health/, and
+# the echo websocket: "auto" (everyone when ALLOWED_HOSTS are loopback names only, else staff),
+# "everyone" or "staff" (webapp/core/operator_view.py)
+KERNELWRIGHT_OPERATOR_VIEW = envstr("KERNELWRIGHT_OPERATOR_VIEW", "auto")
 
 LOGGING = {
     "version": 1,

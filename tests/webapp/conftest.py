@@ -17,6 +17,14 @@ from tests.support.stack import database_url, stack_env, start_asgi_server, star
 QUEUES = ("agent", "compile", "gpu")
 
 
+@pytest.fixture(autouse=True)
+def operator_view_for_everyone(settings):
+    """Django's test setup adds "testserver" to ALLOWED_HOSTS, which turns the operator view's
+    "auto" to staff-only; in-process tests see it as one person's machine does (the launcher's
+    own stacks run with "auto"). tests/webapp/test_operator_view.py sets "auto" itself."""
+    settings.KERNELWRIGHT_OPERATOR_VIEW = "everyone"
+
+
 @pytest.fixture(scope="session")
 def live_stack_env(redis_url: str, django_db_setup, django_db_blocker) -> dict[str, str]:
     from django.db import connection

@@ -309,3 +309,48 @@ def test_a_turn_number_python_cannot_read_is_no_server_error(client, attacker):
     for turn in ("²", "9" * 5000, "1"):
         resp = client.get(f"/compare/?a={job.pk}&ta={turn}&b={job.pk}&tb=2")
         assert resp.status_code == 200, (turn[:5], resp.status_code)
+
+
+def _pt2_with_graph(graph_json: bytes) -> bytes:
+    """A .pt2's zip layout (torch.export.save) around the given graph JSON, compressed hard."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        z.writestr("archive/archive_format", "pt2")
+        z.writestr("archive/models/model.json", graph_json)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("graph_json", "refused_for"),
+    [
+        (b"[" + b"{}," * 1_398_000 + b"{}]", "JSON objects and lists"),  # 4 MiB of empty objects
+        (b"[" + b"[]," * 1_000_000 + b"[]]", "JSON objects and lists"),
+        (b'["' + b"ab" * 2_000_000 + b'"]', "not in a form this version can read"),  # one long string
+        (b"[" + b'"ab",' * 838_000 + b'"ab"]', "not in a form this version can read"),  # strings: 10x in Python
+        (b"[" + b"1.5," * 1_048_000 + b"1.5]", "not in a form this version can read"),  # floats: 8x
+        (b"[" + b"{}," * 9_000_000 + b"{}]", "bytes uncompressed; the limit is"),  # 27 MB of JSON, 26 KB zipped
+    ],
+    ids=["objects", "lists", "long-string", "strings", "floats", "oversized"],
+)
+def test_a_pt2_graph_json_bomb_on_the_task_check_without_login(graph_json, refused_for):
+    """The graph JSON of a .pt2 is parsed in the web process on /jobs/check/, which needs no
+    login: 16 MiB of `{}` (16 KB zipped) made it allocate about 400 MB. Now the JSON is at most
+    4 MiB and 200,000 objects and lists, and no hostile layout of it costs more than 80 MB."""
+    import tracemalloc
+
+    from agent.exported_task import MAX_EXPORTED_BYTES, read_exported
+    from agent.module_task import SpecError
+
+    data = _pt2_with_graph(graph_json)
+    assert len(data) < MAX_EXPORTED_BYTES  # it passes the file's own size check
+    tracemalloc.start()
+    try:
+        with pytest.raises(SpecError, match=re.escape(refused_for)):
+            read_exported(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 80 * 2**20, f"{peak / 2**20:.0f} MB"
+
+    check = Client().post("/jobs/check/", {"file": SimpleUploadedFile("m.pt2", data)}).json()
+    assert check["ok"] is False and refused_for in check["errors"][0], check

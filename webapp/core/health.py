@@ -36,6 +36,7 @@ class PartStatus:
     error: str | None = None
     elapsed_ms: float = 0.0
     warning: str | None = None  # up, but a person must know: shown loudly on /health/
+    redacted: bool = False  # details left out for a visitor (HealthReport.public)
 
     @property
     def state(self) -> str:
@@ -52,6 +53,16 @@ class HealthReport:
 
     def part(self, name: str) -> PartStatus:
         return next(p for p in self.parts if p.name == name)
+
+    def public(self) -> HealthReport:
+        """The report for someone who is not the operator (webapp.core.operator_view): each part's
+        state and warning, not the worker host names, URLs, versions and error texts behind it."""
+        return HealthReport(
+            [
+                PartStatus(p.name, p.ok, p.required, p.state, {}, None, p.elapsed_ms, p.warning, redacted=True)
+                for p in self.parts
+            ]
+        )
 
     def to_dict(self) -> dict:
         return {

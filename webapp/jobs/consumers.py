@@ -20,11 +20,11 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from webapp.core.consumers import CLOSE_FORBIDDEN
 from webapp.jobs.models import Job
 from webapp.jobs.notifications import group_name
 from webapp.jobs.permissions import can_view
 
-CLOSE_FORBIDDEN = 4403
 ACCESS_FIELDS = ("id", "owner_id", "visibility", "gallery", "share_token")
 
 _access_cache: dict[int, tuple[str, Job | None]] = {}  # job id -> (the notice it was read for, the job)
