@@ -23,6 +23,7 @@ from typing import Any
 
 from . import channel
 from .devlock import device_lock_name
+from .options import SIZE_BLOCKLIST
 
 WORKDIR = Path(".")
 SOCK_IN: Any = None
@@ -125,8 +126,6 @@ def _error(stage: str, exc: BaseException, roots: list[str], prefix: str = "") -
 
 
 # ---- reference -------------------------------------------------------------------------
-
-SIZE_BLOCKLIST = ("kernel", "stride", "pad", "dilation", "group", "axis", "head", "eps", "seed", "dim")
 
 
 def _widen(inputs: list[Any], seed: int) -> list[Any]:

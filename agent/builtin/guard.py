@@ -13,14 +13,23 @@ third of DenseNet-121's 314 KB file.)
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 
 def guard_digest(module: Any, kind: str, bound: Any) -> str:
-    """SHA-256 of the module tree, the plain attributes and (kind "export") every parameter's and
-    buffer's shape. Floats in `bound` ("self.<path>") are read at run time, so not part of it."""
+    """SHA-256 of guard_parts(module, kind, bound)."""
     import hashlib
     import json
+
+    return hashlib.sha256(json.dumps(guard_parts(module, kind, bound), sort_keys=True).encode()).hexdigest()
+
+
+def guard_parts(module: Any, kind: str, bound: Any) -> list:
+    """The module tree, the plain attributes and (kind "export") every parameter's and buffer's
+    shape. What `bound` names ("self.<path>", "self.<path>.shape") the forward reads at run time
+    (a float attribute) or computes its sizes from (agent.builtin.generalise), so not part of it;
+    bool, str and None attributes always are."""
     import math
 
     tree = [[name, type(m).__name__] for name, m in module.named_modules() if name]
@@ -32,19 +41,32 @@ def guard_digest(module: Any, kind: str, bound: Any) -> str:
             key = f"{mpath}.{k}" if mpath else k
             if isinstance(v, bool | str) or v is None:
                 attrs[key] = v
-            elif kind != "export":
+            elif kind != "export" or f"self.{key}" in bound:
                 continue
             elif isinstance(v, int):
                 attrs[key] = v
             elif isinstance(v, float):
-                if f"self.{key}" not in bound and math.isfinite(v):
+                if math.isfinite(v):
                     attrs[key] = v
             elif isinstance(v, tuple | list) and all(isinstance(x, bool | int) for x in v):
                 attrs[key] = list(v)
     state: dict = {}
     if kind == "export":
         named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
-        state = {p: list(t.shape) for p, t in named}
+        state = {p: list(t.shape) for p, t in named if f"self.{p}.shape" not in bound}
+    return [tree, attrs, state]
+
+
+def parts_digest(parts: list, bound: Any) -> str:
+    """guard_digest from guard_parts(module, "export", set()) as JSON, with `bound` left out as
+    guard_parts leaves it out: the policy's process, which never holds the module, computes the
+    digest of a forward whose sizes follow the module (agent.builtin.generalise)."""
+    import hashlib
+    import json
+
+    tree, attrs, state = parts
+    attrs = {k: v for k, v in attrs.items() if isinstance(v, bool | str) or v is None or f"self.{k}" not in bound}
+    state = {p: s for p, s in state.items() if f"self.{p}.shape" not in bound}
     return hashlib.sha256(json.dumps([tree, attrs, state], sort_keys=True).encode()).hexdigest()
 
 
@@ -73,27 +95,34 @@ def describe_inputs(inputs: list[Any]) -> list[dict[str, Any]]:
 
 
 def guard(module: Any, kind: str, bound: set[str], inputs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The analysis's `guard`: the inputs' shapes (or values) and the module's digest."""
-    return {
+    """The analysis's `guard`: the inputs' shapes (or values) and the module's digest; for an
+    export also its parts with nothing bound, which agent.builtin.generalise compares between
+    captures at other sizes."""
+    out = {
         "inputs": inputs,
         "kind": kind,
         "bound": sorted(bound),
         "digest": guard_digest(module, kind, set(bound)),
     }
+    if kind == "export":
+        out["parts"] = guard_parts(module, kind, set())
+    return out
 
 
 def _plain_source(fn: Any) -> str:
     """fn's source without annotations in its signature (model_new.py does not import typing)."""
     src = inspect.getsource(fn)
-    plain = src.replace("module: Any, kind: str, bound: Any) -> str:", "module, kind, bound):", 1)
+    plain = re.sub(r"\(module: Any, kind: str, bound: Any\) -> \w+:", "(module, kind, bound):", src, count=1)
     if plain == src:
         raise RuntimeError(f"{fn.__name__}'s signature changed: update guard._plain_source")
-    return plain
+    return plain.replace("    attrs: dict = {}", "    attrs = {}").replace("    state: dict = {}", "    state = {}")
 
 
 HELPER = (
     "\n\n"
     + _plain_source(guard_digest)
+    + "\n\n"
+    + _plain_source(guard_parts)
     + '''
 
 def _kw_specialised(module):

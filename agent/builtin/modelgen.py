@@ -792,7 +792,7 @@ def generate_model(
     em.lines = []
     if any(n.op == "derived" for n in g.nodes):
         em.emit("_derived = self._kw_derived(lib, _dev, _stream)")
-    hoisted = _hoistable(plan)
+    hoisted = _hoistable(plan) if meta.get("hoist", True) else set()
     const_method: list[str] = []
     if hoisted:
         const_method = em.const_method(plan, hoisted)

@@ -27,6 +27,7 @@ from agent.builtin.convsearch import TAG, has_convolutions, with_search
 from agent.builtin.cudagraph import TAG as GRAPH_TAG
 from agent.builtin.fallback import fallback_model
 from agent.builtin.fusion import Plan
+from agent.builtin.generalise import NeedsInputs, NotGeneral, atoms, bind_scalars, generalise, probe_sources
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
 from agent.builtin.kernelgen import config_variants
 from agent.builtin.modelgen import speed_of_light
@@ -46,6 +47,7 @@ from agent.builtin.tf32x3 import TITLE as TF32X3_TITLE
 from agent.builtin.tf32x3 import pays_off as tf32x3_pays_off
 from agent.events import BestChanged, EvaluationEvent, Event, TurnStarted
 from agent.policy import Action, Observation, Policy, TaskInfo, ToolInvocation
+from sandbox.options import PRESETS
 
 FALLBACK_TITLE = "The reference's own computation (library/ATen calls)"
 REFERENCE_GRAPH_TITLE = "Replay the reference's forward as one CUDA graph"
@@ -124,7 +126,9 @@ class BuiltinPolicy(Policy):
         try_unrewritten: bool = True,
         first_correct: bool = False,
         profile_reference: bool = True,
+        probe: bool = False,
     ):
+        self.probe = probe  # a capture at other sizes for agent.builtin.generalise: plans, never probes
         self.profile_best = profile_best
         self.first_correct = first_correct
         self.profile_reference = profile_reference
@@ -156,6 +160,8 @@ class BuiltinPolicy(Policy):
         self.own_parts: list[str] = []  # ATen ops of the final plan that kernels of our own compute
         self.blockers: list[str] = []  # under torch-ops=forbid: what keeps a candidate from being accepted
         self.failures: list[str] = []  # one line per step that did not give a correct candidate, in order
+        self.probes: list[BuiltinPolicy] = []  # the same plan at other sizes (agent.builtin.generalise)
+        self.general_note = ""  # why candidates stay specialised to the captured shapes, when they do
 
     # -- Policy interface ------------------------------------------------------------------
     def reset(self, task: TaskInfo, tool_specs: list[dict[str, Any]], history: list[Event]) -> None:
@@ -218,6 +224,7 @@ class BuiltinPolicy(Policy):
             return
         g = self.analysis.graph
         assert g is not None, "a capture that succeeded has its graph"
+        self._plan_probes()
         try:
             self._plan_generated(g)
         except Exception as exc:  # a bug in the rewrites or the planner must not cost the fallback
@@ -228,6 +235,87 @@ class BuiltinPolicy(Policy):
             self.blockers.append(why)
             self.failures.append(f"not planned: {_headline(why)}")
             self._plan_without_graph()
+
+    def _plan_probes(self) -> None:
+        """An exported graph under forbid, where the sandbox runs its shape trial: the same plan
+        made from two captures at other sizes, so that each candidate's sizes can follow its
+        inputs (agent.builtin.generalise) instead of falling back to the reference's forward."""
+        assert self.task is not None and self.analysis is not None
+        preset = str((self.task.options or {}).get("preset", "default"))
+        if (
+            self.probe
+            or self.analysis.data.get("capture") != "export"
+            or self.torch_ops == "allow"
+            or not PRESETS.get(preset, PRESETS["default"]).get("shape_trial")
+        ):
+            return
+        sources = probe_sources(self.task.source)
+        if not sources:
+            self.general_note = (
+                "the task has no module-level size constant that get_inputs reads, or more than the probes vary"
+            )
+            return
+        for src in sources:  # a constant the reference cannot run without stays fixed (the guard keeps it)
+            sub = BuiltinPolicy(
+                profile_best=False,
+                max_variants=self.max_variants,
+                analysis_timeout_s=min(self.analysis_timeout_s, max(60.0, 4 * self.analysis_s)),
+                try_unrewritten=self.try_unrewritten,
+                profile_reference=False,
+                probe=True,
+            )
+            sub.reset(TaskInfo(self.task.name, src, self.task.backend, dict(self.task.options or {})), [], [])
+            self.analysis_s += sub.analysis_s  # the probes' captures count as analysis time
+            if sub.analysis is not None and sub.analysis.ok and sub.analysis.data.get("capture") == "export":
+                self.probes.append(sub)
+        if not self.probes:
+            self.general_note = "the task could not be captured the same way at other sizes"
+
+    def _generalised(self, step: _Step, cand: Candidate) -> str:
+        """cand's files made to follow the input sizes where the probes allow (in place); returns
+        a line for the turn's message."""
+        if not self.probes:
+            return ""
+        assert self.analysis is not None and self.analysis.graph is not None
+        key = (step.kind, step.title, step.gemm)
+        subs = [
+            next((st for st in p.steps if (st.kind, st.title, st.gemm) == key and st.graph), None) for p in self.probes
+        ]
+        if any(st is None for st in subs):
+            return self._specialised("the plan differs at other sizes")
+        names = [n.name for n in self.analysis.graph.inputs()]
+        pols = [self, *self.probes]
+        captures = [atoms(names, p.analysis.data.get("guard") or {}) for p in pols if p.analysis]
+        guards = [p.analysis.data.get("guard") or {} for p in pols if p.analysis]
+        graphs = [g for g in [step.graph, *(st.graph for st in subs if st is not None)] if g is not None]
+        try:
+            reads_inputs = bind_scalars(graphs, captures)
+        except NotGeneral as e:
+            return self._specialised(str(e))
+        for hoist in (False,) if reads_inputs else (True, False):
+            try:
+                files = [
+                    p._build(gr, note=f"Step: {step.title}.", gemm=step.gemm, hoist=hoist).files
+                    for p, gr in zip(pols, graphs, strict=True)
+                ]
+                cand.files = generalise(files, captures, guards)
+                return (
+                    "Sizes follow the inputs: the literals of the exported graph that moved with the task's size "
+                    "constants (captured again with each constant changed) are written as expressions of the "
+                    "input and module sizes, so other shapes run these kernels too.\n"
+                )
+            except NeedsInputs:
+                continue
+            except (NotGeneral, GenerationError) as e:
+                return self._specialised(str(e))
+        return self._specialised("a size hoisted out of forward follows the inputs")
+
+    def _specialised(self, why: str) -> str:
+        self.general_note = why
+        return (
+            f"This candidate stays specialised to the captured shapes ({why}): at other shapes it runs the "
+            "reference's forward, which torch-ops=forbid rejects in the sandbox's shape trial.\n"
+        )
 
     def _plan_without_graph(self) -> None:
         """No graph to generate from: under torch-ops=allow the reference's own computation (and
@@ -275,13 +363,14 @@ class BuiltinPolicy(Policy):
             self.final_plan, n_variants = None, 1
             self.blockers.append(f"the graph could not be planned: {e}")
             self.failures.append(f"not planned: {_headline(str(e))}")
-        if self.analysis.data.get("capture") == "export" and self.torch_ops != "allow":
+        if self.analysis.data.get("capture") == "export" and self.torch_ops != "allow" and not self.probes:
             preset = str((self.task.options or {}).get("preset", "default"))
-            if preset != "kernelbench":
+            if PRESETS.get(preset, PRESETS["default"]).get("shape_trial") and not self.probe:
                 self.blockers.append(
-                    "the exported graph is specialised to the shapes of get_inputs: at other shapes (the "
-                    "sandbox's shape trial) the candidate runs the reference's own forward, which "
-                    "torch-ops=forbid rejects (the kernelbench preset runs no shape trial)"
+                    "the exported graph is specialised to the shapes of get_inputs and its sizes could not be "
+                    f"made to follow the inputs ({self.general_note}): at other shapes (the sandbox's shape "
+                    "trial) the candidate runs the reference's own forward, which torch-ops=forbid rejects "
+                    "(the kernelbench preset runs no shape trial)"
                 )
         if self.final_plan is not None:
             self.library_parts = [_library_line(n, backend, self.final_plan) for n in library_parts(self.final_plan)]
@@ -345,9 +434,10 @@ class BuiltinPolicy(Policy):
         if self.backend == "cuda" and has_convolutions(graph, self.task.source):
             self.steps.append(_Step("search", "The best candidate with cuDNN's algorithm search"))
 
-    def _build(self, g: Graph, configs: dict[str, dict] | None = None, **kw: Any) -> Candidate:
+    def _build(self, g: Graph, configs: dict[str, dict] | None = None, hoist: bool = True, **kw: Any) -> Candidate:
         assert self.analysis is not None
-        return build_candidate(g, self.analysis.data, self.backend, configs, torch_ops=self.torch_ops, **kw)
+        meta = self.analysis.data if hoist else {**self.analysis.data, "hoist": False}
+        return build_candidate(g, meta, self.backend, configs, torch_ops=self.torch_ops, **kw)
 
     def _rebuild(self, best: _Tried, configs: dict[str, dict] | None = None, **kw: Any) -> Candidate:
         """The best's graph built again with the best's GEMM: a variant keeps the best's model_new.py,
@@ -642,6 +732,7 @@ class BuiltinPolicy(Policy):
                     + "."
                 )
                 return Action(message=msg, tool_calls=[self._call("list_files")])
+        general = self._generalised(step, cand)
         if step.graph is self.final_graph and step.gemm == "cublas":
             self.final_candidate = cand
         self.pending = _Tried(step.title, cand.files, graph=step.graph, gemm=step.gemm)
@@ -676,6 +767,8 @@ class BuiltinPolicy(Policy):
         else:
             parts.append(f"{step.title}: generate one kernel per fusable group straight from the captured graph.\n")
         parts.append(_describe_candidate(cand, self.backend, step.gemm))
+        if general:
+            parts.append(general)
         parts.append("Compile, then check correctness and time it against eager and torch.compile.")
         calls = self._write(cand.files) + [self._call("compile"), self._call("evaluate")]
         return Action(message="\n".join(parts), tool_calls=calls)

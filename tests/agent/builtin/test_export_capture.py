@@ -471,18 +471,6 @@ def test_under_allow_the_se_block_gets_a_generated_candidate_that_passes_every_t
     assert passed, [(t.label, t.status, t.reasons[:1]) for t in pol.tried]
 
 
-@pytest.mark.slow
-def test_under_forbid_the_plan_names_what_blocks_it():
-    """GPT-2's causal mask (`bias == 0` cast to float) is computed by kernels of our own, so under
-    forbid what blocks the exported graph is the default preset's shape trial, and the summary
-    names it (and no mask op)."""
-    res, pol = _policy_run(GPT2, "gpt2_attention", {**FAST_ALLOW, "torch_ops": "forbid"}, max_turns=6)
-    assert not res.verified
-    fin = res.trajectory.finished().summary
-    assert "torch-ops=forbid" in fin and "specialised to the shapes of get_inputs" in fin, fin
-    assert "eq (eq)" not in fin and "(_to_copy)" not in fin, fin
-
-
 GEMM_GN_MIN_BIAS = """
 import torch
 import torch.nn as nn

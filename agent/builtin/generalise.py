@@ -1,0 +1,354 @@
+"""A forward generated from a torch.export graph, made to follow the shapes it is called with.
+
+torch.export specialises the graph to the shapes of get_inputs: model_new.py is written with
+sizes as literals (`x.reshape(4, 256, -1, 64)`, `torch.empty((1, 1, 256, 256))`), while the
+generated kernels take their sizes as arguments. At any other shape the candidate used to run
+the reference's own forward, which torch-ops=forbid rejects, so the sandbox's shape trial
+failed every exported graph under the default preset.
+
+The policy captures the task once more per module-level size constant, with that constant
+changed (`probe_sources`: halved where it is even, one at a time so that no two sizes move
+together) and generates the same candidate from each capture. If the kernel files
+are the same and model_new.py differs only in integer literals, each such literal is written as
+the expression of sizes that gives its value in every capture (`bind`): a product of input
+dimensions (`v_x.shape[1]`), int attributes (`self.n_embd`) and parameter dimensions
+(`self.fc.weight.shape[0]`), times or divided by a constant. Anything else (a size that is a
+sum, a float that moves with a size, a kernel written per shape) keeps the specialised form. The
+module digest then leaves out what moved with the sizes (agent.builtin.guard.parts_digest); what
+did not move is still checked, so a module of another structure still runs the reference.
+
+The result is checked as every candidate is, shape trial included; nothing here is trusted.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Iterator
+from typing import Any
+
+from agent.builtin.graph import Graph, Scalar
+from agent.builtin.guard import parts_digest
+from sandbox.options import SIZE_BLOCKLIST
+
+MAX_PROBES = 8  # size constants varied (one capture each); a task with more stays specialised
+MAX_FACTORS = 4  # atoms multiplied in one size expression
+GUARD_LINE = re.compile(r"^_KW_GUARD = .*$", re.M)
+_LINE_COMMENT = re.compile(r"//[^\n]*")
+_IDENT_PATH = re.compile(r"^self(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+class NotGeneral(Exception):
+    """Why a candidate stays specialised to the captured shapes."""
+
+
+class NeedsInputs(NotGeneral):
+    """A size outside forward follows an input's shape (a constant hoisted out of forward): the
+    candidate generated again without hoisting may still be made general."""
+
+
+# ---- the probes ---------------------------------------------------------------------------
+
+
+def size_constants(source: str) -> dict[str, tuple[int, int]]:
+    """Module-level `NAME = <int>` that get_inputs or get_init_inputs read (the shape trial's
+    choice, sandbox.options.SIZE_BLOCKLIST applied): (its value, its value in its probe)."""
+    tree = ast.parse(source)
+    read: set[str] = set()
+    values: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
+            read |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = node.value
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                values[node.targets[0].id] = value.value
+    return {
+        n: (v, _probe_value(v))
+        for n, v in sorted(values.items())
+        if n in read and v >= 2 and not any(b in n.lower() for b in SIZE_BLOCKLIST)
+    }
+
+
+def _probe_value(v: int) -> int:
+    """Half, where that keeps the factors of two a size usually needs; else three quarters; else one more."""
+    if v % 2 == 0 and v >= 4:
+        return v // 2
+    return v * 3 // 4 if v % 4 == 0 else v + 1
+
+
+def probe_sources(source: str) -> list[str]:
+    """The task's source with one size constant changed, per constant ([] when it has none, or
+    more than MAX_PROBES). One at a time, so that no two sizes move together: a literal that
+    follows two of them is their product, never the one mistaken for the other."""
+    consts = size_constants(source)
+    if not consts or len(consts) > MAX_PROBES:
+        return []
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    out = []
+    for name, (_, probe) in consts.items():
+        new = list(lines)
+        for node in tree.body:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == name
+                and node.value.lineno == node.value.end_lineno
+            ):
+                at = node.value
+                line = new[at.lineno - 1]
+                new[at.lineno - 1] = line[: at.col_offset] + str(probe) + line[at.end_col_offset :]
+        out.append("".join(new))
+    return out
+
+
+# ---- the sizes a literal may be -----------------------------------------------------------
+
+
+def atoms(input_names: list[str], guard: dict[str, Any]) -> dict[str, int]:
+    """expression -> value at this capture: each input tensor's dimensions (`v_<name>.shape[d]`,
+    readable in forward only) and each int attribute and parameter dimension of the module."""
+    out: dict[str, int] = {}
+    for name, spec in zip(input_names, guard.get("inputs", []), strict=False):
+        for d, size in enumerate(spec.get("shape") or []):
+            out[f"v_{name}.shape[{d}]"] = int(size)
+    tree, attrs, state = guard.get("parts") or [[], {}, {}]
+    for key, v in attrs.items():
+        if type(v) is int and _IDENT_PATH.match(f"self.{key}"):
+            out[f"self.{key}"] = v
+    for path, shape in state.items():
+        if _IDENT_PATH.match(f"self.{path}"):
+            for d, size in enumerate(shape):
+                out[f"self.{path}.shape[{d}]"] = int(size)
+    return out
+
+
+def _triples(captures: list[dict[str, int]]) -> list[tuple[str, tuple[int, ...]]]:
+    """Atoms present in every capture, one per distinct triple of values (inputs first), sizes of
+    1 left out (export specialises them)."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for expr in captures[0]:
+        vals = tuple(c.get(expr, 0) for c in captures)
+        if min(vals) >= 2 and vals not in seen and len(set(vals)) > 1:
+            seen.add(vals)
+            out.append((expr, vals))
+    return out
+
+
+def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool) -> str:
+    """An expression of atoms with `values` in every capture: a product of up to MAX_FACTORS
+    atoms, times or floor-divided by a constant. Raises NotGeneral."""
+    usable = [(e, v) for e, v in triples if forward or e.startswith("self.")]
+
+    def search(rem: tuple[int, ...], start: int, depth: int) -> list[str] | None:
+        if len(set(rem)) == 1:
+            return [] if rem[0] == 1 else [str(rem[0])]
+        if depth == MAX_FACTORS:
+            return None
+        for i in range(start, len(usable)):
+            e, v = usable[i]
+            if all(r % x == 0 for r, x in zip(rem, v, strict=True)):
+                rest = search(tuple(r // x for r, x in zip(rem, v, strict=True)), i, depth + 1)
+                if rest is not None:
+                    return [e, *rest]
+        return None
+
+    found = search(values, 0, 0)
+    if found:
+        return " * ".join(found)
+    for k in range(2, 65):  # a size divided by a constant (a head's width, a pooled side)
+        found = search(tuple(v * k for v in values), 0, 0)
+        if found:
+            return f"({' * '.join(found)}) // {k}"
+    if not forward and bind_or_none(values, triples) is not None:
+        raise NeedsInputs(f"a size outside forward, {values}, follows an input's shape")
+    raise NotGeneral(f"no product of sizes gives {values}")
+
+
+# a float that moves with the sizes, as the int it comes from: (the int, how to write the float)
+_FLOAT_FORMS = (
+    (lambda f: f, "float({})"),
+    (lambda f: f * f, "({}) ** 0.5"),  # a scale by sqrt(head size)
+    (lambda f: 1.0 / f, "1.0 / ({})"),  # a mean's 1 / n
+    (lambda f: 1.0 / (f * f), "({}) ** -0.5"),
+)
+
+
+def bind_float(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool, line: int) -> str:
+    """A float literal that moves with the sizes: a size, its square root, or their reciprocals."""
+    for to_int, form in _FLOAT_FORMS:
+        ints = [to_int(v) if v else 0.0 for v in values]
+        if all(n >= 2 and abs(n - round(n)) <= 1e-9 * n for n in ints):
+            found = bind_or_none(tuple(round(n) for n in ints), triples, forward)
+            if found is not None:
+                return form.format(found)
+    where = f"line {line}: " if line else ""
+    raise NotGeneral(f"{where}the float {values[0]!r} moves with the sizes and follows no size")
+
+
+def bind_or_none(
+    values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool = True
+) -> str | None:
+    try:
+        return bind(values, triples, forward)
+    except NotGeneral:
+        return None
+
+
+# ---- scalars the kernels are generated with ------------------------------------------------
+
+
+def bind_scalars(graphs: list[Graph], captures: list[dict[str, int]]) -> bool:
+    """A float constant of the graph that moves with the sizes (a scale by 1/sqrt(head size),
+    a mean's 1/n) becomes a runtime scalar with its size expression, in every capture's graph
+    (in place), so the kernels take it as an argument instead of a literal. Returns whether an
+    expression reads an input's shape (then nothing may be hoisted out of forward)."""
+    triples = _triples(captures)
+    first, others = graphs[0], graphs[1:]
+    if any(len(g.nodes) != len(first.nodes) for g in others):
+        raise NotGeneral("the captured graph differs between sizes")
+    reads_inputs = False
+    for i, node in enumerate(first.nodes):
+        peers = [g.nodes[i] for g in others]
+        if any(p.name != node.name or p.op != node.op or len(p.args) != len(node.args) for p in peers):
+            raise NotGeneral(f"the captured graph differs between sizes at {node.name}")
+        for j, arg in enumerate(node.args):
+            if not isinstance(arg, Scalar) or arg.expr is not None:
+                continue
+            moved = [p.args[j] for p in peers]
+            if not all(isinstance(m, Scalar) and m.expr is None for m in moved):
+                raise NotGeneral(f"the captured graph differs between sizes at {node.name}")
+            values = (arg.value, *(m.value for m in moved))
+            if len(set(values)) == 1:
+                continue
+            try:
+                expr = bind_float(values, triples, False, 0)
+            except NotGeneral:
+                expr = bind_float(values, triples, True, 0)
+                reads_inputs = True
+            for n, v in zip([node, *peers], values, strict=True):
+                n.args[j] = Scalar(v, expr)
+    return reads_inputs
+
+
+# ---- model_new.py at several sizes -> one -------------------------------------------------
+
+
+def _tokens(text: str) -> list[tokenize.TokenInfo]:
+    return [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type != tokenize.NL]
+
+
+def _scopes(tokens: list[tokenize.TokenInfo]) -> Iterator[tuple[str, bool]]:
+    """Per token: the name of the function it is in ("" at module level or in a class body), and
+    whether it is the value of a module-level `NAME = <int>` (a size constant's own line)."""
+    stack: list[tuple[int, str]] = []  # (indent depth of the def, its name)
+    depth = 0
+    pending = ""
+    for i, t in enumerate(tokens):
+        if t.type == tokenize.INDENT:
+            depth += 1
+            if pending:
+                stack.append((depth, pending))
+                pending = ""
+        elif t.type == tokenize.DEDENT:
+            if stack and stack[-1][0] == depth:
+                stack.pop()
+            depth -= 1
+        elif t.type == tokenize.NAME and t.string == "def" and i + 1 < len(tokens):
+            pending = tokens[i + 1].string
+        module_const = (
+            depth == 0
+            and i >= 2
+            and tokens[i - 1].string == "="
+            and tokens[i - 2].type == tokenize.NAME
+            and (i < 3 or tokens[i - 3].type in (tokenize.NEWLINE, tokenize.DEDENT, tokenize.INDENT))
+        )
+        yield (stack[-1][1] if stack else ""), module_const
+
+
+def generalise(
+    files: list[dict[str, str]], captures: list[dict[str, int]], guards: list[dict[str, Any]]
+) -> dict[str, str]:
+    """files[0] (the candidate at the task's sizes) with each literal that moves with the sizes
+    across the files written as its expression; raises NotGeneral saying why not."""
+    if len({tuple(sorted((p, _code(t)) for p, t in f.items() if p != "model_new.py")) for f in files}) != 1:
+        raise NotGeneral("the kernel files differ between sizes")
+    texts = [GUARD_LINE.sub("_KW_GUARD = None", f["model_new.py"]) for f in files]
+    toks = [_tokens(t) for t in texts]
+    if len({len(t) for t in toks}) != 1:
+        raise NotGeneral("model_new.py differs in more than numbers between sizes")
+    triples = _triples(captures)
+    edits: list[tuple[tokenize.TokenInfo, str]] = []
+    for (scope, module_const), *same in zip(_scopes(toks[0]), *toks, strict=True):
+        kinds = {(t.type, t.string) for t in same}
+        if len(kinds) == 1:
+            continue
+        first = same[0]
+        if {t.type for t in same} != {first.type}:
+            raise NotGeneral(f"line {first.start[0]}: the code differs between sizes")
+        if first.type in (tokenize.COMMENT, tokenize.STRING) and _docstring_or_comment(first):
+            continue
+        if first.type != tokenize.NUMBER:
+            raise NotGeneral(f"line {first.start[0]}: {first.string!r} moves with the sizes")
+        if module_const:
+            continue  # the size constant itself: the sandbox's shape trial sets it like the task's
+        if not scope:
+            raise NotGeneral(f"line {first.start[0]}: a size outside any method")
+        forward = scope == "forward"
+        if all(t.string.isdigit() for t in same):
+            expr = bind(tuple(int(t.string) for t in same), triples, forward)
+        else:
+            expr = bind_float(tuple(float(t.string) for t in same), triples, forward, first.start[0])
+        edits.append((first, f"({expr})"))
+    if not edits:
+        raise NotGeneral("no literal moves with the sizes")
+    return {**files[0], "model_new.py": _apply(texts[0], edits, _guard_line(files, captures, guards))}
+
+
+def _code(text: str) -> str:
+    """A kernel file without its `//` comments (which describe the sizes it was generated at)."""
+    return _LINE_COMMENT.sub("", text)
+
+
+def _docstring_or_comment(t: tokenize.TokenInfo) -> bool:
+    return t.type == tokenize.COMMENT or t.line.strip().startswith(('"""', "'''", 'f"""'))
+
+
+def _guard_line(files: list[dict[str, str]], captures: list[dict[str, int]], guards: list[dict[str, Any]]) -> str:
+    """_KW_GUARD for a forward whose sizes follow the module: the digest without the int
+    attributes and parameter shapes that moved with the sizes (the same in every capture)."""
+    moving = [e for e in captures[0] if e.startswith("self.") and len({c.get(e) for c in captures}) > 1]
+    moved = {e.split(".shape[")[0] + ".shape" if ".shape[" in e else e for e in moving}
+    bound = set(guards[0].get("bound", [])) | moved
+    digests = {parts_digest(g["parts"], bound) for g in guards}
+    if len(digests) != 1:
+        raise NotGeneral("the module differs between sizes in more than its sizes")
+    kind = guards[0].get("kind")
+    return f"_KW_GUARD = {(kind, tuple(sorted(bound)), digests.pop())!r}"
+
+
+def _apply(text: str, edits: list[tuple[tokenize.TokenInfo, str]], guard_line: str) -> str:
+    lines = text.splitlines(keepends=True)
+    for tok, new in sorted(edits, key=lambda e: e[0].start, reverse=True):
+        (r, c0), (r1, c1) = tok.start, tok.end
+        assert r == r1
+        line = lines[r - 1]
+        lines[r - 1] = line[:c0] + new + line[c1:]
+    text = "".join(lines).replace("_KW_GUARD = None", guard_line, 1)
+    return _WHOLE_SHAPE.sub(_rank_check, text)
+
+
+# an input's shape compared with its own dimensions, every one bound: what is left to check is its rank
+_WHOLE_SHAPE = re.compile(r"(v_\w+)\.shape != \(((?:\(\1\.shape\[\d+\]\), )*\(\1\.shape\[\d+\]\),?)\)")
+
+
+def _rank_check(m: re.Match) -> str:
+    dims = re.findall(r"\.shape\[(\d+)\]", m.group(2))
+    if dims != [str(i) for i in range(len(dims))]:
+        return m.group(0)
+    return f"{m.group(1)}.dim() != {len(dims)}"

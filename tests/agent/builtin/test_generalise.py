@@ -1,0 +1,102 @@
+"""An exported graph's candidate made to follow its input sizes (agent/builtin/generalise.py):
+under torch-ops=forbid and the default preset, the sandbox's shape trial runs the candidate at
+other sizes, where a forward specialised to get_inputs ran the reference's own forward and was
+rejected. Real modules, the real sandbox; the expressions are checked by the shape trial."""
+
+from __future__ import annotations
+
+import pytest
+import torch.nn as nn
+
+from agent.builtin.generalise import NotGeneral, bind, bind_float, probe_sources, size_constants
+from agent.builtin.guard import guard_digest, guard_parts, parts_digest
+from agent.events import EvaluationEvent
+from tests.agent.builtin.test_export_capture import GPT2, _policy_run
+
+FORBID = {"compile_baseline": False, "timing_budget_s": 0.2, "min_timed_calls": 5, "torch_ops": "forbid"}
+
+
+def test_each_size_constant_is_probed_alone():
+    src = "B = 4\nT = 12\nC = 7\nkernel_size = 3\n\ndef get_inputs():\n    return [B, T, C, kernel_size]\n"
+    assert size_constants(src) == {"B": (4, 2), "C": (7, 8), "T": (12, 6)}  # kernel sizes are not varied
+    probes = probe_sources(src)
+    assert [p.splitlines()[:3] for p in probes] == [
+        ["B = 2", "T = 12", "C = 7"],
+        ["B = 4", "T = 12", "C = 8"],
+        ["B = 4", "T = 6", "C = 7"],
+    ]
+
+
+# atoms as generalise.atoms gives them: (expression, value at the task's sizes and each probe)
+BATCH = ("v_x.shape[0]", (4, 2, 4))
+SEQ = ("v_x.shape[1]", (256, 256, 128))
+HEAD = ("self.head_dim", (64, 64, 64))  # does not move: never an atom
+
+
+def test_a_literal_binds_to_the_sizes_it_moves_with():
+    atoms = [BATCH, SEQ]
+    assert bind((256, 256, 128), atoms, forward=True) == "v_x.shape[1]"
+    assert bind((1024, 512, 512), atoms, forward=True) == "v_x.shape[0] * v_x.shape[1]"  # never seq * 4
+    assert bind((65536, 65536, 16384), atoms, forward=True) == "v_x.shape[1] * v_x.shape[1]"
+    assert bind((16, 8, 16), atoms, forward=True) == "v_x.shape[0] * 4"
+    assert bind((32, 32, 16), atoms, forward=True) == "(v_x.shape[1]) // 8"
+    assert bind_float((16.0, 16.0, 11.313708498984761), atoms, True, 1) == "(v_x.shape[1]) ** 0.5"
+    with pytest.raises(NotGeneral):
+        bind((257, 257, 129), atoms, forward=True)  # a sum: not a product of sizes
+    with pytest.raises(NotGeneral):
+        bind((256, 256, 128), atoms, forward=False)  # an input's shape outside forward
+
+
+def test_the_digest_leaves_out_what_moved_with_the_sizes():
+    m = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16))
+    m.width = 16
+    bound = {"self.width", "self.0.weight.shape", "self.1.eps"}
+    assert parts_digest(guard_parts(m, "export", set()), bound) == guard_digest(m, "export", bound)
+    wider = nn.Sequential(nn.Linear(8, 32), nn.LayerNorm(32))
+    wider.width = 32
+    assert guard_digest(wider, "export", bound) != guard_digest(m, "export", bound)  # 1.weight's shape is kept
+    bound |= {
+        "self.0.bias.shape",
+        "self.1.weight.shape",
+        "self.1.bias.shape",
+        "self.1.normalized_shape",
+        "self.0.out_features",
+    }
+    assert guard_digest(wider, "export", bound) == guard_digest(m, "export", bound)
+
+
+def _shapes_checked(res) -> list[str]:
+    final = [e for e in res.trajectory.events if isinstance(e, EvaluationEvent) and e.result.get("status") == "ok"]
+    return [f for e in final for f in e.result["audit"]["findings"] if "shapes checked" in f]
+
+
+@pytest.mark.slow
+def test_exported_attention_passes_the_shape_trial_under_forbid():
+    """minGPT's causal attention (export: the mask sliced by a traced size, the scale
+    1/sqrt(n_embd / n_head) in the fused softmax): correct under forbid and the default preset,
+    with both shape trials run on the generated kernels. Before: rejected for the reference's
+    aten::_softmax, aten::tril, ... at the trial's shapes."""
+    res, pol = _policy_run(GPT2, "gpt2_attention", FORBID, max_turns=4)
+    assert res.verified, res.trajectory.finished().summary
+    assert pol.analysis.data["capture"] == "export" and len(pol.probes) == 3
+    text = res.best.files["model_new.py"]
+    assert "v_x.dim() != 3" in text and "(2, 8, 32)" not in text
+    checked = _shapes_checked(res)
+    assert checked and all("smaller" not in c for c in checked), checked
+    assert any("->" in c for c in checked), checked  # the trial changed sizes and passed
+
+
+def test_a_task_without_size_constants_stays_specialised_and_says_why():
+    """Sizes written into get_inputs (no module-level constant to vary): the candidate keeps its
+    shape guard, and the plan says that forbid's shape trial blocks it, and why."""
+    from agent.builtin import BuiltinPolicy
+    from agent.policy import TaskInfo
+
+    src = GPT2.replace("torch.randn(batch, seq, n_embd)", "torch.randn(2, 8, 32)").replace(
+        "return [n_embd, n_head]", "return [32, 2]"
+    )
+    assert not size_constants(src)
+    pol = BuiltinPolicy(profile_reference=False)
+    pol.reset(TaskInfo("t", src, "cpu", {"torch_ops": "forbid"}), [], [])
+    assert pol.analysis.data["capture"] == "export" and not pol.probes
+    assert any("could not be made to follow the inputs (the task has no module-level size" in b for b in pol.blockers)
