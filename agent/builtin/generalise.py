@@ -118,13 +118,21 @@ def atoms(input_names: list[str], guard: dict[str, Any]) -> dict[str, int]:
             out[f"v_{name}.shape[{d}]"] = int(size)
     tree, attrs, state = guard.get("parts") or [[], {}, {}]
     for key, v in attrs.items():
-        if type(v) is int and _IDENT_PATH.match(f"self.{key}"):
-            out[f"self.{key}"] = v
+        if type(v) is int:
+            out[_member(key)] = v
     for path, shape in state.items():
-        if _IDENT_PATH.match(f"self.{path}"):
-            for d, size in enumerate(shape):
-                out[f"self.{path}.shape[{d}]"] = int(size)
+        for d, size in enumerate(shape):
+            out[f"{_member(path)}.shape[{d}]"] = int(size)
     return out
+
+
+def _member(path: str) -> str:
+    """Python for the module's member at a dotted path: `self.c_attn.weight`, or through
+    get_submodule where a part is not a name (`self.get_submodule('mlp.0').weight`)."""
+    if _IDENT_PATH.match(f"self.{path}"):
+        return f"self.{path}"
+    owner, _, name = path.rpartition(".")
+    return f"self.get_submodule({owner!r}).{name}"
 
 
 def _triples(captures: list[dict[str, int]]) -> list[tuple[str, tuple[int, ...]]]:
@@ -322,14 +330,21 @@ def _docstring_or_comment(t: tokenize.TokenInfo) -> bool:
 def _guard_line(files: list[dict[str, str]], captures: list[dict[str, int]], guards: list[dict[str, Any]]) -> str:
     """_KW_GUARD for a forward whose sizes follow the module: the digest without the int
     attributes and parameter shapes that moved with the sizes (the same in every capture)."""
-    moving = [e for e in captures[0] if e.startswith("self.") and len({c.get(e) for c in captures}) > 1]
-    moved = {e.split(".shape[")[0] + ".shape" if ".shape[" in e else e for e in moving}
-    bound = set(guards[0].get("bound", [])) | moved
+    bound = set(guards[0].get("bound", [])) | _moved(guards)
     digests = {parts_digest(g["parts"], bound) for g in guards}
     if len(digests) != 1:
         raise NotGeneral("the module differs between sizes in more than its sizes")
     kind = guards[0].get("kind")
     return f"_KW_GUARD = {(kind, tuple(sorted(bound)), digests.pop())!r}"
+
+
+def _moved(guards: list[dict[str, Any]]) -> set[str]:
+    """The attributes ("self.<path>") and parameter shapes ("self.<path>.shape") whose values
+    differ between the captures, as guard_parts names them."""
+    parts = [g["parts"] for g in guards]
+    attrs = {k for _, a, _ in parts for k in a if len({repr(p[1].get(k)) for p in parts}) > 1}
+    state = {k for _, _, st in parts for k in st if len({repr(p[2].get(k)) for p in parts}) > 1}
+    return {f"self.{k}" for k in attrs} | {f"self.{k}.shape" for k in state}
 
 
 def _apply(text: str, edits: list[tuple[tokenize.TokenInfo, str]], guard_line: str) -> str:

@@ -27,7 +27,16 @@ from agent.builtin.convsearch import TAG, has_convolutions, with_search
 from agent.builtin.cudagraph import TAG as GRAPH_TAG
 from agent.builtin.fallback import fallback_model
 from agent.builtin.fusion import Plan
-from agent.builtin.generalise import NeedsInputs, NotGeneral, atoms, bind_scalars, generalise, probe_sources
+from agent.builtin.generalise import (
+    MAX_PROBES,
+    NeedsInputs,
+    NotGeneral,
+    atoms,
+    bind_scalars,
+    generalise,
+    probe_sources,
+    size_constants,
+)
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
 from agent.builtin.kernelgen import config_variants
 from agent.builtin.modelgen import speed_of_light
@@ -249,11 +258,12 @@ class BuiltinPolicy(Policy):
             or not PRESETS.get(preset, PRESETS["default"]).get("shape_trial")
         ):
             return
+        consts = size_constants(self.task.source)
+        if not consts:  # the shape trial finds nothing to change either: the specialised forward passes it
+            return
         sources = probe_sources(self.task.source)
         if not sources:
-            self.general_note = (
-                "the task has no module-level size constant that get_inputs reads, or more than the probes vary"
-            )
+            self.general_note = f"{len(consts)} size constants, more than the {MAX_PROBES} the probes vary"
             return
         for src in sources:  # a constant the reference cannot run without stays fixed (the guard keeps it)
             sub = BuiltinPolicy(
@@ -312,6 +322,7 @@ class BuiltinPolicy(Policy):
 
     def _specialised(self, why: str) -> str:
         self.general_note = why
+        self.failures.append(f"specialised to the captured shapes: {_headline(why)}")
         return (
             f"This candidate stays specialised to the captured shapes ({why}): at other shapes it runs the "
             "reference's forward, which torch-ops=forbid rejects in the sandbox's shape trial.\n"
@@ -363,9 +374,8 @@ class BuiltinPolicy(Policy):
             self.final_plan, n_variants = None, 1
             self.blockers.append(f"the graph could not be planned: {e}")
             self.failures.append(f"not planned: {_headline(str(e))}")
-        if self.analysis.data.get("capture") == "export" and self.torch_ops != "allow" and not self.probes:
-            preset = str((self.task.options or {}).get("preset", "default"))
-            if PRESETS.get(preset, PRESETS["default"]).get("shape_trial") and not self.probe:
+        if self.general_note and not self.probes:
+            if not self.probe:
                 self.blockers.append(
                     "the exported graph is specialised to the shapes of get_inputs and its sizes could not be "
                     f"made to follow the inputs ({self.general_note}): at other shapes (the sandbox's shape "

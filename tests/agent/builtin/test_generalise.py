@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch.nn as nn
 
-from agent.builtin.generalise import NotGeneral, bind, bind_float, probe_sources, size_constants
+from agent.builtin.generalise import MAX_PROBES, NotGeneral, bind, bind_float, probe_sources, size_constants
 from agent.builtin.guard import guard_digest, guard_parts, parts_digest
 from agent.events import EvaluationEvent
 from tests.agent.builtin.test_export_capture import GPT2, _policy_run
@@ -86,9 +86,9 @@ def test_exported_attention_passes_the_shape_trial_under_forbid():
     assert any("->" in c for c in checked), checked  # the trial changed sizes and passed
 
 
-def test_a_task_without_size_constants_stays_specialised_and_says_why():
-    """Sizes written into get_inputs (no module-level constant to vary): the candidate keeps its
-    shape guard, and the plan says that forbid's shape trial blocks it, and why."""
+def test_a_task_without_size_constants_is_not_probed():
+    """Sizes written into get_inputs: the shape trial has nothing to change either, so the
+    specialised candidate is no blocker and no capture is spent on probes."""
     from agent.builtin import BuiltinPolicy
     from agent.policy import TaskInfo
 
@@ -99,4 +99,13 @@ def test_a_task_without_size_constants_stays_specialised_and_says_why():
     pol = BuiltinPolicy(profile_reference=False)
     pol.reset(TaskInfo("t", src, "cpu", {"torch_ops": "forbid"}), [], [])
     assert pol.analysis.data["capture"] == "export" and not pol.probes
-    assert any("could not be made to follow the inputs (the task has no module-level size" in b for b in pol.blockers)
+    assert not any("shape" in b for b in pol.blockers), pol.blockers
+
+
+def test_more_size_constants_than_the_probes_vary_is_named():
+    names = [f"size{i}" for i in range(MAX_PROBES + 1)]
+    src = (
+        "".join(f"{n} = {8 + i}\n" for i, n in enumerate(names))
+        + f"\ndef get_inputs():\n    return [{', '.join(names)}]\n"
+    )
+    assert len(size_constants(src)) == MAX_PROBES + 1 and probe_sources(src) == []
