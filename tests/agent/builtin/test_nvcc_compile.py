@@ -123,3 +123,18 @@ def test_an_nvcc_error_names_the_file_and_line(cuda_build):
     assert not res.ok
     hit = next(e for e in res.errors if e.file == "kernels/k.cu")
     assert hit.line == 4 and "undefined_name" in hit.message, res.errors
+
+
+def test_a_candidate_whose_sizes_follow_its_inputs_compiles(cuda_build):
+    """An exported graph made general (agent.builtin.generalise): the fused softmax takes its
+    1/sqrt(head size) scale as a run-time argument, and the file still builds."""
+    from .test_export_capture import GPT2
+
+    pol = BuiltinPolicy(profile_reference=False)
+    pol.reset(TaskInfo("gpt2", GPT2, "cuda", {"torch_ops": "forbid"}), [], [])
+    step = next(st for st in pol.steps if st.kind == "candidate" and st.graph is not None)
+    cand = pol._build(step.graph, gemm=step.gemm)
+    assert pol._generalised(step, cand).startswith("Sizes follow the inputs"), pol.general_note
+    assert "float s0, void* stream" in cand.files["kernels/fused.cu"]
+    res = cuda_build(cand.files)
+    assert res.ok, res.log[-3000:]
