@@ -51,8 +51,9 @@ def _shape(v: Any) -> list[int] | None:
 # composite ops decomposed after all, into ops the IR maps: einsum into permutes and one matmul
 # (agent.builtin.matmul_forms; PyTorch's permutes, views and bmm where that form does not apply);
 # the triplet margin loss and pairwise distance into norms (kernels of our own) and elementwise ops;
-# baddbmm (agent.builtin.matmul_forms) into a matmul, a scale and an add
-_DECOMPOSE = ("einsum", "triplet_margin_loss", "pairwise_distance")
+# baddbmm (agent.builtin.matmul_forms) into a matmul, a scale and an add; glu into two halves, a
+# sigmoid and a product (elementwise: fused, and no ATen island under forbid)
+_DECOMPOSE = ("einsum", "triplet_margin_loss", "pairwise_distance", "glu")
 
 
 def export_program(model: nn.Module, inputs: list[Any]) -> Any:

@@ -210,3 +210,20 @@ def test_library_gemms_of_strided_views_run_no_torch_copy_under_forbid(tmp_path)
     assert not [op for op in ops if classify(op) == "compute"], ops
     allowed = build_candidate(an.graph, an.data, "cpu", torch_ops="allow")
     assert "_kw_matmul" not in allowed.files["model_new.py"]  # under allow ATen's own matmul, copies and all
+
+
+def test_glu_is_halves_a_sigmoid_and_a_product_under_forbid(tmp_path):
+    """A conformer's pointwise conv then GLU (export: torch.export keeps aten.glu whole, an ATen
+    island forbid rejected): decomposed at capture, the halves' sigmoid and product are fused."""
+    src = task(
+        "torch.nn.functional.glu(self.pw(x), dim=1) * 2.0",
+        "torch.randn(2, 8, 13)",
+        "        self.pw = nn.Conv1d(8, 16, 1)",
+    )
+    an = _analysis(src, profile=False)
+    assert an.ok, an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not _forbid_blockers(c.plan) and c.plan.groups, (an.data["capture"], _forbid_blockers(c.plan))
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops)
+    assert not any("glu" in op for op in ops), ops
