@@ -858,7 +858,7 @@ def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], note
     return b.nodes, gm.code.strip()
 
 
-def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, Any]:
+def analyze(path: str, device: str = "cpu", profile: bool = True, write_out_attention: bool = False) -> dict[str, Any]:
     notes: list[str] = []
     src = open(path).read()
     mod = _load_task(path)
@@ -883,7 +883,7 @@ def analyze(path: str, device: str = "cpu", profile: bool = True) -> dict[str, A
     except Exception as e:  # any fx failure: try torch.export
         fx_error = _fx_error(e)
         try:
-            ex = capture_export.capture(model, inputs, _float_attrs(model), notes)
+            ex = capture_export.capture(model, inputs, _float_attrs(model), notes, write_out_attention)
         except capture_export.ExportUnsupported as e2:
             _check_task_runs(model, inputs, path)
             raise Unsupported(f"{fx_error}; and {e2}") from None
@@ -934,6 +934,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("task")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument(
+        "--write-out-attention", action="store_true", help="torch-ops=forbid: SDPA as its math in an exported graph"
+    )
     args = ap.parse_args(argv)
     # The sandbox may run this child under a throwaway uid that has no passwd entry (as root on the
     # H200 host): torch's export and profiler then failed in getpass.getuser() ("getpwuid(): uid not
@@ -942,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(k, "kernelwright")
     os.environ.setdefault("HOME", os.environ.get("TMPDIR") or "/tmp")
     try:
-        out = analyze(args.task, args.device, not args.no_profile)
+        out = analyze(args.task, args.device, not args.no_profile, args.write_out_attention)
     except Unsupported as e:
         out = {"ok": False, "error": str(e), "task_fails": isinstance(e, TaskFails)}
     except Exception as e:  # the task's own code failed

@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from agent.builtin import rnn_standins
 from agent.builtin.guard import describe_inputs, guard
-from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul
+from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul, sdpa_written_out
 
 
 class ExportUnsupported(Exception):
@@ -52,11 +52,14 @@ def _shape(v: Any) -> list[int] | None:
 # (agent.builtin.matmul_forms; PyTorch's permutes, views and bmm where that form does not apply);
 # the triplet margin loss and pairwise distance into norms (kernels of our own) and elementwise ops;
 # baddbmm (agent.builtin.matmul_forms) into a matmul, a scale and an add; glu into two halves, a
+# sigmoid and a product (elementwise: fused, and no ATen island under forbid); glu into two halves, a
 # sigmoid and a product (elementwise: fused, and no ATen island under forbid)
 _DECOMPOSE = ("einsum", "triplet_margin_loss", "pairwise_distance", "glu")
 
 
-def export_program(model: nn.Module, inputs: list[Any]) -> Any:
+def export_program(model: nn.Module, inputs: list[Any], write_out_attention: bool = False) -> Any:
+    """write_out_attention (torch-ops=forbid): scaled_dot_product_attention as its math
+    (agent.builtin.matmul_forms.sdpa_written_out); otherwise it stays one call."""
     with torch.no_grad(), rnn_standins.standins():
         ep = torch.export.export(model, tuple(inputs), strict=False)
     table = torch.export.default_decompositions()
@@ -66,6 +69,8 @@ def export_program(model: nn.Module, inputs: list[Any]) -> Any:
     if einsum in chosen:
         chosen[einsum] = einsum_as_matmul(chosen[einsum])
     chosen[torch.ops.aten.baddbmm.default] = baddbmm_as_matmul
+    if write_out_attention:
+        chosen[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_written_out
     return ep.run_decompositions(chosen)
 
 
@@ -738,7 +743,12 @@ def literals(gm: fx.GraphModule) -> dict[str, Any]:
 
 
 def bind_scalars(
-    model: nn.Module, inputs: list[Any], ep: Any, attrs: dict[str, float], notes: list[str]
+    model: nn.Module,
+    inputs: list[Any],
+    ep: Any,
+    attrs: dict[str, float],
+    notes: list[str],
+    write_out_attention: bool = False,
 ) -> dict[str, str]:
     """Which float literals of the exported graph come from a float attribute of the model: export
     again with those attributes perturbed and compare (the fx capture's trick)."""
@@ -748,7 +758,7 @@ def bind_scalars(
     for k, v in attrs.items():
         setattr(model, k, perturbed(v))
     try:
-        lit2 = literals(export_program(model, inputs).graph_module)
+        lit2 = literals(export_program(model, inputs, write_out_attention).graph_module)
     except Exception:  # the perturbed model may not export; the constants stay baked in
         notes.append(
             "the model's float attributes could not be perturbed to find where they are used; constants "
@@ -809,14 +819,20 @@ def _user_call(error: str) -> str:
     return f" (at {os.path.basename(m[1])}, line {m[2]}, in {m[3]}: {code[:160]})"
 
 
-def capture(model: nn.Module, inputs: list[Any], float_attrs: dict[str, float], notes: list[str]) -> dict[str, Any]:
+def capture(
+    model: nn.Module,
+    inputs: list[Any],
+    float_attrs: dict[str, float],
+    notes: list[str],
+    write_out_attention: bool = False,
+) -> dict[str, Any]:
     """The exported graph as IR node dicts plus what it is specialised to."""
     try:
-        ep = export_program(model, inputs)
+        ep = export_program(model, inputs, write_out_attention)
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}{_user_call(str(e))}") from None
-    binds = bind_scalars(model, inputs, ep, float_attrs, notes)
+    binds = bind_scalars(model, inputs, ep, float_attrs, notes, write_out_attention)
     b = ExportBuilder(ep, binds, model)
     nodes = b.build()
     specialised_to = guard(model, "export", set(binds.values()), describe_inputs(inputs))

@@ -301,9 +301,12 @@ def _admission(device: str) -> Any:
     return share
 
 
-def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeout: float = 300.0) -> Analysis:
+def analyze_source(
+    source: str, device: str = "cpu", profile: bool = True, timeout: float = 300.0, write_out_attention: bool = False
+) -> Analysis:
     """Run the capture in the sandbox: the task is user code and must not run in ours (the
-    same wall as an evaluation's children, sandbox.isolation.run_command)."""
+    same wall as an evaluation's children, sandbox.isolation.run_command). write_out_attention
+    (torch-ops=forbid): an exported SDPA call captured as its math."""
     from sandbox import EvalOptions
     from sandbox.containment import REPO_ROOT, Unavailable
     from sandbox.devlock import prepare_dir
@@ -317,6 +320,8 @@ def analyze_source(source: str, device: str = "cpu", profile: bool = True, timeo
         cmd = [sys.executable, "-m", "agent.builtin.analyze", path, "--device", device]
         if not profile:
             cmd.append("--no-profile")
+        if write_out_attention:
+            cmd.append("--write-out-attention")
         limits = Limits(wall_s=timeout, cpu_s=int(timeout * 4) + 60, fsize_mb=64, nproc=1024)
         share = _admission(device)
         try:

