@@ -389,8 +389,9 @@ class ExportBuilder:
         elif name in ("softmax", "_softmax", "log_softmax", "_log_softmax"):
             if name.startswith("_") and a[2]:
                 raise _NotMapped
-            if not name.startswith("_") and (len(a) > 2 and a[2] is not None or kw.get("dtype") is not None):
-                raise _NotMapped
+            dt = a[2] if len(a) > 2 else kw.get("dtype")
+            if not name.startswith("_") and dt is not None and not (dt == torch.float32 and float_in):
+                raise _NotMapped  # a cast to another dtype; to float32 of float32 (SigLIP's) is no cast
             self.emit(n, name.lstrip("_"), [self.ref(x)], {"dim": int(a[1])})
         elif name in _REDUCE and over in ("dim_IntList", "dim", "default"):
             dims = a[1] if len(a) > 1 else kw.get("dim")

@@ -256,3 +256,19 @@ def test_sdpa_is_written_out_under_forbid(causal, tmp_path):
     assert not [op for op in ops if classify(op) == "compute"], ops
     kept = analyze_source(src, profile=False)  # torch-ops=allow: the one SDPA call stays
     assert any(n.attrs.get("target", "").startswith("aten.scaled_dot_product") for n in kept.graph.nodes)
+
+
+def test_softmax_to_its_own_dtype_is_a_softmax_under_forbid(tmp_path):
+    """SigLIP's `softmax(w, dim=-1, dtype=torch.float32)` of float32 weights: a cast to the same
+    dtype, which the export capture left an ATen island (forbid's blocker) and now maps."""
+    src = task(
+        "torch.nn.functional.softmax(x * 2.0 if x.shape[0] > 1 else x, dim=-1, dtype=torch.float32)",
+        "torch.randn(4, 5, 33)",
+    )
+    an = _analysis(src, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error  # the shape test keeps fx out
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops)
+    assert not [op for op in ops if classify(op) == "compute"], ops
