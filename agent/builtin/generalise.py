@@ -148,7 +148,7 @@ def _triples(captures: list[dict[str, int]]) -> list[tuple[str, tuple[int, ...]]
     return out
 
 
-def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool) -> str:
+def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool, floor: bool = True) -> str:
     """An expression of atoms with `values` in every capture: a product of up to MAX_FACTORS
     atoms, times or floor-divided by a constant. Raises NotGeneral."""
     usable = [(e, v) for e, v in triples if forward or e.startswith("self.")]
@@ -169,7 +169,7 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
     found = search(values, 0, 0)
     if found:
         return " * ".join(found)
-    for k in range(2, 65):  # a size divided by a constant (a head's width, a pooled side)
+    for k in range(2, 65 if floor else 2):  # a size divided by a constant (a head's width, a pooled side)
         found = search(tuple(v * k for v in values), 0, 0)
         if found:
             return f"({' * '.join(found)}) // {k}"
@@ -189,21 +189,23 @@ _FLOAT_FORMS = (
 
 def bind_float(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool, line: int) -> str:
     """A float literal that moves with the sizes: a size, its square root, or their reciprocals."""
-    for to_int, form in _FLOAT_FORMS:
-        ints = [to_int(v) if v else 0.0 for v in values]
-        if all(n >= 2 and abs(n - round(n)) <= 1e-9 * n for n in ints):
-            found = bind_or_none(tuple(round(n) for n in ints), triples, forward)
-            if found is not None:
-                return form.format(found)
+    forms = [*_FLOAT_FORMS, *((lambda f, k=k: k / f, f"{k} / ({{}})") for k in range(2, 65))]  # LoRA's alpha / r
+    for floor in (False, True):  # a floor division inside a float's formula only where nothing else fits
+        for to_int, form in forms:
+            ints = [to_int(v) if v else 0.0 for v in values]
+            if all(n >= 2 and abs(n - round(n)) <= 1e-9 * n for n in ints):
+                found = bind_or_none(tuple(round(n) for n in ints), triples, forward, floor)
+                if found is not None:
+                    return form.format(found)
     where = f"line {line}: " if line else ""
     raise NotGeneral(f"{where}the float {values[0]!r} moves with the sizes and follows no size")
 
 
 def bind_or_none(
-    values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool = True
+    values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool = True, floor: bool = True
 ) -> str | None:
     try:
-        return bind(values, triples, forward)
+        return bind(values, triples, forward, floor)
     except NotGeneral:
         return None
 

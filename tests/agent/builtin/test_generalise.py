@@ -41,6 +41,7 @@ def test_a_literal_binds_to_the_sizes_it_moves_with():
     assert bind((16, 8, 16), atoms, forward=True) == "v_x.shape[0] * 4"
     assert bind((32, 32, 16), atoms, forward=True) == "(v_x.shape[1]) // 8"
     assert bind_float((16.0, 16.0, 11.313708498984761), atoms, True, 1) == "(v_x.shape[1]) ** 0.5"
+    assert bind_float((0.0625, 0.0625, 0.125), atoms, True, 1) == "16 / (v_x.shape[1])"  # alpha / r
     with pytest.raises(NotGeneral):
         bind((257, 257, 129), atoms, forward=True)  # a sum: not a product of sizes
     with pytest.raises(NotGeneral):
