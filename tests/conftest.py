@@ -21,6 +21,14 @@ else:
 
 BASE_REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
+# nvcc with cuBLAS's headers (scripts/cuda_toolchain.sh), when there, first on PATH for the whole
+# session: the sandbox binds the toolchain folders it finds on PATH once, when it first starts
+# (sandbox.containment.runtime_paths), before a test could add one; a system CUDA without cuBLAS
+# (this machine's /usr/local/cuda) would otherwise be the nvcc the tests marked nvcc get.
+_CUDA_BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cuda", "bin")
+if os.path.exists(os.path.join(_CUDA_BIN, "nvcc")):
+    os.environ["PATH"] = _CUDA_BIN + os.pathsep + os.environ.get("PATH", "")
+
 
 def _point_django_at(url: str) -> None:
     from channels.layers import channel_layers
