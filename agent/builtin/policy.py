@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,16 +270,26 @@ class BuiltinPolicy(Policy):
         if not sources:
             self.general_note = f"{len(consts)} size constants, more than the {MAX_PROBES} the probes vary"
             return
-        for src in sources:  # a constant the reference cannot run without stays fixed (the guard keeps it)
+        timeout = min(self.analysis_timeout_s, max(60.0, 4 * self.analysis_s))
+        task = self.task
+
+        def probe(src: str) -> BuiltinPolicy:
             sub = BuiltinPolicy(
                 profile_best=False,
                 max_variants=self.max_variants,
-                analysis_timeout_s=min(self.analysis_timeout_s, max(60.0, 4 * self.analysis_s)),
+                analysis_timeout_s=timeout,
                 try_unrewritten=self.try_unrewritten,
                 profile_reference=False,
                 probe=True,
             )
-            sub.reset(TaskInfo(self.task.name, src, self.task.backend, dict(self.task.options or {})), [], [])
+            sub.reset(TaskInfo(task.name, src, task.backend, dict(task.options or {})), [], [])
+            return sub
+
+        # the captures are sandboxed child processes: two at a time (a CPU host's cores, a GPU's
+        # analysis admission decides the rest)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            subs = list(pool.map(probe, sources))
+        for sub in subs:  # a constant the reference cannot run without stays fixed (the guard keeps it)
             self.analysis_s += sub.analysis_s  # the probes' captures count as analysis time
             if sub.analysis is not None and sub.analysis.ok and sub.analysis.data.get("capture") == "export":
                 self.probes.append(sub)

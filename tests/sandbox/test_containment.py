@@ -71,7 +71,8 @@ def test_a_contained_process_sees_only_itself_and_no_project_files():
     assert rc == 0
     assert out["uid"] == containment.INSIDE_UID
     assert len(out["pids"]) <= 2  # bubblewrap's init and this process
-    assert set(out["repo"]) <= {"sandbox", ".venv"}, out["repo"]
+    # the runtime only: our package, the environment, the CUDA toolchain (scripts/cuda_toolchain.sh)
+    assert set(out["repo"]) <= {"sandbox", ".venv", ".cuda"}, out["repo"]
     assert out["net"] != "connected"
     # the write fails (read-only root), or, for a clone under /tmp, lands in the private /tmp
     assert out["write"] != "ok" or str(REPO).startswith("/tmp/")

@@ -229,7 +229,7 @@ def test_glu_is_halves_a_sigmoid_and_a_product_under_forbid(tmp_path):
     assert not any("glu" in op for op in ops), ops
 
 
-@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("causal", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_sdpa_is_written_out_under_forbid(causal, tmp_path):
     """F.scaled_dot_product_attention (diffusers, nn.TransformerEncoderLayer, timm) was an ATen
     island forbid rejected. Under forbid the export capture writes it out
