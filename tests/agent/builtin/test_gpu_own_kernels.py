@@ -86,3 +86,44 @@ def test_gathers_masks_and_attention_of_views_pass_the_sandbox_on_the_gpu(tmp_pa
         assert _ran(res, name), (name, res.audit.kernels)
     for name in ("gathers", "masks"):  # the CPU cases, on the GPU
         _evaluated(CASES[name][0], CASES[name][1], tmp_path)
+
+
+def test_sdpa_written_out_passes_the_sandbox_on_the_gpu(tmp_path):
+    """Causal F.scaled_dot_product_attention under forbid (matmul_forms.sdpa_written_out): the
+    library GEMMs around our fused softmax and kw_tri's mask; no attention kernel of PyTorch's runs."""
+    src = task(
+        "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2.0",
+        "torch.randn(4, 8, 256, 64), torch.randn(4, 8, 256, 64), torch.randn(4, 8, 256, 64)",
+        args="q, k, v",
+    )
+    an = analyze_source(src, profile=False, write_out_attention=True)
+    assert an.ok and an.data["capture"] == "export", an.error
+    cand = build_candidate(an.graph, an.data, "cuda", torch_ops="forbid")
+    opts = EvalOptions(
+        backend="cuda", torch_ops="forbid", compile_baseline=False, timing_budget_s=0.3, cache_dir=str(tmp_path)
+    )
+    res = evaluate(src, cand.files, opts)
+    assert res.status.value == "ok", res.reasons
+    print(f"ours {res.timing.candidate.median_ms:.4f} ms, eager {res.timing.eager.median_ms:.4f} ms")
+    assert not [k for k in res.audit.kernels if "fmha" in k.lower() or "flash" in k.lower()], res.audit.kernels
+    assert _ran(res, "kw_tri"), res.audit.kernels
+
+
+def test_a_generalised_candidate_passes_the_shape_trial_on_the_gpu():
+    """minGPT's causal attention under forbid and the default preset on the GPU: the candidate's
+    sizes and scale follow the inputs (agent/builtin/generalise.py), so both shape trials run our
+    kernels with the bound scalars passed at run time."""
+    from agent.builtin import BuiltinPolicy
+    from agent.evaluator import LocalEvaluator
+    from agent.loop import Budgets, run
+    from agent.task import task_from_source
+
+    from .test_export_capture import GPT2
+    from .test_generalise import FORBID, _shapes_checked
+
+    t = task_from_source(GPT2, "gpt2_attention", "cuda", dict(FORBID))
+    res = run(
+        t, BuiltinPolicy(profile_best=False, max_variants=1), LocalEvaluator(), Budgets(max_turns=3, confirmations=0)
+    )
+    assert res.verified, res.trajectory.finished().summary
+    assert _shapes_checked(res), "no shape trial ran on the candidate"
