@@ -14,7 +14,7 @@ import re
 import textwrap
 from typing import Any
 
-from agent.builtin import tf32x3
+from agent.builtin import tf32x3, typed_elementwise
 from agent.builtin.cudagraph import CAPTURE_HELPER
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
@@ -154,6 +154,7 @@ class _Emitter:
         self.conv3s = 0  # of them convolutions (agent.builtin.tf32x3.CONV_HELPER)
         self.channels_last_weights = 0  # convolution weights kept in channels-last memory (KEPT_HELPER)
         self.own = 0  # ATen ops computed by kernels of our own (agent.builtin.ownkernels)
+        self.typed = 0  # of them, by kw_elt (agent.builtin.typed_elementwise)
         self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
         self.used_params: dict[str, str] = {}  # forward's parameters: graph name -> local variable
@@ -185,6 +186,7 @@ class _Emitter:
         own = own_call(n, self.g)
         if own:
             self.own += 1
+            self.typed += own["kernel"] == "kw_elt"
             self.emit(f"# {n.name}: {op_label(n)} by our kernel {own['kernel']}")
             for line in emit_lines(own, v, n.dims, lambda r: self.val(r)):
                 self.emit(line)
@@ -547,7 +549,7 @@ class _Emitter:
         ]
         if paths:
             L.append(f"        {', '.join(params.values())}, = vals")
-        if any("lib." in line or "_stream" in line for line in body):  # a kernel of our own (a causal mask's tril)
+        if any("lib" in line or "_stream" in line for line in body):  # a kernel of our own (a causal mask's tril)
             L += ["        lib = _kernels()", "        _stream = kwrt.stream(_dev)"]
         L += body
         L.append("        out = {" + ", ".join(f"{h!r}: {_var(h)}" for h in self.const_out) + "}")
@@ -839,6 +841,8 @@ def generate_model(
         parts.append(tf32x3.CONV_HELPER)
     if em.own:
         parts.append(DENSE_HELPER)
+    if em.typed:
+        parts.append(typed_elementwise.HELPER)
     if graph:
         parts += [_GRAPH_HELPERS, CAPTURE_HELPER]
     if guarded:

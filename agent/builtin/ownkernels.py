@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from agent.builtin import typed_elementwise as typed
 from agent.builtin.graph import Graph, Node, Ref
 
 _POOL = {
@@ -103,12 +104,19 @@ def own_call(n: Node, g: Graph) -> dict[str, Any] | None:
         return None
     try:
         if n.op == "aten" and not n.attrs.get("tuple"):
-            return _plan(n, g, _name(n))
+            return _plan(n, g, _name(n)) or _typed(n, g)
         if n.attrs.get("island") and n.op in (*_REDUCE_OPS, "softmax", "log_softmax"):
             return _ir_island(n, g)
     except (_Unsupported, KeyError, IndexError, TypeError, ValueError):
-        return None
-    return None
+        return _typed(n, g) if n.op == "aten" and not n.attrs.get("tuple") else None
+    return typed.ir_call(n, g)
+
+
+def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
+    """An elementwise ATen op over float32/int64/bool tensors (typed_elementwise.kw_elt)."""
+    return typed.typed_call(
+        n, g, _name(n), lambda i, d=None: _arg(n, i, d), lambda i, key, d=None: _kwarg(n, i, key, d)
+    )
 
 
 def _ir_island(n: Node, g: Graph) -> dict[str, Any] | None:
@@ -194,8 +202,8 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         ):
             return None
         return {"kernel": "kw_mask_mul", "inputs": [x, m], "ints": [math.prod(n.dims)], "dtype": "float32"}
-    if op == "cat":
-        return _cat(n, g)
+    if op in ("cat", "stack"):
+        return _cat(n, g, stack=op == "stack")
     if op in ("tril", "triu"):
         x = _arg(n, 0)
         shape = _shape(g, x)
@@ -287,13 +295,16 @@ def _pool(n: Node, g: Graph, k: int, mode: int) -> dict[str, Any] | None:
     return {"kernel": "kw_pool", "inputs": [x], "ints": ints, "dtype": "float32"}
 
 
-def _cat(n: Node, g: Graph) -> dict[str, Any] | None:
+def _cat(n: Node, g: Graph, stack: bool = False) -> dict[str, Any] | None:
+    """cat, or stack (a cat of the inputs with a dim of 1 inserted at dim): one copy per input."""
     xs = _arg(n, 0)
     if not isinstance(xs, list) or not xs or not all(_float(g, x) for x in xs):
         return None
     shapes = [_shape(g, x) for x in xs]
     nd = len(n.dims)
     d = int(_arg(n, 1, 0)) % nd
+    if stack:
+        shapes = [s[:d] + [1] + s[d:] for s in shapes]
     pieces = [(x, math.prod(s[d:])) for x, s in zip(xs, shapes, strict=True) if len(s) == nd]  # legacy 1-d empties skip
     if len(pieces) != len(xs) and any(math.prod(s) for s in shapes):
         return None
@@ -354,6 +365,8 @@ def _cross_entropy(n: Node, g: Graph) -> dict[str, Any] | None:
 def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[Any], str]) -> list[str]:
     """model_new.py lines computing `out` (of the node's shape) with our kernel; `val` maps a Ref to
     its variable. Operands are made contiguous first (the kernels read raw pointers)."""
+    if call["kernel"] == "kw_elt":  # reads its operands through their strides
+        return typed.emit(call, out, shape, val)
     ins = [val(x) for x in call["inputs"]]
     lines = [f"{x} = {x} if {x}.is_contiguous() else _kw_dense(lib, {x}, _stream)" for x in dict.fromkeys(ins)]
     k = call["kernel"]
@@ -758,6 +771,8 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     return 0;
 }
 """
+    + typed.COMMON
+    + typed.CPU_SOURCE
 )
 
 
@@ -1120,4 +1135,6 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     return (int)cudaGetLastError();
 }
 """
+    + typed.COMMON
+    + typed.CUDA_SOURCE
 )

@@ -1,0 +1,110 @@
+"""kw_elt (agent/builtin/typed_elementwise.py): the int64 and bool arithmetic of real modules'
+masks and position indices, casts, fills and broadcast products, computed by our kernel under
+torch-ops=forbid where they used to stay ATen calls and block the candidate. Each task is written
+as the module it comes from writes it; the candidate runs next to the reference on fresh inputs
+and no ATen op that computes may run in its forward."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.builtin.pipeline import build_candidate, own_parts
+from agent.builtin.policy import _forbid_blockers
+from sandbox.audit import classify
+from tests.agent.builtin.test_export_capture import _analysis, _check_candidate
+from tests.agent.builtin.test_own_kernels import task
+
+# Llama/Phi/Falcon: a causal mask from arange and a comparison, the padding mask cast and
+# scaled, position ids as float
+HF_MASKS = task(
+    "self.attend(x, pad)",
+    "torch.randn(2, 12, 16), (torch.rand(2, 12) > 0.2).long()",
+    "        pass\n\n"
+    "    def attend(self, x, pad):\n"
+    "        t = x.shape[1]\n"
+    "        pos = torch.arange(t, device=x.device)\n"
+    "        causal = pos[None, :] > pos[:, None]\n"
+    "        mask = torch.full((t, t), torch.finfo(x.dtype).min, device=x.device) * causal\n"
+    "        mask = mask[None, None, :, :].expand(x.shape[0], 1, -1, -1).clone()\n"
+    "        padding = mask[:, :, :, :t] + pad[:, None, None, :].to(x.dtype)\n"
+    "        mask[:, :, :, :t] = mask[:, :, :, :t].masked_fill(padding == 0, torch.finfo(x.dtype).min)\n"
+    "        scores = x @ x.transpose(1, 2) / 4.0 + mask[:, 0]\n"
+    "        return scores.softmax(-1) @ x + pos.float()[None, :, None] * 0.01",
+    args="x, pad",
+)
+
+# T5's relative position buckets: int64 arithmetic, a log of a float cast, min against a full, where
+T5_BUCKETS = task(
+    "self.bias(x)",
+    "torch.randn(2, 4, 10, 10)",
+    "        self.emb = nn.Embedding(32, 4)\n\n"
+    "    def bucket(self, rel, num_buckets=32, max_distance=128):\n"
+    "        num_buckets //= 2\n"
+    "        out = (rel > 0).to(torch.long) * num_buckets\n"
+    "        rel = torch.abs(rel)\n"
+    "        max_exact = num_buckets // 2\n"
+    "        is_small = rel < max_exact\n"
+    "        large = max_exact + (torch.log(rel.float() / max_exact) / math.log(max_distance / max_exact)\n"
+    "                             * (num_buckets - max_exact)).to(torch.long)\n"
+    "        large = torch.min(large, torch.full_like(large, num_buckets - 1))\n"
+    "        return out + torch.where(is_small, rel, large)\n\n"
+    "    def bias(self, x):\n"
+    "        q = torch.arange(x.shape[2], dtype=torch.long, device=x.device)[:, None]\n"
+    "        k = torch.arange(x.shape[3], dtype=torch.long, device=x.device)[None, :]\n"
+    "        b = self.emb(self.bucket(k - q)).permute(2, 0, 1).unsqueeze(0)\n"
+    "        return x + b",
+).replace("import torch\n", "import math\nimport torch\n", 1)
+
+# Mistral's sliding window: bool triangles, not, and; then a fill of the scores
+SLIDING = task(
+    "self.window(x)",
+    "torch.randn(2, 9, 9)",
+    "        pass\n\n"
+    "    def window(self, x):\n"
+    "        t = x.shape[-1]\n"
+    "        causal = torch.tril(torch.ones(t, t, dtype=torch.bool, device=x.device))\n"
+    "        far = torch.tril(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=-4)\n"
+    "        keep = causal & ~far\n"
+    "        return x.masked_fill(~keep, float('-inf')).softmax(-1)",
+)
+
+# integer semantics that differ from C's: floor division and remainder of negatives, clamp, sign,
+# pow, bitwise ops, a float cast truncated, NaN through minimum
+INTEGERS = task(
+    "(a // b, a % b, torch.clamp(a, -7, 9), torch.sign(a) * b, a ** 2, (a & 6) | (b ^ 3), (x * 3).to(torch.long), "
+    "torch.minimum(x, y), torch.where(a > 0, x, 0.5), (a != b).float() - x)",
+    "torch.randint(-50, 50, (6, 7)), torch.randint(1, 9, (6, 7)) * (torch.randint(0, 2, (6, 7)) * 2 - 1), "
+    "torch.randn(6, 7), torch.where(torch.rand(6, 7) < 0.2, float('nan'), torch.randn(6, 7))",
+    args="a, b, x, y",
+)
+
+# StyleGAN2's modulated weight and Mamba's outer product: float products broadcast on both sides
+# (the fusion generator's groups cannot start there), and a stack of selected planes
+PRODUCTS = task(
+    "(self.w[None] * s[:, None, :, None, None], (u[:, :, :, None] * v[:, :, None, :]).sum(-1), "
+    "torch.stack([u[:, 0], u[:, 1] * 2.0], dim=1))",
+    "torch.randn(3, 5), torch.randn(2, 4, 6), torch.randn(2, 4, 7)",
+    "        self.w = nn.Parameter(torch.randn(6, 5, 3, 3))",
+    args="s, u, v",
+)
+
+CASES = {
+    "hf_masks": HF_MASKS,
+    "t5_buckets": T5_BUCKETS,
+    "sliding": SLIDING,
+    "integers": INTEGERS,
+    "products": PRODUCTS,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_masks_indices_and_casts_are_our_kernels_under_forbid(name, tmp_path):
+    src = CASES[name]
+    an = _analysis(src, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
+    assert "kw_elt" in {k for _, k in own_parts(c.plan)}
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops, equal_nan=True)
+    assert ops and not [op for op in ops if classify(op) == "compute"], ops
