@@ -14,7 +14,7 @@ import re
 import textwrap
 from typing import Any
 
-from agent.builtin import tf32x3, typed_elementwise
+from agent.builtin import remap, tf32x3, typed_elementwise
 from agent.builtin.cudagraph import CAPTURE_HELPER
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
@@ -154,7 +154,7 @@ class _Emitter:
         self.conv3s = 0  # of them convolutions (agent.builtin.tf32x3.CONV_HELPER)
         self.channels_last_weights = 0  # convolution weights kept in channels-last memory (KEPT_HELPER)
         self.own = 0  # ATen ops computed by kernels of our own (agent.builtin.ownkernels)
-        self.typed = 0  # of them, by kw_elt (agent.builtin.typed_elementwise)
+        self.strided_kernels: set[str] = set()  # of them, kw_elt and kw_remap (their helpers go in)
         self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
         self.used_params: dict[str, str] = {}  # forward's parameters: graph name -> local variable
@@ -186,7 +186,8 @@ class _Emitter:
         own = own_call(n, self.g)
         if own:
             self.own += 1
-            self.typed += own["kernel"] == "kw_elt"
+            if own["kernel"] in ("kw_elt", "kw_remap"):
+                self.strided_kernels.add(own["kernel"])
             self.emit(f"# {n.name}: {op_label(n)} by our kernel {own['kernel']}")
             for line in emit_lines(own, v, n.dims, lambda r: self.val(r)):
                 self.emit(line)
@@ -841,8 +842,10 @@ def generate_model(
         parts.append(tf32x3.CONV_HELPER)
     if em.own:
         parts.append(DENSE_HELPER)
-    if em.typed:
+    if "kw_elt" in em.strided_kernels:
         parts.append(typed_elementwise.HELPER)
+    if "kw_remap" in em.strided_kernels:
+        parts.append(remap.HELPER)
     if graph:
         parts += [_GRAPH_HELPERS, CAPTURE_HELPER]
     if guarded:

@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from agent.builtin import remap
 from agent.builtin import typed_elementwise as typed
 from agent.builtin.graph import Graph, Node, Ref
 
@@ -113,10 +114,17 @@ def own_call(n: Node, g: Graph) -> dict[str, Any] | None:
 
 
 def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
-    """An elementwise ATen op over float32/int64/bool tensors (typed_elementwise.kw_elt)."""
-    return typed.typed_call(
-        n, g, _name(n), lambda i, d=None: _arg(n, i, d), lambda i, key, d=None: _kwarg(n, i, key, d)
-    )
+    """An elementwise ATen op over float32/int64/bool tensors (typed_elementwise.kw_elt), or a
+    copy whose source coordinates are a per-dim map (remap.kw_remap: pad, roll, repeat, nearest
+    upsampling)."""
+
+    def arg(i: int, d: Any = None) -> Any:
+        return _arg(n, i, d)
+
+    def kwarg(i: int, key: str, d: Any = None) -> Any:
+        return _kwarg(n, i, key, d)
+
+    return typed.typed_call(n, g, _name(n), arg, kwarg) or remap.remap_call(n, g, _name(n), arg, kwarg)
 
 
 def _ir_island(n: Node, g: Graph) -> dict[str, Any] | None:
@@ -365,8 +373,12 @@ def _cross_entropy(n: Node, g: Graph) -> dict[str, Any] | None:
 def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[Any], str]) -> list[str]:
     """model_new.py lines computing `out` (of the node's shape) with our kernel; `val` maps a Ref to
     its variable. Operands are made contiguous first (the kernels read raw pointers)."""
-    if call["kernel"] == "kw_elt":  # reads its operands through their strides
+    if call["kernel"] == "alias":  # a cast to the dtype it has
+        return [f"{out} = {val(call['inputs'][0])}"]
+    if call["kernel"] == "kw_elt":  # these two read their operands through their strides
         return typed.emit(call, out, shape, val)
+    if call["kernel"] == "kw_remap":
+        return remap.emit(call, out, shape, val)
     ins = [val(x) for x in call["inputs"]]
     lines = [f"{x} = {x} if {x}.is_contiguous() else _kw_dense(lib, {x}, _stream)" for x in dict.fromkeys(ins)]
     k = call["kernel"]
@@ -773,6 +785,8 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
 """
     + typed.COMMON
     + typed.CPU_SOURCE
+    + remap.COMMON
+    + remap.CPU_SOURCE
 )
 
 
@@ -1137,4 +1151,6 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
 """
     + typed.COMMON
     + typed.CUDA_SOURCE
+    + remap.COMMON
+    + remap.CUDA_SOURCE
 )

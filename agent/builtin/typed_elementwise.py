@@ -91,6 +91,8 @@ def typed_call(n: Node, g: Graph, op: str, arg: Any, kwarg: Any) -> dict[str, An
             return None
     if op in _LOGICAL and any(isinstance(o, Ref) and g.node(o.name).dtype != "bool" for o in operands):
         return None
+    if op in ("type_as", "_to_copy") and _same(g, operands[0], n):  # no cast: the tensor itself, as ATen's `to`
+        return {"kernel": "alias", "inputs": operands[:1], "dtype": n.dtype}
     return {
         "kernel": "kw_elt",
         "inputs": [o for o in operands if isinstance(o, Ref)],
@@ -169,6 +171,10 @@ def _arange(n: Node, arg: Any, kwarg: Any) -> tuple[float, float]:
     return float(start), float(step)
 
 
+def _same(g: Graph, x: Any, n: Node) -> bool:
+    return isinstance(x, Ref) and g.node(x.name).dtype == n.dtype and list(g.node(x.name).dims) == list(n.dims)
+
+
 def _broadcasts(src: list[int], out: list[int]) -> bool:
     if len(src) > len(out):
         return False
@@ -222,7 +228,7 @@ def _kw_elt(lib, op, compute, out, operands, a, b, stream):
         if isinstance(x, torch.Tensor):
             pad = nd - x.dim()
             cols.append([0] * pad + [0 if n == 1 else s for n, s in zip(x.shape, x.stride())])
-            ptrs.append(x)
+            ptrs.append(ctypes.c_void_p(x.data_ptr()))  # a strided view: kwrt takes contiguous tensors only
             types.append(_KW_ELT_TYPES[x.dtype])
             fs.append(0.0)
             ints.append(0)

@@ -1,5 +1,6 @@
-"""kw_elt (agent/builtin/typed_elementwise.py): the int64 and bool arithmetic of real modules'
-masks and position indices, casts, fills and broadcast products, computed by our kernel under
+"""kw_elt (agent/builtin/typed_elementwise.py) and kw_remap (agent/builtin/remap.py): the int64 and bool arithmetic of real modules'
+masks and position indices, casts, fills, broadcast products, padding, rolls, repeats and
+nearest upsampling, computed by our kernel under
 torch-ops=forbid where they used to stay ATen calls and block the candidate. Each task is written
 as the module it comes from writes it; the candidate runs next to the reference on fresh inputs
 and no ATen op that computes may run in its forward."""
@@ -88,23 +89,47 @@ PRODUCTS = task(
     args="s, u, v",
 )
 
+# kw_remap (agent/builtin/remap.py): U-Net's pad before a cat, Swin's roll, padding modes, repeat
+# (of a bool mask too), nearest upsampling by a factor and to a size that is not a multiple
+REMAPS = task(
+    "(F.pad(x, (1, 2, 0, 3)), F.pad(x, (2, 1, 1, 2), mode='reflect'), F.pad(x, (1, 1, 2, 0), mode='replicate'), "
+    "F.pad(x, (3, 1, 1, 1), mode='circular'), torch.roll(x, shifts=(-2, 3), dims=(1, 3)), "
+    "x.permute(0, 2, 1, 3).repeat(1, 2, 1, 3), (x > 0).repeat(2, 1, 1, 1).float(), "
+    "F.interpolate(x, scale_factor=2, mode='nearest'), F.interpolate(x, size=(7, 13), mode='nearest'), "
+    "F.pad(x, (-1, 2, 0, 0), value=0.5))",
+    "torch.randn(2, 3, 5, 6)",
+)
+
 CASES = {
-    "hf_masks": HF_MASKS,
-    "t5_buckets": T5_BUCKETS,
-    "sliding": SLIDING,
-    "integers": INTEGERS,
-    "products": PRODUCTS,
+    "hf_masks": (HF_MASKS, "kw_elt"),
+    "t5_buckets": (T5_BUCKETS, "kw_elt"),
+    "sliding": (SLIDING, "kw_elt"),
+    "integers": (INTEGERS, "kw_elt"),
+    "products": (PRODUCTS, "kw_elt"),
+    "remaps": (REMAPS, "kw_remap"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_masks_indices_and_casts_are_our_kernels_under_forbid(name, tmp_path):
-    src = CASES[name]
+    src, kernel = CASES[name]
     an = _analysis(src, profile=False)
     assert an.ok and an.data["capture"] == "export", an.error
     c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
     assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
-    assert "kw_elt" in {k for _, k in own_parts(c.plan)}
+    assert kernel in {k for _, k in own_parts(c.plan)}
     ops: dict[str, int] = {}
     _check_candidate(src, c.files, tmp_path, ops=ops, equal_nan=True)
     assert ops and not [op for op in ops if classify(op) == "compute"], ops
+
+
+def test_a_cast_to_the_dtype_it_has_is_the_tensor_itself(tmp_path):
+    """Gemma's and T5's norms end `.type_as(x)` of float32 into float32: no copy (ATen's `to`
+    returns the tensor), where a kw_elt launch would add a pass over the activations."""
+    src = task("(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).type_as(x) * 2.0", "torch.randn(4, 8, 32)")
+    an = _analysis(src, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    kernels = dict((n.name, k) for n, k in own_parts(c.plan))
+    assert "alias" in kernels.values() and "kw_elt" not in kernels.values(), kernels
+    _check_candidate(src, c.files, tmp_path)

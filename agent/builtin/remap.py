@@ -1,0 +1,208 @@
+"""One copy kernel of our own whose source coordinate is a function of the output's, dim by dim:
+`kw_remap`. It computes the ATen ops that move data without arithmetic and that torch-ops=forbid
+otherwise rejects: padding (constant, circular, replicate, reflect: U-Net's `F.pad` before a cat,
+Swin's window padding), `roll` (Swin's shifted windows), `repeat` (DeBERTa's position tables,
+wav2vec2's masks) and nearest upsampling (feature pyramids, YOLO's neck, DETR's mask).
+
+Per output dim k the source index is `floor(c * scale)` clipped to the input (nearest
+upsampling, scale as ATen computes it) or `c + off`, then wrapped (circular, repeat), clamped
+(replicate) or mirrored (reflect); outside the input the element is the fill value. Elements of
+4, 8 or 1 bytes (float32, int64, bool) are copied as they are."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from agent.builtin.graph import Graph, Node, Ref
+
+BOUNDS, WRAP, CLAMP, REFLECT = 0, 1, 2, 3
+_BYTES = {"float32": 4, "int64": 8, "bool": 1}
+_PAD_MODES = {"constant": BOUNDS, "circular": WRAP, "replicate": CLAMP, "reflect": REFLECT}
+
+
+class _No(Exception):
+    pass
+
+
+def remap_call(n: Node, g: Graph, op: str, arg: Any, kwarg: Any) -> dict[str, Any] | None:
+    """The kw_remap call computing island n (ATen op `op`, read through arg(i)/kwarg(i, key)), or None."""
+    if n.dtype not in _BYTES or n.shape is None or len(n.dims) > 6:
+        return None
+    try:
+        x = arg(0)
+        if not isinstance(x, Ref) or g.node(x.name).dtype != n.dtype or g.node(x.name).shape is None:
+            return None
+        ins = list(g.node(x.name).dims)
+        out = list(n.dims)
+        if op in ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d"):
+            k = len(ins) - 2
+            if str(n.attrs.get("target", "")).endswith(".vec"):  # (x, output_size, scale_factors)
+                scales = kwarg(2, "scale_factors") or [None] * k
+            else:  # (x, output_size, scales_d, scales_h, scales_w): one per dim
+                scales = [arg(2 + j, None) for j in range(k)]
+            dims = _nearest(ins, out, list(scales))
+        elif op in ("constant_pad_nd", "pad"):
+            mode = BOUNDS if op == "constant_pad_nd" else _PAD_MODES[kwarg(2, "mode", "constant")]
+            fill = kwarg(2, "value", 0) if op == "constant_pad_nd" else kwarg(3, "value", None)
+            dims = _padded(ins, out, list(arg(1)), mode)
+            return _call(x, n, dims, float(fill or 0))
+        elif op == "roll":
+            dims = _rolled(ins, list(arg(1)), list(arg(2, [])))
+        elif op == "repeat":
+            ins = [1] * (len(out) - len(ins)) + ins
+            dims = [(i, 0, WRAP, 0.0) for i in ins]
+        else:
+            return None
+    except (_No, KeyError, IndexError, TypeError, ValueError):
+        return None
+    return _call(x, n, dims, 0.0)
+
+
+def _call(x: Ref, n: Node, dims: list[tuple[int, int, int, float]], fill: float) -> dict[str, Any]:
+    """dims: per output dim (input size, offset, mode, scale); the input has as many dims."""
+    return {"kernel": "kw_remap", "inputs": [x], "dims": dims, "fill": fill, "dtype": n.dtype}
+
+
+def _nearest(ins: list[int], out: list[int], scales: list[Any]) -> list[tuple[int, int, int, float]]:
+    """ATen's nearest: src = min(floor(dst * scale), in - 1), scale = 1 / scale_factor where one was
+    given, else in / out (float32 either way, as upsample's compute_scales_value)."""
+    k = len(ins) - 2
+    if len(out) != len(ins) or k < 1 or out[:2] != ins[:2] or len(scales) != k:
+        raise _No
+    spatial = [
+        (i, 0, BOUNDS, _f32(1.0 / s) if s is not None and s > 0 else _f32(i / o))
+        for s, i, o in zip(scales, ins[2:], out[2:], strict=True)
+    ]
+    return [(ins[0], 0, BOUNDS, 0.0), (ins[1], 0, BOUNDS, 0.0), *spatial]
+
+
+def _f32(v: float) -> float:
+    """v rounded to float32, as ATen computes the scale."""
+    return float(struct.unpack("f", struct.pack("f", v))[0])
+
+
+def _padded(ins: list[int], out: list[int], pad: list[int], mode: int) -> list[tuple[int, int, int, float]]:
+    """pad lists (low, high) pairs from the last dim backwards; a negative one crops."""
+    if len(pad) % 2 or len(pad) // 2 > len(ins) or len(out) != len(ins):
+        raise _No
+    dims = [(i, 0, mode, 0.0) for i in ins]
+    for j in range(len(pad) // 2):
+        d = len(ins) - 1 - j
+        lo, hi = pad[2 * j], pad[2 * j + 1]
+        if ins[d] + lo + hi != out[d] or (mode == REFLECT and max(lo, hi) >= ins[d]):
+            raise _No
+        dims[d] = (ins[d], -lo, mode, 0.0)
+    return dims
+
+
+def _rolled(ins: list[int], shifts: list[int], axes: list[int]) -> list[tuple[int, int, int, float]]:
+    if not axes or len(axes) != len(shifts):  # a roll of the flattened tensor: not a per-dim map
+        raise _No
+    dims = [(i, 0, BOUNDS, 0.0) for i in ins]
+    for s, a in zip(shifts, axes, strict=True):
+        d = a % len(ins)
+        dims[d] = (ins[d], -int(s), WRAP, 0.0)
+    return dims
+
+
+def emit(call: dict[str, Any], out: str, shape: list[int], val: Any) -> list[str]:
+    x = val(call["inputs"][0])
+    return [
+        f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})",
+        f"_kw_remap(lib, {x}, {out}, {call['dims']!r}, {call['fill']!r}, _stream)",
+    ]
+
+
+HELPER = '''
+
+def _kw_remap(lib, x, out, dims, fill, stream):
+    """out[c] = x[src(c)] by our kw_remap kernel (agent/builtin/remap.py): dims gives, per dim,
+    (input size, offset, mode, scale) of the source coordinate; x read through its strides."""
+    if out.numel() == 0:
+        return
+    pad = 6 - out.dim()
+    sizes = [1] * pad + list(out.shape)
+    ins = [1] * pad + [d[0] for d in dims]
+    strides = [0] * (6 - x.dim()) + list(x.stride())  # repeat: x has fewer dims (sizes of 1 in front)
+    offs = [0] * pad + [d[1] for d in dims]
+    modes = [0] * pad + [d[2] for d in dims]
+    scales = [0.0] * pad + [float(d[3]) for d in dims]
+    lib.kw_remap(ctypes.c_void_p(x.data_ptr()), out, out.element_size(), out.numel(), float(fill), *sizes, *ins, *strides, *offs, *modes, *scales,
+                 stream)
+'''
+
+
+COMMON = r"""
+// ---- kw_remap: out[c] = x[src(c)], the source coordinate per dim (agent/builtin/remap.py)
+struct kw_remap_geo {
+    const void* x;
+    void* y;
+    int64_t bytes, n;
+    float fill;
+    int64_t d[6], in[6], st[6], off[6], mode[6];
+    float scale[6];
+};
+
+KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
+    int64_t r = e, src = 0;
+    bool inside = true;
+    for (int k = 5; k >= 0; --k) {
+        const int64_t c = r % g.d[k], size = g.in[k];
+        r /= g.d[k];
+        int64_t i = g.scale[k] > 0.0f ? (int64_t)floorf((float)c * g.scale[k]) : c + g.off[k];
+        if (g.scale[k] > 0.0f && i > size - 1) i = size - 1;
+        if (g.mode[k] == 1) i = ((i % size) + size) % size;
+        else if (g.mode[k] == 2) i = i < 0 ? 0 : (i >= size ? size - 1 : i);
+        else if (g.mode[k] == 3 && size > 1) {
+            const int64_t p = 2 * (size - 1);
+            i = ((i % p) + p) % p;
+            if (i >= size) i = p - i;
+        }
+        if (i < 0 || i >= size) inside = false;
+        src += i * g.st[k];
+    }
+    if (g.bytes == 4) ((float*)g.y)[e] = inside ? ((const float*)g.x)[src] : g.fill;
+    else if (g.bytes == 8) ((int64_t*)g.y)[e] = inside ? ((const int64_t*)g.x)[src] : (int64_t)g.fill;
+    else ((bool*)g.y)[e] = inside ? ((const bool*)g.x)[src] : g.fill != 0.0f;
+}
+
+#define KW_REMAP_ARGS const void* x, void* y, int64_t bytes, int64_t n, float fill, \
+    int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4, int64_t d5, \
+    int64_t i0, int64_t i1, int64_t i2, int64_t i3, int64_t i4, int64_t i5, \
+    int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4, int64_t s5, \
+    int64_t o0, int64_t o1, int64_t o2, int64_t o3, int64_t o4, int64_t o5, \
+    int64_t m0, int64_t m1, int64_t m2, int64_t m3, int64_t m4, int64_t m5, \
+    float c0, float c1, float c2, float c3, float c4, float c5, void* stream
+#define KW_REMAP_PACK() \
+    kw_remap_geo g; \
+    g.x = x; g.y = y; g.bytes = bytes; g.n = n; g.fill = fill; \
+    { const int64_t d[6] = {d0, d1, d2, d3, d4, d5}, in[6] = {i0, i1, i2, i3, i4, i5}, \
+                    st[6] = {s0, s1, s2, s3, s4, s5}, off[6] = {o0, o1, o2, o3, o4, o5}, \
+                    mode[6] = {m0, m1, m2, m3, m4, m5}; \
+      const float sc[6] = {c0, c1, c2, c3, c4, c5}; \
+      for (int k = 0; k < 6; ++k) { g.d[k] = d[k]; g.in[k] = in[k]; g.st[k] = st[k]; g.off[k] = off[k]; \
+                                    g.mode[k] = mode[k]; g.scale[k] = sc[k]; } }
+"""
+
+CPU_SOURCE = r"""
+extern "C" int kw_remap(KW_REMAP_ARGS) {
+    (void)stream;
+    KW_REMAP_PACK();
+    #pragma omp parallel for if (n > (1 << 16))
+    for (int64_t e = 0; e < n; ++e) kw_remap_one(g, e);
+    return 0;
+}
+"""
+
+CUDA_SOURCE = r"""
+__global__ void kw_remap_kernel(kw_remap_geo g) {
+    KW_GRID(g.n) kw_remap_one(g, q);
+}
+
+extern "C" int kw_remap(KW_REMAP_ARGS) {
+    KW_REMAP_PACK();
+    kw_remap_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(g);
+    return (int)cudaGetLastError();
+}
+"""
