@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agent.builtin import remap
+from agent.builtin import bilinear, remap
 from agent.builtin import typed_elementwise as typed
 from agent.builtin.graph import Graph, Node, Ref
 
@@ -124,6 +124,8 @@ def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
     def kwarg(i: int, key: str, d: Any = None) -> Any:
         return _kwarg(n, i, key, d)
 
+    if _name(n) == "upsample_bilinear2d":
+        return bilinear.bilinear_call(n, g, arg, kwarg)
     return typed.typed_call(n, g, _name(n), arg, kwarg) or remap.remap_call(n, g, _name(n), arg, kwarg)
 
 
@@ -787,6 +789,8 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     + typed.CPU_SOURCE
     + remap.COMMON
     + remap.CPU_SOURCE
+    + bilinear.COMMON
+    + bilinear.CPU_SOURCE
 )
 
 
@@ -1153,4 +1157,6 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     + typed.CUDA_SOURCE
     + remap.COMMON
     + remap.CUDA_SOURCE
+    + bilinear.COMMON
+    + bilinear.CUDA_SOURCE
 )

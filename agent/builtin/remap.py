@@ -71,13 +71,13 @@ def _nearest(ins: list[int], out: list[int], scales: list[Any]) -> list[tuple[in
     if len(out) != len(ins) or k < 1 or out[:2] != ins[:2] or len(scales) != k:
         raise _No
     spatial = [
-        (i, 0, BOUNDS, _f32(1.0 / s) if s is not None and s > 0 else _f32(i / o))
+        (i, 0, BOUNDS, f32(1.0 / s) if s is not None and s > 0 else f32(i / o))
         for s, i, o in zip(scales, ins[2:], out[2:], strict=True)
     ]
     return [(ins[0], 0, BOUNDS, 0.0), (ins[1], 0, BOUNDS, 0.0), *spatial]
 
 
-def _f32(v: float) -> float:
+def f32(v: float) -> float:
     """v rounded to float32, as ATen computes the scale."""
     return float(struct.unpack("f", struct.pack("f", v))[0])
 

@@ -100,7 +100,17 @@ REMAPS = task(
     "torch.randn(2, 3, 5, 6)",
 )
 
+# kw_bilinear (agent/builtin/bilinear.py): U-Net's up block, with and without align_corners, by a
+# factor and to a size
+BILINEAR = task(
+    "(F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=True), "
+    "F.interpolate(x, scale_factor=2, mode='bilinear'), F.interpolate(x, size=(7, 13), mode='bilinear'), "
+    "F.interpolate(x, scale_factor=1.5, mode='bilinear'))",
+    "torch.randn(2, 3, 5, 6)",
+)
+
 CASES = {
+    "bilinear": (BILINEAR, "kw_bilinear"),
     "hf_masks": (HF_MASKS, "kw_elt"),
     "t5_buckets": (T5_BUCKETS, "kw_elt"),
     "sliding": (SLIDING, "kw_elt"),
