@@ -148,9 +148,13 @@ def _triples(captures: list[dict[str, int]]) -> list[tuple[str, tuple[int, ...]]
     return out
 
 
+SUM_OFFSETS = (1, -1, 2, -2, 3, -3, 4, -4)  # tried only where no product of sizes (or its quotient) fits
+
+
 def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool, floor: bool = True) -> str:
     """An expression of atoms with `values` in every capture: a product of up to MAX_FACTORS
-    atoms, times or floor-divided by a constant. Raises NotGeneral."""
+    atoms, times or floor-divided by a constant, else such a product plus or minus a small
+    constant. Raises NotGeneral."""
     usable = [(e, v) for e, v in triples if forward or e.startswith("self.")]
 
     def search(rem: tuple[int, ...], start: int, depth: int) -> list[str] | None:
@@ -173,6 +177,11 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
         found = search(tuple(v * k for v in values), 0, 0)
         if found:
             return f"({' * '.join(found)}) // {k}"
+    for c in SUM_OFFSETS:  # a size plus or minus a constant (a kernel's k - 1, a pad's 2 * p + n)
+        shifted = tuple(v - c for v in values)
+        found = search(shifted, 0, 0) if min(shifted) >= 1 else None
+        if found:
+            return f"({' * '.join(found)} {'+' if c > 0 else '-'} {abs(c)})"
     if not forward and bind_or_none(values, triples) is not None:
         raise NeedsInputs(f"a size outside forward, {values}, follows an input's shape")
     raise NotGeneral(f"no product of sizes gives {values}")

@@ -43,7 +43,9 @@ def test_a_literal_binds_to_the_sizes_it_moves_with():
     assert bind_float((16.0, 16.0, 11.313708498984761), atoms, True, 1) == "(v_x.shape[1]) ** 0.5"
     assert bind_float((0.0625, 0.0625, 0.125), atoms, True, 1) == "16 / (v_x.shape[1])"  # alpha / r
     with pytest.raises(NotGeneral):
-        bind((257, 257, 129), atoms, forward=True)  # a sum: not a product of sizes
+        bind((257, 257, 130), atoms, forward=True)  # no product of sizes, nor one plus a constant
+    assert bind((257, 257, 129), atoms, forward=True) == "(v_x.shape[1] + 1)"  # a sum: a size and a constant
+    assert bind_float((13.0, 13.0, 6.0), [("self.k", (14, 14, 7))], True, 1) == "float((self.k - 1))"  # SAM's k - 1
     with pytest.raises(NotGeneral):
         bind((256, 256, 128), atoms, forward=False)  # an input's shape outside forward
 
