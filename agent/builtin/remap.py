@@ -2,7 +2,8 @@
 `kw_remap`. It computes the ATen ops that move data without arithmetic and that torch-ops=forbid
 otherwise rejects: padding (constant, circular, replicate, reflect: U-Net's `F.pad` before a cat,
 Swin's window padding), `roll` (Swin's shifted windows), `repeat` (DeBERTa's position tables,
-wav2vec2's masks) and nearest upsampling (feature pyramids, YOLO's neck, DETR's mask).
+wav2vec2's masks), nearest upsampling (feature pyramids, YOLO's neck, DETR's mask) and slice
+assignment (`y[:, 1::2] = x`, functionalised to slice_scatter: Swin's attention mask).
 
 Per output dim k the source index is `floor(c * scale)` clipped to the input (nearest
 upsampling, scale as ATen computes it) or `c + off`, then wrapped (circular, repeat), clamped
@@ -16,7 +17,7 @@ from typing import Any
 
 from agent.builtin.graph import Graph, Node, Ref
 
-BOUNDS, WRAP, CLAMP, REFLECT = 0, 1, 2, 3
+BOUNDS, WRAP, CLAMP, REFLECT, SLICE = 0, 1, 2, 3, 4
 _BYTES = {"float32": 4, "int64": 8, "bool": 1}
 _PAD_MODES = {"constant": BOUNDS, "circular": WRAP, "replicate": CLAMP, "reflect": REFLECT}
 
@@ -52,6 +53,8 @@ def remap_call(n: Node, g: Graph, op: str, arg: Any, kwarg: Any) -> dict[str, An
         elif op == "repeat":
             ins = [1] * (len(out) - len(ins)) + ins
             dims = [(i, 0, WRAP, 0.0) for i in ins]
+        elif op == "slice_scatter":  # (base, src, dim, start, end, step): src where the slice is, else base
+            return _slice_scatter(n, g, arg, kwarg)
         else:
             return None
     except (_No, KeyError, IndexError, TypeError, ValueError):
@@ -59,9 +62,29 @@ def remap_call(n: Node, g: Graph, op: str, arg: Any, kwarg: Any) -> dict[str, An
     return _call(x, n, dims, 0.0)
 
 
-def _call(x: Ref, n: Node, dims: list[tuple[int, int, int, float]], fill: float) -> dict[str, Any]:
-    """dims: per output dim (input size, offset, mode, scale); the input has as many dims."""
-    return {"kernel": "kw_remap", "inputs": [x], "dims": dims, "fill": fill, "dtype": n.dtype}
+def _call(
+    x: Ref, n: Node, dims: list[tuple[int, int, int, float]], fill: float, base: Ref | None = None, step: int = 1
+) -> dict[str, Any]:
+    """dims: per output dim (input size, offset, mode, scale); the input has as many dims. With
+    base, an element outside the input is base's (of the output's shape) instead of fill."""
+    inputs = [x] if base is None else [x, base]
+    return {"kernel": "kw_remap", "inputs": inputs, "dims": dims, "fill": fill, "dtype": n.dtype, "step": step}
+
+
+def _slice_scatter(n: Node, g: Graph, arg: Any, kwarg: Any) -> dict[str, Any] | None:
+    """base with src written into base[..., start::step, ...] along dim (a slice assignment)."""
+    base, src = arg(0), arg(1)
+    if not isinstance(base, Ref) or g.node(base.name).dtype != n.dtype or list(g.node(base.name).dims) != list(n.dims):
+        return None
+    out, ins = list(n.dims), list(g.node(src.name).dims)
+    d = int(kwarg(2, "dim", 0)) % len(out)
+    start, step = kwarg(3, "start", None) or 0, kwarg(5, "step", 1) or 1
+    start = start + out[d] if start < 0 else start
+    if len(ins) != len(out) or step < 1 or any(i != o for k, (i, o) in enumerate(zip(ins, out, strict=True)) if k != d):
+        return None
+    dims = [(i, 0, BOUNDS, 0.0) for i in ins]
+    dims[d] = (ins[d], start, SLICE, 0.0)
+    return _call(src, n, dims, 0.0, base=base, step=int(step))
 
 
 def _nearest(ins: list[int], out: list[int], scales: list[Any]) -> list[tuple[int, int, int, float]]:
@@ -108,17 +131,19 @@ def _rolled(ins: list[int], shifts: list[int], axes: list[int]) -> list[tuple[in
 
 def emit(call: dict[str, Any], out: str, shape: list[int], val: Any) -> list[str]:
     x = val(call["inputs"][0])
+    base = val(call["inputs"][1]) if len(call["inputs"]) > 1 else None
     return [
         f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})",
-        f"_kw_remap(lib, {x}, {out}, {call['dims']!r}, {call['fill']!r}, _stream)",
+        f"_kw_remap(lib, {x}, {out}, {call['dims']!r}, {call['fill']!r}, _stream, {base}, {call.get('step', 1)})",
     ]
 
 
 HELPER = '''
 
-def _kw_remap(lib, x, out, dims, fill, stream):
+def _kw_remap(lib, x, out, dims, fill, stream, base=None, step=1):
     """out[c] = x[src(c)] by our kw_remap kernel (agent/builtin/remap.py): dims gives, per dim,
-    (input size, offset, mode, scale) of the source coordinate; x read through its strides."""
+    (input size, offset, mode, scale) of the source coordinate; x read through its strides.
+    Outside x, base[c] where a base is given (a slice assignment), else fill."""
     if out.numel() == 0:
         return
     pad = 6 - out.dim()
@@ -128,8 +153,10 @@ def _kw_remap(lib, x, out, dims, fill, stream):
     offs = [0] * pad + [d[1] for d in dims]
     modes = [0] * pad + [d[2] for d in dims]
     scales = [0.0] * pad + [float(d[3]) for d in dims]
-    lib.kw_remap(ctypes.c_void_p(x.data_ptr()), out, out.element_size(), out.numel(), float(fill), *sizes, *ins, *strides, *offs, *modes, *scales,
-                 stream)
+    based = [0] * (6 - out.dim()) + list(base.stride()) if base is not None else [0] * 6
+    lib.kw_remap(ctypes.c_void_p(x.data_ptr()), None if base is None else ctypes.c_void_p(base.data_ptr()), out,
+                 out.element_size(), out.numel(), float(fill), int(step), *sizes, *ins, *strides, *offs, *modes,
+                 *scales, *based, stream)
 '''
 
 
@@ -137,21 +164,32 @@ COMMON = r"""
 // ---- kw_remap: out[c] = x[src(c)], the source coordinate per dim (agent/builtin/remap.py)
 struct kw_remap_geo {
     const void* x;
+    const void* base;
     void* y;
-    int64_t bytes, n;
+    int64_t bytes, n, step;
     float fill;
-    int64_t d[6], in[6], st[6], off[6], mode[6];
+    int64_t d[6], in[6], st[6], off[6], mode[6], bst[6];
     float scale[6];
 };
 
 KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
-    int64_t r = e, src = 0;
+    int64_t r = e, src = 0, at = 0;
     bool inside = true;
     for (int k = 5; k >= 0; --k) {
         const int64_t c = r % g.d[k], size = g.in[k];
         r /= g.d[k];
-        int64_t i = g.scale[k] > 0.0f ? (int64_t)floorf((float)c * g.scale[k]) : c + g.off[k];
-        if (g.scale[k] > 0.0f && i > size - 1) i = size - 1;
+        at += c * g.bst[k];
+        int64_t i;
+        if (g.scale[k] > 0.0f) {  // nearest upsampling
+            i = (int64_t)floorf((float)c * g.scale[k]);
+            if (i > size - 1) i = size - 1;
+        } else if (g.mode[k] == 4) {  // the slice start::step of the output (off: start)
+            i = c - g.off[k];
+            if (i < 0 || i % g.step != 0) inside = false;
+            i /= g.step;
+        } else {
+            i = c + g.off[k];
+        }
         if (g.mode[k] == 1) i = ((i % size) + size) % size;
         else if (g.mode[k] == 2) i = i < 0 ? 0 : (i >= size ? size - 1 : i);
         else if (g.mode[k] == 3 && size > 1) {
@@ -162,27 +200,31 @@ KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
         if (i < 0 || i >= size) inside = false;
         src += i * g.st[k];
     }
-    if (g.bytes == 4) ((float*)g.y)[e] = inside ? ((const float*)g.x)[src] : g.fill;
-    else if (g.bytes == 8) ((int64_t*)g.y)[e] = inside ? ((const int64_t*)g.x)[src] : (int64_t)g.fill;
-    else ((bool*)g.y)[e] = inside ? ((const bool*)g.x)[src] : g.fill != 0.0f;
+    if (g.bytes == 4)
+        ((float*)g.y)[e] = inside ? ((const float*)g.x)[src] : g.base ? ((const float*)g.base)[at] : g.fill;
+    else if (g.bytes == 8)
+        ((int64_t*)g.y)[e] = inside ? ((const int64_t*)g.x)[src] : g.base ? ((const int64_t*)g.base)[at] : (int64_t)g.fill;
+    else
+        ((bool*)g.y)[e] = inside ? ((const bool*)g.x)[src] : g.base ? ((const bool*)g.base)[at] : g.fill != 0.0f;
 }
 
-#define KW_REMAP_ARGS const void* x, void* y, int64_t bytes, int64_t n, float fill, \
+#define KW_REMAP_ARGS const void* x, const void* base, void* y, int64_t bytes, int64_t n, float fill, int64_t step, \
     int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t d4, int64_t d5, \
     int64_t i0, int64_t i1, int64_t i2, int64_t i3, int64_t i4, int64_t i5, \
     int64_t s0, int64_t s1, int64_t s2, int64_t s3, int64_t s4, int64_t s5, \
     int64_t o0, int64_t o1, int64_t o2, int64_t o3, int64_t o4, int64_t o5, \
     int64_t m0, int64_t m1, int64_t m2, int64_t m3, int64_t m4, int64_t m5, \
-    float c0, float c1, float c2, float c3, float c4, float c5, void* stream
+    float c0, float c1, float c2, float c3, float c4, float c5, \
+    int64_t b0, int64_t b1, int64_t b2, int64_t b3, int64_t b4, int64_t b5, void* stream
 #define KW_REMAP_PACK() \
     kw_remap_geo g; \
-    g.x = x; g.y = y; g.bytes = bytes; g.n = n; g.fill = fill; \
+    g.x = x; g.base = base; g.y = y; g.bytes = bytes; g.n = n; g.fill = fill; g.step = step; \
     { const int64_t d[6] = {d0, d1, d2, d3, d4, d5}, in[6] = {i0, i1, i2, i3, i4, i5}, \
                     st[6] = {s0, s1, s2, s3, s4, s5}, off[6] = {o0, o1, o2, o3, o4, o5}, \
-                    mode[6] = {m0, m1, m2, m3, m4, m5}; \
+                    mode[6] = {m0, m1, m2, m3, m4, m5}, bst[6] = {b0, b1, b2, b3, b4, b5}; \
       const float sc[6] = {c0, c1, c2, c3, c4, c5}; \
       for (int k = 0; k < 6; ++k) { g.d[k] = d[k]; g.in[k] = in[k]; g.st[k] = st[k]; g.off[k] = off[k]; \
-                                    g.mode[k] = mode[k]; g.scale[k] = sc[k]; } }
+                                    g.mode[k] = mode[k]; g.scale[k] = sc[k]; g.bst[k] = bst[k]; } }
 """
 
 CPU_SOURCE = r"""

@@ -96,8 +96,16 @@ REMAPS = task(
     "F.pad(x, (3, 1, 1, 1), mode='circular'), torch.roll(x, shifts=(-2, 3), dims=(1, 3)), "
     "x.permute(0, 2, 1, 3).repeat(1, 2, 1, 3), (x > 0).repeat(2, 1, 1, 1).float(), "
     "F.interpolate(x, scale_factor=2, mode='nearest'), F.interpolate(x, size=(7, 13), mode='nearest'), "
-    "F.pad(x, (-1, 2, 0, 0), value=0.5))",
+    "F.pad(x, (-1, 2, 0, 0), value=0.5), self.assign(x))",
     "torch.randn(2, 3, 5, 6)",
+    "        pass\n\n"
+    "    def assign(self, x):  # slice assignments (slice_scatter): a stepped one, one from the end\n"
+    "        y = x * 2.0\n"
+    "        y[:, :, 1::2] = x[:, :, :2] + 1.0\n"
+    "        y[..., -2:] = 0.25\n"
+    "        m = torch.zeros(1, 5, 6, 1, dtype=torch.long)\n"
+    "        m[:, 1:3, 2:, :] = 3\n"
+    "        return y + m.permute(0, 3, 1, 2)",
 )
 
 # kw_bilinear (agent/builtin/bilinear.py): U-Net's up block, with and without align_corners, by a
