@@ -182,7 +182,7 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         return _pool(n, g, *_POOL[op])
     if op in ("cumsum", "cumprod"):
         x = _arg(n, 0)
-        if not _float(g, x) or n.dtype != "float32" or n.attrs["call"]["kwargs"].get("dtype"):
+        if not _float(g, x) or n.dtype != "float32":  # a dtype= kwarg is then float32 (DETR's cumsum)
             return None
         o, L, i = _around(_shape(g, x), _arg(n, 1))
         return {"kernel": "kw_scan", "inputs": [x], "ints": [o, L, i, int(op == "cumprod")], "dtype": "float32"}

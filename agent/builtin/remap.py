@@ -3,7 +3,8 @@
 otherwise rejects: padding (constant, circular, replicate, reflect: U-Net's `F.pad` before a cat,
 Swin's window padding), `roll` (Swin's shifted windows), `repeat` (DeBERTa's position tables,
 wav2vec2's masks), nearest upsampling (feature pyramids, YOLO's neck, DETR's mask) and slice
-assignment (`y[:, 1::2] = x`, functionalised to slice_scatter: Swin's attention mask).
+assignment (`y[:, 1::2] = x`, functionalised to slice_scatter: Swin's attention mask), and
+`torch.gather` along a dim (DeBERTa's relative positions).
 
 Per output dim k the source index is `floor(c * scale)` clipped to the input (nearest
 upsampling, scale as ATen computes it) or `c + off`, then wrapped (circular, repeat), clamped
@@ -17,7 +18,7 @@ from typing import Any
 
 from agent.builtin.graph import Graph, Node, Ref
 
-BOUNDS, WRAP, CLAMP, REFLECT, SLICE = 0, 1, 2, 3, 4
+BOUNDS, WRAP, CLAMP, REFLECT, SLICE, TAKE = 0, 1, 2, 3, 4, 5
 _BYTES = {"float32": 4, "int64": 8, "bool": 1}
 _PAD_MODES = {"constant": BOUNDS, "circular": WRAP, "replicate": CLAMP, "reflect": REFLECT}
 
@@ -53,6 +54,8 @@ def remap_call(n: Node, g: Graph, op: str, arg: Any, kwarg: Any) -> dict[str, An
         elif op == "repeat":
             ins = [1] * (len(out) - len(ins)) + ins
             dims = [(i, 0, WRAP, 0.0) for i in ins]
+        elif op == "gather":  # (x, dim, index): out[c] = x[c with c[dim] = index[c]]
+            return _gather(n, g, arg)
         elif op == "slice_scatter":  # (base, src, dim, start, end, step): src where the slice is, else base
             return _slice_scatter(n, g, arg, kwarg)
         else:
@@ -69,6 +72,21 @@ def _call(
     base, an element outside the input is base's (of the output's shape) instead of fill."""
     inputs = [x] if base is None else [x, base]
     return {"kernel": "kw_remap", "inputs": inputs, "dims": dims, "fill": fill, "dtype": n.dtype, "step": step}
+
+
+def _gather(n: Node, g: Graph, arg: Any) -> dict[str, Any] | None:
+    """torch.gather: the index (int64, the output's shape) names the source along dim; the other
+    dims read the same coordinate (an index no larger than x there, as ATen requires)."""
+    x, d, idx = arg(0), arg(1), arg(2)
+    if not isinstance(idx, Ref) or g.node(idx.name).dtype != "int64" or list(g.node(idx.name).dims) != list(n.dims):
+        return None
+    ins = list(g.node(x.name).dims)
+    d = int(d) % len(ins)
+    if len(ins) != len(n.dims) or any(o > i for k, (i, o) in enumerate(zip(ins, n.dims, strict=True)) if k != d):
+        return None
+    dims = [(i, 0, BOUNDS, 0.0) for i in ins]
+    dims[d] = (ins[d], 0, TAKE, 0.0)
+    return _call(x, n, dims, 0.0, base=idx)  # an index out of range reads 0 (ATen raises)
 
 
 def _slice_scatter(n: Node, g: Graph, arg: Any, kwarg: Any) -> dict[str, Any] | None:
@@ -164,13 +182,20 @@ COMMON = r"""
 // ---- kw_remap: out[c] = x[src(c)], the source coordinate per dim (agent/builtin/remap.py)
 struct kw_remap_geo {
     const void* x;
-    const void* base;
+    const void* base;  // a slice assignment's base, or (take) gather's int64 index, read through bst
     void* y;
-    int64_t bytes, n, step;
+    int64_t bytes, n, step, take;
     float fill;
     int64_t d[6], in[6], st[6], off[6], mode[6], bst[6];
     float scale[6];
 };
+
+// the element of base (read through its strides bst) at output element e's coordinates
+KW_HD static inline int64_t at_index(const kw_remap_geo& g, int64_t e) {
+    int64_t r = e, at = 0;
+    for (int k = 5; k >= 0; --k) { at += (r % g.d[k]) * g.bst[k]; r /= g.d[k]; }
+    return at;
+}
 
 KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
     int64_t r = e, src = 0, at = 0;
@@ -183,6 +208,9 @@ KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
         if (g.scale[k] > 0.0f) {  // nearest upsampling
             i = (int64_t)floorf((float)c * g.scale[k]);
             if (i > size - 1) i = size - 1;
+        } else if (g.mode[k] == 5) {  // gather: the index tensor (in base's place) names the source
+            i = ((const int64_t*)g.base)[at_index(g, e)];
+            if (i < 0) i += size;
         } else if (g.mode[k] == 4) {  // the slice start::step of the output (off: start)
             i = c - g.off[k];
             if (i < 0 || i % g.step != 0) inside = false;
@@ -200,12 +228,13 @@ KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
         if (i < 0 || i >= size) inside = false;
         src += i * g.st[k];
     }
+    const bool based = g.base && !g.take;  // outside a slice assignment's slice: the base
     if (g.bytes == 4)
-        ((float*)g.y)[e] = inside ? ((const float*)g.x)[src] : g.base ? ((const float*)g.base)[at] : g.fill;
+        ((float*)g.y)[e] = inside ? ((const float*)g.x)[src] : based ? ((const float*)g.base)[at] : g.fill;
     else if (g.bytes == 8)
-        ((int64_t*)g.y)[e] = inside ? ((const int64_t*)g.x)[src] : g.base ? ((const int64_t*)g.base)[at] : (int64_t)g.fill;
+        ((int64_t*)g.y)[e] = inside ? ((const int64_t*)g.x)[src] : based ? ((const int64_t*)g.base)[at] : (int64_t)g.fill;
     else
-        ((bool*)g.y)[e] = inside ? ((const bool*)g.x)[src] : g.base ? ((const bool*)g.base)[at] : g.fill != 0.0f;
+        ((bool*)g.y)[e] = inside ? ((const bool*)g.x)[src] : based ? ((const bool*)g.base)[at] : g.fill != 0.0f;
 }
 
 #define KW_REMAP_ARGS const void* x, const void* base, void* y, int64_t bytes, int64_t n, float fill, int64_t step, \
@@ -218,13 +247,14 @@ KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
     int64_t b0, int64_t b1, int64_t b2, int64_t b3, int64_t b4, int64_t b5, void* stream
 #define KW_REMAP_PACK() \
     kw_remap_geo g; \
-    g.x = x; g.base = base; g.y = y; g.bytes = bytes; g.n = n; g.fill = fill; g.step = step; \
+    g.x = x; g.base = base; g.y = y; g.bytes = bytes; g.n = n; g.fill = fill; g.step = step; g.take = 0; \
     { const int64_t d[6] = {d0, d1, d2, d3, d4, d5}, in[6] = {i0, i1, i2, i3, i4, i5}, \
                     st[6] = {s0, s1, s2, s3, s4, s5}, off[6] = {o0, o1, o2, o3, o4, o5}, \
                     mode[6] = {m0, m1, m2, m3, m4, m5}, bst[6] = {b0, b1, b2, b3, b4, b5}; \
       const float sc[6] = {c0, c1, c2, c3, c4, c5}; \
       for (int k = 0; k < 6; ++k) { g.d[k] = d[k]; g.in[k] = in[k]; g.st[k] = st[k]; g.off[k] = off[k]; \
-                                    g.mode[k] = mode[k]; g.scale[k] = sc[k]; g.bst[k] = bst[k]; } }
+                                    g.mode[k] = mode[k]; g.scale[k] = sc[k]; g.bst[k] = bst[k]; \
+                                    g.take |= mode[k] == 5; } }
 """
 
 CPU_SOURCE = r"""

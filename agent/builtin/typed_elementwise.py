@@ -63,9 +63,11 @@ _UNARY = {
     "floor": 29,
     "trunc": 35,
     "reciprocal": 36,
+    "rsqrt": 37,
 }
+_IR_UNARY = ("neg", "abs", "sqrt", "exp", "log", "rsqrt")  # IR ops of kw_elt's (a 0-d value a group cannot hold)
 WHERE, CLAMP, COPY, BITNOT, TRUNC_DIV, ARANGE, TRIL, TRIU = 30, 31, 23, 33, 34, 40, 41, 42
-DTYPE_CODES = {"float32": 0, "int64": 1, "bool": 2}
+DTYPE_CODES = {"float32": 0, "int64": 1, "bool": 2, "int32": 4, "uint8": 5}  # 3: a number, not a tensor
 _LOGICAL = {"logical_and", "logical_or", "logical_not"}
 
 
@@ -107,7 +109,7 @@ def typed_call(n: Node, g: Graph, op: str, arg: Any, kwarg: Any) -> dict[str, An
 def ir_call(n: Node, g: Graph) -> dict[str, Any] | None:
     """An IR elementwise node that planning left to torch (a broadcast the fusion generator
     cannot group): the same kw_elt call."""
-    if not n.attrs.get("island") or n.op not in ("add", "sub", "mul", "div", "maximum", "minimum"):
+    if not n.attrs.get("island") or n.op not in ("add", "sub", "mul", "div", "maximum", "minimum", *_IR_UNARY):
         return None
     return typed_call(n, g, n.op, lambda i, d=None: n.args[i] if i < len(n.args) else d, lambda i, k, d=None: d)
 
@@ -212,7 +214,7 @@ def emit(call: dict[str, Any], out: str, shape: list[int], val: Any) -> list[str
 
 HELPER = '''
 
-_KW_ELT_TYPES = {torch.float32: 0, torch.int64: 1, torch.bool: 2}
+_KW_ELT_TYPES = {torch.float32: 0, torch.int64: 1, torch.bool: 2, torch.int32: 4, torch.uint8: 5}
 
 
 def _kw_elt(lib, op, compute, out, operands, a, b, stream):
@@ -275,16 +277,21 @@ struct kw_elt_geo {
     int64_t d[6], s[3][6];
 };
 
-// operand k at offset off, as float or as int64 (type 3: the number passed by value)
-KW_HD static inline float kw_ldf(const kw_elt_geo& g, int k, int64_t off) {
-    const int64_t t = g.t[k];
-    return t == 0 ? ((const float*)g.p[k])[off] : t == 1 ? (float)((const int64_t*)g.p[k])[off]
-         : t == 2 ? (((const bool*)g.p[k])[off] ? 1.0f : 0.0f) : g.f[k];
-}
+// operand k at offset off, as int64 or as float (type 3: the number passed by value); types as
+// DTYPE_CODES: 0 float32, 1 int64, 2 bool, 4 int32, 5 uint8
 KW_HD static inline int64_t kw_ldi(const kw_elt_geo& g, int k, int64_t off) {
-    const int64_t t = g.t[k];
-    return t == 0 ? (int64_t)((const float*)g.p[k])[off] : t == 1 ? ((const int64_t*)g.p[k])[off]
-         : t == 2 ? (int64_t)((const bool*)g.p[k])[off] : g.i[k];
+    const void* p = g.p[k];
+    switch (g.t[k]) {
+    case 0: return (int64_t)((const float*)p)[off];
+    case 1: return ((const int64_t*)p)[off];
+    case 2: return (int64_t)((const bool*)p)[off];
+    case 4: return (int64_t)((const int32_t*)p)[off];
+    case 5: return (int64_t)((const uint8_t*)p)[off];
+    default: return g.i[k];
+    }
+}
+KW_HD static inline float kw_ldf(const kw_elt_geo& g, int k, int64_t off) {
+    return g.t[k] == 0 ? ((const float*)g.p[k])[off] : g.t[k] == 3 ? g.f[k] : (float)kw_ldi(g, k, off);
 }
 
 KW_HD static inline float kw_elt_f(int64_t op, float a, float b, float c) {
@@ -318,6 +325,7 @@ KW_HD static inline float kw_elt_f(int64_t op, float a, float b, float c) {
     case 34: return truncf(a / b);
     case 35: return truncf(a);
     case 36: return 1.0f / a;
+    case 37: return 1.0f / sqrtf(a);
     default: return NAN;
     }
 }
@@ -377,9 +385,12 @@ KW_HD static inline void kw_elt_one(const kw_elt_geo& g, int64_t e) {
         const int64_t a = kw_ldi(g, 0, off[0]);
         vi = kw_elt_i(g.op, a, kw_ldi(g, 1, off[1]), kw_ldi(g, 2, off[2]));
     }
-    if (g.ty == 0) ((float*)g.y)[e] = as_float ? vf : (float)vi;
-    else if (g.ty == 1) ((int64_t*)g.y)[e] = as_float ? (int64_t)vf : vi;
-    else ((bool*)g.y)[e] = as_float ? vf != 0.0f : vi != 0;
+    if (g.ty == 0) { ((float*)g.y)[e] = as_float ? vf : (float)vi; return; }
+    if (g.ty == 2) { ((bool*)g.y)[e] = as_float ? vf != 0.0f : vi != 0; return; }
+    const int64_t v = as_float ? (int64_t)vf : vi;
+    if (g.ty == 1) ((int64_t*)g.y)[e] = v;
+    else if (g.ty == 4) ((int32_t*)g.y)[e] = (int32_t)v;
+    else ((uint8_t*)g.y)[e] = (uint8_t)v;
 }
 
 static inline kw_elt_geo kw_elt_pack(const void* a, const void* b, const void* c, void* y, int64_t op, int64_t ct,

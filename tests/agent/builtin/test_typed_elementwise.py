@@ -73,7 +73,8 @@ SLIDING = task(
 # pow, bitwise ops, a float cast truncated, NaN through minimum
 INTEGERS = task(
     "(a // b, a % b, torch.clamp(a, -7, 9), torch.sign(a) * b, a ** 2, (a & 6) | (b ^ 3), (x * 3).to(torch.long), "
-    "torch.minimum(x, y), torch.where(a > 0, x, 0.5), (a != b).float() - x)",
+    "torch.minimum(x, y), torch.where(a > 0, x, 0.5), (a != b).float() - x, "
+    "((a.to(torch.int32) + 100).to(torch.uint8) * 2).float() ** torch.arange(7, dtype=torch.int32) * 1e-3)",
     "torch.randint(-50, 50, (6, 7)), torch.randint(1, 9, (6, 7)) * (torch.randint(0, 2, (6, 7)) * 2 - 1), "
     "torch.randn(6, 7), torch.where(torch.rand(6, 7) < 0.2, float('nan'), torch.randn(6, 7))",
     args="a, b, x, y",
@@ -117,7 +118,15 @@ BILINEAR = task(
     "torch.randn(2, 3, 5, 6)",
 )
 
+# torch.gather along a dim (DeBERTa's relative-position scores): an index smaller than x off the dim
+GATHER = task(
+    "torch.gather(x, 1, i) + torch.gather(x.transpose(1, 2), 2, j).sum()",
+    "torch.randn(2, 5, 6), torch.randint(0, 5, (2, 4, 6)), torch.randint(0, 5, (2, 6, 3))",
+    args="x, i, j",
+)
+
 CASES = {
+    "gather": (GATHER, "kw_remap"),
     "bilinear": (BILINEAR, "kw_bilinear"),
     "hf_masks": (HF_MASKS, "kw_elt"),
     "t5_buckets": (T5_BUCKETS, "kw_elt"),
