@@ -4,7 +4,8 @@ otherwise rejects: padding (constant, circular, replicate, reflect: U-Net's `F.p
 Swin's window padding), `roll` (Swin's shifted windows), `repeat` (DeBERTa's position tables,
 wav2vec2's masks), nearest upsampling (feature pyramids, YOLO's neck, DETR's mask) and slice
 assignment (`y[:, 1::2] = x`, functionalised to slice_scatter: Swin's attention mask), and
-`torch.gather` along a dim (DeBERTa's relative positions).
+`torch.gather` along a dim (DeBERTa's relative positions), `repeat_interleave` by a number
+along a dim (GPT-J's rotary sin/cos).
 
 Per output dim k the source index is `floor(c * scale)` clipped to the input (nearest
 upsampling, scale as ATen computes it) or `c + off`, then wrapped (circular, repeat), clamped
@@ -18,7 +19,7 @@ from typing import Any
 
 from agent.builtin.graph import Graph, Node, Ref
 
-BOUNDS, WRAP, CLAMP, REFLECT, SLICE, TAKE = 0, 1, 2, 3, 4, 5
+BOUNDS, WRAP, CLAMP, REFLECT, SLICE, TAKE, DIVIDE = 0, 1, 2, 3, 4, 5, 6
 _BYTES = {"float32": 4, "int64": 8, "bool": 1}
 _PAD_MODES = {"constant": BOUNDS, "circular": WRAP, "replicate": CLAMP, "reflect": REFLECT}
 
@@ -54,6 +55,12 @@ def remap_call(n: Node, g: Graph, op: str, arg: Any, kwarg: Any) -> dict[str, An
         elif op == "repeat":
             ins = [1] * (len(out) - len(ins)) + ins
             dims = [(i, 0, WRAP, 0.0) for i in ins]
+        elif op == "repeat_interleave":  # .self_int(x, repeats, dim): out[c] = x[c // repeats] along dim
+            r, d = arg(1), arg(2, None)
+            if not isinstance(r, int) or r < 1 or d is None or len(ins) != len(out):
+                return None
+            dims = [(i, 0, BOUNDS, 0.0) for i in ins]
+            dims[int(d) % len(ins)] = (ins[int(d) % len(ins)], r, DIVIDE, 0.0)
         elif op == "gather":  # (x, dim, index): out[c] = x[c with c[dim] = index[c]]
             return _gather(n, g, arg)
         elif op == "slice_scatter":  # (base, src, dim, start, end, step): src where the slice is, else base
@@ -211,6 +218,8 @@ KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
         } else if (g.mode[k] == 5) {  // gather: the index tensor (in base's place) names the source
             i = ((const int64_t*)g.base)[at_index(g, e)];
             if (i < 0) i += size;
+        } else if (g.mode[k] == 6) {  // repeat_interleave: each source element off times
+            i = c / g.off[k];
         } else if (g.mode[k] == 4) {  // the slice start::step of the output (off: start)
             i = c - g.off[k];
             if (i < 0 || i % g.step != 0) inside = false;

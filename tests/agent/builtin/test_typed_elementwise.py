@@ -118,9 +118,10 @@ BILINEAR = task(
     "torch.randn(2, 3, 5, 6)",
 )
 
-# torch.gather along a dim (DeBERTa's relative-position scores): an index smaller than x off the dim
+# torch.gather along a dim (DeBERTa's relative-position scores): an index smaller than x off the
+# dim; repeat_interleave along a dim (GPT-J's rotary tables)
 GATHER = task(
-    "torch.gather(x, 1, i) + torch.gather(x.transpose(1, 2), 2, j).sum()",
+    "(torch.gather(x, 1, i) + torch.gather(x.transpose(1, 2), 2, j).sum(), torch.repeat_interleave(x, 3, dim=2))",
     "torch.randn(2, 5, 6), torch.randint(0, 5, (2, 4, 6)), torch.randint(0, 5, (2, 6, 3))",
     args="x, i, j",
 )
