@@ -82,7 +82,9 @@ def test_gathers_masks_and_attention_of_views_pass_the_sandbox_on_the_gpu(tmp_pa
         args="q, k, i",
     )
     res = _evaluated(src, {"kw_index_rows", "kw_compare", "kw_bool_to_float"}, tmp_path)
-    for name in ("kw_index_rows_kernel", "kw_compare_kernel", "kw_bool_to_float_kernel", "kw_gather_kernel"):
+    # the masks are hoisted into _kw_consts (computed at the first call, before the profiled trials):
+    # the audit counts their kwrt calls
+    for name in ("kw_index_rows", "kw_compare", "kw_bool_to_float", "kw_gather"):
         assert _ran(res, name), (name, res.audit.kernels)
     for name in ("gathers", "masks"):  # the CPU cases, on the GPU
         _evaluated(CASES[name][0], CASES[name][1], tmp_path)
@@ -137,4 +139,4 @@ def test_masks_casts_and_remaps_pass_the_sandbox_on_the_gpu(name, tmp_path):
 
     src, kernel = TYPED[name]
     res = _evaluated(src, {kernel}, tmp_path)
-    assert _ran(res, f"{kernel}_kernel"), res.audit.kernels
+    assert _ran(res, kernel), res.audit.kernels  # its kwrt calls (a hoisted mask runs before the profiled trials)

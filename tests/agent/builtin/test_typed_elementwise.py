@@ -104,7 +104,7 @@ REMAPS = task(
     "        y = x * 2.0\n"
     "        y[:, :, 1::2] = x[:, :, :2] + 1.0\n"
     "        y[..., -2:] = 0.25\n"
-    "        m = torch.zeros(1, 5, 6, 1, dtype=torch.long)\n"
+    "        m = torch.zeros(1, 5, 6, 1, dtype=torch.long, device=x.device)\n"
     "        m[:, 1:3, 2:, :] = 3\n"
     "        return y + m.permute(0, 3, 1, 2)",
 )
