@@ -183,7 +183,7 @@ class _Emitter:
         src = a[0].name if a and isinstance(a[0], Ref) else None
         if makes_strided(n, self.strided):
             self.strided.add(n.name)
-        own = own_call(n, self.g)
+        own = own_call(n, self.g, self.torch_ops)
         if own:
             self.own += 1
             if own["kernel"] in ("kw_elt", "kw_remap"):

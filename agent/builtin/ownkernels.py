@@ -98,19 +98,24 @@ def _name_overload(n: Node) -> str:
     return parts[2] if len(parts) > 2 else ""
 
 
-def own_call(n: Node, g: Graph) -> dict[str, Any] | None:
+def own_call(n: Node, g: Graph, torch_ops: str = "forbid") -> dict[str, Any] | None:
     """How our kernel computes island n ({"kernel": ..., "inputs": [...], ...} for model_new.py), or
-    None where no kernel of ours handles this form of the op (it stays the ATen or torch call)."""
+    None where no kernel of ours handles this form of the op (it stays the ATen or torch call).
+    The general elementwise, remap and bilinear kernels (_typed) only stand in for ATen under
+    torch-ops=forbid, where the alternative is a rejected candidate: under allow ATen's kernels
+    for these ops are as fast or faster (their index arithmetic is per element), and measured so."""
     if n.shape is None:
         return None
+    general = torch_ops != "allow"
+    aten = n.op == "aten" and not n.attrs.get("tuple")
     try:
-        if n.op == "aten" and not n.attrs.get("tuple"):
-            return _plan(n, g, _name(n)) or _typed(n, g)
+        if aten:
+            return _plan(n, g, _name(n)) or (_typed(n, g) if general else None)
         if n.attrs.get("island") and n.op in (*_REDUCE_OPS, "softmax", "log_softmax"):
             return _ir_island(n, g)
     except (_Unsupported, KeyError, IndexError, TypeError, ValueError):
-        return _typed(n, g) if n.op == "aten" and not n.attrs.get("tuple") else None
-    return typed.ir_call(n, g)
+        return _typed(n, g) if aten and general else None
+    return typed.ir_call(n, g) if general else None
 
 
 def _typed(n: Node, g: Graph) -> dict[str, Any] | None:

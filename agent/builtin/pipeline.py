@@ -209,7 +209,7 @@ def _has(g: Graph, name: str) -> bool:
     return any(n.name == name for n in g.nodes)
 
 
-def library_parts(p: Plan) -> list[Node]:
+def library_parts(p: Plan, torch_ops: str = "forbid") -> list[Node]:
     """The plan's nodes that run as library/ATen calls and compute something (not views); an ATen
     op that a kernel of our own computes (agent.builtin.ownkernels) is not one."""
     return [
@@ -217,15 +217,15 @@ def library_parts(p: Plan) -> list[Node]:
         for st in p.steps
         if st.node is not None
         and (st.node.op in ISLAND_OPS or st.node.attrs.get("island") or st.node.op in LIBRARY)
-        and not own_call(st.node, p.graph)
+        and not own_call(st.node, p.graph, torch_ops)
     ]
 
 
-def own_parts(p: Plan) -> list[tuple[Node, str]]:
+def own_parts(p: Plan, torch_ops: str = "forbid") -> list[tuple[Node, str]]:
     """(node, kernel) for each ATen op of the plan that a kernel of our own computes."""
     out = []
     for st in p.steps:
-        call = own_call(st.node, p.graph) if st.node is not None else None
+        call = own_call(st.node, p.graph, torch_ops) if st.node is not None else None
         if call and st.node is not None:
             out.append((st.node, call["kernel"]))
     return out

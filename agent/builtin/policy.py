@@ -398,8 +398,9 @@ class BuiltinPolicy(Policy):
                     "(the kernelbench preset runs no shape trial)"
                 )
         if self.final_plan is not None:
-            self.library_parts = [_library_line(n, backend, self.final_plan) for n in library_parts(self.final_plan)]
-            self.own_parts = [f"{n.name}: {op_label(n)} by our own kernel {k}" for n, k in own_parts(self.final_plan)]
+            plan, ops = self.final_plan, self.torch_ops
+            self.library_parts = [_library_line(n, backend, plan) for n in library_parts(plan, ops)]
+            self.own_parts = [f"{n.name}: {op_label(n)} by our own kernel {k}" for n, k in own_parts(plan, ops)]
             self.blockers += _forbid_blockers(self.final_plan)
             if not self.final_plan.groups and not self.own_parts:
                 self.blockers.append(
@@ -783,7 +784,7 @@ class BuiltinPolicy(Policy):
                 "torch.mm reaches cuBLAS (or cuBLASLt) with PyTorch's workspace and its own algorithm choice, "
                 "which is faster for some shapes. The fused epilogue kernels stay the same; the timing decides.\n"
             )
-        elif not cand.plan.groups and not own_parts(cand.plan):
+        elif not cand.plan.groups and not own_parts(cand.plan, self.torch_ops):
             parts.append(
                 f"{step.title}: nothing in this graph is left for a kernel of our own: the forward is library "
                 "calls only (torch-ops=allow accepts that), so the candidate is the captured graph called op by "
