@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.sandbox.helpers import CANDIDATES, HACKS, TASKS
 
 
@@ -79,6 +81,7 @@ def test_bad_usage_exits_nonzero(cache_dir):
     assert run("evaluate", cache=cache_dir).returncode == 2
 
 
+@pytest.mark.slow
 def test_baseline_and_profile_commands(cache_dir):
     p = run(
         "baseline",

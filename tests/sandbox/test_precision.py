@@ -53,7 +53,7 @@ def _opts(precision: str) -> EvalOptions:
     )
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+@pytest.mark.parametrize("precision", ["bfloat16", pytest.param("float16", marks=pytest.mark.slow)])
 def test_both_sides_run_in_the_tasks_precision(precision):
     res = evaluate(TASK, {"model_new.py": CANDIDATE.format(dtype=precision)}, _opts(precision))
     assert res.status.value == "ok", res.reasons

@@ -145,6 +145,7 @@ def test_causal_attention_with_a_registered_mask_is_one_sdpa_call():
     _check(CAUSAL)
 
 
+@pytest.mark.slow
 def test_two_layers_are_two_sdpa_calls():
     """Each layer's attention is matched after the one before it was rewritten (its ops removed)."""
     two = (
@@ -189,6 +190,7 @@ def test_transformers_gpt2_where_with_the_minimum_is_one_sdpa_call():
     _check(src)
 
 
+@pytest.mark.slow
 def test_clip_scores_viewed_to_heads_for_the_mask_are_one_sdpa_call():
     """CLIP before transformers 4.48: bmm over [B*H, L, E], the scores viewed to [B, H, L, S] for the
     causal mask's add and back; SDPA runs over [B, H] (q, k, v reshaped) and its result is viewed back."""
@@ -212,6 +214,7 @@ def _small_block(name: str, init: list[int], inputs: str) -> str:
     return head + f"def get_inputs():\n    return {inputs}\n\n\ndef get_init_inputs():\n    return {init}\n"
 
 
+@pytest.mark.slow
 def test_scales_on_q_and_on_a_permuted_k_are_one_sdpa_call():
     """Whisper scales Q and K^T by head_dim ** -0.25 each and makes K^T with one permute of the heads'
     split, (0, 2, 3, 1): SDPA gets the product of the scales and K as a permute of its own."""
@@ -246,6 +249,7 @@ def test_attention_written_with_einsum_is_one_sdpa_call(name, init, inputs):
     _check(_small_block(name, init, inputs))
 
 
+@pytest.mark.slow
 def test_gpt_neox_baddbmm_scores_over_merged_heads_are_one_sdpa_call():
     """GPT-NeoX: scores by `baddbmm(zeros, q, k^T, alpha=1/norm)` over [B*H], viewed to [B, H] for
     the causal `where` with a lifted `torch.tensor(finfo.min)`, probabilities times V over [B, H]."""
@@ -288,6 +292,7 @@ def test_bloom_alibi_and_causal_fill_are_one_float_mask_of_one_sdpa_call():
     assert any(n.attrs.get("target") == "aten.where.ScalarOther" for n in nodes)
 
 
+@pytest.mark.slow
 def test_decomposed_relative_positions_over_split_scores_are_one_sdpa_call():
     """Segment Anything (and ViTDet, MViTv2): the scores viewed to [B*H, qh, qw, kh, kw] get one
     relative-position term per axis, each broadcast over the other, and are viewed back for the
@@ -322,6 +327,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow
 def test_one_term_over_split_scores_is_expanded_into_the_mask():
     """One added term that does not cover the split shape: the mask is its expansion, viewed as the scores."""
     _check(ONE_AXIS)

@@ -4,6 +4,8 @@ kernel after it must not read as NCHW."""
 
 from __future__ import annotations
 
+import pytest
+
 from agent.builtin.graph import analyze_source
 from agent.builtin.pipeline import build_candidate
 from sandbox import EvalOptions, evaluate
@@ -11,6 +13,7 @@ from sandbox import EvalOptions, evaluate
 from .conftest import REPO
 
 
+@pytest.mark.slow
 def test_the_kernel_after_a_convolution_of_a_permuted_view_gets_contiguous_memory(tmp_path):
     src = (REPO / "benchmarks" / "blocks" / "timm_convnext_layernorm2d_block.py").read_text()
     src = (

@@ -50,7 +50,7 @@ def test_the_pattern_is_two_blocks_around_a_gap():
 
 @pytest.mark.parametrize(
     "extra, more, args",
-    [("0.0", "", "x"), ("y", "torch.rand(5, 1, 7)", "x, y")],
+    [("0.0", "", "x"), pytest.param("y", "torch.rand(5, 1, 7)", "x, y", marks=pytest.mark.slow)],
     ids=["rms over channels", "and a second gap operand, [C, 1, W]"],
 )
 def test_a_gap_operand_is_read_in_place_and_correct(extra, more, args, tmp_path):

@@ -131,6 +131,7 @@ def test_an_nvcc_error_names_the_file_and_line(cuda_build):
     assert hit.line == 4 and "undefined_name" in hit.message, res.errors
 
 
+@pytest.mark.slow  # the fast tier builds two own-kernel families; test_generalise checks this candidate on the CPU
 def test_a_candidate_whose_sizes_follow_its_inputs_compiles(cuda_build):
     """An exported graph made general (agent.builtin.generalise): the fused softmax takes its
     1/sqrt(head size) scale as a run-time argument, and the file still builds."""

@@ -103,6 +103,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow
 def test_a_forward_that_cannot_be_captured_still_gets_the_reference_graph(monkeypatch):
     """Captures can fail where the graph would pay most (bidirectional RNNs ran the analysis out of
     CPU time): the reference's computation and its CUDA graph do not need a captured graph."""
