@@ -18,6 +18,7 @@ import struct
 from typing import Any
 
 from agent.builtin.graph import Graph, Node, Ref
+from agent.builtin.typed_elementwise import entry_points
 
 BOUNDS, WRAP, CLAMP, REFLECT, SLICE, TAKE, DIVIDE = 0, 1, 2, 3, 4, 5, 6
 _BYTES = {"float32": 4, "int64": 8, "bool": 1}
@@ -197,35 +198,27 @@ struct kw_remap_geo {
     float scale[6];
 };
 
-// the element of base (read through its strides bst) at output element e's coordinates
-KW_HD static inline int64_t at_index(const kw_remap_geo& g, int64_t e) {
-    int64_t r = e, at = 0;
-    for (int k = 5; k >= 0; --k) { at += (r % g.d[k]) * g.bst[k]; r /= g.d[k]; }
-    return at;
-}
-
 KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
-    int64_t r = e, src = 0, at = 0;
+    int64_t c[6], r = e, at = 0, src = 0;  // e's coordinates; base's element there (read through bst)
+    for (int k = 5; k >= 0; --k) { c[k] = r % g.d[k]; r /= g.d[k]; at += c[k] * g.bst[k]; }
     bool inside = true;
-    for (int k = 5; k >= 0; --k) {
-        const int64_t c = r % g.d[k], size = g.in[k];
-        r /= g.d[k];
-        at += c * g.bst[k];
+    for (int k = 0; k < 6; ++k) {
+        const int64_t size = g.in[k];
         int64_t i;
         if (g.scale[k] > 0.0f) {  // nearest upsampling
-            i = (int64_t)floorf((float)c * g.scale[k]);
+            i = (int64_t)floorf((float)c[k] * g.scale[k]);
             if (i > size - 1) i = size - 1;
         } else if (g.mode[k] == 5) {  // gather: the index tensor (in base's place) names the source
-            i = ((const int64_t*)g.base)[at_index(g, e)];
+            i = ((const int64_t*)g.base)[at];
             if (i < 0) i += size;
         } else if (g.mode[k] == 6) {  // repeat_interleave: each source element off times
-            i = c / g.off[k];
+            i = c[k] / g.off[k];
         } else if (g.mode[k] == 4) {  // the slice start::step of the output (off: start)
-            i = c - g.off[k];
+            i = c[k] - g.off[k];
             if (i < 0 || i % g.step != 0) inside = false;
             i /= g.step;
         } else {
-            i = c + g.off[k];
+            i = c[k] + g.off[k];
         }
         if (g.mode[k] == 1) i = ((i % size) + size) % size;
         else if (g.mode[k] == 2) i = i < 0 ? 0 : (i >= size ? size - 1 : i);
@@ -266,24 +259,4 @@ KW_HD static inline void kw_remap_one(const kw_remap_geo& g, int64_t e) {
                                     g.take |= mode[k] == 5; } }
 """
 
-CPU_SOURCE = r"""
-extern "C" int kw_remap(KW_REMAP_ARGS) {
-    (void)stream;
-    KW_REMAP_PACK();
-    #pragma omp parallel for if (n > (1 << 16))
-    for (int64_t e = 0; e < n; ++e) kw_remap_one(g, e);
-    return 0;
-}
-"""
-
-CUDA_SOURCE = r"""
-__global__ void kw_remap_kernel(kw_remap_geo g) {
-    KW_GRID(g.n) kw_remap_one(g, q);
-}
-
-extern "C" int kw_remap(KW_REMAP_ARGS) {
-    KW_REMAP_PACK();
-    kw_remap_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(g);
-    return (int)cudaGetLastError();
-}
-"""
+CPU_SOURCE, CUDA_SOURCE = entry_points("kw_remap", "KW_REMAP")

@@ -242,23 +242,22 @@ def _kw_elt(lib, op, compute, out, operands, a, b, stream):
             fs.append(v)
             ints.append(int(v) if math.isfinite(v) else 0)
     keep_tri = op in (41, 42)  # a triangle reads the last two dims' coordinates
-    dims, strides = [], []
+    dims, strides = [], []  # the output is contiguous: neighbours merge where every operand's do
     for k, n in enumerate(out.shape):
         last2 = keep_tri and k >= nd - 2
         if n == 1 and not last2:
             continue
         st = [c[k] for c in cols]
-        out_st = math.prod(out.shape[k + 1:])
-        if dims and not last2 and all(p == s * n for p, s in zip(strides[-1], st)) and dims[-1][1] == out_st * n:
-            dims[-1] = (dims[-1][0] * n, out_st)
+        if dims and not last2 and all(p == s * n for p, s in zip(strides[-1], st)):
+            dims[-1] *= n
             strides[-1] = st
         else:
-            dims.append((n, out_st))
+            dims.append(n)
             strides.append(st)
     if len(dims) > 6:
         raise RuntimeError(f"kw_elt: {len(dims)} dims after merging (at most 6)")
     pad = 6 - len(dims)
-    sizes = [1] * pad + [n for n, _ in dims]
+    sizes = [1] * pad + dims
     per_operand = [[0] * pad + [st[q] for st in strides] for q in range(3)]
     lib.kw_elt(*ptrs, out, op, compute, _KW_ELT_TYPES[out.dtype], *types, *fs, *ints, float(a), float(b),
                out.numel(), *sizes, *per_operand[0], *per_operand[1], *per_operand[2], stream)
@@ -420,24 +419,32 @@ static inline kw_elt_geo kw_elt_pack(const void* a, const void* b, const void* c
     const kw_elt_geo g = kw_elt_pack(a, b, c, y, op, ct, ty, ta, tb, tc, fa, fb, fc, ia, ib, ic, s0, s1, n, d, s)
 """
 
-CPU_SOURCE = r"""
-extern "C" int kw_elt(KW_ELT_ARGS) {
+
+def entry_points(name: str, macro: str) -> tuple[str, str]:
+    """The C++ and CUDA entry points of a kernel of one element per thread: `name(<macro>_ARGS)`
+    packs its arguments (<macro>_PACK() defines g) and runs `name_one(g, e)` for every element
+    (OpenMP on the CPU, a grid-stride launch on the GPU). kw_elt and kw_remap share it."""
+    cpu = f"""
+extern "C" int {name}({macro}_ARGS) {{
     (void)stream;
-    KW_ELT_PACK();
+    {macro}_PACK();
     #pragma omp parallel for if (n > (1 << 16))
-    for (int64_t e = 0; e < n; ++e) kw_elt_one(g, e);
+    for (int64_t e = 0; e < n; ++e) {name}_one(g, e);
     return 0;
-}
+}}
 """
+    cuda = f"""
+__global__ void {name}_kernel({name}_geo g) {{
+    KW_GRID(g.n) {name}_one(g, q);
+}}
 
-CUDA_SOURCE = r"""
-__global__ void kw_elt_kernel(kw_elt_geo g) {
-    KW_GRID(g.n) kw_elt_one(g, q);
-}
-
-extern "C" int kw_elt(KW_ELT_ARGS) {
-    KW_ELT_PACK();
-    kw_elt_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(g);
+extern "C" int {name}({macro}_ARGS) {{
+    {macro}_PACK();
+    {name}_kernel<<<kw_blocks(n), 256, 0, (cudaStream_t)stream>>>(g);
     return (int)cudaGetLastError();
-}
+}}
 """
+    return cpu, cuda
+
+
+CPU_SOURCE, CUDA_SOURCE = entry_points("kw_elt", "KW_ELT")
