@@ -400,7 +400,7 @@ class BuiltinPolicy(Policy):
         if self.final_plan is not None:
             plan, ops = self.final_plan, self.torch_ops
             self.library_parts = [_library_line(n, backend, plan) for n in library_parts(plan, ops)]
-            self.own_parts = [f"{n.name}: {op_label(n)} by our own kernel {k}" for n, k in own_parts(plan, ops)]
+            self.own_parts = [_own_line(n, k) for n, k in own_parts(plan, ops)]
             self.blockers += _forbid_blockers(self.final_plan)
             if not self.final_plan.groups and not self.own_parts:
                 self.blockers.append(
@@ -1158,6 +1158,12 @@ def _library_line(n: Node, backend: str, plan: Plan | None = None) -> str:
     if n.op in ("matmul", "matmul_nt"):
         return f"{n.name}: GEMM through {blas}{tail}"
     return f"{n.name}: convolution through {lib}{tail}"
+
+
+def _own_line(n: Node, kernel: str) -> str:
+    if kernel == "alias":  # typed_elementwise: a cast to the dtype the tensor has
+        return f"{n.name}: {op_label(n)} to the dtype it has is its input (no kernel)"
+    return f"{n.name}: {op_label(n)} by our own kernel {kernel}"
 
 
 def _forbid_blockers(plan: Plan) -> list[str]:
