@@ -368,6 +368,7 @@ class _RefContext:
                     first_inputs,
                     self.device,
                     direction,
+                    module_structure(self.base),
                 )
                 if isinstance(shaped, str):
                     self.notes.append(shaped)
@@ -799,6 +800,16 @@ def _larger(v: int, factor: float) -> int:
     return (w + 7) // 8 * 8 if v >= 32 else max(v + 1, w)
 
 
+def module_structure(model: Any) -> tuple:
+    """What makes two builds of a Model the same program at other sizes: its submodules (name and
+    class) and its parameters and buffers (name and rank). A size change that alters it (torchvision's
+    bottleneck gains a projection when inplanes != 4 * planes; a block keeps its residual only
+    when its input and output channels agree) tests another program, not this one at another size."""
+    modules = tuple((n, type(m).__qualname__) for n, m in model.named_modules())
+    tensors = tuple((n, t.dim()) for n, t in [*model.named_parameters(), *model.named_buffers()])
+    return modules + tensors
+
+
 def _shape_trial(
     task: Any,
     make_model: Any,
@@ -809,13 +820,15 @@ def _shape_trial(
     first_inputs: list,
     device: str,
     direction: str = "smaller",
+    structure: tuple | None = None,
 ) -> Any:
     """Change the task's module-level size constants (those get_inputs/get_init_inputs read)
     and build the reference at that shape; returns a note string when not applicable.
     `smaller`: 3/4 of each constant (v + 1 below 32), all at once, else one at a time. `larger`
     (a kernel that hard-codes the benchmark's size, or covers only that much of the output, is
     right at any smaller size): 2x, then 1.5x, all at once, else one at a time, while the inputs
-    stay within SHAPE_GROWTH times the benchmark's bytes and SHAPE_MAX_BYTES."""
+    stay within SHAPE_GROWTH times the benchmark's bytes and SHAPE_MAX_BYTES. A change whose
+    reference has another `module_structure` than `structure` (the benchmark's) is passed over."""
     import torch
 
     consts = _size_consts(task)
@@ -832,6 +845,7 @@ def _shape_trial(
     else:
         changes = [{n: _larger(v, f) for n, v in consts.items()} for f in (2.0, 1.5)]
         changes += [{n: _larger(v, f)} for f in (2.0, 1.5) for n, v in consts.items()]
+    restructured = 0  # changes passed over because the reference became another program
     for new in changes:
         for n, v in new.items():
             setattr(task, n, v)
@@ -845,18 +859,25 @@ def _shape_trial(
             if direction == "larger" and nbytes(inputs) > budget:
                 raise ValueError("too large")
             model = make_model(init, seeds["shape"] + (direction == "larger"))
+            if structure is not None and module_structure(model) != structure:
+                restructured += 1
+                raise ValueError("another module structure")
             spec, leaves = run(model, inputs)
             if not _finite(leaves):
                 raise ValueError("reference not finite")
             note = ", ".join(f"{n}={consts[n]}->{v}" for n, v in new.items())
+            if restructured:
+                note += f" ({restructured} {direction} change(s) passed over: another module structure)"
             return init, model, inputs, spec, leaves, note, {n: [consts[n], v] for n, v in new.items()}
         except Exception:
             continue
         finally:
             for n in new:
                 setattr(task, n, consts[n])
-    return f"{direction} shape trial skipped: the reference does not run with changed size constants" + (
-        f" within {SHAPE_GROWTH}x the benchmark's input bytes" if direction == "larger" else ""
+    return (
+        f"{direction} shape trial skipped: the reference does not run with changed size constants"
+        + (f" within {SHAPE_GROWTH}x the benchmark's input bytes" if direction == "larger" else "")
+        + (f" ({restructured} built another module structure)" if restructured else "")
     )
 
 

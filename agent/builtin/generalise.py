@@ -7,9 +7,9 @@ the reference's own forward, which torch-ops=forbid rejects, so the sandbox's sh
 failed every exported graph under the default preset.
 
 The policy captures the task once more per module-level size constant, with that constant
-changed (`probe_sources`: halved where it is even, one at a time so that no two sizes move
-together) and generates the same candidate from each capture. If the kernel files
-are the same and model_new.py differs only in integer literals, each such literal is written as
+changed (`probe_source` at `probe_values`: halved where it is even; one at a time so that no
+two sizes move together; the next value where the reference fails or builds another module) and
+generates the same candidate from each capture. If the kernel files are the same and model_new.py differs only in integer literals, each such literal is written as
 the expression of sizes that gives its value in every capture (`bind`): a product of input
 dimensions (`v_x.shape[1]`), int attributes (`self.n_embd`) and parameter dimensions
 (`self.fc.weight.shape[0]`), times or divided by a constant. Anything else (a size that is a
@@ -34,6 +34,7 @@ from agent.builtin.guard import parts_digest
 from sandbox.options import SIZE_BLOCKLIST
 
 MAX_PROBES = 8  # size constants varied (one capture each); a task with more stays specialised
+PROBE_ATTEMPTS = 3  # values tried per constant (probe_values) before it stays fixed
 MAX_FACTORS = 4  # atoms multiplied in one size expression
 GUARD_LINE = re.compile(r"^_KW_GUARD = .*$", re.M)
 _LINE_COMMENT = re.compile(r"//[^\n]*")
@@ -73,37 +74,43 @@ def size_constants(source: str) -> dict[str, tuple[int, int]]:
 
 
 def _probe_value(v: int) -> int:
-    """Half, where that keeps the factors of two a size usually needs; else three quarters; else one more."""
-    if v % 2 == 0 and v >= 4:
-        return v // 2
-    return v * 3 // 4 if v % 4 == 0 else v + 1
+    return probe_values(v)[0]
 
 
-def probe_sources(source: str) -> list[str]:
-    """The task's source with one size constant changed, per constant ([] when it has none, or
-    more than MAX_PROBES). One at a time, so that no two sizes move together: a literal that
-    follows two of them is their product, never the one mistaken for the other."""
-    consts = size_constants(source)
-    if not consts or len(consts) > MAX_PROBES:
-        return []
-    tree = ast.parse(source)
+def probe_values(v: int) -> list[int]:
+    """The values a size constant is probed at, in order, each tried when the reference cannot
+    run at (or builds another module at) the one before: half where that keeps the factors of two
+    a size usually needs, else one more; from 32 on three quarters and one and a half times, to a
+    multiple of 8 (a grouped convolution's width must stay a multiple of its group width: RegNet's
+    104 runs at 72, not at 52)."""
+    out = [v // 2 if v % 2 == 0 and v >= 4 else v + 1]
+    if v >= 32:
+        out += [v * 3 // 4 // 8 * 8, (v * 3 // 2 + 7) // 8 * 8]
+    out.append(v + 1)
+    return [w for i, w in enumerate(out) if w >= 2 and w != v and w not in out[:i]]
+
+
+def same_structure(a: list, b: list) -> bool:
+    """Whether two guard parts (agent.builtin.guard.guard_parts) are one module at other sizes:
+    the same tree, the same parameters and buffers of the same ranks."""
+    return a[0] == b[0] and {k: len(s) for k, s in a[2].items()} == {k: len(s) for k, s in b[2].items()}
+
+
+def probe_source(source: str, name: str, value: int) -> str:
+    """source with the module-level `name = <int>` set to value."""
     lines = source.splitlines(keepends=True)
-    out = []
-    for name, (_, probe) in consts.items():
-        new = list(lines)
-        for node in tree.body:
-            if (
-                isinstance(node, ast.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id == name
-                and node.value.lineno == node.value.end_lineno
-            ):
-                at = node.value
-                line = new[at.lineno - 1]
-                new[at.lineno - 1] = line[: at.col_offset] + str(probe) + line[at.end_col_offset :]
-        out.append("".join(new))
-    return out
+    for node in ast.parse(source).body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == name
+            and node.value.lineno == node.value.end_lineno
+        ):
+            at = node.value
+            line = lines[at.lineno - 1]
+            lines[at.lineno - 1] = line[: at.col_offset] + str(value) + line[at.end_col_offset :]
+    return "".join(lines)
 
 
 # ---- the sizes a literal may be -----------------------------------------------------------

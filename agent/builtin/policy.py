@@ -30,12 +30,15 @@ from agent.builtin.fallback import fallback_model
 from agent.builtin.fusion import Plan
 from agent.builtin.generalise import (
     MAX_PROBES,
+    PROBE_ATTEMPTS,
     NeedsInputs,
     NotGeneral,
     atoms,
     bind_scalars,
     generalise,
-    probe_sources,
+    probe_source,
+    probe_values,
+    same_structure,
     size_constants,
 )
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
@@ -252,8 +255,10 @@ class BuiltinPolicy(Policy):
 
     def _plan_probes(self) -> None:
         """An exported graph under forbid, where the sandbox runs its shape trial: the same plan
-        made from two captures at other sizes, so that each candidate's sizes can follow its
-        inputs (agent.builtin.generalise) instead of falling back to the reference's forward."""
+        made from one capture per size constant with that constant changed, so that each
+        candidate's sizes can follow its inputs (agent.builtin.generalise) instead of falling back
+        to the reference's forward. A value where the reference fails or builds another module
+        (as the sandbox's trial passes over it) is followed by the constant's next probe value."""
         assert self.task is not None and self.analysis is not None
         preset = str((self.task.options or {}).get("preset", "default"))
         if (
@@ -266,8 +271,7 @@ class BuiltinPolicy(Policy):
         consts = size_constants(self.task.source)
         if not consts:  # the shape trial finds nothing to change either: the specialised forward passes it
             return
-        sources = probe_sources(self.task.source)
-        if not sources:
+        if len(consts) > MAX_PROBES:
             self.general_note = f"{len(consts)} size constants, more than the {MAX_PROBES} the probes vary"
             return
         timeout = min(self.analysis_timeout_s, max(60.0, 4 * self.analysis_s))
@@ -285,14 +289,24 @@ class BuiltinPolicy(Policy):
             sub.reset(TaskInfo(task.name, src, task.backend, dict(task.options or {})), [], [])
             return sub
 
-        # the captures are sandboxed child processes: two at a time (a CPU host's cores, a GPU's
-        # analysis admission decides the rest)
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            subs = list(pool.map(probe, sources))
-        for sub in subs:  # a constant the reference cannot run without stays fixed (the guard keeps it)
-            self.analysis_s += sub.analysis_s  # the probes' captures count as analysis time
-            if sub.analysis is not None and sub.analysis.ok and sub.analysis.data.get("capture") == "export":
-                self.probes.append(sub)
+        parts = (self.analysis.data.get("guard") or {}).get("parts")
+        values = {name: probe_values(v) for name, (v, _) in consts.items()}
+        pending = list(consts)  # a constant the reference cannot run without stays fixed (the guard keeps it)
+        for attempt in range(PROBE_ATTEMPTS):
+            tries = [n for n in pending if attempt < len(values[n])]
+            # the captures are sandboxed child processes: two at a time (a CPU host's cores, a
+            # GPU's analysis admission decides the rest)
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                subs = list(pool.map(probe, [probe_source(task.source, n, values[n][attempt]) for n in tries]))
+            for name, sub in zip(tries, subs, strict=True):
+                self.analysis_s += sub.analysis_s  # the probes' captures count as analysis time
+                data = sub.analysis.data if sub.analysis is not None and sub.analysis.ok else {}
+                sub_parts = (data.get("guard") or {}).get("parts")
+                if data.get("capture") == "export" and (
+                    parts is None or sub_parts is None or same_structure(parts, sub_parts)
+                ):
+                    self.probes.append(sub)
+                    pending.remove(name)
         if not self.probes:
             self.general_note = "the task could not be captured the same way at other sizes"
 

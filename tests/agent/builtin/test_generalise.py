@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 import torch.nn as nn
 
-from agent.builtin.generalise import MAX_PROBES, NotGeneral, bind, bind_float, probe_sources, size_constants
+from agent.builtin.generalise import (
+    MAX_PROBES,
+    NotGeneral,
+    bind,
+    bind_float,
+    probe_source,
+    probe_values,
+    size_constants,
+)
 from agent.builtin.guard import guard_digest, guard_parts, parts_digest
 from agent.events import EvaluationEvent
 from tests.agent.builtin.test_export_capture import GPT2, _policy_run
@@ -19,7 +27,7 @@ FORBID = {"compile_baseline": False, "timing_budget_s": 0.2, "min_timed_calls": 
 def test_each_size_constant_is_probed_alone():
     src = "B = 4\nT = 12\nC = 7\nkernel_size = 3\n\ndef get_inputs():\n    return [B, T, C, kernel_size]\n"
     assert size_constants(src) == {"B": (4, 2), "C": (7, 8), "T": (12, 6)}  # kernel sizes are not varied
-    probes = probe_sources(src)
+    probes = [probe_source(src, name, probe) for name, (_, probe) in size_constants(src).items()]
     assert [p.splitlines()[:3] for p in probes] == [
         ["B = 2", "T = 12", "C = 7"],
         ["B = 4", "T = 12", "C = 8"],
@@ -105,9 +113,63 @@ def test_a_task_without_size_constants_is_not_probed():
 
 
 def test_more_size_constants_than_the_probes_vary_is_named():
-    names = [f"size{i}" for i in range(MAX_PROBES + 1)]
-    src = (
-        "".join(f"{n} = {8 + i}\n" for i, n in enumerate(names))
-        + f"\ndef get_inputs():\n    return [{', '.join(names)}]\n"
+    """GPT-2's attention with MAX_PROBES more sizes that get_inputs reads: no probe is captured and
+    the policy says why its candidates stay specialised."""
+    from agent.builtin import BuiltinPolicy
+    from agent.policy import TaskInfo
+
+    names = [f"size{i}" for i in range(MAX_PROBES)]
+    src = "".join(f"{n} = {8 + i}\n" for i, n in enumerate(names)) + GPT2.replace(
+        "def get_inputs():\n", f"def get_inputs():\n    _ = [{', '.join(names)}]\n"
     )
-    assert len(size_constants(src)) == MAX_PROBES + 1 and probe_sources(src) == []
+    assert len(size_constants(src)) > MAX_PROBES
+    pol = BuiltinPolicy(profile_reference=False)
+    pol.reset(TaskInfo("t", src, "cpu", {"torch_ops": "forbid"}), [], [])
+    assert pol.analysis.data["capture"] == "export" and not pol.probes
+    assert "more than the 8 the probes vary" in pol.general_note, pol.general_note
+
+
+def test_probe_values_keep_a_multiple_of_eight_after_half():
+    assert probe_values(104) == [52, 72, 160, 105]  # 52 // 8 = 6 groups do not divide 52; 72 // 8 = 9 do
+    assert probe_values(197) == [198, 144, 296]
+    assert probe_values(4) == [2, 5] and probe_values(3) == [4]
+
+
+# RegNet's grouped 3x3 (groups = width // group_width) behind an adaptive pool (exported, not fx):
+# at the first probe value, width 52, the reference raises (52 is no multiple of 6 groups)
+GROUPED = """
+import torch
+import torch.nn as nn
+
+batch = 2
+width = 104
+group_width = 8
+size = 6
+
+
+class Model(nn.Module):
+    def __init__(self, width, group_width):
+        super().__init__()
+        self.conv = nn.Conv2d(width, width, 3, padding=1, groups=width // group_width, bias=False)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return y * torch.sigmoid(self.pool(y))
+
+
+def get_inputs():
+    return [torch.randn(batch, width, size, size)]
+
+
+def get_init_inputs():
+    return [width, group_width]
+"""
+
+
+def test_a_size_the_reference_cannot_run_at_is_probed_at_its_next_value():
+    res, pol = _policy_run(GROUPED, "grouped", FORBID, max_turns=3)
+    assert pol.analysis.data["capture"] == "export" and len(pol.probes) == 3, pol.general_note
+    assert res.verified, res.trajectory.finished().summary
+    checked = _shapes_checked(res)
+    assert any("width=104->" in c for c in checked), checked
