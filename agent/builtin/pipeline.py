@@ -199,10 +199,32 @@ def _lone_bias_adds(g: Graph, p: Plan, gemm: str = "cublas") -> list[str]:
             continue
         src = origin.get(grp.nodes[0].name)
         if src and _has(g, src) and g.node(src).op in ("linear", "conv2d") and not g.node(src).attrs.get("island"):
+            if g.node(src).op == "linear" and not _addmm_linear(g, g.node(src)):
+                continue
             if gemm == "3xtf32" and g.node(src).op == "linear" and tf32x3.node_pays(g, g.node(src)):
                 continue
             out.append(src)
     return out
+
+
+def _addmm_linear(g: Graph, n: Node) -> bool:
+    """Whether ATen's linear runs n as one addmm: a 2-D input, or a contiguous 3-D one (viewed as
+    2-D). On any other input it is a matmul, a copy and a separate aten::add, ops that
+    torch-ops=forbid rejects (torchvision's ViT: the attention's in-projection of a transposed
+    view)."""
+    x = n.args[0] if n.args else None
+    if not isinstance(x, Ref) or not _has(g, x.name) or g.node(x.name).shape is None:
+        return False
+    rank = len(g.node(x.name).dims)
+    if rank <= 2:
+        return True
+    strided: set[str] = set()
+    for m in g.nodes:
+        if makes_strided(m, strided):
+            strided.add(m.name)
+        if m.name == x.name:
+            break
+    return rank == 3 and x.name not in strided
 
 
 def _has(g: Graph, name: str) -> bool:

@@ -19,7 +19,7 @@ from agent.builtin.generalise import (
 )
 from agent.builtin.guard import guard_digest, guard_parts, parts_digest
 from agent.events import EvaluationEvent
-from tests.agent.builtin.test_export_capture import GPT2, _policy_run
+from tests.agent.builtin.test_export_capture import GPT2, _block, _policy_run
 
 FORBID = {"compile_baseline": False, "timing_budget_s": 0.2, "min_timed_calls": 5, "torch_ops": "forbid"}
 
@@ -173,3 +173,13 @@ def test_a_size_the_reference_cannot_run_at_is_probed_at_its_next_value():
     assert res.verified, res.trajectory.finished().summary
     checked = _shapes_checked(res)
     assert any("width=104->" in c for c in checked), checked
+
+
+def test_nn_transformer_encoder_layer_passes_the_shape_trial_under_forbid():
+    """nn.MultiheadAttention projects a transposed view: ATen's linear runs that as a matmul, a copy
+    and an aten::add, not one addmm, so its bias add is a kernel of ours, not the library call's
+    epilogue. Before: rejected for aten::add and aten::clone in every trial."""
+    src = _block("torch_transformer_encoder_layer", batch=2, seq=8, d_model=32, nhead=2, dim_feedforward=64)
+    res, _ = _policy_run(src, "encoder_layer", FORBID, max_turns=3)
+    assert res.verified, res.trajectory.finished().summary
+    assert any("->" in c for c in _shapes_checked(res))
