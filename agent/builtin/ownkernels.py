@@ -119,9 +119,9 @@ def own_call(n: Node, g: Graph, torch_ops: str = "forbid") -> dict[str, Any] | N
 
 
 def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
-    """An elementwise ATen op over float32/int64/bool tensors (typed_elementwise.kw_elt), or a
-    copy whose source coordinates are a per-dim map (remap.kw_remap: pad, roll, repeat, nearest
-    upsampling)."""
+    """An elementwise ATen op over float32/int64/bool tensors (typed_elementwise.kw_elt), a scan of
+    a bool or integer tensor (typed_elementwise.kw_scan_t), or a copy whose source coordinates are a
+    per-dim map (remap.kw_remap: pad, roll, repeat, nearest upsampling)."""
 
     def arg(i: int, d: Any = None) -> Any:
         return _arg(n, i, d)
@@ -131,6 +131,8 @@ def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
 
     if _name(n) == "upsample_bilinear2d":
         return bilinear.bilinear_call(n, g, arg, kwarg)
+    if _name(n) in ("cumsum", "cumprod"):
+        return typed.scan_call(n, g, arg(0), _around(_shape(g, arg(0)), arg(1)), _name(n))
     return typed.typed_call(n, g, _name(n), arg, kwarg) or remap.remap_call(n, g, _name(n), arg, kwarg)
 
 

@@ -12,6 +12,9 @@ stride 0 (worked out in Python from the sizes, no view op), and computed as ATen
 in float32 when the result (or, for a comparison, an operand) is floating, else in int64 (bool
 as 0/1); the result is stored in the node's dtype. `arange`, `tril`/`triu` of any dtype use the
 element's coordinates. The per-element function is shared by the C++ and CUDA sources.
+
+`kw_scan_t` is the cumulative sum or product of a bool or integer tensor (DETR's and BLOOM's
+positions from a mask), with the same loads and stores.
 """
 
 from __future__ import annotations
@@ -278,16 +281,23 @@ struct kw_elt_geo {
 
 // operand k at offset off, as int64 or as float (type 3: the number passed by value); types as
 // DTYPE_CODES: 0 float32, 1 int64, 2 bool, 4 int32, 5 uint8
-KW_HD static inline int64_t kw_ldi(const kw_elt_geo& g, int k, int64_t off) {
-    const void* p = g.p[k];
-    switch (g.t[k]) {
+KW_HD static inline int64_t kw_load_i(const void* p, int64_t t, int64_t off) {
+    switch (t) {
     case 0: return (int64_t)((const float*)p)[off];
     case 1: return ((const int64_t*)p)[off];
     case 2: return (int64_t)((const bool*)p)[off];
     case 4: return (int64_t)((const int32_t*)p)[off];
-    case 5: return (int64_t)((const uint8_t*)p)[off];
-    default: return g.i[k];
+    default: return (int64_t)((const uint8_t*)p)[off];
     }
+}
+KW_HD static inline void kw_store_i(void* p, int64_t t, int64_t off, int64_t v) {
+    if (t == 1) ((int64_t*)p)[off] = v;
+    else if (t == 2) ((bool*)p)[off] = v != 0;
+    else if (t == 4) ((int32_t*)p)[off] = (int32_t)v;
+    else ((uint8_t*)p)[off] = (uint8_t)v;
+}
+KW_HD static inline int64_t kw_ldi(const kw_elt_geo& g, int k, int64_t off) {
+    return g.t[k] == 3 ? g.i[k] : kw_load_i(g.p[k], g.t[k], off);
 }
 KW_HD static inline float kw_ldf(const kw_elt_geo& g, int k, int64_t off) {
     return g.t[k] == 0 ? ((const float*)g.p[k])[off] : g.t[k] == 3 ? g.f[k] : (float)kw_ldi(g, k, off);
@@ -386,10 +396,29 @@ KW_HD static inline void kw_elt_one(const kw_elt_geo& g, int64_t e) {
     }
     if (g.ty == 0) { ((float*)g.y)[e] = as_float ? vf : (float)vi; return; }
     if (g.ty == 2) { ((bool*)g.y)[e] = as_float ? vf != 0.0f : vi != 0; return; }
-    const int64_t v = as_float ? (int64_t)vf : vi;
-    if (g.ty == 1) ((int64_t*)g.y)[e] = v;
-    else if (g.ty == 4) ((int32_t*)g.y)[e] = (int32_t)v;
-    else ((uint8_t*)g.y)[e] = (uint8_t)v;
+    kw_store_i(g.y, g.ty, e, as_float ? (int64_t)vf : vi);
+}
+
+// kw_scan_t: cumsum (op 0) / cumprod (op 1) of one line of a contiguous [outer, len, inner] of any
+// element type tx into ty (DTYPE_CODES): in int64 into an integer result (ATen's cumsum of a bool or
+// int64 mask), in double into float32 (`mask.cumsum(1, dtype=torch.float32)`, DETR's positions)
+KW_HD static inline void kw_scan_t_line(const void* x, void* y, int64_t q, int64_t len, int64_t inner, int64_t op,
+                                        int64_t tx, int64_t ty) {
+    const int64_t base = (q / inner) * len * inner + q % inner;
+    double af = op == 0 ? 0.0 : 1.0;
+    int64_t ai = op == 0 ? 0 : 1;
+    for (int64_t l = 0; l < len; ++l) {
+        const int64_t at = base + l * inner;
+        if (ty == 0) {
+            const double v = tx == 0 ? (double)((const float*)x)[at] : (double)kw_load_i(x, tx, at);
+            af = op == 0 ? af + v : af * v;
+            ((float*)y)[at] = (float)af;
+        } else {
+            const int64_t v = kw_load_i(x, tx, at);
+            ai = op == 0 ? ai + v : ai * v;
+            kw_store_i(y, ty, at, ai);
+        }
+    }
 }
 
 static inline kw_elt_geo kw_elt_pack(const void* a, const void* b, const void* c, void* y, int64_t op, int64_t ct,
@@ -447,4 +476,41 @@ extern "C" int {name}({macro}_ARGS) {{
     return cpu, cuda
 
 
-CPU_SOURCE, CUDA_SOURCE = entry_points("kw_elt", "KW_ELT")
+_CPU_ELT, _CUDA_ELT = entry_points("kw_elt", "KW_ELT")
+_SCAN_ARGS = "const void* x, void* y, int64_t outer, int64_t len, int64_t inner, int64_t op, int64_t tx, int64_t ty"
+CPU_SOURCE = (
+    _CPU_ELT
+    + f"""
+extern "C" int kw_scan_t({_SCAN_ARGS}, void* stream) {{
+    (void)stream;
+    #pragma omp parallel for if (outer * len * inner > (1 << 16))
+    for (int64_t q = 0; q < outer * inner; ++q) kw_scan_t_line(x, y, q, len, inner, op, tx, ty);
+    return 0;
+}}
+"""
+)
+CUDA_SOURCE = (
+    _CUDA_ELT
+    + f"""
+__global__ void kw_scan_t_kernel({_SCAN_ARGS}) {{
+    KW_GRID(outer * inner) kw_scan_t_line(x, y, q, len, inner, op, tx, ty);
+}}
+
+extern "C" int kw_scan_t({_SCAN_ARGS}, void* stream) {{
+    kw_scan_t_kernel<<<kw_blocks(outer * inner), 256, 0, (cudaStream_t)stream>>>(x, y, outer, len, inner, op, tx, ty);
+    return (int)cudaGetLastError();
+}}
+"""
+)
+
+
+def scan_call(n: Node, g: Graph, x: Any, around: tuple[int, int, int], op: str) -> dict[str, Any] | None:
+    """kw_scan_t for a cumsum/cumprod over `around` (outer, len, inner) that kw_scan (float32 into
+    float32) does not take: a bool or integer input, into int64 or (a dtype= argument) float32."""
+    tx = g.node(x.name).dtype if isinstance(x, Ref) else None
+    if tx not in DTYPE_CODES or n.dtype not in DTYPE_CODES or n.dtype == "bool":
+        return None
+    if tx == "float32" and n.dtype != "float32":
+        return None
+    ints = [*around, int(op == "cumprod"), DTYPE_CODES[tx], DTYPE_CODES[n.dtype]]
+    return {"kernel": "kw_scan_t", "inputs": [x], "ints": ints, "dtype": n.dtype}

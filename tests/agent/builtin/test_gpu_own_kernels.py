@@ -131,10 +131,11 @@ def test_a_generalised_candidate_passes_the_shape_trial_on_the_gpu():
     assert _shapes_checked(res), "no shape trial ran on the candidate"
 
 
-@pytest.mark.parametrize("name", ["hf_masks", "t5_buckets", "products", "remaps", "bilinear", "gather"])
+@pytest.mark.parametrize("name", ["hf_masks", "t5_buckets", "products", "remaps", "bilinear", "gather", "scans"])
 def test_masks_casts_and_remaps_pass_the_sandbox_on_the_gpu(name, tmp_path):
-    """kw_elt, kw_remap and kw_bilinear (int64/bool masks, casts, broadcast products, pads, rolls,
-    nearest and bilinear upsampling, slice assignment, gather): the CPU tests' tasks on the GPU."""
+    """kw_elt, kw_remap, kw_bilinear and kw_scan_t (int64/bool masks, casts, broadcast products,
+    pads, rolls, nearest and bilinear upsampling, slice assignment, gather, cumsums of masks): the
+    CPU tests' tasks on the GPU."""
     from .test_typed_elementwise import CASES as TYPED
 
     src, kernel = TYPED[name]

@@ -126,7 +126,23 @@ GATHER = task(
     args="x, i, j",
 )
 
+# cumulative sums of masks: DETR's sine positions (`mask.cumsum(1, dtype=torch.float32)` of a bool
+# mask), BLOOM's alibi positions (`(mask.cumsum(-1) - 1) * mask` of an int64 mask: int64), an int32
+# cumsum along the first dim and an int64 cumprod
+SCANS = task(
+    "(self.positions(m), self.alibi(a), torch.cumsum(a.to(torch.int32), 0), torch.cumprod(a + 1, dim=1))",
+    "torch.rand(2, 5, 6) > 0.3, (torch.rand(3, 7) > 0.2).long()",
+    "        pass\n\n"
+    "    def positions(self, m):\n"
+    "        y = m.cumsum(1, dtype=torch.float32)\n"
+    "        return y / (y[:, -1:, :] + 1e-6) * 6.2832\n\n"
+    "    def alibi(self, a):\n"
+    "        return ((a.cumsum(dim=-1) - 1) * a)[:, None, :]",
+    args="m, a",
+)
+
 CASES = {
+    "scans": (SCANS, "kw_scan_t"),
     "gather": (GATHER, "kw_remap"),
     "bilinear": (BILINEAR, "kw_bilinear"),
     "hf_masks": (HF_MASKS, "kw_elt"),
