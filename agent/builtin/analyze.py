@@ -668,15 +668,15 @@ def _bind_scalars(mod: types.ModuleType, model: nn.Module, gm: fx.GraphModule, n
     lit1 = _literals(gm)
     if not attrs:
         return _bind_int_scalars(model, gm, lit1)
-    for k, v in attrs.items():
-        setattr(model, k, capture_export.perturbed(v))
+    for i, (k, v) in enumerate(attrs.items()):
+        setattr(model, k, capture_export.perturbed(v, i))
     try:
         gm2 = fx.symbolic_trace(model)
         lit2 = _literals(gm2)
     finally:
         for k, v in attrs.items():
             setattr(model, k, v)
-    binds = capture_export.match_bindings(lit1, lit2, attrs, notes)
+    binds = capture_export.match_bindings(lit1, lit2, {f"self.{k}": v for k, v in attrs.items()}, notes)
     # fx names the arguments by node name; a kwarg 'eps' is stored by its key
     return binds | _bind_int_scalars(model, gm, lit1)
 
@@ -883,7 +883,7 @@ def analyze(path: str, device: str = "cpu", profile: bool = True, write_out_atte
     except Exception as e:  # any fx failure: try torch.export
         fx_error = _fx_error(e)
         try:
-            ex = capture_export.capture(model, inputs, _float_attrs(model), notes, write_out_attention)
+            ex = capture_export.capture(model, inputs, notes, write_out_attention)
         except capture_export.ExportUnsupported as e2:
             _check_task_runs(model, inputs, path)
             raise Unsupported(f"{fx_error}; and {e2}") from None

@@ -32,6 +32,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from agent.builtin import rnn_standins
+from agent.builtin.generalise import member_expr
 from agent.builtin.guard import describe_inputs, guard
 from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul, sdpa_written_out
 
@@ -743,21 +744,57 @@ def literals(gm: fx.GraphModule) -> dict[str, Any]:
     return out
 
 
+class FloatSlot:
+    """A float the forward may read from the model: an attribute, or a value in a dict attribute
+    (PEFT's LoRA keeps `self.scaling[adapter] = alpha / r`)."""
+
+    def __init__(self, owner: Any, key: Any) -> None:
+        self.owner, self.key = owner, key
+        self.value = float(owner[key] if isinstance(owner, dict) else getattr(owner, key))
+
+    def set(self, v: float) -> None:
+        if isinstance(self.owner, dict):
+            self.owner[self.key] = v
+        else:
+            setattr(self.owner, self.key, v)
+
+
+def float_slots(model: nn.Module) -> dict[str, FloatSlot]:
+    """Python for each float of the model's own and of its submodules of the upload's own classes
+    (torch.nn's eps, momentum and dropout rates are read where torch.nn reads them) -> its slot:
+    `self.scale`, `self.fc1.scaling['default']`."""
+    out: dict[str, FloatSlot] = {}
+    for path, m in model.named_modules():
+        if path and type(m).__module__.startswith("torch."):
+            continue
+        for k, v in vars(m).items():
+            if k.startswith("_") or not k.isidentifier():
+                continue
+            expr = member_expr(f"{path}.{k}" if path else k)
+            if type(v) is float:
+                out[expr] = FloatSlot(m, k)
+            elif type(v) is dict and len(v) <= 8:
+                for dk, dv in v.items():
+                    if type(dk) is str and type(dv) is float:
+                        out[f"{expr}[{dk!r}]"] = FloatSlot(v, dk)
+    return out
+
+
 def bind_scalars(
     model: nn.Module,
     inputs: list[Any],
     ep: Any,
-    attrs: dict[str, float],
+    slots: dict[str, FloatSlot],
     notes: list[str],
     write_out_attention: bool = False,
 ) -> dict[str, str]:
-    """Which float literals of the exported graph come from a float attribute of the model: export
-    again with those attributes perturbed and compare (the fx capture's trick)."""
-    if not attrs:
+    """Which float literals of the exported graph come from a float of the model (float_slots):
+    export again with each perturbed and compare (the fx capture's trick)."""
+    if not slots:
         return {}
     lit1 = literals(ep.graph_module)
-    for k, v in attrs.items():
-        setattr(model, k, perturbed(v))
+    for i, slot in enumerate(slots.values()):
+        slot.set(perturbed(slot.value, i))
     try:
         lit2 = literals(export_program(model, inputs, write_out_attention).graph_module)
     except Exception:  # the perturbed model may not export; the constants stay baked in
@@ -767,28 +804,30 @@ def bind_scalars(
         )
         return {}
     finally:
-        for k, v in attrs.items():
-            setattr(model, k, v)
-    return match_bindings(lit1, lit2, attrs)
+        for slot in slots.values():
+            slot.set(slot.value)
+    return match_bindings(lit1, lit2, {e: slot.value for e, slot in slots.items()})
 
 
-def perturbed(v: float) -> float:
-    """The value a float attribute takes in the second capture (both captures use this)."""
-    return v * 1.37 + 0.113
+def perturbed(v: float, i: int = 0) -> float:
+    """The value the i-th float takes in the second capture (both captures use this): each its
+    own, so that two floats of one value (two LoRA layers' scalings) are told apart."""
+    return v * (1.37 + 0.0113 * i) + 0.113
 
 
 def match_bindings(
     lit1: dict[str, Any], lit2: dict[str, Any], attrs: dict[str, float], notes: list[str] | None = None
 ) -> dict[str, str]:
-    """Literal positions whose value moved with a perturbed float attribute: "<node>:<pos>" -> "self.<attr>"."""
+    """Literal positions whose value moved with a perturbed float (attrs: its Python, `self.scale`,
+    -> its value, in the order perturbed numbered them): "<node>:<pos>" -> that Python."""
     binds: dict[str, str] = {}
     for pos, v1 in lit1.items():
         v2 = lit2.get(pos)
         if v2 is None or v2 == v1:
             continue
-        for k, v in attrs.items():
-            if v1 == v and math.isclose(v2, perturbed(v), rel_tol=1e-12):
-                binds[pos] = f"self.{k}"
+        for i, (expr, v) in enumerate(attrs.items()):
+            if v1 == v and math.isclose(v2, perturbed(v, i), rel_tol=1e-12):
+                binds[pos] = expr
                 break
         else:
             if notes is not None:
@@ -823,7 +862,6 @@ def _user_call(error: str) -> str:
 def capture(
     model: nn.Module,
     inputs: list[Any],
-    float_attrs: dict[str, float],
     notes: list[str],
     write_out_attention: bool = False,
 ) -> dict[str, Any]:
@@ -833,7 +871,7 @@ def capture(
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}{_user_call(str(e))}") from None
-    binds = bind_scalars(model, inputs, ep, float_attrs, notes, write_out_attention)
+    binds = bind_scalars(model, inputs, ep, float_slots(model), notes, write_out_attention)
     b = ExportBuilder(ep, binds, model)
     nodes = b.build()
     specialised_to = guard(model, "export", set(binds.values()), describe_inputs(inputs))

@@ -126,14 +126,14 @@ def atoms(input_names: list[str], guard: dict[str, Any]) -> dict[str, int]:
     tree, attrs, state = guard.get("parts") or [[], {}, {}]
     for key, v in attrs.items():
         if type(v) is int:
-            out[_member(key)] = v
+            out[member_expr(key)] = v
     for path, shape in state.items():
         for d, size in enumerate(shape):
-            out[f"{_member(path)}.shape[{d}]"] = int(size)
+            out[f"{member_expr(path)}.shape[{d}]"] = int(size)
     return out
 
 
-def _member(path: str) -> str:
+def member_expr(path: str) -> str:
     """Python for the module's member at a dotted path: `self.c_attn.weight`, or through
     get_submodule where a part is not a name (`self.get_submodule('mlp.0').weight`)."""
     if _IDENT_PATH.match(f"self.{path}"):
@@ -194,6 +194,9 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
     raise NotGeneral(f"no product of sizes gives {values}")
 
 
+# how far from an int the float's int may be, relative: a scale computed in float32 (GPT-NeoX's
+# 1 / sqrt(head_size) from a float32 tensor: 1 / 0.17677669**2 = 32.0000004) is still that int
+FLOAT_INT_TOL = 1e-6
 # a float that moves with the sizes, as the int it comes from: (the int, how to write the float)
 _FLOAT_FORMS = (
     (lambda f: f, "float({})"),
@@ -209,7 +212,7 @@ def bind_float(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ..
     for floor in (False, True):  # a floor division inside a float's formula only where nothing else fits
         for to_int, form in forms:
             ints = [to_int(v) if v else 0.0 for v in values]
-            if all(n >= 2 and abs(n - round(n)) <= 1e-9 * n for n in ints):
+            if all(n >= 2 and abs(n - round(n)) <= FLOAT_INT_TOL * n for n in ints):
                 found = bind_or_none(tuple(round(n) for n in ints), triples, forward, floor)
                 if found is not None:
                     return form.format(found)

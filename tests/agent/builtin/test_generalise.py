@@ -183,3 +183,25 @@ def test_nn_transformer_encoder_layer_passes_the_shape_trial_under_forbid():
     res, _ = _policy_run(src, "encoder_layer", FORBID, max_turns=3)
     assert res.verified, res.trajectory.finished().summary
     assert any("->" in c for c in _shapes_checked(res))
+
+
+def test_a_scale_computed_in_float32_binds_to_its_size():
+    """GPT-NeoX's `1 / sqrt(head_size)` comes out of a float32 tensor: 0.1767766922712326, not
+    0.17677669529663687; it is still the head size's."""
+    import torch
+
+    vals = tuple(float(1 / torch.sqrt(torch.tensor(float(h)))) for h in (32, 32, 16))
+    assert bind_float(vals, [("self.head_size", (32, 32, 16))], False, 1) == "(self.head_size) ** -0.5"
+    with pytest.raises(NotGeneral):
+        bind_float((0.1767, 0.1767, 0.25), [("self.head_size", (32, 32, 16))], False, 1)  # 4 decimals: no size
+
+
+def test_peft_lora_scaling_is_read_from_its_dict_and_passes_the_shape_trial():
+    """PEFT's LoRA keeps `alpha / r` in a dict per adapter (`self.scaling['default']`); the
+    probes move it (r and alpha are size constants) and no size gives it. Read from the module at
+    run time, the candidate passes the shape trial under forbid."""
+    src = _block("lora_linear", batch=2, seq=4, dim=16, hidden=32, r=4, alpha=8)
+    res, _ = _policy_run(src, "lora", FORBID, max_turns=3)
+    assert res.verified, res.trajectory.finished().summary
+    assert "self.fc1.scaling['default']" in res.best.files["model_new.py"]
+    assert any("->" in c for c in _shapes_checked(res))
