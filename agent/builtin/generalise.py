@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import io
+import math
 import re
 import tokenize
 from collections.abc import Iterator
@@ -160,8 +161,8 @@ SUM_OFFSETS = (1, -1, 2, -2, 3, -3, 4, -4)  # tried only where no product of siz
 
 def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool, floor: bool = True) -> str:
     """An expression of atoms with `values` in every capture: a product of up to MAX_FACTORS
-    atoms, times or floor-divided by a constant, else such a product plus or minus a small
-    constant. Raises NotGeneral."""
+    atoms, times or floor-divided by a constant, else such a product (or quotient) plus or minus a
+    small constant. Raises NotGeneral."""
     usable = [(e, v) for e, v in triples if forward or e.startswith("self.")]
 
     def search(rem: tuple[int, ...], start: int, depth: int) -> list[str] | None:
@@ -189,6 +190,12 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
         found = search(shifted, 0, 0) if min(shifted) >= 1 else None
         if found:
             return f"({' * '.join(found)} {'+' if c > 0 else '-'} {abs(c)})"
+    for k in range(2, 65 if floor else 2):  # both: T5's last bucket, num_buckets // 2 - 1
+        for c in SUM_OFFSETS:
+            shifted = tuple((v - c) * k for v in values)
+            found = search(shifted, 0, 0) if min(shifted) >= 1 else None
+            if found:
+                return f"(({' * '.join(found)}) // {k} {'+' if c > 0 else '-'} {abs(c)})"
     if not forward and bind_or_none(values, triples) is not None:
         raise NeedsInputs(f"a size outside forward, {values}, follows an input's shape")
     raise NotGeneral(f"no product of sizes gives {values}")
@@ -207,17 +214,40 @@ _FLOAT_FORMS = (
 
 
 def bind_float(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool, line: int) -> str:
-    """A float literal that moves with the sizes: a size, its square root, or their reciprocals."""
+    """A float literal that moves with the sizes: a size, its square root, or their reciprocals;
+    else the log of a ratio of sizes (T5's `log(max_distance / max_exact)`)."""
     forms = [*_FLOAT_FORMS, *((lambda f, k=k: k / f, f"{k} / ({{}})") for k in range(2, 65))]  # LoRA's alpha / r
     for floor in (False, True):  # a floor division inside a float's formula only where nothing else fits
         for to_int, form in forms:
-            ints = [to_int(v) if v else 0.0 for v in values]
-            if all(n >= 2 and abs(n - round(n)) <= FLOAT_INT_TOL * n for n in ints):
-                found = bind_or_none(tuple(round(n) for n in ints), triples, forward, floor)
-                if found is not None:
-                    return form.format(found)
+            ints = _ints([to_int(v) if v else 0.0 for v in values])
+            found = bind_or_none(ints, triples, forward, floor) if ints else None
+            if found is not None:
+                return form.format(found)
+    logs = _ints([math.exp(v) if v < 64 else 0.0 for v in values])
+    found = _ratio(logs, triples, forward) if logs else None
+    if found is not None:
+        return f"math.log({found})"
     where = f"line {line}: " if line else ""
     raise NotGeneral(f"{where}the float {values[0]!r} moves with the sizes and follows no size")
+
+
+def _ints(floats: list[float]) -> tuple[int, ...] | None:
+    """floats as ints, where each is one (to FLOAT_INT_TOL) and at least 2."""
+    if all(n >= 2 and abs(n - round(n)) <= FLOAT_INT_TOL * n for n in floats):
+        return tuple(round(n) for n in floats)
+    return None
+
+
+def _ratio(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool) -> str | None:
+    """`(P) / (a)` with values in every capture: a product P over one atom a, computed in floats
+    (where values is no product of sizes itself: T5's 128 / (32 // 4) = 16 is 128 * 4 / 32)."""
+    for a, av in triples:
+        if not forward and not a.startswith("self."):
+            continue
+        found = bind_or_none(tuple(v * x for v, x in zip(values, av, strict=True)), triples, forward, floor=False)
+        if found is not None and found != a:
+            return f"({found}) / ({a})"
+    return None
 
 
 def bind_or_none(

@@ -818,11 +818,11 @@ def generate_model(
     if not init.startswith("    "):
         init = textwrap.indent(textwrap.dedent(init), "    ")
     parts = ['"""' + summary.strip().replace('"""', "'''") + '\n"""', ""]
-    extra = (["import ctypes"] if em.gathers or em.own or em.tf32x3 else []) + (["import math"] if em.own else [])
+    extra = ["import ctypes"] if em.gathers or em.own or em.tf32x3 else []
     imports = list(
         dict.fromkeys(
             src.get("imports", [])
-            + ["import functools", "import torch", "import torch.nn as nn", "import kwrt", *extra]
+            + ["import functools", "import math", "import torch", "import torch.nn as nn", "import kwrt", *extra]
         )
     )
     parts += imports

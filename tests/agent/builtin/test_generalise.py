@@ -205,3 +205,17 @@ def test_peft_lora_scaling_is_read_from_its_dict_and_passes_the_shape_trial():
     assert res.verified, res.trajectory.finished().summary
     assert "self.fc1.scaling['default']" in res.best.files["model_new.py"]
     assert any("->" in c for c in _shapes_checked(res))
+
+
+def test_the_log_of_a_ratio_of_sizes_binds():
+    """T5's buckets: `log(max_distance / max_exact)` with max_exact = num_buckets // 4."""
+    import math
+
+    caps = [(32, 128), (16, 128), (32, 64)]
+    vals = tuple(math.log(md / (nb // 4)) for nb, md in caps)
+    atoms = [("self.num_buckets", tuple(c[0] for c in caps)), ("self.max_distance", tuple(c[1] for c in caps))]
+    expr = bind_float(vals, atoms, False, 1)
+    assert expr == "math.log((self.max_distance * 4) / (self.num_buckets))", expr
+    with pytest.raises(NotGeneral):
+        bind_float((2.7, 3.4, 2.1), atoms, False, 1)  # exp of these is no int
+    assert bind((15, 7, 15), atoms, False) == "((self.num_buckets) // 2 - 1)"  # its last bucket
