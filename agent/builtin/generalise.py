@@ -64,14 +64,31 @@ def size_constants(source: str) -> dict[str, tuple[int, int]]:
         if isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
             read |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value = node.value
-            if isinstance(value, ast.Constant) and type(value.value) is int:
-                values[node.targets[0].id] = value.value
+            value = _int_value(node.value, values)
+            if value is not None:
+                values[node.targets[0].id] = value
     return {
         n: (v, _probe_value(v))
         for n, v in sorted(values.items())
         if n in read and v >= 2 and not any(b in n.lower() for b in SIZE_BLOCKLIST)
     }
+
+
+_INT_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+
+
+def _int_value(node: ast.expr, known: dict[str, int]) -> int | None:
+    """The int a module-level assignment's value is, as the sandbox reads it from the module: a
+    literal, an earlier constant, or their sum, difference or product (DINOv2's
+    `num_tokens = 1 + 7 * 7`); None for anything else."""
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is int else None
+    if isinstance(node, ast.Name):
+        return known.get(node.id)
+    if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
+        a, b = _int_value(node.left, known), _int_value(node.right, known)
+        return None if a is None or b is None else _INT_OPS[type(node.op)](a, b)
+    return None
 
 
 def _probe_value(v: int) -> int:
@@ -337,7 +354,7 @@ def generalise(
     across the files written as its expression; raises NotGeneral saying why not."""
     if len({tuple(sorted((p, _code(t)) for p, t in f.items() if p != "model_new.py")) for f in files}) != 1:
         raise NotGeneral("the kernel files differ between sizes")
-    texts = [GUARD_LINE.sub("_KW_GUARD = None", f["model_new.py"]) for f in files]
+    texts = [_ints_as_literals(GUARD_LINE.sub("_KW_GUARD = None", f["model_new.py"])) for f in files]
     toks = [_tokens(t) for t in texts]
     if len({len(t) for t in toks}) != 1:
         raise NotGeneral("model_new.py differs in more than numbers between sizes")
@@ -367,6 +384,20 @@ def generalise(
     if not edits:
         raise NotGeneral("no literal moves with the sizes")
     return {**files[0], "model_new.py": _apply(texts[0], edits, _guard_line(files, captures, guards))}
+
+
+def _ints_as_literals(text: str) -> str:
+    """text with each module-level int written as arithmetic (`num_tokens = 1 + 7 * 7`, copied
+    from the task) written as its value: a probe's copy holds the probe's literal instead."""
+    known: dict[str, int] = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = _int_value(node.value, known)
+            if value is not None:
+                known[node.targets[0].id] = value
+                if not isinstance(node.value, ast.Constant):
+                    text = probe_source(text, node.targets[0].id, value)
+    return text
 
 
 def _code(text: str) -> str:

@@ -86,7 +86,9 @@ def test_exported_attention_passes_the_shape_trial_under_forbid():
     1/sqrt(n_embd / n_head) in the fused softmax): correct under forbid and the default preset,
     with both shape trials run on the generated kernels. Before: rejected for the reference's
     aten::_softmax, aten::tril, ... at the trial's shapes."""
-    res, pol = _policy_run(GPT2, "gpt2_attention", FORBID, max_turns=3)  # analyse, one candidate, finish
+    src = GPT2.replace("\nseq = 8\n", "\nseq = 4 * 2\n")  # a size written as arithmetic is one too
+    assert src != GPT2
+    res, pol = _policy_run(src, "gpt2_attention", FORBID, max_turns=3)  # analyse, one candidate, finish
     assert res.verified, res.trajectory.finished().summary
     assert pol.analysis.data["capture"] == "export" and len(pol.probes) == 3
     text = res.best.files["model_new.py"]
@@ -219,3 +221,11 @@ def test_the_log_of_a_ratio_of_sizes_binds():
     with pytest.raises(NotGeneral):
         bind_float((2.7, 3.4, 2.1), atoms, False, 1)  # exp of these is no int
     assert bind((15, 7, 15), atoms, False) == "((self.num_buckets) // 2 - 1)"  # its last bucket
+
+
+def test_a_size_written_as_arithmetic_is_a_size_constant():
+    """The sandbox reads the module's ints, however written (DINOv2's `num_tokens = 1 + 7 * 7`): the
+    probes must vary the same constants, or the trial meets a size the candidate left fixed."""
+    src = "n = 1 + 7 * 7\nd = 2 * n - 4\nk = int('3')\n\ndef get_inputs():\n    return [n, d, k]\n"
+    assert size_constants(src) == {"d": (96, 48), "n": (50, 25)}
+    assert probe_source(src, "n", 25).splitlines()[0] == "n = 25"
