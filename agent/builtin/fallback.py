@@ -21,7 +21,9 @@ REFERENCE_CLASS = "_KwReference"
 def source_parts(src: str) -> dict[str, Any]:
     """The reference's module-level imports, assignments, helper functions/classes, Model's
     constructor and the whole Model class (renamed), verbatim: a candidate reuses them so that
-    parameter names, buffers and attributes match exactly."""
+    parameter names, buffers and attributes match exactly. TorchScript's overload declarations
+    are left out (without_overloads)."""
+    src = without_overloads(src)
     tree = ast.parse(src)
     imports = [ast.get_source_segment(src, n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
     init = None
@@ -42,6 +44,23 @@ def source_parts(src: str) -> dict[str, Any]:
         or (isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name not in ("Model", "get_inputs", "get_init_inputs"))
     ]
     return {"imports": imports, "init": init, "body": body, "model_class": model_class}
+
+
+_OVERLOADS = ("_overload", "_overload_method")
+
+
+def without_overloads(src: str) -> str:
+    """src without the stubs decorated `@torch.jit._overload_method` / `_overload` (torchvision's
+    DenseNet declares forward's TorchScript signatures so). In eager code each is a `pass` body the
+    real definition below replaces, and the decorator reads its caller's frame (sys._getframe),
+    which the sandbox refuses to candidate code: a copy with them does not import."""
+    lines = src.splitlines(keepends=True)
+    for node in sorted(ast.walk(ast.parse(src)), key=lambda n: -getattr(n, "lineno", 0)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+            isinstance(d, ast.Attribute) and d.attr in _OVERLOADS for d in node.decorator_list
+        ):
+            del lines[node.decorator_list[0].lineno - 1 : node.end_lineno]
+    return "".join(lines)
 
 
 def _segment(src: str, node: ast.stmt) -> str:

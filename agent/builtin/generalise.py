@@ -36,7 +36,7 @@ from sandbox.options import SIZE_BLOCKLIST
 
 MAX_PROBES = 8  # size constants varied (one capture each); a task with more stays specialised
 PROBE_ATTEMPTS = 3  # values tried per constant (probe_values) before it stays fixed
-MAX_FACTORS = 4  # atoms multiplied in one size expression
+MAX_FACTORS = 5  # atoms multiplied in one size expression (DETR's batch * (h * w) ** 2)
 GUARD_LINE = re.compile(r"^_KW_GUARD = .*$", re.M)
 _LINE_COMMENT = re.compile(r"//[^\n]*")
 _IDENT_PATH = re.compile(r"^self(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -74,13 +74,18 @@ def size_constants(source: str) -> dict[str, tuple[int, int]]:
     }
 
 
-_INT_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b}
+_INT_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b if b else None,  # None: not a size
+}
 
 
 def _int_value(node: ast.expr, known: dict[str, int]) -> int | None:
     """The int a module-level assignment's value is, as the sandbox reads it from the module: a
-    literal, an earlier constant, or their sum, difference or product (DINOv2's
-    `num_tokens = 1 + 7 * 7`); None for anything else."""
+    literal, an earlier constant, or their sum, difference, product or floor quotient (DINOv2's
+    `num_tokens = 1 + 7 * 7`, DETR's `feature_size = image_size // 32`); None for anything else."""
     if isinstance(node, ast.Constant):
         return node.value if type(node.value) is int else None
     if isinstance(node, ast.Name):
@@ -213,9 +218,66 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
             found = search(shifted, 0, 0) if min(shifted) >= 1 else None
             if found:
                 return f"(({' * '.join(found)}) // {k} {'+' if c > 0 else '-'} {abs(c)})"
+    found_sum = _sum_of_two(values, usable) or (_window(values, usable) if floor else None)
+    if found_sum is not None:
+        return found_sum
     if not forward and bind_or_none(values, triples) is not None:
         raise NeedsInputs(f"a size outside forward, {values}, follows an input's shape")
     raise NotGeneral(f"no product of sizes gives {values}")
+
+
+def _sum_of_two(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]]) -> str | None:
+    """`m * a + n * b` of two atoms, m and n up to 8, or such a sum times one or two atoms:
+    DenseNet's concatenated channels, the block's input plus its layers' growth (64 + 4 * 32), and
+    their size with the feature map's (192 * 28 * 28)."""
+    found = _sum(values, usable)
+    if found is not None:
+        return found
+    for p, pv in _products(usable):
+        if all(x > 0 and v % x == 0 for v, x in zip(values, pv, strict=True)):
+            found = _sum(tuple(v // x for v, x in zip(values, pv, strict=True)), usable)
+            if found is not None:
+                return f"{found} * {p}"
+    return None
+
+
+def _products(usable: list[tuple[str, tuple[int, ...]]]) -> list[tuple[str, tuple[int, ...]]]:
+    """Each atom, and each product of two."""
+    return list(usable) + [
+        (f"{a} * {b}", tuple(x * y for x, y in zip(av, bv, strict=True)))
+        for i, (a, av) in enumerate(usable)
+        for b, bv in usable[i:]
+    ]
+
+
+def _sum(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]]) -> str | None:
+    for i, (a, av) in enumerate(usable):
+        for b, bv in usable[i + 1 :]:
+            for m in range(1, 9):
+                rest = [v - m * x for v, x in zip(values, av, strict=True)]
+                n = rest[0] // bv[0] if bv[0] else 0
+                if 1 <= n <= 8 and all(r == n * y for r, y in zip(rest, bv, strict=True)):
+                    return f"({_times(m, a)} + {_times(n, b)})"
+    return None
+
+
+def _window(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]]) -> str | None:
+    """`(P + c) // k` for a product P of one or two atoms, k up to 16 and |c| up to 64: a strided
+    window's output length (wav2vec2's convolutions: (16000 - 5) // 5 = 3199). The c nearest 0
+    of those that fit every capture."""
+    for k in range(1, 17):
+        for p, pv in _products(usable):
+            lo = max(v * k - x for v, x in zip(values, pv, strict=True))
+            hi = min(v * k - x + k - 1 for v, x in zip(values, pv, strict=True))
+            c = min(range(lo, hi + 1), key=abs, default=None) if hi - lo < 1 << 20 else None
+            if c is not None and abs(c) <= 64 and (k, c) != (1, 0):
+                inner = f"{p} {'+' if c >= 0 else '-'} {abs(c)}"
+                return f"({inner})" if k == 1 else f"(({inner}) // {k})"
+    return None
+
+
+def _times(m: int, a: str) -> str:
+    return a if m == 1 else f"{m} * {a}"
 
 
 # how far from an int the float's int may be, relative: a scale computed in float32 (GPT-NeoX's
@@ -232,7 +294,7 @@ _FLOAT_FORMS = (
 
 def bind_float(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool, line: int) -> str:
     """A float literal that moves with the sizes: a size, its square root, or their reciprocals;
-    else the log of a ratio of sizes (T5's `log(max_distance / max_exact)`)."""
+    else a ratio of sizes, or its log (T5's `log(max_distance / max_exact)`)."""
     forms = [*_FLOAT_FORMS, *((lambda f, k=k: k / f, f"{k} / ({{}})") for k in range(2, 65))]  # LoRA's alpha / r
     for floor in (False, True):  # a floor division inside a float's formula only where nothing else fits
         for to_int, form in forms:
@@ -240,6 +302,10 @@ def bind_float(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ..
             found = bind_or_none(ints, triples, forward, floor) if ints else None
             if found is not None:
                 return form.format(found)
+    ints = _ints(list(values))
+    found = _ratio(ints, triples, forward) if ints else None
+    if found is not None:  # DETR's image_size / feature_size
+        return found
     logs = _ints([math.exp(v) if v < 64 else 0.0 for v in values])
     found = _ratio(logs, triples, forward) if logs else None
     if found is not None:
@@ -354,7 +420,7 @@ def generalise(
     across the files written as its expression; raises NotGeneral saying why not."""
     if len({tuple(sorted((p, _code(t)) for p, t in f.items() if p != "model_new.py")) for f in files}) != 1:
         raise NotGeneral("the kernel files differ between sizes")
-    texts = [_ints_as_literals(GUARD_LINE.sub("_KW_GUARD = None", f["model_new.py"])) for f in files]
+    texts = [ints_as_literals(GUARD_LINE.sub("_KW_GUARD = None", f["model_new.py"])) for f in files]
     toks = [_tokens(t) for t in texts]
     if len({len(t) for t in toks}) != 1:
         raise NotGeneral("model_new.py differs in more than numbers between sizes")
@@ -386,9 +452,11 @@ def generalise(
     return {**files[0], "model_new.py": _apply(texts[0], edits, _guard_line(files, captures, guards))}
 
 
-def _ints_as_literals(text: str) -> str:
-    """text with each module-level int written as arithmetic (`num_tokens = 1 + 7 * 7`, copied
-    from the task) written as its value: a probe's copy holds the probe's literal instead."""
+def ints_as_literals(text: str) -> str:
+    """text with each module-level int written as arithmetic (`num_tokens = 1 + 7 * 7`,
+    `feature_size = image_size // 32`) written as its value, as the sandbox's trial sees the task
+    (it sets each constant on the module, the others unchanged): the probes change one constant
+    of this text, and a candidate's copy of the line compares as its value."""
     known: dict[str, int] = {}
     for node in ast.parse(text).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):

@@ -36,6 +36,7 @@ from agent.builtin.generalise import (
     atoms,
     bind_scalars,
     generalise,
+    ints_as_literals,
     probe_source,
     probe_values,
     same_structure,
@@ -297,7 +298,8 @@ class BuiltinPolicy(Policy):
             # the captures are sandboxed child processes: two at a time (a CPU host's cores, a
             # GPU's analysis admission decides the rest)
             with ThreadPoolExecutor(max_workers=2) as pool:
-                subs = list(pool.map(probe, [probe_source(task.source, n, values[n][attempt]) for n in tries]))
+                flat = ints_as_literals(task.source)  # each probe moves one constant, as the trial does
+                subs = list(pool.map(probe, [probe_source(flat, n, values[n][attempt]) for n in tries]))
             for name, sub in zip(tries, subs, strict=True):
                 self.analysis_s += sub.analysis_s  # the probes' captures count as analysis time
                 data = sub.analysis.data if sub.analysis is not None and sub.analysis.ok else {}

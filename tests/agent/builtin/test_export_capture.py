@@ -765,3 +765,23 @@ def test_a_data_dependent_guard_names_the_line_of_the_upload():
     an = _analysis(DATA_DEPENDENT_ASSERT, profile=False)
     assert not an.ok
     assert "line 9, in forward: assert (shapes[:, 0] * shapes[:, 1]).sum() == n" in an.error, an.error
+
+
+def test_torchscript_overload_stubs_are_left_out_of_the_copy():
+    """torchvision's DenseNet layer declares forward's TorchScript signatures with
+    `@torch.jit._overload_method`, which reads its caller's frame: the sandbox refuses that to
+    candidate code, so a verbatim copy of the reference did not import. Without the stubs, the
+    fallback passes the sandbox."""
+    from sandbox import evaluate
+    from sandbox.options import EvalOptions
+    from sandbox.schema import Status
+
+    src = _block("tv_densenet_dense_block", batch=1, num_init_features=8, growth_rate=4, size=6)
+    assert "_overload_method" in src
+    files = {"model_new.py": fallback_model(src, ["for the test"])}
+    assert (
+        "_overload_method" not in files["model_new.py"] and "def forward(self, input: Tensor)" in files["model_new.py"]
+    )
+    opts = EvalOptions(backend="cpu", torch_ops="allow", compile_baseline=False, timing_budget_s=0.05)
+    res = evaluate(src, files, opts)
+    assert res.status == Status.OK, res.reasons

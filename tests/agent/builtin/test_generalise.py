@@ -226,6 +226,22 @@ def test_the_log_of_a_ratio_of_sizes_binds():
 def test_a_size_written_as_arithmetic_is_a_size_constant():
     """The sandbox reads the module's ints, however written (DINOv2's `num_tokens = 1 + 7 * 7`): the
     probes must vary the same constants, or the trial meets a size the candidate left fixed."""
-    src = "n = 1 + 7 * 7\nd = 2 * n - 4\nk = int('3')\n\ndef get_inputs():\n    return [n, d, k]\n"
-    assert size_constants(src) == {"d": (96, 48), "n": (50, 25)}
+    src = "n = 1 + 7 * 7\nd = 2 * n - 4\nf = d // 4\nk = int('3')\n\ndef get_inputs():\n    return [n, d, f, k]\n"
+    assert size_constants(src) == {"d": (96, 48), "f": (24, 12), "n": (50, 25)}
     assert probe_source(src, "n", 25).splitlines()[0] == "n = 25"
+
+
+def test_sums_windows_and_ratios_of_sizes_bind():
+    """DenseNet's concatenated channels (input + 4 * growth, and times the map's area), a strided
+    window's output length (wav2vec2's (L - 10) // 5 + 1), DETR's image_size / feature_size."""
+    g, c = ("self.growth", (32, 32, 16, 32)), ("self.init", (64, 64, 64, 32))
+    side = ("v_x.shape[2]", (28, 14, 28, 28))
+    assert bind((192, 192, 128, 160), [g, c, side], True) == "(4 * self.growth + self.init)"
+    assert bind((150528, 37632, 100352, 125440), [g, c, side], True) == (
+        "(4 * self.growth + self.init) * v_x.shape[2] * v_x.shape[2]"
+    )
+    length = ("v_x.shape[1]", (16000, 16000, 8000, 12000))
+    assert bind(tuple((n - 10) // 5 + 1 for n in length[1]), [length], True) == "((v_x.shape[1]) // 5 - 1)"
+    assert bind(tuple((n - 7) // 3 for n in length[1]), [length], True) == "((v_x.shape[1] - 7) // 3)"
+    image, feat = ("self.image", (640, 320, 640, 640)), ("self.feat", (20, 10, 10, 20))
+    assert bind_float((32.0, 32.0, 64.0, 32.0), [image, feat], False, 1) == "(self.image) / (self.feat)"
