@@ -177,6 +177,7 @@ def test_a_size_the_reference_cannot_run_at_is_probed_at_its_next_value():
     assert any("width=104->" in c for c in checked), checked
 
 
+@pytest.mark.slow
 def test_nn_transformer_encoder_layer_passes_the_shape_trial_under_forbid():
     """nn.MultiheadAttention projects a transposed view: ATen's linear runs that as a matmul, a copy
     and an aten::add, not one addmm, so its bias add is a kernel of ours, not the library call's

@@ -195,3 +195,16 @@ def test_under_allow_these_ops_stay_atens():
     assert "_kw_elt(" not in allow.files["model_new.py"]
     forbid = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
     assert "_kw_elt(" in forbid.files["model_new.py"]
+
+
+def test_a_linear_of_a_transposed_view_keeps_its_bias_add_ours(tmp_path):
+    """ATen's linear runs a strided 3-D input as a matmul, a copy and an aten::add (not one addmm):
+    nn.MultiheadAttention's in-projection. Its bias add must be a kernel of ours under forbid."""
+    src = task("self.fc(x.transpose(0, 1))", "torch.randn(5, 3, 8)", "        self.fc = nn.Linear(8, 8)")
+    an = _analysis(src, profile=False)
+    assert an.ok, an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops)
+    assert ops and not [op for op in ops if classify(op) == "compute"], ops
