@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call on the device machine (results go in docs/benchmarks.md).
-# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests timecheck cores bench cases kbcases suite kernelbench)
+# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests gputests timecheck cores bench cases kbcases suite kernelbench)
 # One device call runs at most 10 minutes: `probe tests bench`, then `cases`, then `suite`.
 # The device tool returns at most 8 files from $OUT, so logs and case-study fixtures come back as
 # two archives next to summary.txt (printed last) and suite.json.
@@ -28,6 +28,10 @@ for s in $stages; do case $s in
   # the case studies run in the `cases` stage (tests/agent/builtin/test_gpu_case_studies.py is the
   # same five runs with assertions, marked slow: run it on its own when there is device time)
   tests) run_stage tests ${KW_TESTS_LIMIT:-280} python3 -m pytest -m "gpu and not slow" tests/sandbox tests/agent -v -rfE --tb=short -p no:cacheprovider ;;
+  # chosen GPU tests: KW_GPU_FILES (paths) and KW_GPU_K (a -k expression), e.g. the own kernels'
+  # KW_GPU_FILES=tests/agent/builtin/test_gpu_own_kernels.py KW_GPU_K="masks_casts or gathers"
+  gputests) run_stage gputests ${KW_GPU_LIMIT:-300} python3 -m pytest -m gpu -v -rfE --tb=short -p no:cacheprovider \
+      ${KW_GPU_FILES:?KW_GPU_FILES: test files} -k "${KW_GPU_K:-}" ;;
   # where a candidate's timed ms come from: sandbox numbers, our timer vs do_bench, host vs device cost
   # (after `cases` in the same call: this call's fresh candidates; else the gallery's)
   timecheck) fx=webapp/jobs/fixtures/gallery; [ -f "$WORK/cases/diag_scale_matmul.json" ] && fx="$WORK/cases"
