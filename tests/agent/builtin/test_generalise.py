@@ -169,6 +169,7 @@ def get_init_inputs():
 """
 
 
+@pytest.mark.slow
 def test_a_size_the_reference_cannot_run_at_is_probed_at_its_next_value():
     res, pol = _policy_run(GROUPED, "grouped", FORBID, max_turns=3)
     assert pol.analysis.data["capture"] == "export" and len(pol.probes) == 3, pol.general_note
@@ -199,6 +200,7 @@ def test_a_scale_computed_in_float32_binds_to_its_size():
         bind_float((0.1767, 0.1767, 0.25), [("self.head_size", (32, 32, 16))], False, 1)  # 4 decimals: no size
 
 
+@pytest.mark.slow
 def test_peft_lora_scaling_is_read_from_its_dict_and_passes_the_shape_trial():
     """PEFT's LoRA keeps `alpha / r` in a dict per adapter (`self.scaling['default']`); the
     probes move it (r and alpha are size constants) and no size gives it. Read from the module at
@@ -246,3 +248,38 @@ def test_sums_windows_and_ratios_of_sizes_bind():
     assert bind(tuple((n - 7) // 3 for n in length[1]), [length], True) == "((v_x.shape[1] - 7) // 3)"
     image, feat = ("self.image", (640, 320, 640, 640)), ("self.feat", (20, 10, 10, 20))
     assert bind_float((32.0, 32.0, 64.0, 32.0), [image, feat], False, 1) == "(self.image) / (self.feat)"
+
+
+def test_floats_of_the_uploads_own_modules_and_dicts_are_slots():
+    """float_slots finds what the fast path reads at run time (the slow test above runs LoRA end to
+    end): a float in a dict attribute of a submodule of the upload's own class, none of torch.nn's
+    (their eps and dropout rates), and each perturbed to its own value so two equal floats are told
+    apart."""
+    from agent.builtin.capture_export import float_slots, perturbed
+
+    class Lora(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.scaling = {"default": 2.0}
+            self.drop = nn.Dropout(0.1)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = Lora(), Lora()
+            self.layers = nn.ModuleList([Lora()])
+            self.temperature = 0.5
+
+    slots = float_slots(Net())
+    assert list(slots) == [
+        "self.temperature",
+        "self.a.scaling['default']",
+        "self.b.scaling['default']",
+        "self.get_submodule('layers.0').scaling['default']",
+    ]
+    assert len({perturbed(s.value, i) for i, s in enumerate(slots.values())}) == 4
+    net = Net()
+    slot = float_slots(net)["self.b.scaling['default']"]
+    slot.set(3.0)
+    assert net.b.scaling["default"] == 3.0 and net.a.scaling["default"] == 2.0
