@@ -265,8 +265,9 @@ def _window(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]]) 
     """`(P + c) // k` for a product P of one or two atoms, k up to 16 and |c| up to 64: a strided
     window's output length (wav2vec2's convolutions: (16000 - 5) // 5 = 3199). The c nearest 0
     of those that fit every capture."""
+    products = _products(usable)
     for k in range(1, 17):
-        for p, pv in _products(usable):
+        for p, pv in products:
             lo = max(v * k - x for v, x in zip(values, pv, strict=True))
             hi = min(v * k - x + k - 1 for v, x in zip(values, pv, strict=True))
             c = min(range(lo, hi + 1), key=abs, default=None) if hi - lo < 1 << 20 else None

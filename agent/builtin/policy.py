@@ -293,12 +293,12 @@ class BuiltinPolicy(Policy):
         parts = (self.analysis.data.get("guard") or {}).get("parts")
         values = {name: probe_values(v) for name, (v, _) in consts.items()}
         pending = list(consts)  # a constant the reference cannot run without stays fixed (the guard keeps it)
+        flat = ints_as_literals(task.source)  # each probe moves one constant, as the trial does
         for attempt in range(PROBE_ATTEMPTS):
             tries = [n for n in pending if attempt < len(values[n])]
             # the captures are sandboxed child processes: two at a time (a CPU host's cores, a
             # GPU's analysis admission decides the rest)
             with ThreadPoolExecutor(max_workers=2) as pool:
-                flat = ints_as_literals(task.source)  # each probe moves one constant, as the trial does
                 subs = list(pool.map(probe, [probe_source(flat, n, values[n][attempt]) for n in tries]))
             for name, sub in zip(tries, subs, strict=True):
                 self.analysis_s += sub.analysis_s  # the probes' captures count as analysis time
