@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agent.builtin import bilinear, remap
+from agent.builtin import bilinear, gridsample, remap
 from agent.builtin import typed_elementwise as typed
 from agent.builtin.graph import Graph, Node, Ref
 
@@ -120,8 +120,9 @@ def own_call(n: Node, g: Graph, torch_ops: str = "forbid") -> dict[str, Any] | N
 
 def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
     """An elementwise ATen op over float32/int64/bool tensors (typed_elementwise.kw_elt), a scan of
-    a bool or integer tensor (typed_elementwise.kw_scan_t), or a copy whose source coordinates are a
-    per-dim map (remap.kw_remap: pad, roll, repeat, nearest upsampling)."""
+    a bool or integer tensor (typed_elementwise.kw_scan_t), a copy whose source coordinates are a
+    per-dim map (remap.kw_remap: pad, roll, repeat, nearest upsampling), bilinear upsampling, or
+    grid sampling and affine grids (gridsample)."""
 
     def arg(i: int, d: Any = None) -> Any:
         return _arg(n, i, d)
@@ -131,6 +132,10 @@ def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
 
     if _name(n) == "upsample_bilinear2d":
         return bilinear.bilinear_call(n, g, arg, kwarg)
+    if _name(n) in ("grid_sampler", "grid_sampler_2d"):
+        return gridsample.grid_sample_call(n, g, arg)
+    if _name(n) == "affine_grid_generator":
+        return gridsample.affine_grid_call(n, g, arg)
     if _name(n) in ("cumsum", "cumprod"):
         return typed.scan_call(n, g, arg(0), _around(_shape(g, arg(0)), arg(1)), _name(n))
     return typed.typed_call(n, g, _name(n), arg, kwarg) or remap.remap_call(n, g, _name(n), arg, kwarg)
@@ -798,6 +803,8 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     + remap.CPU_SOURCE
     + bilinear.COMMON
     + bilinear.CPU_SOURCE
+    + gridsample.COMMON
+    + gridsample.CPU_SOURCE
 )
 
 
@@ -1166,4 +1173,6 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     + remap.CUDA_SOURCE
     + bilinear.COMMON
     + bilinear.CUDA_SOURCE
+    + gridsample.COMMON
+    + gridsample.CUDA_SOURCE
 )

@@ -118,6 +118,19 @@ BILINEAR = task(
     "torch.randn(2, 3, 5, 6)",
 )
 
+# kw_affine_grid and kw_grid_sample (agent/builtin/gridsample.py): a spatial transformer's
+# F.affine_grid + F.grid_sample with and without align_corners, to the input's size and another;
+# a flow field's grid (some of it outside [-1, 1]) with each padding mode, bilinear and nearest
+GRID_SAMPLE = task(
+    "(F.grid_sample(x, F.affine_grid(t, x.size(), align_corners=False), align_corners=False), "
+    "F.grid_sample(x, F.affine_grid(t, (2, 3, 6, 8), align_corners=True), padding_mode='border', align_corners=True), "
+    "F.grid_sample(x, g, mode='nearest', padding_mode='reflection'), "
+    "F.grid_sample(x, g, padding_mode='reflection', align_corners=True), "
+    "F.grid_sample(x, g, mode='nearest', align_corners=True), F.grid_sample(x, g, padding_mode='border'))",
+    "torch.randn(2, 3, 9, 11), torch.randn(2, 2, 3) * 0.8, torch.rand(2, 7, 5, 2) * 2.6 - 1.3",
+    args="x, t, g",
+)
+
 # torch.gather along a dim (DeBERTa's relative-position scores): an index smaller than x off the
 # dim; repeat_interleave along a dim (GPT-J's rotary tables)
 GATHER = task(
@@ -145,6 +158,7 @@ CASES = {
     "scans": (SCANS, "kw_scan_t"),
     "gather": (GATHER, "kw_remap"),
     "bilinear": (BILINEAR, "kw_bilinear"),
+    "grid_sample": (GRID_SAMPLE, "kw_grid_sample"),
     "hf_masks": (HF_MASKS, "kw_elt"),
     "t5_buckets": (T5_BUCKETS, "kw_elt"),
     "sliding": (SLIDING, "kw_elt"),
