@@ -706,15 +706,25 @@ class ExportBuilder:
             raise ExportUnsupported(f"{n.name}: the call {getattr(t, '__name__', t)!r}")
         v = self.val(n)
         multi = isinstance(v, list | tuple)
+        # a tuple of which only the first tensor is read (_embedding_bag's output beside its
+        # offset2bag and bag sizes): the island is that tensor, so a kernel of ours can stand in
+        first = multi and isinstance(v[0], torch.Tensor) and _only_first(n)
         self.emit(
             n,
             "aten",
             [{"ref": r} for r in refs],
-            {"target": target, "call": call, "tuple": multi},
-            shape=None if multi else _shape(v),
-            dtype=None if multi else _dt(v),
+            {"target": target, "call": call, "tuple": multi and not first, **({"first": True} if first else {})},
+            shape=_shape(v[0]) if first else None if multi else _shape(v),
+            dtype=_dt(v[0]) if first else None if multi else _dt(v),
         )
+        if first:
+            self.tuples[self.alias[n.name]] = {"kind": "values"}
         self.islands.append(target)
+
+
+def _only_first(n: fx.Node) -> bool:
+    """Whether n's only users are `getitem(n, 0)`."""
+    return bool(n.users) and all(u.target is operator.getitem and u.args[1] == 0 for u in n.users)
 
 
 class _NotMapped(Exception):

@@ -219,4 +219,5 @@ def _aten(attrs: dict[str, Any], args: list[Any], scope: dict[str, Any]) -> Any:
     for part in attrs["target"].split("."):
         fn = getattr(fn, part)
     call = attrs["call"]
-    return fn(*[dec(x) for x in call["args"]], **{k: dec(x) for k, x in call["kwargs"].items()})
+    out = fn(*[dec(x) for x in call["args"]], **{k: dec(x) for k, x in call["kwargs"].items()})
+    return out[0] if attrs.get("first") else out

@@ -375,7 +375,8 @@ class _Emitter:
         op, at = n.op, n.attrs
         F = "torch.nn.functional"
         if op == "aten":
-            return f"torch.ops.{at['target']}({self.call_args(n, at['call'])})"
+            first = "[0]" if at.get("first") else ""  # a tuple of which only the first tensor is read
+            return f"torch.ops.{at['target']}({self.call_args(n, at['call'])}){first}"
         simple = {
             "exp": "torch.exp",
             "log": "torch.log",

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agent.builtin import bilinear, gridsample, remap
+from agent.builtin import bilinear, embedbag, gridsample, remap
 from agent.builtin import typed_elementwise as typed
 from agent.builtin.graph import Graph, Node, Ref
 
@@ -121,8 +121,8 @@ def own_call(n: Node, g: Graph, torch_ops: str = "forbid") -> dict[str, Any] | N
 def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
     """An elementwise ATen op over float32/int64/bool tensors (typed_elementwise.kw_elt), a scan of
     a bool or integer tensor (typed_elementwise.kw_scan_t), a copy whose source coordinates are a
-    per-dim map (remap.kw_remap: pad, roll, repeat, nearest upsampling), bilinear upsampling, or
-    grid sampling and affine grids (gridsample)."""
+    per-dim map (remap.kw_remap: pad, roll, repeat, nearest upsampling), bilinear upsampling,
+    grid sampling and affine grids (gridsample), or embedding bags (embedbag)."""
 
     def arg(i: int, d: Any = None) -> Any:
         return _arg(n, i, d)
@@ -136,6 +136,8 @@ def _typed(n: Node, g: Graph) -> dict[str, Any] | None:
         return gridsample.grid_sample_call(n, g, arg)
     if _name(n) == "affine_grid_generator":
         return gridsample.affine_grid_call(n, g, arg)
+    if _name(n) in ("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only"):
+        return embedbag.embedding_bag_call(n, g, arg, kwarg)
     if _name(n) in ("cumsum", "cumprod"):
         return typed.scan_call(n, g, arg(0), _around(_shape(g, arg(0)), arg(1)), _name(n))
     return typed.typed_call(n, g, _name(n), arg, kwarg) or remap.remap_call(n, g, _name(n), arg, kwarg)
@@ -351,6 +353,8 @@ def _index_rows(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         d, idx = int(_arg(n, 1)), _arg(n, 2)
     else:
         at = [k for k, v in enumerate(_arg(n, 1)) if v is not None]
+        if len(at) == 2 and at[1] == at[0] + 1:
+            return _index_pair(n, g, x, at[0], *_arg(n, 1)[at[0] : at[1] + 1])
         if len(at) != 1:
             return None
         d, idx = at[0], _arg(n, 1)[at[0]]
@@ -362,6 +366,26 @@ def _index_rows(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
     if math.prod(n.dims) != outer * picked * inner:
         return None
     return {"kernel": "kw_index_rows", "inputs": [x, idx], "ints": [outer, rows, inner, picked], "dtype": "float32"}
+
+
+def _index_pair(n: Node, g: Graph, x: Any, d: int, i: Any, j: Any) -> dict[str, Any] | None:
+    """x[..., i, j, ...] with two index tensors of one shape in adjacent dims (DLRM's `Z[:, li, lj]`,
+    the strictly lower triangle of its interactions): x viewed [outer, d1, d2, inner], the output
+    [outer, i.numel(), inner]."""
+    if not _float(g, x) or n.dtype != "float32" or not isinstance(i, Ref) or not isinstance(j, Ref):
+        return None
+    if any(g.node(r.name).dtype != "int64" for r in (i, j)) or _shape(g, i) != _shape(g, j):
+        return None
+    shape = _shape(g, x)
+    outer, inner, picked = math.prod(shape[:d]), math.prod(shape[d + 2 :]), math.prod(_shape(g, i))
+    if math.prod(n.dims) != outer * picked * inner:
+        return None
+    return {
+        "kernel": "kw_index_pair",
+        "inputs": [x, i, j],
+        "ints": [outer, shape[d], shape[d + 1], inner, picked],
+        "dtype": "float32",
+    }
 
 
 def _cross_entropy(n: Node, g: Graph) -> dict[str, Any] | None:
@@ -571,6 +595,10 @@ KW_HD static inline int64_t kw_row_of(int64_t i, int64_t rows) {
     const int64_t r = i < 0 ? i + rows : i;
     return r >= 0 && r < rows ? r : -1;
 }
+KW_HD static inline int64_t kw_pair_row(int64_t i, int64_t j, int64_t d1, int64_t d2) {
+    const int64_t a = kw_row_of(i, d1), b = kw_row_of(j, d2);
+    return a >= 0 && b >= 0 ? a * d2 + b : -1;
+}
 
 // One line q = (o, i) of [outer, len, inner]: inclusive cumulative sum (op 0, in double) or product (op 1).
 KW_HD static inline void kw_scan_line(const float* x, float* y, int64_t q, int64_t len, int64_t inner, int64_t op) {
@@ -740,6 +768,19 @@ extern "C" int kw_index_rows(const float* x, const int64_t* idx, float* y, int64
     return 0;
 }
 
+// kw_index_pair: y[o, p, k] = x[o, i[p], j[p], k] for x [outer, d1, d2, inner] (negative indices count
+// from the end; one outside its dim makes NaN)
+extern "C" int kw_index_pair(const float* x, const int64_t* i, const int64_t* j, float* y, int64_t outer, int64_t d1,
+                             int64_t d2, int64_t inner, int64_t n, void* stream) {
+    (void)stream;
+    #pragma omp parallel for if (outer * n * inner > (1 << 16))
+    for (int64_t p = 0; p < outer * n; ++p) {
+        const int64_t r = kw_pair_row(i[p % n], j[p % n], d1, d2);
+        for (int64_t k = 0; k < inner; ++k) y[p * inner + k] = r >= 0 ? x[((p / n) * d1 * d2 + r) * inner + k] : NAN;
+    }
+    return 0;
+}
+
 // kw_compare: y = x op s, a float32 tensor against a number (bool out); kw_bool_to_float: a bool mask as float32.
 extern "C" int kw_compare(const float* x, bool* y, int64_t n, int64_t op, float s, void* stream) {
     (void)stream;
@@ -805,6 +846,8 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     + bilinear.CPU_SOURCE
     + gridsample.COMMON
     + gridsample.CPU_SOURCE
+    + embedbag.COMMON
+    + embedbag.CPU_SOURCE
 )
 
 
@@ -1078,6 +1121,22 @@ extern "C" int kw_bool_to_float(const bool* x, float* y, int64_t n, void* stream
     return (int)cudaGetLastError();
 }
 
+__global__ void kw_index_pair_kernel(const float* __restrict__ x, const int64_t* __restrict__ i,
+                                     const int64_t* __restrict__ j, float* __restrict__ y, int64_t total, int64_t d1,
+                                     int64_t d2, int64_t inner, int64_t n) {
+    KW_GRID(total) {
+        const int64_t p = q / inner, r = kw_pair_row(i[p % n], j[p % n], d1, d2);
+        y[q] = r >= 0 ? x[((p / n) * d1 * d2 + r) * inner + q % inner] : NAN;
+    }
+}
+
+extern "C" int kw_index_pair(const float* x, const int64_t* i, const int64_t* j, float* y, int64_t outer, int64_t d1,
+                             int64_t d2, int64_t inner, int64_t n, void* stream) {
+    kw_index_pair_kernel<<<kw_blocks(outer * n * inner), 256, 0, (cudaStream_t)stream>>>(x, i, j, y, outer * n * inner,
+                                                                                          d1, d2, inner, n);
+    return (int)cudaGetLastError();
+}
+
 __global__ void kw_index_rows_kernel(const float* __restrict__ x, const int64_t* __restrict__ idx, float* __restrict__ y,
                                      int64_t total, int64_t rows, int64_t inner, int64_t n) {
     KW_GRID(total) {
@@ -1175,4 +1234,6 @@ extern "C" int kw_kl_div(const float* x, const float* t, float* y, int64_t n, in
     + bilinear.CUDA_SOURCE
     + gridsample.COMMON
     + gridsample.CUDA_SOURCE
+    + embedbag.COMMON
+    + embedbag.CUDA_SOURCE
 )

@@ -131,6 +131,25 @@ GRID_SAMPLE = task(
     args="x, t, g",
 )
 
+# kw_embedding_bag (agent/builtin/embedbag.py): nn.EmbeddingBag's sum (DLRM), mean with a padding
+# row and per-sample weights, max over 2-D bags, include_last_offset; offsets with empty bags;
+# kw_index_pair: DLRM's `z[:, li, lj]`
+EMBEDDING_BAG = task(
+    "(self.bags[0](i, o), self.bags[1](i, o), F.embedding_bag(i, self.bags[0].weight, o, mode='sum', "
+    "per_sample_weights=p), self.bags[2](i.view(6, 4)), "
+    "F.embedding_bag(i, self.bags[1].weight, o, include_last_offset=True), self.pairs(i, o))",
+    "torch.randint(0, 11, (24,)), torch.tensor([0, 3, 3, 10, 17, 24]), torch.rand(24)",
+    "        self.bags = torch.nn.ModuleList([torch.nn.EmbeddingBag(11, 8, mode='sum'), "
+    "torch.nn.EmbeddingBag(11, 8, mode='mean', padding_idx=2), torch.nn.EmbeddingBag(11, 8, mode='max')])\n\n"
+    "    def pairs(self, i, o):  # DLRM's interaction: the strictly lower triangle by two index lists\n"
+    "        t = self.bags[0](i, o).view(2, 3, 8)\n"
+    "        z = torch.bmm(t, t.transpose(1, 2))\n"
+    "        li = torch.tensor([a for a in range(3) for b in range(a)])\n"
+    "        lj = torch.tensor([b for a in range(3) for b in range(a)])\n"
+    "        return z[:, li, lj]",
+    args="i, o, p",
+)
+
 # torch.gather along a dim (DeBERTa's relative-position scores): an index smaller than x off the
 # dim; repeat_interleave along a dim (GPT-J's rotary tables)
 GATHER = task(
@@ -159,6 +178,7 @@ CASES = {
     "gather": (GATHER, "kw_remap"),
     "bilinear": (BILINEAR, "kw_bilinear"),
     "grid_sample": (GRID_SAMPLE, "kw_grid_sample"),
+    "embedding_bag": (EMBEDDING_BAG, "kw_embedding_bag"),
     "hf_masks": (HF_MASKS, "kw_elt"),
     "t5_buckets": (T5_BUCKETS, "kw_elt"),
     "sliding": (SLIDING, "kw_elt"),
