@@ -132,12 +132,13 @@ def test_a_generalised_candidate_passes_the_shape_trial_on_the_gpu():
 
 
 @pytest.mark.parametrize(
-    "name", ["hf_masks", "t5_buckets", "products", "remaps", "bilinear", "gather", "scans", "grid_sample"]
+    "name",
+    ["hf_masks", "t5_buckets", "products", "remaps", "bilinear", "gather", "scans", "grid_sample", "embedding_bag"],
 )
 def test_masks_casts_and_remaps_pass_the_sandbox_on_the_gpu(name, tmp_path):
     """kw_elt, kw_remap, kw_bilinear, kw_scan_t and kw_grid_sample (int64/bool masks, casts, broadcast
     products, pads, rolls, nearest and bilinear upsampling, slice assignment, gather, cumsums of
-    masks, affine grids and grid sampling): the
+    masks, affine grids and grid sampling, embedding bags): the
     CPU tests' tasks on the GPU."""
     from .test_typed_elementwise import CASES as TYPED
 
