@@ -303,14 +303,13 @@ def bind_float(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ..
             found = bind_or_none(ints, triples, forward, floor) if ints else None
             if found is not None:
                 return form.format(found)
-    ints = _ints(list(values))
-    found = _ratio(ints, triples, forward) if ints else None
+    found = _ratio(values, triples, forward)
     if found is not None:  # DETR's image_size / feature_size
         return found
-    logs = _ints([math.exp(v) if v < 64 else 0.0 for v in values])
-    found = _ratio(logs, triples, forward) if logs else None
-    if found is not None:
-        return f"math.log({found})"
+    if all(v < 64 for v in values):  # T5's log(max_distance / max_exact), DeBERTa's log((max_position - 1) / mid)
+        found = _ratio(tuple(math.exp(v) for v in values), triples, forward)
+        if found is not None:
+            return f"math.log({found})"
     where = f"line {line}: " if line else ""
     raise NotGeneral(f"{where}the float {values[0]!r} moves with the sizes and follows no size")
 
@@ -322,15 +321,19 @@ def _ints(floats: list[float]) -> tuple[int, ...] | None:
     return None
 
 
-def _ratio(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool) -> str | None:
-    """`(P) / (a)` with values in every capture: a product P over one atom a, computed in floats
-    (where values is no product of sizes itself: T5's 128 / (32 // 4) = 16 is 128 * 4 / 32)."""
+def _ratio(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool) -> str | None:
+    """`(N) / (a)` or `(N) / (a // 2)` with values in every capture: N an expression of sizes (a
+    product, or one plus a constant) whose values are values times the denominator's, computed
+    in floats (T5's 128 / (32 // 4) = 16 is 128 * 4 / 32; DeBERTa's (512 - 1) / (256 // 2))."""
     for a, av in triples:
         if not forward and not a.startswith("self."):
             continue
-        found = bind_or_none(tuple(v * x for v, x in zip(values, av, strict=True)), triples, forward, floor=False)
-        if found is not None and found != a:
-            return f"({found}) / ({a})"
+        for k in (1, 2):
+            den = tuple(x // k for x in av)
+            nums = _ints([v * d for v, d in zip(values, den, strict=True)]) if min(den) >= 1 else None
+            found = bind_or_none(nums, triples, forward, floor=False) if nums else None
+            if found is not None and found != a:
+                return f"({found}) / ({a})" if k == 1 else f"({found}) / ({a} // {k})"
     return None
 
 

@@ -226,6 +226,25 @@ def test_the_log_of_a_ratio_of_sizes_binds():
     assert bind((15, 7, 15), atoms, False) == "((self.num_buckets) // 2 - 1)"  # its last bucket
 
 
+def test_the_log_of_a_ratio_that_is_no_int_binds():
+    """DeBERTa-v2's log buckets: `log((max_position - 1) / mid)` with mid = bucket_size // 2, in
+    float32 (torch.log of a torch.tensor); 511 / 128 is no int, its numerator over mid is."""
+    import math
+
+    import torch
+
+    caps = [(256, 512), (128, 512), (256, 256)]
+    vals = tuple(float(torch.log(torch.tensor((mp - 1) / (b // 2)))) for b, mp in caps)
+    atoms = [
+        ("self.position_buckets", tuple(c[0] for c in caps)),
+        ("self.max_relative_positions", tuple(c[1] for c in caps)),
+    ]
+    expr = bind_float(vals, atoms, False, 1)
+    assert expr.startswith("math.log(") and "self.max_relative_positions" in expr, expr
+    scope = {"math": math, "self": type("S", (), {"position_buckets": 96, "max_relative_positions": 300})}
+    assert eval(expr, scope) == pytest.approx(math.log(299 / 48))  # another size: the formula, not the values
+
+
 def test_a_size_written_as_arithmetic_is_a_size_constant():
     """The sandbox reads the module's ints, however written (DINOv2's `num_tokens = 1 + 7 * 7`): the
     probes must vary the same constants, or the trial meets a size the candidate left fixed."""
