@@ -17,7 +17,9 @@ hold it shared forever and stall every timing window of the device (red team loc
 that works on the device is covered by its parent instead (`ChildHold`, sandbox.isolation.Child):
 shared from the command it is sent until its reply, exclusive for the commands that time
 (EXCLUSIVE_COMMANDS). Processes outside Kernelwright are not covered. A waiter with a deadline
-(`deadline_s`) gets LockTimeout instead of waiting for ever.
+(`deadline_s`) gets LockTimeout instead of waiting for ever. Requests queue in order through a
+second file, the turnstile (`<device>.turn`): flock(2) would grant a new shared hold while an
+exclusive request waits, and overlapping shared holds would keep a timing window out for good.
 """
 
 from __future__ import annotations
@@ -56,11 +58,11 @@ def prepare_dir(path: str | None = None) -> str:
         if os.stat(path).st_uid == os.geteuid():
             os.chmod(path, 0o755)
         for name in ["cpu", *(f"gpu-{uuid}" for uuid in host_gpu_uuids())]:
-            target = os.path.join(path, f"{name}.lock")
-            if not os.path.exists(target):
-                fd = _open(target)
-                if fd is not None:
-                    os.close(fd)
+            for target in (os.path.join(path, f"{name}.lock"), os.path.join(path, f"{name}.turn")):
+                if not os.path.exists(target):
+                    fd = _open(target)
+                    if fd is not None:
+                        os.close(fd)
     except OSError:
         pass
     return path
@@ -131,10 +133,12 @@ class DeviceLock:
         folder = folder or lock_dir()
         self.path = None
         self._fd = None
+        self._turn = None
         if name is not None:
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "device"
             self.path = os.path.join(folder, f"{safe}.lock")
             self._fd = _open(self.path)
+            self._turn = _open(os.path.join(folder, f"{safe}.turn")) if self._fd is not None else None
         self._held: int | None = None
 
     @property
@@ -154,15 +158,31 @@ class DeviceLock:
             return False
         if self._fd is None:
             return False
-        if not _flock(self._fd, mode | fcntl.LOCK_NB):
-            if on_wait is not None:
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        waited = False
+        # the turnstile: every request passes it, and holds it while it waits for the lock, so a
+        # request queues behind the one before it. flock(2) alone grants a shared hold while an
+        # exclusive request waits: shared holds that overlapped (torch.compile warm-ups of several
+        # evaluations, minutes each) kept every timed loop out (six shards on one GPU stalled)
+        for fd, lock_mode, path in ((self._turn, fcntl.LOCK_EX, None), (self._fd, mode, self.path)):
+            if fd is None or _flock(fd, lock_mode | fcntl.LOCK_NB):
+                continue
+            if on_wait is not None and not waited:
                 on_wait(True)
-            if deadline_s is None:
-                _flock(self._fd, mode)
-            else:
-                _flock_by(self._fd, mode, time.monotonic() + deadline_s, self.path)
-            if on_wait is not None:
-                on_wait(False)
+            waited = True
+            try:
+                if deadline is None:
+                    _flock(fd, lock_mode)
+                else:
+                    _flock_by(fd, lock_mode, deadline, path or self.path)
+            except BaseException:
+                if self._turn is not None:
+                    fcntl.flock(self._turn, fcntl.LOCK_UN)
+                raise
+        if self._turn is not None:
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
+        if waited and on_wait is not None:
+            on_wait(False)
         self._held = mode
         return True
 
@@ -176,6 +196,9 @@ class DeviceLock:
         self.release()
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            os.close(fd)
+        if self._turn is not None:
+            fd, self._turn = self._turn, None
             os.close(fd)
 
     @contextlib.contextmanager
