@@ -349,16 +349,15 @@ def bind_or_none(
 # ---- scalars the kernels are generated with ------------------------------------------------
 
 
-def bind_scalars(graphs: list[Graph], captures: list[dict[str, int]]) -> bool:
+def bind_scalars(graphs: list[Graph], captures: list[dict[str, int]]) -> None:
     """A float constant of the graph that moves with the sizes (a scale by 1/sqrt(head size),
     a mean's 1/n) becomes a runtime scalar with its size expression, in every capture's graph
-    (in place), so the kernels take it as an argument instead of a literal. Returns whether an
-    expression reads an input's shape (then nothing may be hoisted out of forward)."""
+    (in place), so the kernels take it as an argument instead of a literal. An expression may
+    read an input's shape: forward and `_kw_consts` (keyed by the input shapes) both see them."""
     triples = _triples(captures)
     first, others = graphs[0], graphs[1:]
     if any(len(g.nodes) != len(first.nodes) for g in others):
         raise NotGeneral("the captured graph differs between sizes")
-    reads_inputs = False
     for i, node in enumerate(first.nodes):
         peers = [g.nodes[i] for g in others]
         if any(p.name != node.name or p.op != node.op or len(p.args) != len(node.args) for p in peers):
@@ -376,10 +375,8 @@ def bind_scalars(graphs: list[Graph], captures: list[dict[str, int]]) -> bool:
                 expr = bind_float(values, triples, False, 0)
             except NotGeneral:
                 expr = bind_float(values, triples, True, 0)
-                reads_inputs = True
             for n, v in zip([node, *peers], values, strict=True):
                 n.args[j] = Scalar(v, expr)
-    return reads_inputs
 
 
 # ---- model_new.py at several sizes -> one -------------------------------------------------
@@ -445,7 +442,7 @@ def generalise(
             continue  # the size constant itself: the sandbox's shape trial sets it like the task's
         if not scope:
             raise NotGeneral(f"line {first.start[0]}: a size outside any method")
-        forward = scope == "forward"
+        forward = scope in ("forward", "_kw_consts")  # both are given the input tensors (their shapes key the consts)
         if all(t.string.isdigit() for t in same):
             expr = bind(tuple(int(t.string) for t in same), triples, forward)
         else:

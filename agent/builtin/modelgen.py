@@ -534,16 +534,18 @@ class _Emitter:
         body, params = self.lines, self.used_params
         self.lines, self.used_params = saved_lines, saved_params
         paths = tuple(self.g.node(n).attrs["path"] for n in params)
+        ins = [_var(n.name) for n in self.g.inputs() if n.shape is not None]
         L = [
-            "    def _kw_consts(self, _dev):",
-            '        """Values that depend on no input (the shapes are the captured ones): computed once per device and',
-            '        per version of the parameters/buffers they read, then reused."""',
+            f"    def _kw_consts(self, {', '.join(['_dev', *ins])}):",
+            '        """Values that depend on no input data, only on the input shapes (a size bound to one after',
+            '        the size probes), the parameters/buffers they read and the device: computed once per key."""',
         ]
+        key = "(str(_dev)" + "".join(f", {v}.shape" for v in ins) + ",)"
         if paths:
             L.append(f'        vals = _read(self, "_kw_cslots", {paths!r})')
-            L.append("        key = (str(_dev),) + tuple((t.data_ptr(), t._version) for t in vals)")
+            L.append(f"        key = {key} + tuple((t.data_ptr(), t._version) for t in vals)")
         else:
-            L.append("        key = (str(_dev),)")
+            L.append(f"        key = {key}")
         L += [
             '        cache = self.__dict__.get("_kw_const_cache")',
             "        if cache is not None and cache[0] == key:",
@@ -800,7 +802,8 @@ def generate_model(
     const_method: list[str] = []
     if hoisted:
         const_method = em.const_method(plan, hoisted)
-        em.emit("_c = self._kw_consts(_dev)")
+        ins = [_var(n.name) for n in g.inputs() if n.shape is not None]
+        em.emit(f"_c = self._kw_consts({', '.join(['_dev', *ins])})")
     for st in plan.steps:
         if st.node is not None and st.node.name in hoisted:
             if st.node.name in em.const_out:

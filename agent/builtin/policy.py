@@ -330,10 +330,10 @@ class BuiltinPolicy(Policy):
         guards = [p.analysis.data.get("guard") or {} for p in pols if p.analysis]
         graphs = [g for g in [step.graph, *(st.graph for st in subs if st is not None)] if g is not None]
         try:
-            reads_inputs = bind_scalars(graphs, captures)
+            bind_scalars(graphs, captures)
         except NotGeneral as e:
             return self._specialised(str(e))
-        for hoist in (False,) if reads_inputs else (True, False):
+        for hoist in (True, False):  # _kw_consts is given the inputs (their shapes key its cache)
             try:
                 files = [
                     p._build(gr, note=f"Step: {step.title}.", gemm=step.gemm, hoist=hoist).files

@@ -176,7 +176,7 @@ def test_the_causal_mask_is_built_once_and_the_masked_softmax_is_one_kernel():
     src = c.files["model_new.py"]
     consts, forward = src.split("def _kw_consts", 1)[1].split("def forward", 1)
     assert "lib.kw_tri(" in consts and "tril" not in forward  # our kernel, hoisted with the mask
-    assert "_c = self._kw_consts(_dev)" in forward
+    assert "_c = self._kw_consts(_dev, v_x)" in forward
 
 
 def test_a_tensor_made_in_the_forward_is_a_constant_and_min_with_it_is_fused(tmp_path):
