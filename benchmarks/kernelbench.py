@@ -237,6 +237,21 @@ def run_one(
     return row
 
 
+class _Steps:
+    """One log line per sandbox step of an evaluation as it starts (waiting for device memory or
+    the device, the reference, correctness, timing...): a shard that sits in one evaluation says
+    in which step (six shards on one GPU sat in their first evaluation for minutes, 2026-12-07,
+    and the log could not say where)."""
+
+    def __init__(self, name: str, t0: float) -> None:
+        self.name, self.t0, self.last = name, t0, ""
+
+    def __call__(self, step: str, detail: dict[str, Any]) -> None:
+        if step != self.last:
+            self.last = step
+            print(f"  {self.name} +{time.time() - self.t0:.0f} s sandbox: {step}", flush=True)
+
+
 def _trace(name: str, t0: float, ev: Event) -> None:
     """One log line per step as it happens: a shard cut off by its timeout writes no row, and
     these lines say which problem, turn and step it was in and how long each took."""
@@ -283,6 +298,7 @@ def _run_one(
         LocalEvaluator(),
         Budgets(max_turns=max_turns, confirmations=confirmations),
         on_event=partial(_trace, name, t0),
+        on_progress=_Steps(name, t0),
     )
     secs = time.time() - t0
     evals = res.trajectory.of_type(EvaluationEvent)

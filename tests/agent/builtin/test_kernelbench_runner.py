@@ -197,6 +197,8 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path, capsys):
     evaluated = [ln for ln in log if " evaluation " in ln]
     assert len(evaluated) == row["evaluations"] and all(" evaluation ok" in ln for ln in evaluated), log
     assert any(" compile_result ok=True " in ln for ln in log) and log[-1].split()[-1] == "finished", log
+    steps = [ln.split(" sandbox: ")[1] for ln in log if " sandbox: " in ln]  # and which sandbox step it is in
+    assert {"reference", "correctness", "timing", "done"} <= set(steps), steps
     assert all(c["label"] and isinstance(c["correct"], bool) for c in cands), cands
     assert row["best_label"] in [c["label"] for c in cands if c["correct"]], (row["best_label"], cands)
     assert all(c["vs_eager"] and c["vs_eager"] > 0 for c in cands if c["correct"]), cands
