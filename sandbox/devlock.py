@@ -261,7 +261,7 @@ def held_exclusively(name: str, folder: str | None = None) -> bool:
             fcntl.flock(lock._fd, fcntl.LOCK_UN)
         return not free
     finally:
-        os.close(lock._fd)
+        lock.close()  # the lock file and its turnstile: the gpu worker probes every few seconds
 
 
 def device_lock_name(device: str) -> str:

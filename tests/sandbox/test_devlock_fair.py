@@ -56,3 +56,21 @@ def test_an_exclusive_request_is_not_starved_by_overlapping_shared_holds(tmp_pat
         for r in readers:
             r.kill()
             r.wait(timeout=10)
+
+
+def test_probes_and_locks_close_what_they_open(tmp_path):
+    """The turnstile is a second open file per lock: the gpu worker's probe (held_exclusively,
+    every few seconds for a whole evaluation) and a closed lock leave no descriptor behind."""
+    import os
+
+    from sandbox.devlock import held_exclusively
+
+    folder = prepare_dir(str(tmp_path / "locks"))
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        assert not held_exclusively("cpu", folder)
+        lock = DeviceLock("cpu", folder)
+        with lock.exclusive():
+            pass
+        lock.close()
+    assert len(os.listdir("/proc/self/fd")) == before
