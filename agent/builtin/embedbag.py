@@ -15,15 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.builtin.graph import Graph, Node, Ref
+from agent.builtin.graph import Graph, Node
+from agent.builtin.gridsample import tensor_dims
 
 MODES = (0, 1, 2)  # sum, mean, max
-
-
-def _dims(g: Graph, a: Any, dtype: str) -> list[int] | None:
-    if not isinstance(a, Ref) or g.node(a.name).dtype != dtype:
-        return None
-    return list(g.node(a.name).dims)
 
 
 def embedding_bag_call(n: Node, g: Graph, arg: Any, kwarg: Any) -> dict[str, Any] | None:
@@ -31,7 +26,7 @@ def embedding_bag_call(n: Node, g: Graph, arg: Any, kwarg: Any) -> dict[str, Any
     mode, sparse, per_sample_weights, include_last_offset, padding_idx) with 1-D int64 indices and
     offsets, or None."""
     w, idx, off = arg(0), arg(1), arg(2)
-    ws, xs, os = _dims(g, w, "float32"), _dims(g, idx, "int64"), _dims(g, off, "int64")
+    ws, xs, os = tensor_dims(g, w, "float32"), tensor_dims(g, idx, "int64"), tensor_dims(g, off, "int64")
     mode = kwarg(4, "mode", 0)
     psw = kwarg(6, "per_sample_weights")
     last = int(bool(kwarg(7, "include_last_offset", False)))
@@ -44,7 +39,7 @@ def embedding_bag_call(n: Node, g: Graph, arg: Any, kwarg: Any) -> dict[str, Any
         return None
     inputs = [w, idx, off]
     if psw is not None:
-        if mode != 0 or _dims(g, psw, "float32") != xs:
+        if mode != 0 or tensor_dims(g, psw, "float32") != xs:
             return None
         inputs.append(psw)
     return {

@@ -24,9 +24,9 @@ INTERPOLATIONS = (0, 1)  # bilinear, nearest (ATen's GridSamplerInterpolation; 2
 PADDINGS = (0, 1, 2)  # zeros, border, reflection
 
 
-def _f32(g: Graph, a: Any) -> list[int] | None:
-    """The dims of a float32 tensor argument, else None."""
-    if not isinstance(a, Ref) or g.node(a.name).dtype != "float32":
+def tensor_dims(g: Graph, a: Any, dtype: str = "float32") -> list[int] | None:
+    """The dims of a tensor argument of that dtype, else None."""
+    if not isinstance(a, Ref) or g.node(a.name).dtype != dtype:
         return None
     return list(g.node(a.name).dims)
 
@@ -35,7 +35,7 @@ def grid_sample_call(n: Node, g: Graph, arg: Any) -> dict[str, Any] | None:
     """kw_grid_sample for aten.grid_sampler(_2d)(x, grid, interpolation, padding, align_corners) of a
     float32 4-D input, bilinear or nearest, or None."""
     x, grid = arg(0), arg(1)
-    xs, gs = _f32(g, x), _f32(g, grid)
+    xs, gs = tensor_dims(g, x), tensor_dims(g, grid)
     mode, pad, align = arg(2, 0), arg(3, 0), bool(arg(4, False))
     if n.dtype != "float32" or xs is None or gs is None or len(xs) != 4 or len(gs) != 4 or gs[3] != 2:
         return None
@@ -52,7 +52,7 @@ def grid_sample_call(n: Node, g: Graph, arg: Any) -> dict[str, Any] | None:
 def affine_grid_call(n: Node, g: Graph, arg: Any) -> dict[str, Any] | None:
     """kw_affine_grid for aten.affine_grid_generator(theta [N, 2, 3], [N, C, H, W], align_corners), or None."""
     theta, size, align = arg(0), arg(1), bool(arg(2, False))
-    ts = _f32(g, theta)
+    ts = tensor_dims(g, theta)
     if n.dtype != "float32" or ts is None or len(ts) != 3 or ts[1:] != [2, 3] or not isinstance(size, list):
         return None
     if len(size) != 4 or list(n.dims) != [ts[0], size[2], size[3], 2]:
