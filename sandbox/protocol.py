@@ -773,8 +773,8 @@ class _Evaluation:
             raise _Stop(Status.REJECTED, static_rejection(blocking))
 
     def start(self) -> None:
-        """3. Both children at once (they import torch in parallel); the candidate gets its set-up
-        and imports its module while the reference works."""
+        """3. Both children at once (they import torch in parallel) and their files; the
+        candidate's set-up message waits for the memory admission (`reference`)."""
         options, backend, res = self.options, self.backend, self.res
         self.progress("starting", {})
         limits = _limits(options, backend)
@@ -791,8 +791,7 @@ class _Evaluation:
         except (OSError, ValueError) as exc:  # past build's checks: a clear result all the same, never a raise
             raise _Stop(Status.COMPILE_ERROR, f"the candidate's files could not be set up: {exc}") from exc
         cand_setup = _candidate_artifacts(cand, self.artifacts)
-        setup = {"options": _opts_msg(options), "backend": backend, "refuse": RUN_TIME_REFUSALS, **cand_setup}
-        _send(cand, setup, "the candidate", "setup")
+        self.cand_setup = {"options": _opts_msg(options), "backend": backend, "refuse": RUN_TIME_REFUSALS, **cand_setup}
 
     def reference(self) -> None:
         """4. The reference builds its model and sends the base weights at once, so the candidate
@@ -812,6 +811,10 @@ class _Evaluation:
         self.data = data = _admitted_setup(self.ref, msg, self.share, options, self.backend, self.progress)
         if not data.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(data, "task"))
+        # only now: the set-up holds the device shared until the candidate's import reply, and an
+        # evaluation that waited for memory while its child held the device would deadlock with
+        # one that holds memory and waits for the device exclusively (six shards, 2026-12-07)
+        _send(self.cand, self.cand_setup, "the candidate", "setup")
         if self.share.parts:
             self.res.audit.findings.append(_share_finding(self.share, data))
         self.res.device = data["device_name"]

@@ -96,3 +96,38 @@ def test_an_evaluation_whose_window_waits_for_another_says_so():
     assert holders and "device_wait" in steps, steps
     after = steps[steps.index("device_wait") + 1 :]
     assert "timing" in after, steps
+
+
+def test_no_child_holds_the_device_while_its_evaluation_waits_for_memory():
+    """The order that keeps evaluations sharing a GPU out of deadlock: memory before the device.
+    An evaluation about to wait for its memory share (the "reference" step, before the
+    admission) has no child holding the device lock, so another evaluation that holds memory and
+    waits for the device exclusively (its timed window) is never waiting on it. A probe from
+    outside takes the lock exclusively at that step; the real evaluation then goes on."""
+    from sandbox import evaluate
+    from sandbox.devlock import LockTimeout
+    from sandbox.options import EvalOptions
+    from tests.sandbox.helpers import task
+
+    source = task("softmax_tiny.py")
+    probes: list[str] = []
+
+    def progress(step: str, detail: dict | None = None) -> None:
+        if step == "reference" and not probes:
+            lock = DeviceLock("cpu", prepare_dir())
+            try:
+                with lock.exclusive(deadline_s=0.5):
+                    probes.append("free")
+            except LockTimeout:
+                probes.append("held by a child")
+            finally:
+                lock.close()
+
+    res = evaluate(
+        source,
+        {"model_new.py": source.replace("class Model(", "class ModelNew(")},
+        EvalOptions(backend="cpu", torch_ops="allow", compile_baseline=False, timing_budget_s=0.1),
+        on_progress=progress,
+    )
+    assert probes == ["free"], probes
+    assert res.status.value == "ok", res.reasons
