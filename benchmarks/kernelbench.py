@@ -257,7 +257,10 @@ def _trace(name: str, t0: float, ev: Event) -> None:
     these lines say which problem, turn and step it was in and how long each took."""
     what = getattr(ev, "name", "") if isinstance(ev, (ToolCall, ToolResult)) else ""
     if isinstance(ev, EvaluationEvent):
-        what = f"{ev.result.get('status', '')} {ev.purpose}"
+        what = f"{ev.result.get('status', '')} {ev.purpose}".rstrip()
+        reasons = ev.result.get("reasons") or []
+        if ev.result.get("status") != "ok" and reasons:  # a rejected candidate's log says why
+            what += f": {' '.join(str(reasons[0]).split())[:200]}"
     if isinstance(ev, CompileEvent):
         what = f"ok={ev.result.get('ok')} {ev.result.get('seconds', 0):.1f} s"
     if isinstance(ev, ErrorEvent):

@@ -229,3 +229,20 @@ def test_a_fallback_best_after_correct_generated_candidates_says_they_were_slowe
     )
     assert _first_failure(SimpleNamespace(failures=["not captured: x"], tried=[lost])) == "not captured: x"
     assert _first_failure(SimpleNamespace(failures=[], tried=[])) == "no candidate tried"
+
+
+def test_a_failed_evaluation_s_log_line_says_why(capsys):
+    """A shard's log is all that comes back from a cut-off device call: a rejected evaluation's
+    line carries its first reason (four DenseNet121 evaluations read only "rejected", 2026-12-07)."""
+    from agent.events import EvaluationEvent
+    from benchmarks.kernelbench import _trace
+
+    reason = "timing: the timed calls' outputs\n  differ from the trials' " + "x" * 400
+    _trace("L3/15", 0.0, EvaluationEvent(turn=2, version=1, result={"status": "rejected", "reasons": [reason]}))
+    _trace("L3/15", 0.0, EvaluationEvent(turn=3, version=1, result={"status": "ok", "reasons": ["note"]}))
+    rejected, ok = capsys.readouterr().out.splitlines()
+    said = rejected.split(" evaluation rejected: ")[1]
+    assert said == " ".join(reason.split())[:200] and said.startswith("timing: the timed calls' outputs differ"), (
+        rejected
+    )
+    assert ok.endswith("turn 3 evaluation ok"), ok
