@@ -418,8 +418,14 @@ def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[
     if call["kernel"] == "kw_remap":
         return remap.emit(call, out, shape, val)
     ins = [val(x) for x in call["inputs"]]
-    lines = [f"{x} = {x} if {x}.is_contiguous() else _kw_dense(lib, {x}, _stream)" for x in dict.fromkeys(ins)]
     k = call["kernel"]
+    if k == "kw_cat":
+        outer, total = call["ints"]
+        return [
+            f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})",
+            f"_kw_cat(lib, ({', '.join(ins)},), {out}, {outer}, {tuple(call['sizes'])!r}, {total}, _stream)",
+        ]
+    lines = [f"{x} = {x} if {x}.is_contiguous() else _kw_dense(lib, {x}, _stream)" for x in dict.fromkeys(ins)]
     if "runtime" in call:  # sizes from the input at run time (an fx graph's are symbolic)
         a, b, keep = call["runtime"]
         x = ins[0]
@@ -430,13 +436,7 @@ def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[
             f"{', '.join(str(i) for i in call['ints'])}, _stream)",
         ]
     lines.append(f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})")
-    if k == "kw_cat":
-        outer, total = call["ints"]
-        off = 0
-        for x, size in zip(ins, call["sizes"], strict=True):
-            lines.append(f"lib.kw_copy_block({x}, {out}, {outer}, {size}, {total}, {off}, _stream)")
-            off += size
-    elif k == "kw_flip":
+    if k == "kw_flip":
         lines.append(f"_kw_flip(lib, {ins[0]}, {out}, {tuple(call['dims'])!r}, _stream)")
     else:
         lines.append(f"lib.{k}({', '.join(ins)}, {out}, {', '.join(str(i) for i in call['ints'])}, _stream)")
@@ -514,6 +514,17 @@ def _kw_around(shape, a, b):
 def _kw_reduced(shape, a, b, keepdim):
     """The shape of a reduction over dims [a, b)."""
     return tuple(shape[:a]) + ((1,) * (b - a) if keepdim else ()) + tuple(shape[b:])
+
+
+def _kw_cat(lib, xs, out, outer, sizes, total, stream):
+    """out = the cat of xs, each [outer, size] of [outer, total], by kw_copy_block: one call per
+    cat in model_new.py (a line per operand made DenseNet-201's forward 540 KB, over the
+    workspace's limit per file: its concatenations grow with each layer)."""
+    off = 0
+    for x, size in zip(xs, sizes):
+        x = x if x.is_contiguous() else _kw_dense(lib, x, stream)
+        lib.kw_copy_block(x, out, outer, size, total, off, stream)
+        off += size
 
 
 def _kw_flip(lib, x, out, dims, stream):

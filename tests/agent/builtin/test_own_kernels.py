@@ -272,3 +272,48 @@ def test_softmax_to_its_own_dtype_is_a_softmax_under_forbid(tmp_path):
     ops: dict[str, int] = {}
     _check_candidate(src, c.files, tmp_path, ops=ops)
     assert not [op for op in ops if classify(op) == "compute"], ops
+
+
+DENSE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, layers=48, growth=2):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.BatchNorm2d(4 + i * growth), nn.ReLU(), nn.Conv2d(4 + i * growth, growth, 1, bias=False))
+            for i in range(layers)
+        )
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(torch.cat(features, 1)))
+        return torch.cat(features, 1)
+
+
+def get_inputs():
+    return [torch.randn(2, 4, 3, 3)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_dense_block_s_growing_concatenations_fit_the_workspace(tmp_path):
+    """A DenseNet block concatenates every earlier feature map at each layer, so the operands of
+    its cats grow with the depth squared: one line per operand made DenseNet-201's model_new.py
+    540 KB, over the workspace's limit per file, and no candidate of it was generated. Each cat
+    is one line now; the candidate matches the reference under forbid."""
+    from agent.workspace import MAX_FILE_BYTES
+
+    an = _analysis(DENSE, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert "kw_cat" in {k for _, k in own_parts(c.plan)}
+    size = len(c.files["model_new.py"].encode())
+    assert size < MAX_FILE_BYTES // 2, size  # 1225 operands in 49 cats: 300 KB at a line each
+    _check_candidate(DENSE, c.files, tmp_path)
