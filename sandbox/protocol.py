@@ -386,20 +386,26 @@ class _Paired:
     def _block_median(self, name: str, reply: dict, wall_ms: float) -> float:
         """The block's median, once its account is one a timer could have kept: finite, as many
         calls as asked, half of them at least the median (so the sum holds half the calls times
-        the median), no median below the back-to-back pass's time per call (charge_loop), and no
-        more time in its calls and pass than the block took on this process's clock (a sum
-        padded past it would hide time moved out of the median; red team 2026-12-06)."""
+        the median), no median below the back-to-back pass's time per call (charge_loop), its
+        charged sum between the measured one (`raw_ms`) and that with each call raised to the
+        pass's time, and no more measured time in its calls and pass than the block took on this
+        process's clock (a sum padded past it would hide time moved out of the median; red team
+        2026-12-06). The measured sum, not the charged one: a host-bound call is charged the
+        pass's time, which it did not spend in the block (DenseNet and LSTM tasks were rejected
+        as forged, 2026-12-07)."""
         median, total, loop = float(reply["median_ms"]), float(reply["sum_ms"]), float(reply["loop_ms"])
-        if not all(math.isfinite(x) for x in (median, total, loop, float(reply["calls"]))):
+        raw = float(reply["raw_ms"])
+        if not all(math.isfinite(x) for x in (median, total, raw, loop, float(reply["calls"]))):
             raise ValueError(f"a timing block's account is not finite: {reply!r:.300}")
         calls = int(reply["calls"])
         slack = 1e-6 * max(1.0, total)
-        spent = total + (loop_calls(calls) * loop if loop > 0 else 0.0)
+        spent = raw + (loop_calls(calls) * loop if loop > 0 else 0.0)
         if (
-            not all(math.isfinite(x) and x >= 0 for x in (median, total, loop))
+            not all(x >= 0 for x in (median, total, raw, loop))
             or calls != self.calls[name]
             or total < (calls // 2) * median - slack
             or median < loop - slack
+            or not raw - slack <= total <= raw + calls * loop + slack
             or spent > 1.02 * wall_ms + slack  # the pass's median per call may exceed its mean a little
         ):
             who = "candidate" if name == "candidate" else "task"

@@ -428,7 +428,7 @@ class Series:
         self.sync_floor_ms = sync_floor_ms
         median = statistics.median(charged)
         self.blocks.append(median)
-        self.last_block = {"sum_ms": sum(charged), "loop_ms": loop or 0.0, "calls": len(charged)}
+        self.last_block = {"sum_ms": sum(charged), "raw_ms": sum(raw), "loop_ms": loop or 0.0, "calls": len(charged)}
         return median
 
     @property

@@ -443,7 +443,15 @@ class _RefContext:
                 reply["exact"] = {"ok": False, "error": exact["error"]}
         elif not cmp.passed and cmp.values_only and cmd.get("clean"):
             reply["exact"] = {"ok": False, "float64": True}
+        self._drop_variant(cur["variant"])
         return reply
+
+    def _drop_variant(self, v: int) -> None:
+        """A reinit or shape variant serves one trial: once it is compared, its model and weights
+        go back to the device (the base stays for the timing sets and spot checks)."""
+        if v > 0 and not any(p["variant"] == v for p in self.pending.values()):
+            self.models[v] = None
+            self.variants[v] = {**self.variants[v], "state_dict": {}, "buffers": {}}
 
     def spot_compare(self, cmd: dict) -> dict:
         """A timed call's output that the candidate's harness kept at random
@@ -1097,6 +1105,9 @@ class _Candidate:
                 ) from exc
             _load_unsaved_buffers(m, spec.get("buffers") or {})
             self.models[v] = m.eval().to(self.device)
+            # the model holds its own copies now: the received ones go back to the device (an 8 GiB
+            # MLP's base and reinit copies, kept, ran an 80 GB GPU out of memory, 2026-12-07)
+            spec["state_dict"], spec["buffers"] = {}, {}
         return self.models[v]
 
     def start_findings(self) -> None:

@@ -4,6 +4,8 @@ reference's expected outputs (sandbox.shared, docs/evaluation.md sections 3-6)."
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from sandbox import evaluate, protocol
@@ -130,3 +132,69 @@ def test_the_candidate_cannot_find_the_expected_outputs(quick, monkeypatch):
     res = evaluate(task, {"model_new.py": SPY}, quick(torch_ops="allow"))
     assert res.status.value == "ok", res.reasons
     assert all(t.passed for t in res.trials)
+
+
+LINEAR = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(384, 512)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def get_inputs():
+    return [torch.randn(8, 384)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+COUNTER = '''import gc
+
+import torch
+import torch.nn as nn
+
+
+def weight_copies():
+    """Tensors of the weight's shape in this process, by storage."""
+    return len({o.data_ptr() for o in gc.get_objects() if isinstance(o, torch.Tensor) and tuple(o.shape) == (512, 384)})
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(384, 512)
+
+    def forward(self, x):
+        out = self.fc(x)
+        # its own weight, and a reinit trial's model next to the base one: two at most
+        return out if weight_copies() <= 2 else torch.zeros_like(out)
+'''
+
+
+def test_the_candidate_keeps_no_copy_of_the_weights_it_loaded(quick, monkeypatch):
+    """The weights the candidate receives are loaded into its model, then dropped: a process that
+    kept them (the base's and the reinit trial's) held the model three times over, and an 8 GiB
+    MLP (KernelBench level 3 problem 2) ran an 80 GB GPU out of memory. The candidate counts the
+    tensors of the weight's shape in its own process and fails its trial when it holds more than
+    its model's (and the reinit trial's model beside the base)."""
+    import torch
+
+    namespace: dict = {}
+    exec(compile(COUNTER, "counter", "exec"), namespace)
+    w = torch.randn(512, 384)
+    copies = [w.clone(), w.clone()]  # noqa: F841  (the counter works: it sees these)
+    with warnings.catch_warnings():  # gc meets torch.distributed's deprecated reduce_op
+        warnings.simplefilter("ignore", FutureWarning)
+        assert namespace["weight_copies"]() >= 3
+    monkeypatch.setattr(protocol, "REJECT_STATIC", False)  # gc walking is statically rejected
+    monkeypatch.setattr(protocol, "RUN_TIME_REFUSALS", False)  # and refused at run time (sandbox.audit_hook)
+    res = evaluate(LINEAR, {"model_new.py": COUNTER}, quick(torch_ops="allow"))
+    assert any(t.kind == "reinit" for t in res.trials), [t.kind for t in res.trials]
+    assert res.status.value == "ok", res.reasons
