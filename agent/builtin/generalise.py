@@ -419,7 +419,7 @@ def generalise(
 ) -> dict[str, str]:
     """files[0] (the candidate at the task's sizes) with each literal that moves with the sizes
     across the files written as its expression; raises NotGeneral saying why not."""
-    if len({tuple(sorted((p, _code(t)) for p, t in f.items() if p != "model_new.py")) for f in files}) != 1:
+    if len({kernel_code(f) for f in files}) != 1:
         raise NotGeneral("the kernel files differ between sizes")
     texts = [ints_as_literals(GUARD_LINE.sub("_KW_GUARD = None", f["model_new.py"])) for f in files]
     toks = [_tokens(t) for t in texts]
@@ -467,6 +467,19 @@ def ints_as_literals(text: str) -> str:
                 if not isinstance(node.value, ast.Constant):
                     text = probe_source(text, node.targets[0].id, value)
     return text
+
+
+def kernel_code(files: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """A candidate's kernel files without their comments: what must be the same at every size."""
+    return tuple(sorted((p, _code(t)) for p, t in files.items() if p != "model_new.py"))
+
+
+def form(files: dict[str, str]) -> tuple[Any, ...]:
+    """What `generalise` needs to be the same in every capture's candidate: the kernel files and
+    model_new.py's tokens but its numbers."""
+    text = ints_as_literals(GUARD_LINE.sub("_KW_GUARD = None", files["model_new.py"]))
+    tokens = tuple("#" if t.type == tokenize.NUMBER else t.string for t in _tokens(text))
+    return kernel_code(files), tokens
 
 
 def _code(text: str) -> str:

@@ -332,13 +332,7 @@ def _cat(n: Node, g: Graph, stack: bool = False) -> dict[str, Any] | None:
     pieces = [(x, math.prod(s[d:])) for x, s in zip(xs, shapes, strict=True) if len(s) == nd]  # legacy 1-d empties skip
     if len(pieces) != len(xs) and any(math.prod(s) for s in shapes):
         return None
-    return {
-        "kernel": "kw_cat",
-        "inputs": [p[0] for p in pieces],
-        "ints": [math.prod(n.dims[:d]), math.prod(n.dims[d:])],
-        "sizes": [p[1] for p in pieces],
-        "dtype": "float32",
-    }
+    return {"kernel": "kw_cat", "inputs": [p[0] for p in pieces], "dim": d, "stack": stack, "dtype": "float32"}
 
 
 def _index_rows(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
@@ -419,12 +413,8 @@ def emit_lines(call: dict[str, Any], out: str, shape: list[int], val: Callable[[
         return remap.emit(call, out, shape, val)
     ins = [val(x) for x in call["inputs"]]
     k = call["kernel"]
-    if k == "kw_cat":
-        outer, total = call["ints"]
-        return [
-            f"{out} = torch.empty({tuple(shape)!r}, device=_dev, dtype=torch.{call['dtype']})",
-            f"_kw_cat(lib, ({', '.join(ins)},), {out}, {outer}, {tuple(call['sizes'])!r}, {total}, _stream)",
-        ]
+    if k == "kw_cat":  # sizes from the operands: a cat of several inputs' sizes is their sum, no product
+        return [f"{out} = _kw_cat(lib, ({', '.join(ins)},), {call['dim']}, {call['stack']}, _stream)"]
     lines = [f"{x} = {x} if {x}.is_contiguous() else _kw_dense(lib, {x}, _stream)" for x in dict.fromkeys(ins)]
     if "runtime" in call:  # sizes from the input at run time (an fx graph's are symbolic)
         a, b, keep = call["runtime"]
@@ -516,15 +506,25 @@ def _kw_reduced(shape, a, b, keepdim):
     return tuple(shape[:a]) + ((1,) * (b - a) if keepdim else ()) + tuple(shape[b:])
 
 
-def _kw_cat(lib, xs, out, outer, sizes, total, stream):
-    """out = the cat of xs, each [outer, size] of [outer, total], by kw_copy_block: one call per
-    cat in model_new.py (a line per operand made DenseNet-201's forward 540 KB, over the
-    workspace's limit per file: its concatenations grow with each layer)."""
+def _kw_cat(lib, xs, dim, stack, stream):
+    """torch.cat(xs, dim) (stack: torch.stack) of float32 tensors by kw_copy_block, its sizes read
+    from the operands: one line per cat in model_new.py (a line per operand made DenseNet-201's
+    forward 540 KB, over the workspace's limit per file), and the cat's size along dim, a sum of
+    the operands' (RetinaNet's anchors over five levels), follows the inputs with no literal."""
+    shape = list(xs[0].shape)
+    if stack:
+        shape.insert(dim, len(xs))
+    else:
+        shape[dim] = sum(x.shape[dim] for x in xs)
+    out = torch.empty(shape, device=xs[0].device, dtype=torch.float32)
+    outer, total = math.prod(shape[:dim]), math.prod(shape[dim:])
     off = 0
-    for x, size in zip(xs, sizes):
+    for x in xs:
         x = x if x.is_contiguous() else _kw_dense(lib, x, stream)
+        size = x.numel() // outer if outer else 0
         lib.kw_copy_block(x, out, outer, size, total, off, stream)
         off += size
+    return out
 
 
 def _kw_flip(lib, x, out, dims, stream):

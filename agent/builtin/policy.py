@@ -35,6 +35,7 @@ from agent.builtin.generalise import (
     NotGeneral,
     atoms,
     bind_scalars,
+    form,
     generalise,
     ints_as_literals,
     probe_source,
@@ -175,6 +176,8 @@ class BuiltinPolicy(Policy):
         self.blockers: list[str] = []  # under torch-ops=forbid: what keeps a candidate from being accepted
         self.failures: list[str] = []  # one line per step that did not give a correct candidate, in order
         self.probes: list[BuiltinPolicy] = []  # the same plan at other sizes (agent.builtin.generalise)
+        self.probe_values: dict[str, list[int]] = {}  # each size constant's probe values, in order
+        self.probe_of: tuple[str, int] | None = None  # a probe's constant and the index of its value
         self.general_note = ""  # why candidates stay specialised to the captured shapes, when they do
 
     # -- Policy interface ------------------------------------------------------------------
@@ -275,42 +278,48 @@ class BuiltinPolicy(Policy):
         if len(consts) > MAX_PROBES:
             self.general_note = f"{len(consts)} size constants, more than the {MAX_PROBES} the probes vary"
             return
-        timeout = min(self.analysis_timeout_s, max(60.0, 4 * self.analysis_s))
-        task = self.task
-
-        def probe(src: str) -> BuiltinPolicy:
-            sub = BuiltinPolicy(
-                profile_best=False,
-                max_variants=self.max_variants,
-                analysis_timeout_s=timeout,
-                try_unrewritten=self.try_unrewritten,
-                profile_reference=False,
-                probe=True,
-            )
-            sub.reset(TaskInfo(task.name, src, task.backend, dict(task.options or {})), [], [])
-            return sub
-
-        parts = (self.analysis.data.get("guard") or {}).get("parts")
-        values = {name: probe_values(v) for name, (v, _) in consts.items()}
+        self.probe_values = {name: probe_values(v) for name, (v, _) in consts.items()}
         pending = list(consts)  # a constant the reference cannot run without stays fixed (the guard keeps it)
-        flat = ints_as_literals(task.source)  # each probe moves one constant, as the trial does
         for attempt in range(PROBE_ATTEMPTS):
-            tries = [n for n in pending if attempt < len(values[n])]
+            tries = [(n, attempt) for n in pending if attempt < len(self.probe_values[n])]
             # the captures are sandboxed child processes: two at a time (a CPU host's cores, a
             # GPU's analysis admission decides the rest)
             with ThreadPoolExecutor(max_workers=2) as pool:
-                subs = list(pool.map(probe, [probe_source(flat, n, values[n][attempt]) for n in tries]))
-            for name, sub in zip(tries, subs, strict=True):
+                subs = list(pool.map(lambda t: self._probe(*t), tries))
+            for (name, _), sub in zip(tries, subs, strict=True):
                 self.analysis_s += sub.analysis_s  # the probes' captures count as analysis time
-                data = sub.analysis.data if sub.analysis is not None and sub.analysis.ok else {}
-                sub_parts = (data.get("guard") or {}).get("parts")
-                if data.get("capture") == "export" and (
-                    parts is None or sub_parts is None or same_structure(parts, sub_parts)
-                ):
+                if self._same_module(sub):
                     self.probes.append(sub)
                     pending.remove(name)
         if not self.probes:
             self.general_note = "the task could not be captured the same way at other sizes"
+
+    def _probe(self, name: str, attempt: int) -> BuiltinPolicy:
+        """The plan captured with the size constant `name` at its probe value number `attempt`."""
+        assert self.task is not None and self.analysis is not None
+        task = self.task
+        sub = BuiltinPolicy(
+            profile_best=False,
+            max_variants=self.max_variants,
+            analysis_timeout_s=min(self.analysis_timeout_s, max(60.0, 4 * self.analysis_s)),
+            try_unrewritten=self.try_unrewritten,
+            profile_reference=False,
+            probe=True,
+        )
+        src = probe_source(ints_as_literals(task.source), name, self.probe_values[name][attempt])
+        sub.reset(TaskInfo(task.name, src, task.backend, dict(task.options or {})), [], [])
+        sub.probe_of = (name, attempt)
+        return sub
+
+    def _same_module(self, sub: BuiltinPolicy) -> bool:
+        """Whether a probe's capture is an export of this module at other sizes (not where the
+        reference fails, or builds another module)."""
+        assert self.analysis is not None
+        data = sub.analysis.data if sub.analysis is not None and sub.analysis.ok else {}
+        parts = (self.analysis.data.get("guard") or {}).get("parts")
+        sub_parts = (data.get("guard") or {}).get("parts")
+        same = parts is None or sub_parts is None or same_structure(parts, sub_parts)
+        return data.get("capture") == "export" and same
 
     def _generalised(self, step: _Step, cand: Candidate) -> str:
         """cand's files made to follow the input sizes where the probes allow (in place); returns
@@ -319,6 +328,7 @@ class BuiltinPolicy(Policy):
             return ""
         assert self.analysis is not None and self.analysis.graph is not None
         key = (step.kind, step.title, step.gemm)
+        self._probes_with_these_kernels(step)
         subs = [
             next((st for st in p.steps if (st.kind, st.title, st.gemm) == key and st.graph), None) for p in self.probes
         ]
@@ -350,6 +360,36 @@ class BuiltinPolicy(Policy):
             except (NotGeneral, GenerationError) as e:
                 return self._specialised(str(e))
         return self._specialised("a size hoisted out of forward follows the inputs")
+
+    def _probes_with_these_kernels(self, step: _Step) -> None:
+        """A probe value can make a size degenerate (GroupNorm's channels per group, 64 / 32 = 2,
+        is 1 at 32 channels; a pyramid's last level, half of 4 / 2, is 1 x 1) and so another
+        kernel or forward, where the shape trial's sizes would still run this one: such a probe
+        gives way to its constant's next value whose candidate has this one's form
+        (generalise.form), where one of the PROBE_ATTEMPTS values does (RetinaNet's head)."""
+        mine = self._step_form(self, step)
+        for i, sub in enumerate(self.probes):
+            if mine is None or sub.probe_of is None or self._step_form(sub, step) in (None, mine):
+                continue
+            name, attempt = sub.probe_of
+            for later in range(attempt + 1, min(PROBE_ATTEMPTS, len(self.probe_values[name]))):
+                other = self._probe(name, later)
+                self.analysis_s += other.analysis_s
+                if self._same_module(other) and self._step_form(other, step) == mine:
+                    self.probes[i] = other
+                    break
+
+    @staticmethod
+    def _step_form(pol: BuiltinPolicy, step: _Step) -> tuple | None:
+        """The form of the candidate `pol` writes for its version of `step` (None: it has none)."""
+        key = (step.kind, step.title, step.gemm)
+        st = next((s for s in pol.steps if (s.kind, s.title, s.gemm) == key and s.graph), None)
+        if st is None or st.graph is None:
+            return None
+        try:
+            return form(pol._build(st.graph, note="", gemm=st.gemm).files)
+        except GenerationError:
+            return None
 
     def _specialised(self, why: str) -> str:
         self.general_note = why

@@ -18,7 +18,7 @@ from agent.builtin.generalise import (
     size_constants,
 )
 from agent.builtin.guard import guard_digest, guard_parts, parts_digest
-from agent.events import EvaluationEvent
+from agent.events import EvaluationEvent, ModelMessage
 from tests.agent.builtin.test_export_capture import GPT2, _block, _policy_run
 
 FORBID = {"compile_baseline": False, "timing_budget_s": 0.2, "min_timed_calls": 5, "torch_ops": "forbid"}
@@ -302,3 +302,54 @@ def test_floats_of_the_uploads_own_modules_and_dicts_are_slots():
     slot = float_slots(net)["self.b.scaling['default']"]
     slot.set(3.0)
     assert net.b.scaling["default"] == 3.0 and net.a.scaling["default"] == 2.0
+
+
+HEAD = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"A detection head over two pyramid levels, as torchvision's RetinaNet v2 writes it: a
+    convolution and GroupNorm(32) per level, each level's anchors flattened, then concatenated.\"\"\"
+
+    def __init__(self, channels):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm = nn.GroupNorm(32, channels)
+
+    def forward(self, p3, p4):
+        out = []
+        for p in (p3, p4):
+            y = torch.relu(self.norm(self.conv(p)))
+            out.append(y.flatten(2).transpose(1, 2))
+        return torch.cat(out, dim=1)
+
+
+batch = 2
+channels = 64
+size = 4
+
+
+def get_inputs():
+    return [torch.randn(batch, channels, size, size), torch.randn(batch, channels, size // 2, size // 2)]
+
+
+def get_init_inputs():
+    return [channels]
+"""
+
+
+@pytest.mark.slow
+def test_a_degenerate_probe_gives_way_and_a_cat_of_levels_follows_its_inputs():
+    """GroupNorm(32) over 64 channels has 2 per group; the first probe, 32 channels, has 1 and so
+    another kernel: that probe gives way to the next value whose kernels are the same (96); so
+    does the size's first probe, which makes the second level 1 x 1. The cat's length is a sum
+    over the levels, which no product of sizes gives: the cat reads it from its operands. Before: specialised ("the kernel files differ between sizes"), then rejected for
+    the reference's aten::native_group_norm and aten::cat at the shape trial's sizes."""
+    res, pol = _policy_run(HEAD, "retina_head", FORBID, max_turns=3)
+    assert pol.analysis.data["capture"] == "export", pol.general_note
+    probed = [p.probe_of for p in pol.probes]
+    assert ("channels", 0) not in probed and ("size", 0) not in probed and len(probed) == 3, probed
+    assert res.verified, res.trajectory.finished().summary
+    assert "Sizes follow the inputs" in " ".join(e.content for e in res.trajectory.of_type(ModelMessage))
