@@ -221,6 +221,9 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
     found_sum = _sum_of_two(values, usable) or (_window(values, usable) if floor else None)
     if found_sum is not None:
         return found_sum
+    found_ratio = _over_attributes(values, usable, search) if floor else None
+    if found_ratio is not None:
+        return found_ratio
     if not forward and bind_or_none(values, triples) is not None:
         raise NeedsInputs(f"a size outside forward, {values}, follows an input's shape")
     raise NotGeneral(f"no product of sizes gives {values}")
@@ -277,6 +280,29 @@ def _window(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]]) 
     return None
 
 
+def _over_attributes(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]], search: Any) -> str | None:
+    """A product of atoms floor-divided by a module attribute, or by one squared or two of them,
+    and a constant up to 64: a size reduced by a ratio the module is built with (SegFormer's
+    keys after its sequence reduction, `h * w // (16 * sr_ratio * sr_ratio)`)."""
+    attrs: dict[tuple[int, ...], str] = {}  # one name per set of values (many attributes share them)
+    for e, v in usable:
+        if e.startswith("self.") and min(v) > 1:
+            attrs.setdefault(v, e)
+    pairs = [((a,), av) for av, a in attrs.items()]
+    pairs += [
+        ((a, b), tuple(x * y for x, y in zip(av, bv, strict=True)))
+        for i, (av, a) in enumerate(attrs.items())
+        for bv, b in list(attrs.items())[i:]
+    ]
+    for k in range(1, 65):
+        for names, dv in pairs:
+            found = search(tuple(v * k * d for v, d in zip(values, dv, strict=True)), 0, 0)
+            if found:
+                over = " * ".join(([str(k)] if k > 1 else []) + list(names))
+                return f"({' * '.join(found)}) // ({over})"
+    return None
+
+
 def _times(m: int, a: str) -> str:
     return a if m == 1 else f"{m} * {a}"
 
@@ -303,9 +329,9 @@ def bind_float(values: tuple[float, ...], triples: list[tuple[str, tuple[int, ..
             found = bind_or_none(ints, triples, forward, floor) if ints else None
             if found is not None:
                 return form.format(found)
-    found = _ratio(values, triples, forward)
-    if found is not None:  # DETR's image_size / feature_size
-        return found
+        found = _ratio(values, triples, forward) if not floor else None
+        if found is not None:  # DETR's image_size / feature_size
+            return found
     if all(v < 64 for v in values):  # T5's log(max_distance / max_exact), DeBERTa's log((max_position - 1) / mid)
         found = _ratio(tuple(math.exp(v) for v in values), triples, forward)
         if found is not None:

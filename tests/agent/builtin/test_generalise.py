@@ -353,3 +353,18 @@ def test_a_degenerate_probe_gives_way_and_a_cat_of_levels_follows_its_inputs():
     assert ("channels", 0) not in probed and ("size", 0) not in probed and len(probed) == 3, probed
     assert res.verified, res.trajectory.finished().summary
     assert "Sizes follow the inputs" in " ".join(e.content for e in res.trajectory.of_type(ModelMessage))
+
+
+def test_a_size_reduced_by_a_module_ratio_binds():
+    """SegFormer's keys after its sequence reduction: the image's side over 4 (the patch
+    embedding's stride) over sr_ratio, squared, divides by a module attribute twice; no product of
+    sizes times a constant gives it (specialised before, and rejected at the shape trial)."""
+    side = ("v_pixel_values.shape[2]", (256, 128, 256, 256))
+    sr = ("self.sr_ratio", (8, 8, 4, 8))
+    heads = ("self.heads", (1, 1, 1, 2))
+    keys = tuple((h // 4 // r) ** 2 for h, r in zip(side[1], sr[1], strict=True))
+    assert keys == (64, 16, 256, 64)
+    expr = bind(keys, [side, sr, heads], True)
+    assert expr == "(v_pixel_values.shape[2] * v_pixel_values.shape[2]) // (16 * self.sr_ratio * self.sr_ratio)", expr
+    with pytest.raises(NotGeneral):  # a ratio of sizes no attribute explains still stays specialised
+        bind((64, 16, 256, 63), [side, sr, heads], True)
