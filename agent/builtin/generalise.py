@@ -288,7 +288,7 @@ def _over_attributes(values: tuple[int, ...], usable: list[tuple[str, tuple[int,
     for e, v in usable:
         if e.startswith("self.") and min(v) > 1:
             attrs.setdefault(v, e)
-    pairs = [((a,), av) for av, a in attrs.items()]
+    pairs: list[tuple[tuple[str, ...], tuple[int, ...]]] = [((a,), av) for av, a in attrs.items()]
     pairs += [
         ((a, b), tuple(x * y for x, y in zip(av, bv, strict=True)))
         for i, (av, a) in enumerate(attrs.items())
