@@ -224,6 +224,9 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
     found_ratio = _over_attributes(values, usable, search) if floor else None
     if found_ratio is not None:
         return found_ratio
+    found_shifted = _times_shifted(values, usable, search)
+    if found_shifted is not None:
+        return found_shifted
     if not forward and bind_or_none(values, triples) is not None:
         raise NeedsInputs(f"a size outside forward, {values}, follows an input's shape")
     raise NotGeneral(f"no product of sizes gives {values}")
@@ -300,6 +303,23 @@ def _over_attributes(values: tuple[int, ...], usable: list[tuple[str, tuple[int,
             if found:
                 over = " * ".join(([str(k)] if k > 1 else []) + list(names))
                 return f"({' * '.join(found)}) // ({over})"
+    return None
+
+
+def _times_shifted(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]], search: Any) -> str | None:
+    """A product of atoms times one atom plus or minus 1 or 2: a count of positions with one
+    more (GPT-J's `seq * (seq + 1)`, 16512 at 128)."""
+    seen: set[tuple[int, ...]] = set()
+    for e, v in usable:
+        if v in seen or min(v) < 2:
+            continue
+        seen.add(v)
+        for c in (1, -1, 2, -2):
+            shifted = tuple(x + c for x in v)
+            if min(shifted) >= 2 and all(val % d == 0 for val, d in zip(values, shifted, strict=True)):
+                found = search(tuple(val // d for val, d in zip(values, shifted, strict=True)), 0, 0)
+                if found is not None:
+                    return " * ".join([*found, f"({e} {'+' if c > 0 else '-'} {abs(c)})"])
     return None
 
 

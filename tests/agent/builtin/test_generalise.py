@@ -368,3 +368,13 @@ def test_a_size_reduced_by_a_module_ratio_binds():
     assert expr == "(v_pixel_values.shape[2] * v_pixel_values.shape[2]) // (16 * self.sr_ratio * self.sr_ratio)", expr
     with pytest.raises(NotGeneral):  # a ratio of sizes no attribute explains still stays specialised
         bind((64, 16, 256, 63), [side, sr, heads], True)
+
+
+def test_a_count_with_one_more_position_binds():
+    """GPT-J's `seq * (seq + 1)` (16512 at 128): a product times a size plus one. An atom of 2
+    (minus 2 is 0) is passed over, not divided by."""
+    seq, two = ("v_x.shape[1]", (128, 128, 128, 128, 64)), ("v_x.shape[0]", (2, 2, 3, 2, 2))
+    heads = ("self.n_head", (16, 16, 16, 8, 16))
+    assert bind((16512, 16512, 16512, 16512, 4160), [two, seq, heads], True) == "v_x.shape[1] * (v_x.shape[1] + 1)"
+    with pytest.raises(NotGeneral):
+        bind((16511, 16512, 16512, 16512, 4160), [two, seq, heads], True)
