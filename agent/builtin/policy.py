@@ -328,7 +328,7 @@ class BuiltinPolicy(Policy):
             return ""
         assert self.analysis is not None and self.analysis.graph is not None
         key = (step.kind, step.title, step.gemm)
-        self._probes_with_these_kernels(step)
+        self._probes_of_this_form(step)
         subs = [
             next((st for st in p.steps if (st.kind, st.title, st.gemm) == key and st.graph), None) for p in self.probes
         ]
@@ -361,7 +361,7 @@ class BuiltinPolicy(Policy):
                 return self._specialised(str(e))
         return self._specialised("a size hoisted out of forward follows the inputs")
 
-    def _probes_with_these_kernels(self, step: _Step) -> None:
+    def _probes_of_this_form(self, step: _Step) -> None:
         """A probe value can make a size degenerate (GroupNorm's channels per group, 64 / 32 = 2,
         is 1 at 32 channels; a pyramid's last level, half of 4 / 2, is 1 x 1) and so another
         kernel or forward, where the shape trial's sizes would still run this one: such a probe
