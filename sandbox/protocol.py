@@ -800,8 +800,8 @@ class _Evaluation:
         self.cand_setup = {"options": _opts_msg(options), "backend": backend, "refuse": RUN_TIME_REFUSALS, **cand_setup}
 
     def reference(self) -> None:
-        """4. The reference builds its model and sends the base weights at once, so the candidate
-        builds its model while the reference draws the first trial."""
+        """4. The reference builds its model under the memory admission and replies with its base
+        weights; then the candidate gets its set-up (memory before the device)."""
         options = self.options
         self.progress("reference", {})
         preset = PRESETS[options.preset]

@@ -951,8 +951,8 @@ class _Forward:
 
 
 def role_candidate() -> None:
-    """Set up (import ModelNew while the reference works, build the base variant), then answer
-    the parent's commands (`_Candidate.handlers`) until it says exit or a trial fails."""
+    """Set up (import ModelNew once the reference has built its model, build the base variant),
+    then answer the parent's commands (`_Candidate.handlers`) until it says exit or a trial fails."""
     from .timing import Timer  # noqa: F401  binds time.perf_counter before any candidate code runs
 
     early_device_init()
@@ -961,8 +961,8 @@ def role_candidate() -> None:
     trace("candidate: got setup")
     device = setup_process(msg["options"], msg["backend"])
     cand = _Candidate(msg, device)
-    # The import runs while the reference computes the trials (the parent sends the setup first);
-    # a failure is reported once the variants arrive, so the parent reads it where it expects it.
+    # The parent sends the setup once the reference has built its model (sandbox.protocol: memory
+    # before the device); a failure is reported once the variants arrive, where the parent reads it.
     failure = cand.import_model()
     cand.variants = dict(enumerate(recv()["variants"]))  # later ones (shape trials) arrive with their trial
     if failure is not None:
