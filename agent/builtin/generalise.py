@@ -284,36 +284,22 @@ def _window(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]]) 
 
 
 def _over_attributes(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]], search: Any) -> str | None:
-    """A product of atoms floor-divided by a module attribute, or by one squared or two of them,
-    and a constant up to 64: a size reduced by a ratio the module is built with (SegFormer's
-    keys after its sequence reduction, `h * w // (16 * sr_ratio * sr_ratio)`)."""
-    attrs: dict[tuple[int, ...], str] = {}  # one name per set of values (many attributes share them)
-    for e, v in usable:
-        if e.startswith("self.") and min(v) > 1:
-            attrs.setdefault(v, e)
-    pairs: list[tuple[tuple[str, ...], tuple[int, ...]]] = [((a,), av) for av, a in attrs.items()]
-    pairs += [
-        ((a, b), tuple(x * y for x, y in zip(av, bv, strict=True)))
-        for i, (av, a) in enumerate(attrs.items())
-        for bv, b in list(attrs.items())[i:]
-    ]
+    """A product of atoms floor-divided by a module attribute, or by one squared or two of them
+    (`_products`), and a constant up to 64: a size reduced by a ratio the module is built with
+    (SegFormer's keys after its sequence reduction, `h * w // (16 * sr_ratio * sr_ratio)`)."""
+    divisors = _products([(e, v) for e, v in usable if e.startswith("self.")])
     for k in range(1, 65):
-        for names, dv in pairs:
+        for name, dv in divisors:
             found = search(tuple(v * k * d for v, d in zip(values, dv, strict=True)), 0, 0)
             if found:
-                over = " * ".join(([str(k)] if k > 1 else []) + list(names))
-                return f"({' * '.join(found)}) // ({over})"
+                return f"({' * '.join(found)}) // ({f'{k} * ' if k > 1 else ''}{name})"
     return None
 
 
 def _times_shifted(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]], search: Any) -> str | None:
     """A product of atoms times one atom plus or minus 1 or 2: a count of positions with one
     more (GPT-J's `seq * (seq + 1)`, 16512 at 128)."""
-    seen: set[tuple[int, ...]] = set()
     for e, v in usable:
-        if v in seen or min(v) < 2:
-            continue
-        seen.add(v)
         for c in (1, -1, 2, -2):
             shifted = tuple(x + c for x in v)
             if min(shifted) >= 2 and all(val % d == 0 for val, d in zip(values, shifted, strict=True)):
@@ -467,7 +453,7 @@ def generalise(
     across the files written as its expression; raises NotGeneral saying why not."""
     if len({kernel_code(f) for f in files}) != 1:
         raise NotGeneral("the kernel files differ between sizes")
-    texts = [ints_as_literals(GUARD_LINE.sub("_KW_GUARD = None", f["model_new.py"])) for f in files]
+    texts = [_model_text(f) for f in files]
     toks = [_tokens(t) for t in texts]
     if len({len(t) for t in toks}) != 1:
         raise NotGeneral("model_new.py differs in more than numbers between sizes")
@@ -523,9 +509,13 @@ def kernel_code(files: dict[str, str]) -> tuple[tuple[str, str], ...]:
 def form(files: dict[str, str]) -> tuple[Any, ...]:
     """What `generalise` needs to be the same in every capture's candidate: the kernel files and
     model_new.py's tokens but its numbers."""
-    text = ints_as_literals(GUARD_LINE.sub("_KW_GUARD = None", files["model_new.py"]))
-    tokens = tuple("#" if t.type == tokenize.NUMBER else t.string for t in _tokens(text))
+    tokens = tuple("#" if t.type == tokenize.NUMBER else t.string for t in _tokens(_model_text(files)))
     return kernel_code(files), tokens
+
+
+def _model_text(files: dict[str, str]) -> str:
+    """model_new.py as the captures are compared: no guard digest, module ints as literals."""
+    return ints_as_literals(GUARD_LINE.sub("_KW_GUARD = None", files["model_new.py"]))
 
 
 def _code(text: str) -> str:

@@ -18,7 +18,7 @@ from agent.builtin import remap, tf32x3, typed_elementwise
 from agent.builtin.cudagraph import CAPTURE_HELPER
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
-from agent.builtin.graph import ISLAND_OPS, Lit, Node, Ref, Scalar, makes_strided
+from agent.builtin.graph import ISLAND_OPS, Graph, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.guard import HELPER as GUARD_HELPER
 from agent.builtin.kernelgen import KernelSig
@@ -134,6 +134,11 @@ def param_expr(path: str) -> str:
     for part in path.split("."):
         out += f"[{part}]" if part.isdigit() else f".{part}"
     return out
+
+
+def _input_vars(g: Graph) -> list[str]:
+    """forward's tensor arguments, as `_kw_consts` is given them (their shapes key its cache)."""
+    return [_var(n.name) for n in g.inputs() if n.shape is not None]
 
 
 def _var(name: str) -> str:
@@ -534,7 +539,7 @@ class _Emitter:
         body, params = self.lines, self.used_params
         self.lines, self.used_params = saved_lines, saved_params
         paths = tuple(self.g.node(n).attrs["path"] for n in params)
-        ins = [_var(n.name) for n in self.g.inputs() if n.shape is not None]
+        ins = _input_vars(self.g)
         L = [
             f"    def _kw_consts(self, {', '.join(['_dev', *ins])}):",
             '        """Values that depend on no input data, only on the input shapes (a size bound to one after',
@@ -802,8 +807,7 @@ def generate_model(
     const_method: list[str] = []
     if hoisted:
         const_method = em.const_method(plan, hoisted)
-        ins = [_var(n.name) for n in g.inputs() if n.shape is not None]
-        em.emit(f"_c = self._kw_consts({', '.join(['_dev', *ins])})")
+        em.emit(f"_c = self._kw_consts({', '.join(['_dev', *_input_vars(g)])})")
     for st in plan.steps:
         if st.node is not None and st.node.name in hoisted:
             if st.node.name in em.const_out:

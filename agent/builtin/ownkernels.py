@@ -329,10 +329,10 @@ def _cat(n: Node, g: Graph, stack: bool = False) -> dict[str, Any] | None:
     d = int(_arg(n, 1, 0)) % nd
     if stack:
         shapes = [s[:d] + [1] + s[d:] for s in shapes]
-    pieces = [(x, math.prod(s[d:])) for x, s in zip(xs, shapes, strict=True) if len(s) == nd]  # legacy 1-d empties skip
+    pieces = [x for x, s in zip(xs, shapes, strict=True) if len(s) == nd]  # legacy 1-d empties skip
     if len(pieces) != len(xs) and any(math.prod(s) for s in shapes):
         return None
-    return {"kernel": "kw_cat", "inputs": [p[0] for p in pieces], "dim": d, "stack": stack, "dtype": "float32"}
+    return {"kernel": "kw_cat", "inputs": pieces, "dim": d, "stack": stack, "dtype": "float32"}
 
 
 def _index_rows(n: Node, g: Graph, op: str) -> dict[str, Any] | None:

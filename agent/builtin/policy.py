@@ -177,6 +177,7 @@ class BuiltinPolicy(Policy):
         self.failures: list[str] = []  # one line per step that did not give a correct candidate, in order
         self.probes: list[BuiltinPolicy] = []  # the same plan at other sizes (agent.builtin.generalise)
         self.probe_values: dict[str, list[int]] = {}  # each size constant's probe values, in order
+        self.probe_timeout_s = self.analysis_timeout_s  # a probe's capture: 4x the task's own, 60 s at least
         self.probe_of: tuple[str, int] | None = None  # a probe's constant and the index of its value
         self.general_note = ""  # why candidates stay specialised to the captured shapes, when they do
 
@@ -279,6 +280,7 @@ class BuiltinPolicy(Policy):
             self.general_note = f"{len(consts)} size constants, more than the {MAX_PROBES} the probes vary"
             return
         self.probe_values = {name: probe_values(v) for name, (v, _) in consts.items()}
+        self.probe_timeout_s = min(self.analysis_timeout_s, max(60.0, 4 * self.analysis_s))  # the task's own capture's
         pending = list(consts)  # a constant the reference cannot run without stays fixed (the guard keeps it)
         for attempt in range(PROBE_ATTEMPTS):
             tries = [(n, attempt) for n in pending if attempt < len(self.probe_values[n])]
@@ -301,7 +303,7 @@ class BuiltinPolicy(Policy):
         sub = BuiltinPolicy(
             profile_best=False,
             max_variants=self.max_variants,
-            analysis_timeout_s=min(self.analysis_timeout_s, max(60.0, 4 * self.analysis_s)),
+            analysis_timeout_s=self.probe_timeout_s,
             try_unrewritten=self.try_unrewritten,
             profile_reference=False,
             probe=True,
