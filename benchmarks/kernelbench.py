@@ -220,18 +220,20 @@ def run_one(
     confirmations: int,
     coverage: bool = False,
     floor: int = 64,
+    wall_s: float | None = None,
 ) -> dict[str, Any]:
     """One problem through the built-in policy; under `coverage`, once more with the sizes shrunk
     from 16 up when the first attempt's failure is one of _RESHRINK, and a third time with 4x the
-    cap when the reference still raises (an image that five stride-2 stages shrink below 1 pixel)."""
-    row = _run_one(path, backend, options, cap, max_turns, max_variants, confirmations, coverage, floor)
+    cap when the reference still raises (an image that five stride-2 stages shrink below 1 pixel).
+    After `wall_s` seconds the policy takes no further turn and the best so far is the row."""
+    row = _run_one(path, backend, options, cap, max_turns, max_variants, confirmations, coverage, floor, wall_s)
     if not (coverage and floor > 16 and _level(path) != "block"):
         return row
     first, secs = row["first_failure"], row["seconds"]
     for c in (cap, cap * 4):
         if not str(row["first_failure"]).startswith(_RESHRINK if c == cap else "the reference raises"):
             break
-        row = _run_one(path, backend, options, c, max_turns, max_variants, confirmations, coverage, 16)
+        row = _run_one(path, backend, options, c, max_turns, max_variants, confirmations, coverage, 16, wall_s)
         secs += row["seconds"]
         row |= {"seconds": secs, "first_attempt": first, "cap": c}
     return row
@@ -280,6 +282,7 @@ def _run_one(
     confirmations: int,
     coverage: bool,
     floor: int,
+    wall_s: float | None = None,
 ) -> dict[str, Any]:
     src = path.read_text()
     if _level(path) != "block":
@@ -299,7 +302,7 @@ def _run_one(
         task,
         pol,
         LocalEvaluator(),
-        Budgets(max_turns=max_turns, confirmations=confirmations),
+        Budgets(max_turns=max_turns, confirmations=confirmations, max_wall_time_s=wall_s),
         on_event=partial(_trace, name, t0),
         on_progress=_Steps(name, t0),
     )
@@ -555,6 +558,12 @@ def main(argv: list[str] | None = None) -> int:
         help="start no task after this many seconds (the rest are listed as not run)",
     )
     ap.add_argument(
+        "--deadline",
+        type=float,
+        help="seconds from the start after which a problem takes no further turn and its best so far "
+        "is its row (a shard killed by its timeout writes none: leave one evaluation's time after it)",
+    )
+    ap.add_argument(
         "--merge",
         nargs="*",
         type=Path,
@@ -615,6 +624,7 @@ def main(argv: list[str] | None = None) -> int:
             args.max_variants,
             args.confirmations,
             coverage=args.coverage,
+            wall_s=None if args.deadline is None else max(1.0, args.deadline - (time.time() - started)),
         )
         if first is not None:
             row |= {"first_attempt": first, "retried": "out of device memory beside other processes"}

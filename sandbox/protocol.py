@@ -66,7 +66,7 @@ from .schema import (
 from .timing import (
     REWARM_BELOW_MS,
     calls_per_block,
-    loop_calls,
+    loop_floor_ms,
     paired_speedup,
     round_noise,
     round_order,
@@ -282,6 +282,11 @@ def _window_lock(lock: devlock.DeviceLock, on_wait: Any, wait_s: float) -> Itera
             lock.release()
 
 
+# a block's measured calls and pass against its wall time: the child's clock and the parent's
+# are one clock, read on either side of the messages; 1% covers the events' resolution
+BLOCK_WALL_SLACK = 1.01
+
+
 class _Paired:
     """The parent's side of paired timing [sandbox.timing, docs/evaluation.md section 8]: eager and
     torch.compile run in the reference child (trusted baseline code never runs in the candidate's
@@ -386,33 +391,35 @@ class _Paired:
     def _block_median(self, name: str, reply: dict, wall_ms: float) -> float:
         """The block's median, once its account is one a timer could have kept: finite, as many
         calls as asked, half of them at least the median (so the sum holds half the calls times
-        the median), no median below the back-to-back pass's time per call (charge_loop), its
-        charged sum between the measured one (`raw_ms`) and that with each call raised to the
-        pass's time, and no more measured time in its calls and pass than the block took on this
-        process's clock (a sum padded past it would hide time moved out of the median; red team
-        2026-12-06). The measured sum, not the charged one: a host-bound call is charged the
-        pass's time, which it did not spend in the block (DenseNet and LSTM tasks were rejected
-        as forged, 2026-12-07)."""
-        median, total, loop = float(reply["median_ms"]), float(reply["sum_ms"]), float(reply["loop_ms"])
-        raw = float(reply["raw_ms"])
-        if not all(math.isfinite(x) for x in (median, total, raw, loop, float(reply["calls"]))):
+        the median), no median below the back-to-back pass's time per call (charge_loop), that
+        pass's median no more than its own sum allows (loop_floor_ms), the charged sum between
+        the measured one (`raw_ms`) and that with each call raised to the pass's time, and no
+        more measured time in its calls and pass than the block took on this process's clock (a
+        sum padded past it would hide time moved out of the median; red team 2026-12-06). Measured
+        sums, not charged ones: a host-bound call is charged the pass's time, which it did not
+        spend in the block, and the pass's median times its calls can exceed what the pass took
+        (DenseNet, LSTM and GRU tasks were rejected as forged, 2026-12-07)."""
+        keys = ("median_ms", "sum_ms", "raw_ms", "loop_ms", "loop_sum_ms", "calls")
+        median, total, raw, loop, loop_sum, n = (float(reply[k]) for k in keys)
+        if not all(math.isfinite(x) for x in (median, total, raw, loop, loop_sum, n)):
             raise ValueError(f"a timing block's account is not finite: {reply!r:.300}")
-        calls = int(reply["calls"])
-        slack = 1e-6 * max(1.0, total)
-        spent = raw + (loop_calls(calls) * loop if loop > 0 else 0.0)
+        calls = int(n)
+        slack = 1e-6 * max(1.0, total + loop_sum)
         if (
-            not all(x >= 0 for x in (median, total, raw, loop))
+            not all(x >= 0 for x in (median, total, raw, loop, loop_sum))
             or calls != self.calls[name]
             or total < (calls // 2) * median - slack
             or median < loop - slack
+            or loop_floor_ms(calls, loop) > loop_sum + slack
             or not raw - slack <= total <= raw + calls * loop + slack
-            or spent > 1.02 * wall_ms + slack  # the pass's median per call may exceed its mean a little
+            or raw + loop_sum > BLOCK_WALL_SLACK * wall_ms + slack
         ):
             who = "candidate" if name == "candidate" else "task"
             raise _Stop(
                 Status.REJECTED,
                 f"{who}: a timing block's account does not add up ({calls} calls of {self.calls[name]} asked, "
-                f"median {median:.4g} ms, sum {total:.4g} ms, back-to-back {loop:.4g} ms): a forged reply",
+                f"median {median:.4g} ms, sum {total:.4g} ms of {raw:.4g} ms measured, back-to-back "
+                f"{loop:.4g} ms per call and {loop_sum:.4g} ms in all, in a block of {wall_ms:.4g} ms): a forged reply",
             )
         return median
 

@@ -119,17 +119,23 @@ def loop_calls(calls: int) -> int:
     return LOOP_BATCHES * max(2, min(LOOP_MAX_CALLS, calls // LOOP_BATCHES))
 
 
+def loop_floor_ms(calls: int, loop_ms: float) -> float:
+    """The least a back-to-back pass whose median batch took `loop_ms` per call can have taken in
+    all: the median batch and the batches above it (half of them, rounded up) took at least that
+    per call. An account claiming a larger median than its pass's sum allows is forged."""
+    return loop_ms * (loop_calls(calls) // LOOP_BATCHES) * ((LOOP_BATCHES + 1) // 2)
+
+
 def unaccounted_ms(wall_ms: float, account: dict[str, float], median_ms: float, rewarm: int) -> float:
     """Per timed call, the part of a block's wall time (measured by the parent, from its
     request to the reply) that the block's own account does not explain: its timed calls
-    (`sum_ms`, charged), the back-to-back pass (`loop_ms` per call of `loop_calls`), and its
+    (`sum_ms`, charged), the back-to-back pass (`loop_sum_ms`, as measured), and its
     untimed re-warm calls (at the median each). What is left is the harness's work between
     calls and the messages, about the same on both sides of a paired window; a timer whose
     records were shortened shows the difference here. Claiming a longer pass than ran cannot
     hide time: each call is charged at least the pass's time per call (charge_loop)."""
     calls = max(1, int(account["calls"]))
-    loop = loop_calls(calls) * account["loop_ms"] if account["loop_ms"] > 0 else 0.0
-    return (wall_ms - account["sum_ms"] - loop - rewarm * median_ms) / calls
+    return (wall_ms - account["sum_ms"] - account["loop_sum_ms"] - rewarm * median_ms) / calls
 
 
 def charge_loop(times_ms: Sequence[float], loop_ms: float | None) -> list[float]:
@@ -244,9 +250,13 @@ class Timer:
         ms = self._start.elapsed_time(self._end)
         self._head_cycles = int(HEAD_START_MS * n / ms) if ms > 0 else n
 
-    def loop_ms(self, fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], calls: int) -> float:
+    def loop_ms(self, fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], calls: int) -> tuple[float, float]:
         """Median time per call of `fn` called back to back (cuda): LOOP_BATCHES batches, the whole
-        device synchronised after each (the idle cost of that synchronise taken off)."""
+        device synchronised after each (the idle cost of that synchronise taken off); and the
+        pass's whole time. The parent bounds the pass by that sum, not by the median times the
+        calls: on a loaded host the batches differ, and a median above their mean would account
+        for time the block never took (host-bound LSTM and GRU tasks were rejected as forged,
+        2026-12-07)."""
         per = loop_calls(calls) // LOOP_BATCHES
         k, j, xs = len(input_sets), 0, []
         for _ in range(LOOP_BATCHES):
@@ -257,8 +267,8 @@ class Timer:
                 del out
                 j += 1
             self._sync()
-            xs.append(((_perf_counter() - t0) * 1000.0 - self._sync_floor_ms) / per)
-        return statistics.median(xs)
+            xs.append(max(0.0, (_perf_counter() - t0) * 1000.0 - self._sync_floor_ms) / per)
+        return statistics.median(xs), sum(xs) * per
 
     def one(self, fn: Callable[..., Any], inputs: Sequence[Any]) -> tuple[float, Any]:
         if self.device == "cuda":
@@ -359,15 +369,15 @@ class Timer:
                 batch.add(out, i)
                 del out
             batch.settle()
-            loop = None
+            loop, loop_sum = None, 0.0
             if self._parts:
                 device_ms, host_ms = statistics.median(times), statistics.median(h for _, _, h, _ in self._parts)
                 # the back-to-back pass only where it can bind: a call whose host time (hidden work
                 # included: it is measured on the host) is under half its device time runs back to
                 # back at about its device time, and a long call is not timed twice
                 if host_ms >= LOOP_HOST_SHARE * device_ms:
-                    loop = self.loop_ms(fn, input_sets, calls)
-            return series.add(times, charge_loop(times, loop), self._parts, loop, self._sync_floor_ms)
+                    loop, loop_sum = self.loop_ms(fn, input_sets, calls)
+            return series.add(times, charge_loop(times, loop), self._parts, loop, self._sync_floor_ms, loop_sum)
 
     def run(
         self,
@@ -418,7 +428,13 @@ class Series:
         return j
 
     def add(
-        self, raw: list[float], charged: list[float], parts: list, loop: float | None, sync_floor_ms: float
+        self,
+        raw: list[float],
+        charged: list[float],
+        parts: list,
+        loop: float | None,
+        sync_floor_ms: float,
+        loop_sum: float = 0.0,
     ) -> float:
         self.raw.extend(raw)
         self.times.extend(charged)
@@ -428,7 +444,13 @@ class Series:
         self.sync_floor_ms = sync_floor_ms
         median = statistics.median(charged)
         self.blocks.append(median)
-        self.last_block = {"sum_ms": sum(charged), "raw_ms": sum(raw), "loop_ms": loop or 0.0, "calls": len(charged)}
+        self.last_block = {
+            "sum_ms": sum(charged),
+            "raw_ms": sum(raw),
+            "loop_ms": loop or 0.0,
+            "loop_sum_ms": loop_sum,
+            "calls": len(charged),
+        }
         return median
 
     @property

@@ -51,7 +51,9 @@ for s in $stages; do case $s in
   # KernelBench's stratified sample (issue 18) in KW_KB_SHARDS processes sharing the GPU (at most ~5
   # at published sizes: 7 ran references out of device memory; such a problem is retried once after
   # the rest), no problem started after KW_KB_LIMIT s, a shard killed KW_KB_GRACE s after it (240: a level-3
-  # problem with 6 turns and the compile baseline took more than 200 s beside a second shard, 2026-12-06). KW_KB: a KernelBench copy that travelled in a
+  # problem with 6 turns and the compile baseline took more than 200 s beside a second shard, 2026-12-06). A problem
+# takes no turn after LIMIT + GRACE - KW_KB_LAST s (150: a level-3 evaluation took up to 130 s beside
+# three shards, 2026-12-07) and writes its best so far. KW_KB: a KernelBench copy that travelled in a
   # carried folder (never committed). KW_KB_PROBLEMS="1/22 3/16 ...": those problems instead of the
   # sample (the rest of a level that did not fit one call). Merged table in summary.txt, rows in kernelbench.tgz.
   # gpu.csv: the device's used memory and utilisation each second while the shards run (is the
@@ -67,7 +69,7 @@ for s in $stages; do case $s in
     for k in $(seq 0 $((${KW_KB_SHARDS:-5} - 1))); do
       timeout $((${KW_KB_LIMIT:-400} + ${KW_KB_GRACE:-240})) python3 -m benchmarks.kernelbench --kernelbench "${KW_KB:?KW_KB: a KernelBench copy}" \
         $which --backend cuda \
-        --cap 0 --max-turns ${KW_KB_TURNS:-10} --compile-baseline --shard $k/${KW_KB_SHARDS:-5} --time-limit ${KW_KB_LIMIT:-400} \
+        --cap 0 --max-turns ${KW_KB_TURNS:-10} --compile-baseline --shard $k/${KW_KB_SHARDS:-5} --time-limit ${KW_KB_LIMIT:-400} --deadline $((${KW_KB_LIMIT:-400} + ${KW_KB_GRACE:-240} - ${KW_KB_LAST:-150})) \
         --out "$WORK/kb/s$k.json" > "$WORK/kb/s$k.log" 2>&1 &
       shards="${shards:-} $!"
     done; wait $shards; kill $smi $saver 2>/dev/null; wait $saver 2>/dev/null; rm -f "$OUT/kernelbench.tgz.part"; set +f

@@ -59,15 +59,19 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
 
     paired = protocol._Paired.__new__(protocol._Paired)
     paired.calls = {"candidate": 10}
-    honest = {"median_ms": 0.1, "sum_ms": 1.2, "raw_ms": 1.2, "loop_ms": 0.0, "calls": 10}
+    honest = {"median_ms": 0.1, "sum_ms": 1.2, "raw_ms": 1.2, "loop_ms": 0.0, "loop_sum_ms": 0.0, "calls": 10}
     assert paired._block_median("candidate", honest, wall_ms=1.6) == 0.1
     # a host-bound block (cuda): 3 calls of 20 ms on the device, each charged the back-to-back
-    # pass's 34.6 ms, and the pass's 10 calls: 406 ms spent, 451 ms charged (DenseNet-121 and an
-    # LSTM, read as forged on the H100 while the charged sum was held to the wall)
+    # pass's median 34.6 ms per call, and the pass's 5 batches of 2 calls on a loaded host (20, 20,
+    # 34.6, 40 and 40 ms per call: 309 ms in all, less than 10 x the median): 369 ms measured in a
+    # block of 380 ms, 451 ms charged (DenseNet-121, an LSTM and a GRU read as forged on the H100
+    # while the charged sum, then the median times the pass's calls, was held to the wall)
     paired.calls["task"] = 3
-    host_bound = {"median_ms": 34.6, "sum_ms": 103.8, "raw_ms": 60.0, "loop_ms": 34.6, "calls": 3}
-    assert paired._block_median("task", host_bound, wall_ms=412.0) == 34.6
+    host_bound = {"median_ms": 34.6, "sum_ms": 103.8, "raw_ms": 60.0, "loop_ms": 34.6, "loop_sum_ms": 309.2, "calls": 3}
+    assert paired._block_median("task", host_bound, wall_ms=380.0) == 34.6
     for bad, wall in (
+        ({**host_bound, "loop_sum_ms": 200.0}, 380.0),  # a median the pass's sum cannot hold (>= 3 of 5 batches)
+        ({**host_bound, "loop_sum_ms": 330.0}, 380.0),  # a pass padded past the block's wall time
         ({**honest, "sum_ms": 4.0, "raw_ms": 4.0}, 1.6),  # more time in its calls than the block took
         ({**honest, "sum_ms": 4.0}, 1.6),  # a charged sum the measured one cannot give
         ({**honest, "raw_ms": 1.3}, 1.6),  # charged below what it measured
@@ -81,6 +85,7 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
         {**honest, "median_ms": math.nan},
         {**honest, "sum_ms": math.inf},
         {**honest, "raw_ms": math.nan},
+        {**honest, "loop_sum_ms": math.inf},
         {**honest, "calls": math.inf},
     ):
         with pytest.raises(protocol.MALFORMED):  # a runtime_error result (protocol._evaluate_once)

@@ -214,6 +214,12 @@ def test_a_row_lists_what_every_candidate_measured(tmp_path, capsys):
     spent = short["seconds_in"]  # where the time went: the analysis, the sandbox's steps, the rest
     assert spent["analysis"] > 0 and spent["timing"] > 0 and spent["rest"] >= -0.5, spent
     assert abs(sum(spent.values()) - short["seconds"]) < 0.5, (spent, short["seconds"])
+    # --deadline: past its wall time a problem takes no further turn and still writes its row (a
+    # shard killed by its timeout mid-problem wrote none: DenseNet-121 and two Swins, 2026-12-07)
+    capsys.readouterr()
+    cut = run_one(path, "cpu", {"torch_ops": "allow"}, cap=0, max_turns=6, max_variants=1, confirmations=0, wall_s=0.5)
+    assert cut["turns"] <= 1 and cut["evaluations"] == 0 and not cut["correct"], cut
+    assert any("budget reached: max_wall_time" in ln for ln in capsys.readouterr().out.splitlines())
 
 
 def test_a_fallback_best_after_correct_generated_candidates_says_they_were_slower():
