@@ -26,20 +26,26 @@ def guard_digest(module: Any, kind: str, bound: Any) -> str:
 
 
 def guard_parts(module: Any, kind: str, bound: Any) -> list:
-    """The module tree, the plain attributes and (kind "export") every parameter's and buffer's
-    shape. What `bound` names ("self.<path>", "self.<path>.shape") the forward reads at run time
-    (a float attribute) or computes its sizes from (agent.builtin.generalise), so not part of it;
-    bool, str and None attributes always are."""
+    """The module tree, the plain attributes and (kind "export") every parameter's, buffer's and
+    plain tensor attribute's shape (export bakes a table's length in as it does a weight's: GPT-J's
+    sinusoidal positions). What `bound` names ("self.<path>", "self.<path>.shape") the forward
+    reads at run time (a float attribute) or computes its sizes from (agent.builtin.generalise),
+    so not part of it; bool, str and None attributes always are."""
     import math
+
+    import torch
 
     tree = [[name, type(m).__name__] for name, m in module.named_modules() if name]
     attrs: dict = {}
+    tables: dict = {}
     for mpath, m in module.named_modules():
         for k, v in vars(m).items():
             if k.startswith("_") or k == "training":
                 continue
             key = f"{mpath}.{k}" if mpath else k
-            if isinstance(v, bool | str) or v is None:
+            if isinstance(v, torch.Tensor):
+                tables[key] = list(v.shape)
+            elif isinstance(v, bool | str) or v is None:
                 attrs[key] = v
             elif kind != "export" or f"self.{key}" in bound:
                 continue
@@ -53,7 +59,11 @@ def guard_parts(module: Any, kind: str, bound: Any) -> list:
     state: dict = {}
     if kind == "export":
         named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
-        state = {p: list(t.shape) for p, t in named if f"self.{p}.shape" not in bound}
+        state = {
+            p: s
+            for p, s in [*((p, list(t.shape)) for p, t in named), *tables.items()]
+            if f"self.{p}.shape" not in bound
+        }
     return [tree, attrs, state]
 
 

@@ -6,6 +6,7 @@ rejected. Real modules, the real sandbox; the expressions are checked by the sha
 from __future__ import annotations
 
 import pytest
+import torch
 import torch.nn as nn
 
 from agent.builtin.generalise import (
@@ -378,3 +379,69 @@ def test_a_count_with_one_more_position_binds():
     assert bind((16512, 16512, 16512, 16512, 4160), [two, seq, heads], True) == "v_x.shape[1] * (v_x.shape[1] + 1)"
     with pytest.raises(NotGeneral):
         bind((16511, 16512, 16512, 16512, 4160), [two, seq, heads], True)
+
+
+# GPT-J's rotary positions as transformers writes them: a table of max_positions rows held as a
+# plain tensor attribute (no parameter, no buffer, no int attribute keeps its length), repeated
+# over the batch and gathered by the position ids
+POSITION_TABLE = """
+import torch
+import torch.nn as nn
+
+
+def sinusoids(n, dim):
+    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64) / dim))
+    angles = torch.einsum("i,j->ij", torch.arange(n, dtype=torch.int64).float(), inv).float()
+    return torch.cat((torch.sin(angles), torch.cos(angles)), dim=1)
+
+
+class Model(nn.Module):
+    def __init__(self, dim, max_positions):
+        super().__init__()
+        self.table = sinusoids(max_positions, dim)
+
+    def forward(self, x, position_ids):
+        table = self.table.to(x.device).repeat(position_ids.shape[0], 1, 1)
+        sincos = torch.gather(table, 1, position_ids.unsqueeze(-1).repeat(1, 1, table.shape[-1]))
+        sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+batch = 2
+seq = 16
+dim = 8
+max_positions = 64
+
+
+def get_inputs():
+    return [torch.randn(batch, seq, dim), torch.arange(seq).repeat(batch, 1)]
+
+
+def get_init_inputs():
+    return [dim, max_positions]
+"""
+
+
+def test_a_plain_tensor_attribute_s_shape_is_part_of_the_guard():
+    """A table held as a plain attribute is baked into the export as a weight is: its shape is
+    in the guard's parts (so a longer table is another module), and leaves it once bound."""
+    m, longer = nn.Linear(4, 4), nn.Linear(4, 4)
+    m.table, longer.table = torch.zeros(64, 8), torch.zeros(128, 8)
+    assert guard_parts(m, "export", set())[2]["table"] == [64, 8]
+    assert guard_digest(m, "export", set()) != guard_digest(longer, "export", set())
+    bound = {"self.table.shape"}
+    assert guard_digest(m, "export", bound) == guard_digest(longer, "export", bound)
+
+
+@pytest.mark.slow
+def test_a_position_table_s_length_binds_and_passes_the_shape_trial():
+    """GPT-J's sinusoidal positions under forbid: the table's length (max_positions, 64) moves
+    only in its own probe and is no input's dimension; read from the table itself
+    (`self.table.shape[0]`), the candidate passes the shape trial. Before: specialised ("no
+    product of sizes gives (64, 64, 64, 64, 32)") and rejected at the trial's shapes."""
+    res, pol = _policy_run(POSITION_TABLE, "position_table", FORBID, max_turns=3)
+    assert res.verified, res.trajectory.finished().summary
+    assert "self.table.shape[0]" in res.best.files["model_new.py"]
+    checked = _shapes_checked(res)
+    assert any("->" in c for c in checked), checked
