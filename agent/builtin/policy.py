@@ -330,14 +330,14 @@ class BuiltinPolicy(Policy):
             return ""
         assert self.analysis is not None and self.analysis.graph is not None
         key = (step.kind, step.title, step.gemm)
-        self._probes_of_this_form(step)
-        subs = [
-            next((st for st in p.steps if (st.kind, st.title, st.gemm) == key and st.graph), None) for p in self.probes
-        ]
+        probes = self._probes_of_this_form(step)
+        if not probes:
+            return self._specialised("the captured graph differs at every size probed")
+        subs = [next((st for st in p.steps if (st.kind, st.title, st.gemm) == key and st.graph), None) for p in probes]
         if any(st is None for st in subs):
             return self._specialised("the plan differs at other sizes")
         names = [n.name for n in self.analysis.graph.inputs()]
-        pols = [self, *self.probes]
+        pols = [self, *probes]
         captures = [atoms(names, p.analysis.data.get("guard") or {}) for p in pols if p.analysis]
         guards = [p.analysis.data.get("guard") or {} for p in pols if p.analysis]
         graphs = [g for g in [step.graph, *(st.graph for st in subs if st is not None)] if g is not None]
@@ -363,15 +363,20 @@ class BuiltinPolicy(Policy):
                 return self._specialised(str(e))
         return self._specialised("a size hoisted out of forward follows the inputs")
 
-    def _probes_of_this_form(self, step: _Step) -> None:
-        """A probe value can make a size degenerate (GroupNorm's channels per group, 64 / 32 = 2,
-        is 1 at 32 channels; a pyramid's last level, half of 4 / 2, is 1 x 1) and so another
-        kernel or forward, where the shape trial's sizes would still run this one: such a probe
-        gives way to its constant's next value whose candidate has this one's form
-        (generalise.form), where one of the PROBE_ATTEMPTS values does (RetinaNet's head)."""
+    def _probes_of_this_form(self, step: _Step) -> list[BuiltinPolicy]:
+        """The probes whose candidate for `step` has this one's form (generalise.form). A probe
+        value can make a size degenerate (GroupNorm's channels per group, 64 / 32 = 2, is 1 at 32
+        channels; a pyramid's last level, half of 4 / 2, is 1 x 1) and so another kernel or
+        forward, where the shape trial's sizes would still run this one: such a probe gives way
+        to its constant's next value whose candidate has this form, where one of the
+        PROBE_ATTEMPTS values does (RetinaNet's head). A constant that changes the graph at every
+        value (NeRF's number of frequencies, a layer count) is left out: it stays as captured,
+        and what moved with it stays in the guard, so at another value the reference runs."""
         mine = self._step_form(self, step)
+        kept = []
         for i, sub in enumerate(self.probes):
-            if mine is None or sub.probe_of is None or self._step_form(sub, step) in (None, mine):
+            if mine is None or sub.probe_of is None or self._step_form(sub, step) == mine:
+                kept.append(sub)
                 continue
             name, attempt = sub.probe_of
             for later in range(attempt + 1, min(PROBE_ATTEMPTS, len(self.probe_values[name]))):
@@ -379,7 +384,9 @@ class BuiltinPolicy(Policy):
                 self.analysis_s += other.analysis_s
                 if self._same_module(other) and self._step_form(other, step) == mine:
                     self.probes[i] = other
+                    kept.append(other)
                     break
+        return kept
 
     @staticmethod
     def _step_form(pol: BuiltinPolicy, step: _Step) -> tuple | None:

@@ -445,3 +445,58 @@ def test_a_position_table_s_length_binds_and_passes_the_shape_trial():
     assert "self.table.shape[0]" in res.best.files["model_new.py"]
     checked = _shapes_checked(res)
     assert any("->" in c for c in checked), checked
+
+
+# NeRF's positional encoding: the number of frequencies builds the graph (one sin and one cos per
+# frequency, cat'ed), so its probe captures another graph at every value; a layer count builds
+# another module (the sandbox's trial passes over its changes); the rays vary freely
+FREQUENCIES = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, num_freqs, depth, width):
+        super().__init__()
+        self.freqs = [2.0 ** i for i in range(num_freqs)]
+        self.layers = nn.ModuleList([nn.Linear(3 * (1 + 2 * num_freqs), width)])
+        self.layers.extend(nn.Linear(width, width) for _ in range(depth - 1))
+
+    def forward(self, x):
+        parts = [x]
+        for f in self.freqs:
+            parts += [torch.sin(x * f), torch.cos(x * f)]
+        h = torch.cat(parts, -1)
+        for layer in self.layers:
+            h = torch.relu(layer(h))
+        return h
+
+
+batch = 16
+num_freqs = 4
+depth = 2
+width = 32
+
+
+def get_inputs():
+    return [torch.randn(batch, 3)]
+
+
+def get_init_inputs():
+    return [num_freqs, depth, width]
+"""
+
+
+@pytest.mark.slow
+def test_a_constant_that_changes_the_graph_stays_fixed_and_the_rest_follow_the_inputs():
+    """A probe of num_freqs captures another graph at every value: it is left out (the constant
+    stays as captured, the first layer's shape stays in the guard) and the candidate follows the
+    batch, as the sandbox's trial changes it (NeRF's rays; depth's changes build another module,
+    so the trial passes over the change of every constant at once). Before: "the captured graph
+    differs between sizes" for the whole, and the trial ran the reference's forward."""
+    res, pol = _policy_run(FREQUENCIES, "frequencies", FORBID, max_turns=3)
+    assert res.verified, res.trajectory.finished().summary
+    bound = res.best.files["model_new.py"].split("_KW_GUARD = ")[1].splitlines()[0]  # what the digest leaves out
+    assert "'self.layers.0.in_features'" not in bound and "'self.layers.1.in_features'" in bound, bound
+    checked = _shapes_checked(res)
+    assert any("batch=16->" in c for c in checked), checked
