@@ -141,7 +141,8 @@ def probe_source(source: str, name: str, value: int) -> str:
 
 def atoms(input_names: list[str], guard: dict[str, Any]) -> dict[str, int]:
     """expression -> value at this capture: each input tensor's dimensions (`v_<name>.shape[d]`,
-    readable in forward only) and each int attribute and parameter dimension of the module."""
+    readable in forward only), each int attribute (or item of a list of them) and each parameter
+    dimension of the module."""
     out: dict[str, int] = {}
     for name, spec in zip(input_names, guard.get("inputs", []), strict=False):
         for d, size in enumerate(spec.get("shape") or []):
@@ -150,6 +151,8 @@ def atoms(input_names: list[str], guard: dict[str, Any]) -> dict[str, int]:
     for key, v in attrs.items():
         if type(v) is int:
             out[member_expr(key)] = v
+        elif isinstance(v, list):  # torchvision's Swin keeps its shift and window as [h, w]
+            out |= {f"{member_expr(key)}[{i}]": x for i, x in enumerate(v) if type(x) is int}
     for path, shape in state.items():
         for d, size in enumerate(shape):
             out[f"{member_expr(path)}.shape[{d}]"] = int(size)
@@ -257,13 +260,21 @@ def _products(usable: list[tuple[str, tuple[int, ...]]]) -> list[tuple[str, tupl
 
 
 def _sum(values: tuple[int, ...], usable: list[tuple[str, tuple[int, ...]]]) -> str | None:
+    """`m * a + n * b`, or `m * a - n * b` (torchvision's Swin masks the last `size - shift`
+    rows), m and n from 1 to 8."""
     for i, (a, av) in enumerate(usable):
-        for b, bv in usable[i + 1 :]:
+        for j, (b, bv) in enumerate(usable):
+            if j == i:
+                continue
             for m in range(1, 9):
                 rest = [v - m * x for v, x in zip(values, av, strict=True)]
                 n = rest[0] // bv[0] if bv[0] else 0
-                if 1 <= n <= 8 and all(r == n * y for r, y in zip(rest, bv, strict=True)):
+                if not all(r == n * y for r, y in zip(rest, bv, strict=True)):
+                    continue
+                if 1 <= n <= 8 and j > i:  # a sum once, in the atoms' order
                     return f"({_times(m, a)} + {_times(n, b)})"
+                if -8 <= n <= -1:
+                    return f"({_times(m, a)} - {_times(-n, b)})"
     return None
 
 
@@ -509,8 +520,18 @@ def kernel_code(files: dict[str, str]) -> tuple[tuple[str, str], ...]:
 def form(files: dict[str, str]) -> tuple[Any, ...]:
     """What `generalise` needs to be the same in every capture's candidate: the kernel files and
     model_new.py's tokens but its numbers."""
-    tokens = tuple("#" if t.type == tokenize.NUMBER else t.string for t in _tokens(_model_text(files)))
+    tokens = tuple(_masked(t) for t in _tokens(_model_text(files)))
     return kernel_code(files), tokens
+
+
+def _masked(t: tokenize.TokenInfo) -> str:
+    """A token as `generalise` compares it between sizes: any number is one, and comments and
+    docstrings (which may name the sizes) are passed over."""
+    if t.type == tokenize.NUMBER:
+        return "#"
+    if t.type in (tokenize.COMMENT, tokenize.STRING) and _docstring_or_comment(t):
+        return "''"
+    return t.string
 
 
 def _model_text(files: dict[str, str]) -> str:

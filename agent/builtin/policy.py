@@ -16,6 +16,7 @@ compile, evaluate, profile, finish), so its trajectories have the same shape as 
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Iterator
@@ -364,7 +365,7 @@ class BuiltinPolicy(Policy):
         return self._specialised("a size hoisted out of forward follows the inputs")
 
     def _probes_of_this_form(self, step: _Step) -> list[BuiltinPolicy]:
-        """The probes whose candidate for `step` has this one's form (generalise.form). A probe
+        """The probes whose candidate for `step` has this one's form (`_same_form`). A probe
         value can make a size degenerate (GroupNorm's channels per group, 64 / 32 = 2, is 1 at 32
         channels; a pyramid's last level, half of 4 / 2, is 1 x 1) and so another kernel or
         forward, where the shape trial's sizes would still run this one: such a probe gives way
@@ -372,33 +373,43 @@ class BuiltinPolicy(Policy):
         PROBE_ATTEMPTS values does (RetinaNet's head). A constant that changes the graph at every
         value (NeRF's number of frequencies, a layer count) is left out: it stays as captured,
         and what moved with it stays in the guard, so at another value the reference runs."""
-        mine = self._step_form(self, step)
         kept = []
         for i, sub in enumerate(self.probes):
-            if mine is None or sub.probe_of is None or self._step_form(sub, step) == mine:
+            if sub.probe_of is None or self._same_form(sub, step) is not False:
                 kept.append(sub)
                 continue
             name, attempt = sub.probe_of
             for later in range(attempt + 1, min(PROBE_ATTEMPTS, len(self.probe_values[name]))):
                 other = self._probe(name, later)
                 self.analysis_s += other.analysis_s
-                if self._same_module(other) and self._step_form(other, step) == mine:
+                if self._same_module(other) and self._same_form(other, step):
                     self.probes[i] = other
                     kept.append(other)
                     break
         return kept
 
-    @staticmethod
-    def _step_form(pol: BuiltinPolicy, step: _Step) -> tuple | None:
-        """The form of the candidate `pol` writes for its version of `step` (None: it has none)."""
-        key = (step.kind, step.title, step.gemm)
-        st = next((s for s in pol.steps if (s.kind, s.title, s.gemm) == key and s.graph), None)
-        if st is None or st.graph is None:
+    def _same_form(self, sub: BuiltinPolicy, step: _Step) -> bool | None:
+        """Whether `sub`'s candidate for `step` is this one's but for its sizes, as `generalise`
+        compares them (generalise.form), after the floats that move between the two become run-time
+        scalars as `bind_scalars` makes them (a scale of 1 / sqrt(head size) is a literal of the
+        kernels until then); None where either has no candidate for the step. On copies: the
+        pair's bindings are not those of all the probes."""
+        mine, theirs = _step_graph(self, step), _step_graph(sub, step)
+        if mine is None or theirs is None:
             return None
+        assert self.analysis is not None and self.analysis.graph is not None
+        names = [n.name for n in self.analysis.graph.inputs()]
+        pols = (self, sub)
+        captures = [atoms(names, pol.analysis.data.get("guard") or {}) for pol in pols if pol.analysis]
+        graphs = [copy.deepcopy(mine), copy.deepcopy(theirs)]
         try:
-            return form(pol._build(st.graph, note="", gemm=st.gemm).files)
+            bind_scalars(graphs, captures)
+            forms = [form(pol._build(g, note="", gemm=step.gemm).files) for pol, g in zip(pols, graphs, strict=True)]
+        except NotGeneral:
+            return False
         except GenerationError:
             return None
+        return forms[0] == forms[1]
 
     def _specialised(self, why: str) -> str:
         self.general_note = why
@@ -1178,6 +1189,12 @@ class BuiltinPolicy(Policy):
         )
         msg = head + "Summary of the candidates:\n" + table + "\n\n" + summary
         return Action(message=msg, tool_calls=[self._call("finish", summary=summary)])
+
+
+def _step_graph(pol: BuiltinPolicy, step: _Step) -> Graph | None:
+    """The graph `pol` generates its version of `step` from (None: it has none)."""
+    key = (step.kind, step.title, step.gemm)
+    return next((s.graph for s in pol.steps if (s.kind, s.title, s.gemm) == key and s.graph), None)
 
 
 def _headline(error: str, limit: int = 400) -> str:

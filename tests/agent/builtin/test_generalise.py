@@ -270,6 +270,21 @@ def test_sums_windows_and_ratios_of_sizes_bind():
     assert bind_float((32.0, 32.0, 64.0, 32.0), [image, feat], False, 1) == "(self.image) / (self.feat)"
 
 
+def test_a_difference_of_sizes_and_a_list_attribute_s_items_bind():
+    """torchvision's Swin masks the last `size - shift` rows of the padded map, its shift kept as
+    a list `[3, 3]`: each item of an int list attribute is an atom, and a difference of two binds."""
+    from agent.builtin.generalise import atoms
+
+    guard = {"inputs": [{"shape": [2, 28, 28, 96]}], "parts": [[], {"attn.shift_size": [3, 4], "attn.on": True}, {}]}
+    shifted = atoms(["x"], guard)
+    assert shifted["self.attn.shift_size[0]"] == 3 and shifted["self.attn.shift_size[1]"] == 4
+    side, shift = ("v_x.shape[1]", (28, 28, 28, 14)), ("self.attn.shift_size[0]", (3, 3, 4, 3))
+    assert bind((25, 25, 24, 11), [side, shift], True) == "(v_x.shape[1] - self.attn.shift_size[0])"
+    assert bind((31, 31, 32, 17), [side, shift], True) == "(v_x.shape[1] + self.attn.shift_size[0])"
+    with pytest.raises(NotGeneral):
+        bind((25, 25, 24, 12), [side, shift], True)
+
+
 def test_floats_of_the_uploads_own_modules_and_dicts_are_slots():
     """float_slots finds what the fast path reads at run time (the slow test above runs LoRA end to
     end): a float in a dict attribute of a submodule of the upload's own class, none of torch.nn's
