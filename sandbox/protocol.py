@@ -411,6 +411,7 @@ class _Paired:
             or total < (calls // 2) * median - slack
             or median < loop - slack
             or loop_floor_ms(calls, loop) > loop_sum + slack
+            or (loop == 0) != (loop_sum == 0)  # a pass's time with no pass, or the reverse
             or not raw - slack <= total <= raw + calls * loop + slack
             or raw + loop_sum > BLOCK_WALL_SLACK * wall_ms + slack
         ):

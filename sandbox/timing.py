@@ -132,10 +132,12 @@ def unaccounted_ms(wall_ms: float, account: dict[str, float], median_ms: float, 
     (`sum_ms`, charged), the back-to-back pass (`loop_sum_ms`, as measured), and its
     untimed re-warm calls (at the median each). What is left is the harness's work between
     calls and the messages, about the same on both sides of a paired window; a timer whose
-    records were shortened shows the difference here. Claiming a longer pass than ran cannot
-    hide time: each call is charged at least the pass's time per call (charge_loop)."""
+    records were shortened shows the difference here. The pass explains no more than its median
+    per call times its calls, so claiming a longer pass than ran cannot hide time: each call is
+    charged at least that median (charge_loop)."""
     calls = max(1, int(account["calls"]))
-    return (wall_ms - account["sum_ms"] - account["loop_sum_ms"] - rewarm * median_ms) / calls
+    pass_ms = min(account["loop_sum_ms"], loop_calls(calls) * account["loop_ms"])
+    return (wall_ms - account["sum_ms"] - pass_ms - rewarm * median_ms) / calls
 
 
 def charge_loop(times_ms: Sequence[float], loop_ms: float | None) -> list[float]:

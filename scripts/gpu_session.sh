@@ -52,8 +52,8 @@ for s in $stages; do case $s in
   # at published sizes: 7 ran references out of device memory; such a problem is retried once after
   # the rest), no problem started after KW_KB_LIMIT s, a shard killed KW_KB_GRACE s after it (240: a level-3
   # problem with 6 turns and the compile baseline took more than 200 s beside a second shard, 2026-12-06). A problem
-# takes no turn after LIMIT + GRACE - KW_KB_LAST s (150: a level-3 evaluation took up to 130 s beside
-# three shards, 2026-12-07) and writes its best so far. KW_KB: a KernelBench copy that travelled in a
+  # takes no turn after LIMIT + GRACE - KW_KB_LAST s (150: a level-3 evaluation took up to 130 s beside
+  # three shards, 2026-12-07) and writes its best so far. KW_KB: a KernelBench copy that travelled in a
   # carried folder (never committed). KW_KB_PROBLEMS="1/22 3/16 ...": those problems instead of the
   # sample (the rest of a level that did not fit one call). Merged table in summary.txt, rows in kernelbench.tgz.
   # gpu.csv: the device's used memory and utilisation each second while the shards run (is the

@@ -72,6 +72,7 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
     for bad, wall in (
         ({**host_bound, "loop_sum_ms": 200.0}, 380.0),  # a median the pass's sum cannot hold (>= 3 of 5 batches)
         ({**host_bound, "loop_sum_ms": 330.0}, 380.0),  # a pass padded past the block's wall time
+        ({**honest, "loop_sum_ms": 0.3}, 1.6),  # a pass's time with no pass, to explain the wall
         ({**honest, "sum_ms": 4.0, "raw_ms": 4.0}, 1.6),  # more time in its calls than the block took
         ({**honest, "sum_ms": 4.0}, 1.6),  # a charged sum the measured one cannot give
         ({**honest, "raw_ms": 1.3}, 1.6),  # charged below what it measured
@@ -90,3 +91,16 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
     ):
         with pytest.raises(protocol.MALFORMED):  # a runtime_error result (protocol._evaluate_once)
             paired._block_median("candidate", bad, wall_ms=1.6)
+
+
+def test_a_back_to_back_pass_explains_its_measured_time_and_no_more_than_its_median_allows():
+    """The parent's unexplained time per call: an uneven pass (batches of 20 to 40 ms per call,
+    median 34.6) explains the 309 ms it took, not 10 x 34.6; a pass claimed longer than its
+    median times its calls explains no more than that product, so it cannot absorb time a
+    rewritten timer hid."""
+    from sandbox.timing import loop_calls, unaccounted_ms
+
+    honest = {"sum_ms": 103.8, "raw_ms": 60.0, "loop_ms": 34.6, "loop_sum_ms": 309.2, "calls": 3}
+    assert unaccounted_ms(420.0, honest, 34.6, 0) == (420.0 - 103.8 - 309.2) / 3
+    padded = {**honest, "loop_sum_ms": 900.0}
+    assert loop_calls(3) == 10 and unaccounted_ms(1260.0, padded, 34.6, 0) == (1260.0 - 103.8 - 346.0) / 3
