@@ -53,9 +53,31 @@ def _shape(v: Any) -> list[int] | None:
 # (agent.builtin.matmul_forms; PyTorch's permutes, views and bmm where that form does not apply);
 # the triplet margin loss and pairwise distance into norms (kernels of our own) and elementwise ops;
 # baddbmm (agent.builtin.matmul_forms) into a matmul, a scale and an add; glu into two halves, a
-# sigmoid and a product (elementwise: fused, and no ATen island under forbid); glu into two halves, a
-# sigmoid and a product (elementwise: fused, and no ATen island under forbid)
-_DECOMPOSE = ("einsum", "triplet_margin_loss", "pairwise_distance", "glu")
+# sigmoid and a product (elementwise: fused, and no ATen island under forbid); weight norm
+# (nn.utils.parametrizations.weight_norm: wav2vec2's positional convolution) into a norm over all
+# dims but one and a product
+_DECOMPOSE = (
+    "einsum",
+    "triplet_margin_loss",
+    "pairwise_distance",
+    "glu",
+    "_weight_norm",
+    "_weight_norm_interface",
+    "norm_except_dim",
+)
+
+
+def masked_index_put(x: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
+    """`x[mask] = v` with one boolean mask over x's leading dims and one value (wav2vec2's
+    `hidden_states[~mask] = 0`) as `where(mask, v, x)`: elementwise, where index_put would stay an
+    ATen call. Any other index_put is left as it is."""
+    mask = indices[0] if len(indices) == 1 else None
+    if accumulate or mask is None or mask.dtype != torch.bool or values.numel() != 1 or mask.dim() > x.dim():
+        return NotImplemented
+    if tuple(mask.shape) != tuple(x.shape[: mask.dim()]):
+        return NotImplemented
+    mask = mask.reshape(*mask.shape, *([1] * (x.dim() - mask.dim())))
+    return torch.where(mask, values.reshape(()).to(x.dtype), x)
 
 
 def export_program(model: nn.Module, inputs: list[Any], write_out_attention: bool = False) -> Any:
@@ -70,6 +92,7 @@ def export_program(model: nn.Module, inputs: list[Any], write_out_attention: boo
     if einsum in chosen:
         chosen[einsum] = einsum_as_matmul(chosen[einsum])
     chosen[torch.ops.aten.baddbmm.default] = baddbmm_as_matmul
+    chosen[torch.ops.aten.index_put.default] = masked_index_put
     if write_out_attention:
         chosen[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_written_out
     return ep.run_decompositions(chosen)

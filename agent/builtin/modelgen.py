@@ -174,10 +174,17 @@ class _Emitter:
         if isinstance(a, Scalar):
             return f"float({a.expr})" if a.runtime else _num(a.value)
         if isinstance(a, Lit):
-            if isinstance(a.value, list):
-                return "(" + ", ".join(self.val(x) if isinstance(x, Ref) else repr(x) for x in a.value) + ",)"
+            if isinstance(a.value, list):  # a tuple literal; () for a 0-d shape
+                items = [self.val(x) if isinstance(x, Ref) else repr(x) for x in a.value]
+                return "(" + ", ".join(items) + ",)" if items else "()"
             return _num(a.value) if isinstance(a.value, float) else repr(a.value)
         return repr(a)
+
+    def sizes(self, a: Any) -> str:
+        """A view's sizes as its arguments: `*(4, -1)`, or `()` for a 0-d view (`view(*())` is
+        no call)."""
+        text = self.val(a)
+        return "()" if text == "()" else f"*{text}"
 
     def emit(self, line: str) -> None:
         self.lines.append("        " + line)
@@ -203,9 +210,9 @@ class _Emitter:
             self.emit(f"# {n.name}: library/ATen call ({why[:150]})")
             self.emit(f"{v} = {self.torch_expr(n)}")
         elif n.op == "view" and src in self.strided:
-            self.emit(f"{v} = {self.val(a[0])}.reshape(*{self.val(a[1])})")
+            self.emit(f"{v} = {self.val(a[0])}.reshape({self.sizes(a[1])})")
         elif n.op in ("view", "reshape", "expand", "permute"):
-            self.emit(f"{v} = {self.val(a[0])}.{n.op}(*{self.val(a[1])})")
+            self.emit(f"{v} = {self.val(a[0])}.{n.op}({self.sizes(a[1])})")
         elif n.op == "slice":
             at = n.attrs
             self.emit(

@@ -785,3 +785,73 @@ def test_torchscript_overload_stubs_are_left_out_of_the_copy():
     opts = EvalOptions(backend="cpu", torch_ops="allow", compile_baseline=False, timing_budget_s=0.05)
     res = evaluate(src, files, opts)
     assert res.status == Status.OK, res.reasons
+
+
+# wav2vec2's positional convolution as transformers writes it: padded frames zeroed in place
+# through a boolean mask, then a grouped Conv1d under nn.utils.parametrizations.weight_norm
+WEIGHT_NORM_MASKED = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, channels, kernel, groups):
+        super().__init__()
+        conv = nn.Conv1d(channels, channels, kernel, padding=kernel // 2, groups=groups)
+        self.conv = nn.utils.parametrizations.weight_norm(conv, name="weight", dim=2)
+
+    def forward(self, x, mask):
+        x = x.clone()
+        x[~mask] = 0
+        y = self.conv(x.transpose(1, 2)).transpose(1, 2)
+        return x + torch.nn.functional.gelu(y)
+
+
+batch = 2
+frames = 24
+channels = 16
+kernel = 5
+groups = 4
+
+
+def get_inputs():
+    mask = torch.ones(batch, frames, dtype=torch.bool)
+    mask[1, frames - 6 :] = False
+    return [torch.randn(batch, frames, channels), mask]
+
+
+def get_init_inputs():
+    return [channels, kernel, groups]
+"""
+
+
+def test_weight_norm_and_a_masked_assignment_lower_to_kernels_we_write():
+    """`x[~mask] = 0` is `where(mask, x, 0)` and weight norm is a norm over all dims but one
+    and a product (capture_export.masked_index_put, _DECOMPOSE): neither stays an ATen island.
+    An index_put by integer indices is left as it is."""
+    import torch.nn as nn
+
+    from agent.builtin.capture_export import export_program
+
+    ns: dict = {}
+    exec(WEIGHT_NORM_MASKED, ns)  # noqa: S102 (our own task text)
+    model = ns["Model"](*ns["get_init_inputs"]())
+    ops = {str(n.target) for n in export_program(model, ns["get_inputs"]()).graph.nodes if n.op == "call_function"}
+    assert not {"aten.index_put.default", "aten._weight_norm_interface.default"} & ops, ops
+    assert {"aten.where.self", "aten.linalg_vector_norm.default"} <= ops, ops
+
+    class Indexed(nn.Module):
+        def forward(self, x):
+            x = x.clone()
+            x[:, torch.tensor([0, 2])] = 1.0
+            return x
+
+    ops = {str(n.target) for n in export_program(Indexed(), [torch.randn(2, 4)]).graph.nodes if n.op == "call_function"}
+    assert "aten.index_put.default" in ops, ops
+
+
+@pytest.mark.slow
+def test_wav2vec2_s_weight_normed_masked_convolution_is_correct_under_forbid():
+    """Before: "blocked under forbid: index_put, _weight_norm" (wav2vec2's positional convolution)."""
+    res, pol = _policy_run(WEIGHT_NORM_MASKED, "weight_norm_masked", {**FAST_ALLOW, "torch_ops": "forbid"}, max_turns=3)
+    assert res.verified, res.trajectory.finished().summary
