@@ -398,9 +398,32 @@ def bind_scalars(graphs: list[Graph], captures: list[dict[str, int]]) -> None:
     (in place), so the kernels take it as an argument instead of a literal. An expression may
     read an input's shape: forward and `_kw_consts` (keyed by the input shapes) both see them."""
     triples = _triples(captures)
+    for i, j, values in _moving_scalars(graphs):
+        try:
+            expr = bind_float(values, triples, False, 0)
+        except NotGeneral:
+            expr = bind_float(values, triples, True, 0)
+        for g, v in zip(graphs, values, strict=True):
+            g.nodes[i].args[j] = Scalar(v, expr)
+
+
+def scalars_as_arguments(graphs: list[Graph]) -> None:
+    """Each float constant that moves between the graphs made a run-time scalar (in place), of
+    no particular expression: the graphs' candidates then compare as `bind_scalars` would leave
+    them, where two captures alone cannot say what a float is made of (T5's log of a ratio of
+    sizes whose other term moves only in a third capture)."""
+    for i, j, values in _moving_scalars(graphs):
+        for g, v in zip(graphs, values, strict=True):
+            g.nodes[i].args[j] = Scalar(v, "0.0")
+
+
+def _moving_scalars(graphs: list[Graph]) -> list[tuple[int, int, tuple[float, ...]]]:
+    """(node index, argument index, values) of each float constant whose value differs between
+    the graphs, which must otherwise be the same; raises NotGeneral where they are not."""
     first, others = graphs[0], graphs[1:]
     if any(len(g.nodes) != len(first.nodes) for g in others):
         raise NotGeneral("the captured graph differs between sizes")
+    out = []
     for i, node in enumerate(first.nodes):
         peers = [g.nodes[i] for g in others]
         if any(p.name != node.name or p.op != node.op or len(p.args) != len(node.args) for p in peers):
@@ -412,14 +435,9 @@ def bind_scalars(graphs: list[Graph], captures: list[dict[str, int]]) -> None:
             if not all(isinstance(m, Scalar) and m.expr is None for m in moved):
                 raise NotGeneral(f"the captured graph differs between sizes at {node.name}")
             values = (arg.value, *(m.value for m in moved))
-            if len(set(values)) == 1:
-                continue
-            try:
-                expr = bind_float(values, triples, False, 0)
-            except NotGeneral:
-                expr = bind_float(values, triples, True, 0)
-            for n, v in zip([node, *peers], values, strict=True):
-                n.args[j] = Scalar(v, expr)
+            if len(set(values)) > 1:
+                out.append((i, j, values))
+    return out
 
 
 # ---- model_new.py at several sizes -> one -------------------------------------------------

@@ -42,6 +42,7 @@ from agent.builtin.generalise import (
     probe_source,
     probe_values,
     same_structure,
+    scalars_as_arguments,
     size_constants,
 )
 from agent.builtin.graph import LIBRARY, Analysis, Graph, Node, analyze_source
@@ -392,18 +393,14 @@ class BuiltinPolicy(Policy):
         """Whether `sub`'s candidate for `step` is this one's but for its sizes, as `generalise`
         compares them (generalise.form), after the floats that move between the two become run-time
         scalars as `bind_scalars` makes them (a scale of 1 / sqrt(head size) is a literal of the
-        kernels until then); None where either has no candidate for the step. On copies: the
-        pair's bindings are not those of all the probes."""
+        kernels until then); None where either has no candidate for the step. On copies."""
         mine, theirs = _step_graph(self, step), _step_graph(sub, step)
         if mine is None or theirs is None:
             return None
-        assert self.analysis is not None and self.analysis.graph is not None
-        names = [n.name for n in self.analysis.graph.inputs()]
         pols = (self, sub)
-        captures = [atoms(names, pol.analysis.data.get("guard") or {}) for pol in pols if pol.analysis]
         graphs = [copy.deepcopy(mine), copy.deepcopy(theirs)]
         try:
-            bind_scalars(graphs, captures)
+            scalars_as_arguments(graphs)
             forms = [form(pol._build(g, note="", gemm=step.gemm).files) for pol, g in zip(pols, graphs, strict=True)]
         except NotGeneral:
             return False

@@ -834,7 +834,7 @@ def test_weight_norm_and_a_masked_assignment_lower_to_kernels_we_write():
     from agent.builtin.capture_export import export_program
 
     ns: dict = {}
-    exec(WEIGHT_NORM_MASKED, ns)  # noqa: S102 (our own task text)
+    exec(WEIGHT_NORM_MASKED, ns)  # our own task text
     model = ns["Model"](*ns["get_init_inputs"]())
     ops = {str(n.target) for n in export_program(model, ns["get_inputs"]()).graph.nodes if n.op == "call_function"}
     assert not {"aten.index_put.default", "aten._weight_norm_interface.default"} & ops, ops

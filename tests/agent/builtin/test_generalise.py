@@ -515,3 +515,61 @@ def test_a_constant_that_changes_the_graph_stays_fixed_and_the_rest_follow_the_i
     assert "'self.layers.0.in_features'" not in bound and "'self.layers.1.in_features'" in bound, bound
     checked = _shapes_checked(res)
     assert any("batch=16->" in c for c in checked), checked
+
+
+# T5's relative position buckets: `log(max_distance / max_exact)` with max_exact = num_buckets // 4,
+# a float whose two terms move in two different probes
+BUCKETS = """
+import math
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, num_buckets, max_distance, heads):
+        super().__init__()
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.bias = nn.Embedding(num_buckets, heads)
+
+    def forward(self, scores):
+        q = torch.arange(scores.shape[-2], dtype=torch.long, device=scores.device)[:, None]
+        k = torch.arange(scores.shape[-1], dtype=torch.long, device=scores.device)[None, :]
+        rel = k - q
+        half = self.num_buckets // 2
+        buckets = (rel > 0).to(torch.long) * half
+        rel = torch.abs(rel)
+        exact = half // 2
+        large = exact + (
+            torch.log(rel.float() / exact) / math.log(self.max_distance / exact) * (half - exact)
+        ).to(torch.long)
+        large = torch.min(large, torch.full_like(large, half - 1))
+        buckets = buckets + torch.where(rel < exact, rel, large)
+        return torch.softmax(scores + self.bias(buckets).permute(2, 0, 1), dim=-1)
+
+
+seq = 24
+num_buckets = 16
+max_distance = 64
+heads = 4
+
+
+def get_inputs():
+    return [torch.randn(heads, seq, seq)]
+
+
+def get_init_inputs():
+    return [num_buckets, max_distance, heads]
+"""
+
+
+@pytest.mark.slow
+def test_a_float_whose_terms_move_in_two_probes_keeps_both_probes():
+    """A probe's candidate is compared with this one's with its moving floats as run-time scalars
+    (generalise.scalars_as_arguments): the pair alone cannot bind T5's `log(max_distance /
+    max_exact)` (max_exact moves only in num_buckets' probe), which left max_distance's probe out
+    and the candidate fell back at the shape trial's sizes (T5's block, 2026-12-07)."""
+    res, pol = _policy_run(BUCKETS, "buckets", FORBID, max_turns=3)
+    assert res.verified, res.trajectory.finished().summary
+    assert {p.probe_of[0] for p in pol.probes} == {"seq", "num_buckets", "max_distance"}
+    assert "self.max_distance" in res.best.files["model_new.py"]
