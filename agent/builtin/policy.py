@@ -331,18 +331,17 @@ class BuiltinPolicy(Policy):
         if not self.probes:
             return ""
         assert self.analysis is not None and self.analysis.graph is not None
-        key = (step.kind, step.title, step.gemm)
         probes = self._probes_of_this_form(step)
         if not probes:
             return self._specialised("the captured graph differs at every size probed")
-        subs = [next((st for st in p.steps if (st.kind, st.title, st.gemm) == key and st.graph), None) for p in probes]
-        if any(st is None for st in subs):
+        theirs = [_step_graph(p, step) for p in probes]
+        if any(g is None for g in theirs):
             return self._specialised("the plan differs at other sizes")
         names = [n.name for n in self.analysis.graph.inputs()]
         pols = [self, *probes]
         captures = [atoms(names, p.analysis.data.get("guard") or {}) for p in pols if p.analysis]
         guards = [p.analysis.data.get("guard") or {} for p in pols if p.analysis]
-        graphs = [g for g in [step.graph, *(st.graph for st in subs if st is not None)] if g is not None]
+        graphs = [g for g in [step.graph, *theirs] if g is not None]
         try:
             bind_scalars(graphs, captures)
         except NotGeneral as e:
