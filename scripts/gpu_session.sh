@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call on the device machine (results go in docs/benchmarks.md).
-# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests gputests timecheck cores bench cases kbcases suite kernelbench)
+# Usage there: bash scripts/gpu_session.sh [stage...]   (stages: probe tests gputests timecheck cores bench cases kbcases suite accounts kernelbench)
 # One device call runs at most 10 minutes: `probe tests bench`, then `cases`, then `suite`.
 # The device tool returns at most 8 files from $OUT, so logs and case-study fixtures come back as
 # two archives next to summary.txt (printed last) and suite.json.
@@ -48,6 +48,13 @@ for s in $stages; do case $s in
       --out "$WORK/cases" --kernelbench "${KW_KB:?KW_KB: a KernelBench copy}" --cases ${KW_KB_CASES:-3/13 3/8}; set +f ;;
   # KW_SUITE_TASKS="name ..." runs part of the suite (39 tasks take more than one 10-minute call)
   suite) set -f; run_stage suite ${KW_SUITE_LIMIT:-560} python3 -m benchmarks.suite --backend cuda --jobs 8 --out "$OUT/suite.json" ${KW_SUITE_TASKS:+--tasks $KW_SUITE_TASKS}; set +f ;;
+  # every timing block's account next to the parent's wall time (benchmarks/block_accounts.py): an
+  # honest copy of each KW_ACCOUNTS task (paths) 3 times in each of 4 processes at once, as loaded
+  # as KernelBench's shards (host-bound LSTM and GRU blocks were rejected as forged, 2026-12-07)
+  accounts) run_stage accounts ${KW_ACCOUNTS_LIMIT:-300} bash -c 'for k in 1 2 3 4; do
+      python3 -m benchmarks.block_accounts $0 --backend ${KW_ACCOUNTS_BACKEND:-cuda} --evals ${KW_ACCOUNTS_EVALS:-3} --compile-baseline --out "$1/accounts$k.jsonl" & done; wait
+      cat "$1"/accounts*.jsonl | python3 -c "import json,sys; r=[json.loads(l) for l in sys.stdin]; print(len(r), \"blocks,\", sum(not x[\"ok\"] for x in r), \"rejected\")"' \
+      "${KW_ACCOUNTS:?KW_ACCOUNTS: task paths}" "$LOGS" ;;
   # KernelBench's stratified sample (issue 18) in KW_KB_SHARDS processes sharing the GPU (at most ~5
   # at published sizes: 7 ran references out of device memory; such a problem is retried once after
   # the rest), no problem started after KW_KB_LIMIT s, a shard killed KW_KB_GRACE s after it (240: a level-3
