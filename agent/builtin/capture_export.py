@@ -55,7 +55,7 @@ def _shape(v: Any) -> list[int] | None:
 # baddbmm (agent.builtin.matmul_forms) into a matmul, a scale and an add; glu into two halves, a
 # sigmoid and a product (elementwise: fused, and no ATen island under forbid); weight norm
 # (nn.utils.parametrizations.weight_norm: wav2vec2's positional convolution) into a norm over all
-# dims but one and a product
+# dims but one and a product (`_weight_norm` decomposes into `_weight_norm_interface`, which does that)
 _DECOMPOSE = (
     "einsum",
     "triplet_margin_loss",
@@ -63,7 +63,6 @@ _DECOMPOSE = (
     "glu",
     "_weight_norm",
     "_weight_norm_interface",
-    "norm_except_dim",
 )
 
 
@@ -72,9 +71,9 @@ def masked_index_put(x: Any, indices: Any, values: Any, accumulate: bool = False
     `hidden_states[~mask] = 0`) as `where(mask, v, x)`: elementwise, where index_put would stay an
     ATen call. Any other index_put is left as it is."""
     mask = indices[0] if len(indices) == 1 else None
-    if accumulate or mask is None or mask.dtype != torch.bool or values.numel() != 1 or mask.dim() > x.dim():
+    if accumulate or mask is None or mask.dtype != torch.bool or values.numel() != 1:
         return NotImplemented
-    if tuple(mask.shape) != tuple(x.shape[: mask.dim()]):
+    if tuple(mask.shape) != tuple(x.shape[: mask.dim()]):  # (a mask of more dims than x is longer)
         return NotImplemented
     mask = mask.reshape(*mask.shape, *([1] * (x.dim() - mask.dim())))
     return torch.where(mask, values.reshape(()).to(x.dtype), x)

@@ -183,8 +183,7 @@ class _Emitter:
     def sizes(self, a: Any) -> str:
         """A view's sizes as its arguments: `*(4, -1)`, or `()` for a 0-d view (`view(*())` is
         no call)."""
-        text = self.val(a)
-        return "()" if text == "()" else f"*{text}"
+        return "()" if isinstance(a, Lit) and a.value == [] else f"*{self.val(a)}"
 
     def emit(self, line: str) -> None:
         self.lines.append("        " + line)
