@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.passes.shape_prop import ShapeProp
 
-from agent.builtin import capture_export
+from agent.builtin import capture_export, outputs
 from agent.builtin.fallback import source_parts
 from agent.builtin.guard import NotFlat, describe_inputs
 from sandbox.devlock import lock_from_env
@@ -283,16 +283,16 @@ class _Builder:
             self.alias[n.name] = self.param(n.target)["ref"]
             return input_index
         if n.op == "output":
-            outs = a[0] if isinstance(a[0], tuple | list) else (a[0],)
-            for o in outs:
-                if not isinstance(o, fx.Node):
-                    raise Unsupported("the forward returns a non-tensor value")
+            try:
+                outs, structure = outputs.flatten(a[0], lambda o: isinstance(o, fx.Node))
+            except TypeError as e:
+                raise Unsupported(str(e)) from None
             self.nodes.append(
                 {
                     "name": "output",
                     "op": "output",
                     "args": [self.ref(o) for o in outs],
-                    "attrs": {},
+                    "attrs": {"structure": structure},
                     "shape": None,
                     "dtype": None,
                 }

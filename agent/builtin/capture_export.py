@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from agent.builtin import rnn_standins
+from agent.builtin import outputs, rnn_standins
 from agent.builtin.generalise import member_expr
 from agent.builtin.guard import describe_inputs, guard
 from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul, sdpa_written_out
@@ -239,8 +239,18 @@ class ExportBuilder:
                     if not isinstance(o, fx.Node):
                         raise ExportUnsupported("the forward returns a non-tensor value")
                     args.append(self.ref(o))
+                structure = outputs.from_treespec(self.ep.call_spec.out_spec)
+                if structure is None:
+                    raise ExportUnsupported("the forward returns a structure other than lists and tuples of tensors")
                 self.nodes.append(
-                    {"name": "output", "op": "output", "args": args, "attrs": {}, "shape": None, "dtype": None}
+                    {
+                        "name": "output",
+                        "op": "output",
+                        "args": args,
+                        "attrs": {"structure": structure},
+                        "shape": None,
+                        "dtype": None,
+                    }
                 )
             elif n.op == "call_function":
                 self.call(n)

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from agent.builtin.graph import Graph, Lit, Ref, Scalar
+from agent.builtin.outputs import default as default_structure
+from agent.builtin.outputs import rebuild
 
 _UNARY: dict[str, Callable[..., Any]] = {
     "exp": torch.exp,
@@ -74,8 +76,7 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
         elif op == "param":
             env[n.name] = _attribute(model, at["path"])
         elif op == "output":
-            outs = [v(x) for x in a]
-            return outs[0] if len(outs) == 1 else tuple(outs)
+            return rebuild(at.get("structure") or default_structure(len(a)), [v(x) for x in a])
         elif op in _UNARY:
             env[n.name] = _UNARY[op](v(a[0]))
         elif op in _BINARY:

@@ -14,7 +14,7 @@ import re
 import textwrap
 from typing import Any
 
-from agent.builtin import remap, tf32x3, typed_elementwise
+from agent.builtin import outputs, remap, tf32x3, typed_elementwise
 from agent.builtin.cudagraph import CAPTURE_HELPER
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
@@ -116,6 +116,13 @@ def _graphed(module, eager, inputs, paths, scalars):
     return out
 
 '''
+
+
+def output_structure(g: Graph) -> Any:
+    """What the forward returns (agent.builtin.outputs); a graph built without it returns its
+    outputs as one tensor or a flat tuple."""
+    out = g.output
+    return out.attrs.get("structure") or outputs.default(len(out.args))
 
 
 def _flatten(v: Any) -> list:
@@ -792,7 +799,7 @@ def generate_model(
     shapes: ModelNew then subclasses a verbatim copy of the reference Model (`_KwReference`) and
     its forward checks the input shapes and meta["guard"] first; anything else runs the
     reference's own forward."""
-    if graph and (backend != "cuda" or len(plan.graph.output.args) != 1):
+    if graph and (backend != "cuda" or output_structure(plan.graph) != outputs.LEAF):
         raise ValueError("a CUDA-graph forward needs the cuda backend and a single output tensor")
     src = meta["source"]
     specialised = meta.get("capture") == "export"
@@ -825,7 +832,7 @@ def generate_model(
             assert st.group is not None
             em.group(st.group)
     outs = [em.val(a) for a in g.output.args]
-    em.emit("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
+    em.emit("return " + outputs.expression(output_structure(g), outs))
 
     init = src.get("init") or "    def __init__(self):\n        super().__init__()\n"
     init = init.replace("super(Model, self)", "super()")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._pytree import tree_flatten
 
 from agent.builtin.fallback import fallback_model, source_parts
 from agent.builtin.graph import analyze_source
@@ -250,8 +251,9 @@ def _check_candidate(
                     y1 = mn(*ins)
             if ops is not None:
                 ops.update(rec.ops)
-            y0 = y0 if isinstance(y0, tuple) else (y0,)
-            y1 = y1 if isinstance(y1, tuple) else (y1,)
+            # the sandbox compares the structure exactly (a list is not a tuple, (x,) is not x)
+            (y0, spec0), (y1, spec1) = tree_flatten(y0), tree_flatten(y1)
+            assert spec1 == spec0, f"output structure {spec1}, expected {spec0}"
             for a, b in zip(y0, y1, strict=True):
                 torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, equal_nan=equal_nan)
 
