@@ -512,7 +512,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="The built-in policy on KernelBench problems and model blocks.")
     ap.add_argument("--kernelbench", type=Path, help="a KernelBench checkout (the folder holding level1..level3)")
     ap.add_argument("--level", type=int, nargs="*", default=[1, 2, 3])
-    ap.add_argument("--problems", nargs="*", default=[], help="LEVEL/NUMBER, e.g. 1/23 2/11 (or paths)")
+    ap.add_argument(
+        "--problems",
+        nargs="*",
+        default=[],
+        help="LEVEL/NUMBER, e.g. 1/23 2/11 (with --kernelbench), or paths of files in its format",
+    )
     ap.add_argument("--sample", type=int, default=0, help="problems drawn per level")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
@@ -592,10 +597,15 @@ def main(argv: list[str] | None = None) -> int:
             every=args.coverage and not (args.problems or args.sample),
             stratified=args.stratified,
         )
+    elif args.problems:  # files of the KernelBench format (benchmarks/blocks_heldout/*/*.py) need no checkout
+        missing = [p for p in args.problems if not Path(p).is_file()]
+        if missing:
+            ap.error(f"no such file: {', '.join(missing)} (LEVEL/NUMBER needs --kernelbench)")
+        paths += [Path(p) for p in args.problems]
     if args.blocks:
         paths += sorted(BLOCKS_DIR.glob("*.py"))
     if not paths:
-        ap.error("nothing to run: give --kernelbench with --problems/--sample, or --blocks")
+        ap.error("nothing to run: give --kernelbench with --problems/--sample, --problems with files, or --blocks")
     if args.shard:
         k, n = (int(x) for x in args.shard.split("/"))
         paths = paths[k::n]
