@@ -512,6 +512,10 @@ def _kw_cat(lib, xs, dim, stack, stream):
     forward 540 KB, over the workspace's limit per file), and the cat's size along dim, a sum of
     the operands' (RetinaNet's anchors over five levels), follows the inputs with no literal."""
     shape = list(xs[0].shape)
+    for x in xs:  # as torch.cat checks: a mismatched operand would be copied out of place
+        other = list(x.shape)
+        if len(other) != len(shape) or any(a != b for d, (a, b) in enumerate(zip(other, shape)) if stack or d != dim):
+            raise RuntimeError(f"_kw_cat: operand of shape {tuple(x.shape)} does not match {tuple(xs[0].shape)} (dim {dim})")
     if stack:
         shape.insert(dim, len(xs))
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
 import torch
 
 from agent.builtin.pipeline import build_candidate
@@ -98,3 +99,30 @@ def test_indices_outside_the_table_and_wild_offsets_read_nothing_outside_it(tmp_
     finally:
         sys.path.remove(str(RUNTIME))
         os.environ.pop("KWRT_LIB", None)
+
+
+def test_a_cat_of_operands_whose_other_sizes_differ_raises_before_any_copy():
+    """Res2Net's generalised candidate joined a 13x13 and a 12x12 map (a pool's size bound wrongly):
+    kw_copy_block would have copied the smaller one out of place (or past the end of a larger)."""
+    import math
+
+    import torch
+
+    from agent.builtin.ownkernels import DENSE_HELPER
+
+    env: dict = {"torch": torch, "math": math}
+    exec(DENSE_HELPER, env)
+    copies: list = []
+
+    class Lib:
+        def kw_copy_block(self, *a):
+            copies.append(a)
+
+    a, b = torch.zeros(1, 2, 13, 13), torch.zeros(1, 3, 12, 12)
+    with pytest.raises(RuntimeError, match="does not match"):
+        env["_kw_cat"](Lib(), (a, b), 1, False, 0)
+    with pytest.raises(RuntimeError, match="does not match"):
+        env["_kw_cat"](Lib(), (a, torch.zeros(1, 3, 13, 13)), 1, True, 0)  # stack: every size equal
+    assert not copies
+    out = env["_kw_cat"](Lib(), (a, torch.zeros(1, 3, 13, 13)), 1, False, 0)
+    assert out.shape == (1, 5, 13, 13) and len(copies) == 2
