@@ -1193,6 +1193,7 @@ def _judge_audit(msg: dict, options: EvalOptions, backend: str, res: EvalResult,
             rejections.append(
                 "torch-ops=forbid: the forward computed with torch operators "
                 + ", ".join(compute)
+                + _fallback_trials(res.trials, per_forward)
                 + " (allowed: allocation, views, library GEMM/convolution; write these as kernels)"
             )
         if not res.audit.custom_kernel_ran:
@@ -1204,6 +1205,19 @@ def _judge_audit(msg: dict, options: EvalOptions, backend: str, res: EvalResult,
                 rejections.append(
                     "torch-ops=forbid: no custom kernel ran in the forward (call your kernels through kwrt or the load_inline module)"
                 )
+
+
+def _fallback_trials(trials: list[TrialResult], per_forward: list[int]) -> str:
+    """Where the candidate's kernels ran in some trials and in others none did, the others (a
+    guard that sends inputs it was not made for to the reference's forward, the shape trial's
+    usually): said in the rejection, since the operators were computed there."""
+    if len(per_forward) != len(trials) or all(n == 0 for n in per_forward) or all(n > 0 for n in per_forward):
+        return ""
+    names = [f"{t.index + 1} ({t.kind})" for t, n in zip(trials, per_forward, strict=True) if n == 0]
+    return (
+        f" in trial {', '.join(names)}, where none of the candidate's kernels ran (a fallback path, such as a "
+        "guard that sends sizes the candidate was not made for to the reference's forward)"
+    )
 
 
 def replayed_calls(prints: list[tuple[int, float]], bounds: list) -> int:

@@ -435,3 +435,19 @@ def test_non_persistent_buffers_come_from_the_reference(quick):
     model_new = PROCESS_BUFFER_TASK.split("def get_inputs")[0].replace("class Model(", "class ModelNew(")
     res = evaluate(PROCESS_BUFFER_TASK, {"model_new.py": model_new}, quick(torch_ops="allow"))
     assert res.status is Status.OK, res.reasons + [t.message for t in res.trials]
+
+
+def test_a_guard_s_fallback_is_named_in_the_forbid_rejection(quick):
+    """A generated candidate made for the task's shapes runs the reference's forward at others;
+    under forbid the rejection says in which trials no kernel of the candidate ran (the shape
+    trials'), not only which torch operators ran."""
+    files = candidate("softmax_cpp")
+    files["model_new.py"] = files["model_new.py"].replace(
+        "        rows, cols = x.shape\n",
+        "        rows, cols = x.shape\n        if (rows, cols) != (64, 256):\n            return torch.softmax(x, dim=1)\n",
+    )
+    res = evaluate(task("softmax_tiny.py"), files, quick())
+    assert res.status == Status.REJECTED
+    reason = next(r for r in res.reasons if "torch operators" in r)
+    assert "aten::_softmax in trial " in reason and "(shape)" in reason and "(random)" not in reason
+    assert "where none of the candidate's kernels ran" in reason
