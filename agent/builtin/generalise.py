@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agent.builtin.graph import Graph, Scalar
-from agent.builtin.guard import parts_digest
+from agent.builtin.guard import SPECIALISED_CHECK, parts_digest
 from sandbox.options import SIZE_BLOCKLIST
 
 MAX_PROBES = 8  # size constants varied (one capture each); a task with more stays specialised
@@ -184,10 +184,21 @@ def _triples(captures: list[dict[str, int]]) -> list[tuple[str, tuple[int, ...]]
 SUM_OFFSETS = (1, -1, 2, -2, 3, -3, 4, -4)  # tried only where no product of sizes (or its quotient) fits
 
 
-def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], forward: bool, floor: bool = True) -> str:
+def bind(
+    values: tuple[int, ...],
+    triples: list[tuple[str, tuple[int, ...]]],
+    forward: bool,
+    floor: bool = True,
+    divisions: list[str] | None = None,
+) -> str:
     """An expression of atoms with `values` in every capture: a product of up to MAX_FACTORS
     atoms, times or floor-divided by a constant, else such a product (or quotient) plus or minus a
-    small constant. Raises NotGeneral."""
+    small constant. Raises NotGeneral.
+
+    A quotient is found where the product divides exactly in every capture, so nothing says
+    whether the module floors or rounds up where it does not (a stride-2 pool of 25 gives 13, and
+    `25 // 2` is 12): `divisions` gets `(product) % k`, which the candidate's guard checks so that
+    such sizes run the reference (Res2Net's pool, bound as `size // 2`, was wrong at 25)."""
     usable = [(e, v) for e, v in triples if forward or e.startswith("self.")]
 
     def search(rem: tuple[int, ...], start: int, depth: int) -> list[str] | None:
@@ -209,6 +220,8 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
     for k in range(2, 65 if floor else 2):  # a size divided by a constant (a head's width, a pooled side)
         found = search(tuple(v * k for v in values), 0, 0)
         if found:
+            if divisions is not None:
+                divisions.append(f"({' * '.join(found)}) % {k}")
             return f"({' * '.join(found)}) // {k}"
     for c in SUM_OFFSETS:  # a size plus or minus a constant (a kernel's k - 1, a pad's 2 * p + n)
         shifted = tuple(v - c for v in values)
@@ -220,6 +233,8 @@ def bind(values: tuple[int, ...], triples: list[tuple[str, tuple[int, ...]]], fo
             shifted = tuple((v - c) * k for v in values)
             found = search(shifted, 0, 0) if min(shifted) >= 1 else None
             if found:
+                if divisions is not None:
+                    divisions.append(f"({' * '.join(found)}) % {k}")
                 return f"(({' * '.join(found)}) // {k} {'+' if c > 0 else '-'} {abs(c)})"
     found_sum = _sum_of_two(values, usable) or (_window(values, usable) if floor else None)
     if found_sum is not None:
@@ -488,6 +503,7 @@ def generalise(
         raise NotGeneral("model_new.py differs in more than numbers between sizes")
     triples = _triples(captures)
     edits: list[tuple[tokenize.TokenInfo, str]] = []
+    divisions: list[str] = []
     for (scope, module_const), *same in zip(_scopes(toks[0]), *toks, strict=True):
         kinds = {(t.type, t.string) for t in same}
         if len(kinds) == 1:
@@ -505,13 +521,25 @@ def generalise(
             raise NotGeneral(f"line {first.start[0]}: a size outside any method")
         forward = scope in ("forward", "_kw_consts")  # both are given the input tensors (their shapes key the consts)
         if all(t.string.isdigit() for t in same):
-            expr = bind(tuple(int(t.string) for t in same), triples, forward)
+            expr = bind(tuple(int(t.string) for t in same), triples, forward, divisions=divisions)
         else:
             expr = bind_float(tuple(float(t.string) for t in same), triples, forward, first.start[0])
         edits.append((first, f"({expr})"))
     if not edits:
         raise NotGeneral("no literal moves with the sizes")
-    return {**files[0], "model_new.py": _apply(texts[0], edits, _guard_line(files, captures, guards))}
+    text = _apply(texts[0], edits, _guard_line(files, captures, guards))
+    return {**files[0], "model_new.py": _checked_divisions(text, divisions)}
+
+
+def _checked_divisions(text: str, divisions: list[str]) -> str:
+    """The forward's guard also sends the reference every size at which a bound quotient would
+    not divide exactly (`bind`'s divisions); a forward with no guard to extend stays specialised."""
+    conds = list(dict.fromkeys(divisions))
+    if not conds:
+        return text
+    if text.count(SPECIALISED_CHECK) != 1:
+        raise NotGeneral("a size is a quotient and the forward has no guard to check that it divides")
+    return text.replace(SPECIALISED_CHECK, SPECIALISED_CHECK + "".join(f" or {c}" for c in conds))
 
 
 def ints_as_literals(text: str) -> str:

@@ -128,6 +128,8 @@ def _plain_source(fn: Any) -> str:
     return plain.replace("    attrs: dict = {}", "    attrs = {}").replace("    state: dict = {}", "    state = {}")
 
 
+SPECIALISED_CHECK = "not _kw_specialised(self)"  # the last condition of a guarded forward's fallback test
+
 HELPER = (
     "\n\n"
     + _plain_source(guard_digest)

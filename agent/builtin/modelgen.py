@@ -21,6 +21,7 @@ from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
 from agent.builtin.graph import ISLAND_OPS, Graph, Lit, Node, Ref, Scalar, makes_strided
 from agent.builtin.graph import LIBRARY as LIBRARY_OPS
 from agent.builtin.guard import HELPER as GUARD_HELPER
+from agent.builtin.guard import SPECIALISED_CHECK
 from agent.builtin.kernelgen import KernelSig
 from agent.builtin.layout import inverse, last_perm
 from agent.builtin.ownkernels import DENSE_HELPER, GATHER_DTYPES, GATHER_HELPER, emit_lines, op_label, own_call
@@ -922,7 +923,7 @@ def generate_model(
                 conds.append(f"{_var(n.name)}.shape != {tuple(spec['shape'])!r}")
             else:
                 conds.append(f"{_var(n.name)} != {spec.get('value')!r}")
-        conds.append("not _kw_specialised(self)")
+        conds.append(SPECIALISED_CHECK)
         guard_lines = [
             f"        if {' or '.join(conds)}:",
             "            # not the " + ("shapes and " if specialised else "") + "module structure this forward "

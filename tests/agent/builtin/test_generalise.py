@@ -573,3 +573,25 @@ def test_a_float_whose_terms_move_in_two_probes_keeps_both_probes():
     assert res.verified, res.trajectory.finished().summary
     assert {p.probe_of[0] for p in pol.probes} == {"seq", "num_buckets", "max_distance"}
     assert "self.max_distance" in res.best.files["model_new.py"]
+
+
+def test_a_quotient_of_sizes_is_checked_to_divide_before_the_generated_forward_runs():
+    """Res2Net's stride-2 pool gives 12 at 24 and 6 at 12: `size // 2` fits both captures, and is
+    wrong at 25 (the pool gives 13). Nothing captured says floor or round up, so the guard sends
+    every size at which the quotient would not divide to the reference."""
+    from agent.builtin.generalise import _checked_divisions
+    from agent.builtin.guard import SPECIALISED_CHECK
+
+    side = ("v_x.shape[2]", (24, 12, 24, 24))
+    divisions: list[str] = []
+    assert bind((12, 6, 12, 12), [side], True, divisions=divisions) == "(v_x.shape[2]) // 2"
+    assert divisions == ["(v_x.shape[2]) % 2"]
+    assert bind((24, 12, 24, 24), [side], True, divisions=divisions) == "v_x.shape[2]"
+    assert divisions == ["(v_x.shape[2]) % 2"]  # an exact product needs no check
+    text = f"        if v_x.dim() != 4 or {SPECIALISED_CHECK}:\n            return super().forward(v_x)\n"
+    checked = _checked_divisions(text, divisions + divisions)
+    assert f"{SPECIALISED_CHECK} or (v_x.shape[2]) % 2:" in checked
+    assert eval("(v_x.shape[2]) % 2", {"v_x": torch.zeros(1, 1, 25, 25)})  # 25: the reference runs
+    with pytest.raises(NotGeneral):
+        _checked_divisions("        return v_x\n", divisions)  # no guard to extend: stays specialised
+    assert _checked_divisions("        return v_x\n", []) == "        return v_x\n"
