@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._pytree import tree_flatten
 
 from agent.builtin.fallback import fallback_model, source_parts
 from agent.builtin.graph import analyze_source
 from agent.builtin.pipeline import build_candidate, library_parts, make_plan, own_parts
 from sandbox.audit import make_recorder
+from sandbox.harness import flatten as output_spec
 
 REPO = Path(__file__).resolve().parents[3]
 BLOCKS = REPO / "benchmarks" / "blocks"
@@ -251,10 +251,12 @@ def _check_candidate(
                     y1 = mn(*ins)
             if ops is not None:
                 ops.update(rec.ops)
-            # the sandbox compares the structure exactly (a list is not a tuple, (x,) is not x)
-            (y0, spec0), (y1, spec1) = tree_flatten(y0), tree_flatten(y1)
+            # the structure as the sandbox compares it (a list is not a tuple, (x,) is not x)
+            leaves0: list = []
+            leaves1: list = []
+            spec0, spec1 = output_spec(y0, leaves0), output_spec(y1, leaves1)
             assert spec1 == spec0, f"output structure {spec1}, expected {spec0}"
-            for a, b in zip(y0, y1, strict=True):
+            for a, b in zip(leaves0, leaves1, strict=True):
                 torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, equal_nan=equal_nan)
 
         first = ref.get_inputs()

@@ -57,6 +57,32 @@ def get_init_inputs():
     return []
 """
 
+DICT_NAMEDTUPLE = """
+import collections
+
+import torch
+import torch.nn as nn
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        assert x.size(1) == 8, "eight features"
+        return {"logits": torch.relu(x), "pair": Pair(x + 1.0, x * 2.0)}
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
 ONE_TUPLE = """
 import torch
 import torch.nn as nn
@@ -86,6 +112,7 @@ def get_init_inputs():
         (LIST_FX, "fx", ["list", ["t", "t"]]),
         (NESTED_EXPORT, "export", ["tuple", [["list", ["t", ["tuple", ["t"]]]], ["tuple", ["t"]]]]),
         (ONE_TUPLE, "fx", ["tuple", ["t"]]),
+        (DICT_NAMEDTUPLE, "export", ["dict", ["t", ["tuple", ["t", "t"]]], ["logits", "pair"]]),
     ],
 )
 @pytest.mark.parametrize("torch_ops", ["allow", "forbid"])
@@ -105,3 +132,6 @@ def test_the_structure_is_rebuilt_in_order_and_its_count_checked():
     with pytest.raises(ValueError):
         outputs.expression(s, ["a", "b", "c", "d"])
     assert outputs.default(1) == "t" and outputs.default(2) == ["tuple", ["t", "t"]]
+    d = ["dict", ["t", ["list", ["t"]]], ["y", "z"]]
+    assert outputs.expression(d, ["a", "b"]) == "{'y': a, 'z': [b]}"
+    assert outputs.rebuild(d, [1, 2]) == {"y": 1, "z": [2]}
