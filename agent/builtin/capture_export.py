@@ -79,6 +79,46 @@ def masked_index_put(x: Any, indices: Any, values: Any, accumulate: bool = False
     return torch.where(mask, values.reshape(()).to(x.dtype), x)
 
 
+def _moments(x: Any, dim: Any, correction: Any, keepdim: bool) -> tuple[Any, Any]:
+    """(variance, mean) over dim (None: every dim) as a mean, a difference, a square and a sum:
+    reductions and elementwise ops the generator writes (PatchTST's RevIN and hand-written norms
+    call var and std; PyTorch's own decomposition goes through prims the export cannot
+    functionalise)."""
+    dims = list(range(x.dim())) if dim is None or (isinstance(dim, list | tuple) and not dim) else dim
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    n = math.prod(x.shape[d] for d in dims)
+    mean = x.mean(dims, keepdim=True)
+    centred = x - mean
+    ss = (centred * centred).sum(dims, keepdim=keepdim)
+    var = ss / max(n - (1.0 if correction is None else float(correction)), 0)
+    return var, (mean if keepdim else mean.squeeze(dims))
+
+
+def _variance(square_root: bool, with_mean: bool) -> Any:
+    """A decomposition of var / std / var_mean / std_mean in all three overloads (`default`:
+    unbiased only; `dim`: dim, unbiased, keepdim; `correction`: dim, correction=, keepdim=)."""
+
+    def decomposed(x: Any, *args: Any, **kwargs: Any) -> Any:
+        dim, correction, keepdim = None, kwargs.get("correction"), bool(kwargs.get("keepdim", False))
+        if args and isinstance(args[0], bool):  # default: (unbiased)
+            correction = 1 if args[0] else 0
+        else:
+            dim = args[0] if args else kwargs.get("dim")
+            if len(args) > 1:  # dim: (dim, unbiased, keepdim)
+                correction = 1 if args[1] else 0
+                keepdim = bool(args[2]) if len(args) > 2 else keepdim
+            elif "unbiased" in kwargs:
+                correction = 1 if kwargs["unbiased"] else 0
+        var, mean = _moments(x, dim, correction, keepdim)
+        out = var.sqrt() if square_root else var
+        return (out, mean) if with_mean else out
+
+    return decomposed
+
+
+_MOMENTS = {"var": (False, False), "std": (True, False), "var_mean": (False, True), "std_mean": (True, True)}
+
+
 def export_program(model: nn.Module, inputs: list[Any], write_out_attention: bool = False) -> Any:
     """write_out_attention (torch-ops=forbid): scaled_dot_product_attention as its math
     (agent.builtin.matmul_forms.sdpa_written_out); otherwise it stays one call."""
@@ -92,6 +132,11 @@ def export_program(model: nn.Module, inputs: list[Any], write_out_attention: boo
         chosen[einsum] = einsum_as_matmul(chosen[einsum])
     chosen[torch.ops.aten.baddbmm.default] = baddbmm_as_matmul
     chosen[torch.ops.aten.index_put.default] = masked_index_put
+    for name, (square_root, with_mean) in _MOMENTS.items():
+        packet = getattr(torch.ops.aten, name)
+        for overload in ("default", "dim", "correction"):
+            if hasattr(packet, overload):
+                chosen[getattr(packet, overload)] = _variance(square_root, with_mean)
     if write_out_attention:
         chosen[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_written_out
     return ep.run_decompositions(chosen)

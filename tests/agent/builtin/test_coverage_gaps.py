@@ -210,3 +210,45 @@ def test_a_scalar_computed_beside_a_row_loop_is_stored_once(tmp_path):
             want = grp.full if grp.space[o] == "full" else grp.full[: grp.split]
             assert math.prod(n.dims) == math.prod(want), (grp.name, o, n.dims, grp.full, grp.split)
     _check_candidate(SCALAR_BESIDE_A_ROW_LOOP, c.files, tmp_path)
+
+
+REVIN = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"PatchTST's RevIN normalisation: statistics over every dim but the first and last.\"\"\"
+
+    def __init__(self, num_features, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.affine_weight = nn.Parameter(torch.rand(num_features) + 0.5)
+
+    def forward(self, x, y):
+        dim2reduce = tuple(range(1, x.ndim - 1))
+        mean = torch.mean(x, dim=dim2reduce, keepdim=True).detach()
+        stdev = torch.sqrt(torch.var(x, dim=dim2reduce, keepdim=True, unbiased=False) + self.eps).detach()
+        x = (x - mean) / stdev * self.affine_weight
+        return x + y.std(dim=0, keepdim=True) + torch.var_mean(y, dim=1)[0][:, None, None]
+
+
+def get_inputs():
+    return [torch.randn(4, 24, 7), torch.randn(4, 7)]
+
+
+def get_init_inputs():
+    return [7]
+"""
+
+
+def test_variance_and_standard_deviation_are_reductions_we_write(tmp_path):
+    """var, std and var_mean (PatchTST's RevIN named `var` as its blocker under forbid)."""
+    an = _analysis(REVIN, profile=False)
+    assert an.ok, an.error
+    assert an.data["capture"] == "export"
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not library_parts(c.plan) and not _forbid_blockers(c.plan)
+    ops: dict[str, int] = {}
+    _check_candidate(REVIN, c.files, tmp_path, ops=ops)
+    assert not [op for op in ops if "var" in op or "std" in op]
