@@ -906,27 +906,44 @@ def analyze(path: str, device: str = "cpu", profile: bool = True, write_out_atte
         **extra,
     }
     if profile:
-        dev = device if device == "cuda" and torch.cuda.is_available() else "cpu"
-        waited: list[bool] = []
-        try:  # the copy to the device too: beside other evaluations it can run out of memory
-            with lock_from_env(dev).shared(on_wait=lambda w: waited.append(w)):  # never beside a timed loop
-                m = model.to(dev)
-                ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
-                rows, ms = _eager_profile(m, ins, dev)
-        except Exception as e:  # the graph is what matters; the profile only informs the plan
-            notes.append(
-                f"the eager profile failed ({type(e).__name__}: {str(e)[:200]}); the plan has no per-op breakdown"
-            )
-        else:
-            result["eager_profile"] = {
-                "device": dev,
-                "rows": rows,
-                "forward_ms": ms,
-                "device_name": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-                "threads": torch.get_num_threads(),
-                "waited_for_device": any(waited),
-            }
+        _profile_into(result, model, inputs, device, notes)
     return result
+
+
+PROFILE_MAX_BYTES = 1 << 30  # inputs and parameters above this are not profiled on a GPU
+
+
+def _profile_into(result: dict[str, Any], model: nn.Module, inputs: list[Any], device: str, notes: list[str]) -> None:
+    """The eager profile for the plan's per-op breakdown (nothing else reads it). On a GPU it is
+    skipped for a task whose inputs and parameters pass PROFILE_MAX_BYTES: its forward would hold
+    several times that on a device that evaluations share, outside their memory shares
+    (sandbox.devmem; KernelBench level 1's 6 GiB tensors ran evaluations out of memory on an 80 GB
+    H100, 2026-12-07), and the analysis would wait for the device lock besides."""
+    dev = device if device == "cuda" and torch.cuda.is_available() else "cpu"
+    size = sum(t.numel() * t.element_size() for t in [*inputs, *model.parameters()] if torch.is_tensor(t))
+    if dev == "cuda" and size > PROFILE_MAX_BYTES:
+        notes.append(
+            f"the eager profile was skipped: inputs and parameters take {size / 2**30:.1f} GiB, and its forward "
+            "on the shared GPU would hold memory outside the evaluations' shares; the plan has no per-op breakdown"
+        )
+        return
+    waited: list[bool] = []
+    try:  # the copy to the device too: beside other evaluations it can run out of memory
+        with lock_from_env(dev).shared(on_wait=lambda w: waited.append(w)):  # never beside a timed loop
+            m = model.to(dev)
+            ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
+            rows, ms = _eager_profile(m, ins, dev)
+    except Exception as e:  # the graph is what matters; the profile only informs the plan
+        notes.append(f"the eager profile failed ({type(e).__name__}: {str(e)[:200]}); the plan has no per-op breakdown")
+        return
+    result["eager_profile"] = {
+        "device": dev,
+        "rows": rows,
+        "forward_ms": ms,
+        "device_name": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+        "waited_for_device": any(waited),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

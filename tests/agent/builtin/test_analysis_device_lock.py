@@ -37,3 +37,25 @@ def test_the_eager_profile_waits_for_a_timed_loop(tmp_path, monkeypatch):
         assert _blocked_on(timing.path)
     worker.join(120)
     assert out["ok"] and out["eager_profile"]["waited_for_device"]
+
+
+def test_a_large_task_is_not_profiled_on_a_shared_gpu(tmp_path, monkeypatch):
+    """Its forward would hold memory outside every evaluation's share (sandbox.devmem) and wait for
+    the lock; the plan only loses its per-op breakdown. A small one is still profiled (tried: this
+    machine's torch has no CUDA); on the CPU nothing is skipped."""
+    import torch
+
+    monkeypatch.setenv("KW_LOCK_DIR", str(tmp_path))
+    model, inputs = torch.nn.Linear(64, 64), [torch.randn(128, 64)]
+    size = sum(t.numel() * 4 for t in [inputs[0], *model.parameters()])
+    monkeypatch.setattr(analyze, "PROFILE_MAX_BYTES", size - 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    result: dict = {}
+    notes: list[str] = []
+    analyze._profile_into(result, model, inputs, "cuda", notes)  # would fail on this machine's torch if run
+    assert "eager_profile" not in result and "the eager profile was skipped" in notes[0]
+    analyze._profile_into(result, model, inputs, "cpu", notes)
+    assert result["eager_profile"]["device"] == "cpu" and len(notes) == 1
+    monkeypatch.setattr(analyze, "PROFILE_MAX_BYTES", size)
+    analyze._profile_into(result, model, inputs, "cuda", notes)  # at the limit it is tried (and fails here)
+    assert len(notes) == 2 and "skipped" not in notes[1] and "the eager profile failed" in notes[1]
