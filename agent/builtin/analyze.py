@@ -827,8 +827,8 @@ def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], note
         hint = ""
         if "symbolically traced variables cannot be used as inputs to control flow" in str(e):
             hint = (
-                " The forward has data-dependent control flow (an `if`/loop on tensor values), which cannot be "
-                "captured as a static graph."
+                " The forward branches on a traced value (an `if`, `assert` or loop on a tensor's values or "
+                f"sizes){_where(e, getattr(mod, '__file__', '') or '')}, which fx cannot follow."
             )
         raise Unsupported(f"torch.fx could not capture the forward: {msg}.{hint}") from None
     if autocast:
@@ -890,7 +890,9 @@ def analyze(path: str, device: str = "cpu", profile: bool = True, write_out_atte
         nodes, capture = ex["nodes"], "export"
         extra = {"guard": ex["guard"], "islands": ex["islands"], "export_code": ex["code"], "fx_error": fx_error}
         notes.append(
-            "torch.fx could not capture the forward (" + fx_error.rstrip(".") + "); captured with torch.export "
+            "torch.fx could not capture the forward ("
+            + fx_error.removeprefix("torch.fx could not capture the forward: ").rstrip(".")
+            + "); captured with torch.export "
             "instead: an ATen graph specialised to the shapes of get_inputs"
         )
     result: dict[str, Any] = {

@@ -957,7 +957,12 @@ def capture(
         ep = export_program(model, inputs, write_out_attention)
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}{_user_call(str(e))}") from None
+        what = "data-dependent control flow (a branch on a value the forward computes), " * (
+            "GuardOnDataDependentSymNode" in type(e).__name__
+        )
+        raise ExportUnsupported(
+            f"torch.export failed: {what}{type(e).__name__}: {msg[:300]}{_user_call(str(e))}"
+        ) from None
     binds = bind_scalars(model, inputs, ep, float_slots(model), notes, write_out_attention)
     b = ExportBuilder(ep, binds, model)
     nodes = b.build()

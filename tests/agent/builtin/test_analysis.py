@@ -85,3 +85,14 @@ def test_a_proxy_that_is_not_control_flow_is_not_called_control_flow():
     src = CONTROL_FLOW.replace("if x.sum() > 0:", "for _ in x:")
     an = analyze_source(src, profile=False)
     assert "data-dependent control flow" not in an.data.get("fx_error", an.error or ""), an.data
+
+
+def test_an_assert_on_sizes_is_not_called_data_dependent():
+    """fx refuses `assert x.size(1) == 4` as it refuses a branch on values; export captures it. The
+    note names the line and does not say data-dependent (DiT's and Attention U-Net's shape asserts
+    read as data-dependent control flow)."""
+    src = CONTROL_FLOW.replace("        if x.sum() > 0:\n", '        assert x.size(1) == 4, "four"\n        if True:\n')
+    an = analyze_source(src, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error
+    assert "data-dependent" not in an.data["fx_error"]
+    assert 'assert x.size(1) == 4, "four"' in an.data["fx_error"] and "line 8" in an.data["fx_error"]
