@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from agent.builtin import outputs, rnn_standins
+from agent.builtin import data_reads, outputs, rnn_standins
 from agent.builtin.generalise import member_expr
 from agent.builtin.guard import describe_inputs, guard
 from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul, sdpa_written_out
@@ -119,11 +119,43 @@ def _variance(square_root: bool, with_mean: bool) -> Any:
 _MOMENTS = {"var": (False, False), "std": (True, False), "var_mean": (False, True), "std_mean": (True, True)}
 
 
-def export_program(model: nn.Module, inputs: list[Any], write_out_attention: bool = False) -> Any:
+class DataDependent(Exception):
+    """A branch on a value the forward computes from its inputs' values: no graph holds it."""
+
+
+def _exported(model: nn.Module, inputs: list[Any], notes: list[str] | None) -> Any:
+    """torch.export's program; where it fails on a branch on a computed value and no value the
+    forward reads back depends on the inputs (agent.builtin.data_reads: module configuration, a
+    mask made from sizes), draft_export's, with each decision as it went at these inputs."""
+    try:
+        return torch.export.export(model, tuple(inputs), strict=False)
+    except Exception as e:
+        if "GuardOnDataDependentSymNode" not in type(e).__name__ or not hasattr(torch.export, "draft_export"):
+            raise
+        r = data_reads.reads(model, inputs)
+        if r.from_inputs or not r.total:
+            raise DataDependent(
+                f"data-dependent control flow: {r.from_inputs} of the {r.total} values the forward reads back from "
+                f"tensors are computed from its inputs' values ({str(e).strip().splitlines()[0][:200]})"
+            ) from None
+        ep: Any = torch.export.draft_export(model, tuple(inputs))
+        ep._kw_drafted = True
+        if notes is not None:
+            notes.append(
+                f"the forward reads {r.total} value(s) back from tensors, none computed from its inputs (module "
+                "configuration, masks made from sizes): captured with torch.export.draft_export, each decision "
+                "as it went at these inputs"
+            )
+        return ep
+
+
+def export_program(
+    model: nn.Module, inputs: list[Any], write_out_attention: bool = False, notes: list[str] | None = None
+) -> Any:
     """write_out_attention (torch-ops=forbid): scaled_dot_product_attention as its math
     (agent.builtin.matmul_forms.sdpa_written_out); otherwise it stays one call."""
     with torch.no_grad(), rnn_standins.standins():
-        ep = torch.export.export(model, tuple(inputs), strict=False)
+        ep = _exported(model, inputs, notes)
     table = torch.export.default_decompositions()
     wanted = {getattr(torch.ops.aten, op).default for op in _DECOMPOSE}
     chosen = {op: table[op] for op in wanted if op in table}
@@ -139,7 +171,9 @@ def export_program(model: nn.Module, inputs: list[Any], write_out_attention: boo
                 chosen[getattr(packet, overload)] = _variance(square_root, with_mean)
     if write_out_attention:
         chosen[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_written_out
-    return ep.run_decompositions(chosen)
+    out = ep.run_decompositions(chosen)
+    out._kw_drafted = getattr(ep, "_kw_drafted", False)  # decisions' read-backs compute nothing (ExportBuilder)
+    return out
 
 
 # ATen packet name -> IR op, for ops whose only argument is the tensor
@@ -182,6 +216,7 @@ class ExportBuilder:
         self.alias: dict[str, str] = {}
         self.kinds: dict[str, tuple[str, str | None]] = {}  # placeholder -> (kind, target)
         self.tuples: dict[str, dict[str, Any]] = {}  # IR name of a tuple-valued node -> how getitem reads it
+        self.decisions = self._decisions()
         self.islands: list[str] = []
         self.counter = 0
         sig = ep.graph_signature
@@ -305,8 +340,26 @@ class ExportBuilder:
                 raise ExportUnsupported(f"node kind {n.op}")
         return self.nodes
 
+    def _decisions(self) -> set[fx.Node]:
+        """In a draft-exported program (`_exported`: no value it reads back depends on the inputs),
+        the read-backs, their arithmetic and the asserts that only check that each decision went as
+        it did at capture: nothing the outputs need (a value that sizes a tensor is not one)."""
+        if not getattr(self.ep, "_kw_drafted", False):
+            return set()
+        out: set[fx.Node] = set()
+        for n in reversed(list(self.gm.graph.nodes)):
+            if n.op != "call_function":
+                continue
+            if n.target is torch.ops.aten._assert_scalar.default:
+                out.add(n)
+            elif isinstance(self.val(n), torch.SymInt | torch.SymFloat | torch.SymBool) and set(n.users) <= out:
+                out.add(n)
+        return out
+
     def call(self, n: fx.Node) -> None:
         t = n.target
+        if n in self.decisions:
+            return
         if isinstance(self.val(n), torch.SymInt | torch.SymFloat | torch.SymBool):
             raise ExportUnsupported(
                 f"{n.name}: a number read from a tensor's values (`.item()`, a tensor in Python arithmetic) "
@@ -954,7 +1007,9 @@ def capture(
 ) -> dict[str, Any]:
     """The exported graph as IR node dicts plus what it is specialised to."""
     try:
-        ep = export_program(model, inputs, write_out_attention)
+        ep = export_program(model, inputs, write_out_attention, notes)
+    except DataDependent as e:
+        raise ExportUnsupported(f"torch.export failed: {e}") from None
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         what = "data-dependent control flow (a branch on a value the forward computes), " * (
