@@ -511,19 +511,20 @@ def _kw_cat(lib, xs, dim, stack, stream):
     from the operands: one line per cat in model_new.py (a line per operand made DenseNet-201's
     forward 540 KB, over the workspace's limit per file), and the cat's size along dim, a sum of
     the operands' (RetinaNet's anchors over five levels), follows the inputs with no literal."""
-    shape = list(xs[0].shape)
-    for x in xs:  # as torch.cat checks: a mismatched operand would be copied out of place
-        other = list(x.shape)
-        if len(other) != len(shape) or any(a != b for d, (a, b) in enumerate(zip(other, shape)) if stack or d != dim):
-            raise RuntimeError(f"_kw_cat: operand of shape {tuple(x.shape)} does not match {tuple(xs[0].shape)} (dim {dim})")
+    ref = xs[0].shape
+    shape = list(ref)
     if stack:
         shape.insert(dim, len(xs))
     else:
         shape[dim] = sum(x.shape[dim] for x in xs)
     out = torch.empty(shape, device=xs[0].device, dtype=torch.float32)
     outer, total = math.prod(shape[:dim]), math.prod(shape[dim:])
+    lo, hi = ref[:dim], ref[dim + (0 if stack else 1) :]
     off = 0
     for x in xs:
+        s = x.shape  # as torch.cat checks: a mismatched operand would be copied out of place
+        if len(s) != len(ref) or s[:dim] != lo or s[dim + (0 if stack else 1) :] != hi:
+            raise RuntimeError(f"_kw_cat: operand of shape {tuple(s)} does not match {tuple(ref)} (dim {dim})")
         x = x if x.is_contiguous() else _kw_dense(lib, x, stream)
         size = x.numel() // outer if outer else 0
         lib.kw_copy_block(x, out, outer, size, total, off, stream)

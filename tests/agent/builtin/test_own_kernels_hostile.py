@@ -101,7 +101,7 @@ def test_indices_outside_the_table_and_wild_offsets_read_nothing_outside_it(tmp_
         os.environ.pop("KWRT_LIB", None)
 
 
-def test_a_cat_of_operands_whose_other_sizes_differ_raises_before_any_copy():
+def test_a_cat_operand_whose_other_sizes_differ_raises_before_it_is_copied():
     """Res2Net's generalised candidate joined a 13x13 and a 12x12 map (a pool's size bound wrongly):
     kw_copy_block would have copied the smaller one out of place (or past the end of a larger)."""
     import math
@@ -120,9 +120,11 @@ def test_a_cat_of_operands_whose_other_sizes_differ_raises_before_any_copy():
 
     a, b = torch.zeros(1, 2, 13, 13), torch.zeros(1, 3, 12, 12)
     with pytest.raises(RuntimeError, match="does not match"):
-        env["_kw_cat"](Lib(), (a, b), 1, False, 0)
+        env["_kw_cat"](Lib(), (b, a), 1, False, 0)  # checked before its copy: the first operand alone
     with pytest.raises(RuntimeError, match="does not match"):
         env["_kw_cat"](Lib(), (a, torch.zeros(1, 3, 13, 13)), 1, True, 0)  # stack: every size equal
-    assert not copies
+    with pytest.raises(RuntimeError, match="does not match"):
+        env["_kw_cat"](Lib(), (a, torch.zeros(1, 2, 13)), 1, False, 0)  # another rank
+    assert len(copies) == 3  # the first operand of each: no mismatched operand was copied
     out = env["_kw_cat"](Lib(), (a, torch.zeros(1, 3, 13, 13)), 1, False, 0)
-    assert out.shape == (1, 5, 13, 13) and len(copies) == 2
+    assert out.shape == (1, 5, 13, 13) and len(copies) == 5
