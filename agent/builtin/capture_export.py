@@ -123,39 +123,44 @@ class DataDependent(Exception):
     """A branch on a value the forward computes from its inputs' values: no graph holds it."""
 
 
-def _exported(model: nn.Module, inputs: list[Any], notes: list[str] | None) -> Any:
-    """torch.export's program; where it fails on a branch on a computed value and no value the
-    forward reads back depends on the inputs (agent.builtin.data_reads: module configuration, a
-    mask made from sizes), draft_export's, with each decision as it went at these inputs."""
+def _exported(model: nn.Module, inputs: list[Any], notes: list[str] | None) -> tuple[Any, bool]:
+    """(torch.export's program, False); where it fails on a branch on a computed value and no value
+    the forward reads back depends on the inputs (agent.builtin.data_reads: module configuration, a
+    mask made from sizes), (draft_export's, True), with each decision as it went at these inputs."""
     try:
-        return torch.export.export(model, tuple(inputs), strict=False)
+        return torch.export.export(model, tuple(inputs), strict=False), False
     except Exception as e:
-        if "GuardOnDataDependentSymNode" not in type(e).__name__ or not hasattr(torch.export, "draft_export"):
+        if "GuardOnDataDependentSymNode" not in type(e).__name__:
             raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        if not hasattr(torch.export, "draft_export"):
+            raise DataDependent(f"data-dependent control flow ({first})") from None
         r = data_reads.reads(model, inputs)
-        if r.from_inputs or not r.total:
-            raise DataDependent(
-                f"data-dependent control flow: {r.from_inputs} of the {r.total} values the forward reads back from "
-                f"tensors are computed from its inputs' values ({str(e).strip().splitlines()[0][:200]})"
-            ) from None
-        ep: Any = torch.export.draft_export(model, tuple(inputs))
-        ep._kw_drafted = True
-        if notes is not None:
-            notes.append(
-                f"the forward reads {r.total} value(s) back from tensors, none computed from its inputs (module "
-                "configuration, masks made from sizes): captured with torch.export.draft_export, each decision "
-                "as it went at these inputs"
-            )
-        return ep
+    if r.from_inputs:
+        raise DataDependent(
+            f"data-dependent control flow: {r.from_inputs} of the {r.total} values the forward reads back from "
+            f"tensors are computed from its inputs' values ({first})"
+        )
+    if not r.total:
+        raise DataDependent(f"data-dependent control flow that no value read back in eager shows ({first})")
+    ep = torch.export.draft_export(model, tuple(inputs))
+    if notes is not None:
+        notes.append(
+            f"the forward reads {r.total} value(s) back from tensors, none computed from its inputs (module "
+            "configuration, masks made from sizes): captured with torch.export.draft_export, each decision "
+            "as it went at these inputs"
+        )
+    return ep, True
 
 
-def export_program(
+def program(
     model: nn.Module, inputs: list[Any], write_out_attention: bool = False, notes: list[str] | None = None
-) -> Any:
-    """write_out_attention (torch-ops=forbid): scaled_dot_product_attention as its math
+) -> tuple[Any, bool]:
+    """(the exported program with our decompositions, whether draft_export made it).
+    write_out_attention (torch-ops=forbid): scaled_dot_product_attention as its math
     (agent.builtin.matmul_forms.sdpa_written_out); otherwise it stays one call."""
     with torch.no_grad(), rnn_standins.standins():
-        ep = _exported(model, inputs, notes)
+        ep, drafted = _exported(model, inputs, notes)
     table = torch.export.default_decompositions()
     wanted = {getattr(torch.ops.aten, op).default for op in _DECOMPOSE}
     chosen = {op: table[op] for op in wanted if op in table}
@@ -171,9 +176,12 @@ def export_program(
                 chosen[getattr(packet, overload)] = _variance(square_root, with_mean)
     if write_out_attention:
         chosen[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_written_out
-    out = ep.run_decompositions(chosen)
-    out._kw_drafted = getattr(ep, "_kw_drafted", False)  # decisions' read-backs compute nothing (ExportBuilder)
-    return out
+    return ep.run_decompositions(chosen), drafted
+
+
+def export_program(model: nn.Module, inputs: list[Any], write_out_attention: bool = False) -> Any:
+    """The program alone (`program`)."""
+    return program(model, inputs, write_out_attention)[0]
 
 
 # ATen packet name -> IR op, for ops whose only argument is the tensor
@@ -207,8 +215,9 @@ _ALIAS = {"alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout"}
 class ExportBuilder:
     """ATen nodes of an exported program -> IR node dicts (the same format as the fx builder's)."""
 
-    def __init__(self, ep: Any, scalar_exprs: dict[str, str], model: nn.Module | None = None):
+    def __init__(self, ep: Any, scalar_exprs: dict[str, str], model: nn.Module | None = None, drafted: bool = False):
         self.ep = ep
+        self.drafted = drafted  # draft_export's program: its decisions' read-backs compute nothing
         self.model = model
         self.gm: fx.GraphModule = ep.graph_module
         self.scalar_exprs = scalar_exprs
@@ -344,7 +353,7 @@ class ExportBuilder:
         """In a draft-exported program (`_exported`: no value it reads back depends on the inputs),
         the read-backs, their arithmetic and the asserts that only check that each decision went as
         it did at capture: nothing the outputs need (a value that sizes a tensor is not one)."""
-        if not getattr(self.ep, "_kw_drafted", False):
+        if not self.drafted:
             return set()
         out: set[fx.Node] = set()
         for n in reversed(list(self.gm.graph.nodes)):
@@ -1007,19 +1016,14 @@ def capture(
 ) -> dict[str, Any]:
     """The exported graph as IR node dicts plus what it is specialised to."""
     try:
-        ep = export_program(model, inputs, write_out_attention, notes)
+        ep, drafted = program(model, inputs, write_out_attention, notes)
     except DataDependent as e:
         raise ExportUnsupported(f"torch.export failed: {e}") from None
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        what = "data-dependent control flow (a branch on a value the forward computes), " * (
-            "GuardOnDataDependentSymNode" in type(e).__name__
-        )
-        raise ExportUnsupported(
-            f"torch.export failed: {what}{type(e).__name__}: {msg[:300]}{_user_call(str(e))}"
-        ) from None
+        raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}{_user_call(str(e))}") from None
     binds = bind_scalars(model, inputs, ep, float_slots(model), notes, write_out_attention)
-    b = ExportBuilder(ep, binds, model)
+    b = ExportBuilder(ep, binds, model, drafted)
     nodes = b.build()
     specialised_to = guard(model, "export", set(binds.values()), describe_inputs(inputs))
     return {"nodes": nodes, "guard": specialised_to, "islands": b.islands, "code": ep.graph_module.code.strip()}
