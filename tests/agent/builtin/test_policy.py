@@ -3,6 +3,8 @@ small examples. Each run compiles kernels and evaluates them in the sandbox's ch
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from agent.builtin import BuiltinPolicy
@@ -163,6 +165,45 @@ def test_under_allow_the_reference_is_timed_too_unless_a_generated_candidate_bea
         assert pol.label_of(fallback).startswith("The reference's own computation")
     else:
         assert "2.40x vs eager" in summary and "Not optimised" not in summary
+
+
+@pytest.mark.parametrize("first, reference_second", [((1, 0.2, 0.6), True), ((2, 0.05, 2.4), False)])
+def test_the_reference_is_timed_right_after_a_first_candidate_that_does_not_beat_eager(first, reference_second):
+    """A run whose turns or wall time end early still has the reference's speed to fall back on:
+    the reference's own computation follows the first evaluation that leaves no candidate faster
+    than eager, the rest of the plan runs after it (the launch variants tune the best generated
+    candidate, not the reference), and a resumed run replays the same order."""
+    from agent.builtin.policy import FALLBACK_TITLE
+    from agent.events import EvaluationEvent, TurnStarted
+    from agent.policy import TaskInfo
+
+    def fresh():
+        pol = BuiltinPolicy(max_variants=3, profile_best=False)
+        task = TaskInfo("dsm", task_source("diag_scale_matmul", **SMALL["diag_scale_matmul"]), "cpu")
+        pol.reset(dataclasses.replace(task, options={"torch_ops": "allow"}), [], [])
+        return pol
+
+    pol = fresh()
+    planned = [s.title for s in pol.steps if s.kind == "candidate"]
+    assert len(planned) == 2, "the task plans two generated candidates (the test needs a step to move past)"
+    second = (1, 0.12, 1.0) if reference_second else (2, 0.04, 2.6)  # the reference; the rewrite
+    later = [second, (1, 0.15, 0.8), (1, 0.14, 0.85), (1, 0.16, 0.75)]
+    actions = _drive(pol, [_evaluated(*first), *[_evaluated(*e) for e in later]])
+    labels = [t.label for t in pol.tried]
+    assert labels[:2] == ([planned[0], FALLBACK_TITLE] if reference_second else planned)
+    assert planned[1] in labels
+    variants = [lab for lab in labels if "[configuration" in lab]
+    assert variants and all(not lab.startswith(FALLBACK_TITLE) for lab in variants)
+    assert (FALLBACK_TITLE in labels) == reference_second
+    summary = actions[-1].tool_calls[-1].arguments["summary"]
+    assert ("Not optimised" in summary) == reference_second  # the reference (1.00x) beat every generated one
+
+    history = [TurnStarted(turn=k) for k in range(1, 3)]  # the analysis, then the first candidate
+    history.insert(2, EvaluationEvent(turn=2, version=1, result={"status": "ok", "reward": first[0]}))
+    resumed = BuiltinPolicy(max_variants=3, profile_best=False)
+    resumed.reset(dataclasses.replace(pol.task, options={"torch_ops": "allow"}), [], history)
+    nxt = resumed.steps[resumed.pos]
+    assert (nxt.kind == "fallback") == reference_second and resumed.steps[1].title == planned[0]
 
 
 def test_a_task_whose_forward_raises_says_so_in_one_line():
