@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from agent.builtin import data_reads, outputs, rnn_standins
+from agent.builtin import data_reads, outputs, read_fold, rnn_standins
 from agent.builtin.generalise import member_expr
 from agent.builtin.guard import describe_inputs, guard
 from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul, sdpa_written_out
@@ -124,43 +124,65 @@ class DataDependent(Exception):
 
 
 def _exported(model: nn.Module, inputs: list[Any], notes: list[str] | None) -> tuple[Any, bool]:
-    """(torch.export's program, False); where it fails on a branch on a computed value and no value
-    the forward reads back depends on the inputs (agent.builtin.data_reads: module configuration, a
-    mask made from sizes), (draft_export's, True), with each decision as it went at these inputs."""
+    """(torch.export's program, whether it holds values read back from tensors to fold in). Where
+    export fails on a branch on a read-back value, draft_export's program, with each decision as
+    it went at these inputs. Either kind of read is taken only where none depends on the inputs'
+    values (agent.builtin.data_reads: module configuration, a mask made from sizes)."""
     try:
-        return torch.export.export(model, tuple(inputs), strict=False), False
+        ep = torch.export.export(model, tuple(inputs), strict=False)
     except Exception as e:
         if "GuardOnDataDependentSymNode" not in type(e).__name__:
             raise
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         if not hasattr(torch.export, "draft_export"):
             raise DataDependent(f"data-dependent control flow ({first})") from None
-        r = data_reads.reads(model, inputs)
-    if r.from_inputs:
-        raise DataDependent(
-            f"data-dependent control flow: {r.from_inputs} of the {r.total} values the forward reads back from "
-            f"tensors are computed from its inputs' values ({first})"
-        )
-    if not r.total:
-        raise DataDependent(f"data-dependent control flow that no value read back in eager shows ({first})")
-    ep = torch.export.draft_export(model, tuple(inputs))
+        total = _reads_not_from_inputs(model, inputs, f"data-dependent control flow: {{}} ({first})")
+        ep = torch.export.draft_export(model, tuple(inputs))
+        if notes is not None:
+            notes.append(
+                f"the forward reads {total} value(s) back from tensors, none computed from its inputs (module "
+                "configuration, masks made from sizes): captured with torch.export.draft_export, each decision "
+                "as it went at these inputs, each value folded in as a constant that the guard checks"
+            )
+        return ep, True
+    if not read_fold.has_reads(ep):
+        return ep, False
+    total = _reads_not_from_inputs(
+        model, inputs, "a number read back from a tensor's values (`.item()`, a tensor as a size): {}"
+    )
     if notes is not None:
         notes.append(
-            f"the forward reads {r.total} value(s) back from tensors, none computed from its inputs (module "
-            "configuration, masks made from sizes): captured with torch.export.draft_export, each decision "
-            "as it went at these inputs"
+            f"the forward reads {total} value(s) back from tensors (`.item()`, a tensor as a size), none "
+            "computed from its inputs: each folded in as a constant that the guard checks"
         )
     return ep, True
 
 
+def _reads_not_from_inputs(model: nn.Module, inputs: list[Any], why: str) -> int:
+    """How many values the forward reads back (agent.builtin.data_reads); DataDependent, with
+    `why` formatted, where one of them is computed from the inputs' values or none shows."""
+    r = data_reads.reads(model, inputs)
+    if r.from_inputs:
+        raise DataDependent(
+            why.format(
+                f"{r.from_inputs} of the {r.total} values the forward reads back from tensors are computed "
+                "from its inputs' values"
+            )
+        )
+    if not r.total:
+        raise DataDependent(why.format("no value read back in eager shows"))
+    return r.total
+
+
 def program(
     model: nn.Module, inputs: list[Any], write_out_attention: bool = False, notes: list[str] | None = None
-) -> tuple[Any, bool]:
-    """(the exported program with our decompositions, whether draft_export made it).
+) -> tuple[Any, list[str] | None]:
+    """(the exported program with our decompositions, None; or where draft_export made it, with
+    the values it reads back folded in (agent.builtin.read_fold), the state they were read from).
     write_out_attention (torch-ops=forbid): scaled_dot_product_attention as its math
     (agent.builtin.matmul_forms.sdpa_written_out); otherwise it stays one call."""
     with torch.no_grad(), rnn_standins.standins():
-        ep, drafted = _exported(model, inputs, notes)
+        ep, reads = _exported(model, inputs, notes)
     table = torch.export.default_decompositions()
     wanted = {getattr(torch.ops.aten, op).default for op in _DECOMPOSE}
     chosen = {op: table[op] for op in wanted if op in table}
@@ -176,7 +198,13 @@ def program(
                 chosen[getattr(packet, overload)] = _variance(square_root, with_mean)
     if write_out_attention:
         chosen[torch.ops.aten.scaled_dot_product_attention.default] = sdpa_written_out
-    return ep.run_decompositions(chosen), drafted
+    ep = ep.run_decompositions(chosen)
+    if not reads:
+        return ep, None
+    try:
+        return ep, read_fold.fold(ep, inputs)
+    except read_fold.FoldError as e:
+        raise DataDependent(f"data-dependent control flow: an assert on a value read back fails ({e})") from None
 
 
 def export_program(model: nn.Module, inputs: list[Any], write_out_attention: bool = False) -> Any:
@@ -215,9 +243,8 @@ _ALIAS = {"alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout"}
 class ExportBuilder:
     """ATen nodes of an exported program -> IR node dicts (the same format as the fx builder's)."""
 
-    def __init__(self, ep: Any, scalar_exprs: dict[str, str], model: nn.Module | None = None, drafted: bool = False):
+    def __init__(self, ep: Any, scalar_exprs: dict[str, str], model: nn.Module | None = None):
         self.ep = ep
-        self.drafted = drafted  # draft_export's program: its decisions' read-backs compute nothing
         self.model = model
         self.gm: fx.GraphModule = ep.graph_module
         self.scalar_exprs = scalar_exprs
@@ -225,7 +252,6 @@ class ExportBuilder:
         self.alias: dict[str, str] = {}
         self.kinds: dict[str, tuple[str, str | None]] = {}  # placeholder -> (kind, target)
         self.tuples: dict[str, dict[str, Any]] = {}  # IR name of a tuple-valued node -> how getitem reads it
-        self.decisions = self._decisions()
         self.islands: list[str] = []
         self.counter = 0
         sig = ep.graph_signature
@@ -349,26 +375,8 @@ class ExportBuilder:
                 raise ExportUnsupported(f"node kind {n.op}")
         return self.nodes
 
-    def _decisions(self) -> set[fx.Node]:
-        """In a draft-exported program (`_exported`: no value it reads back depends on the inputs),
-        the read-backs, their arithmetic and the asserts that only check that each decision went as
-        it did at capture: nothing the outputs need (a value that sizes a tensor is not one)."""
-        if not self.drafted:
-            return set()
-        out: set[fx.Node] = set()
-        for n in reversed(list(self.gm.graph.nodes)):
-            if n.op != "call_function":
-                continue
-            if n.target is torch.ops.aten._assert_scalar.default:
-                out.add(n)
-            elif isinstance(self.val(n), torch.SymInt | torch.SymFloat | torch.SymBool) and set(n.users) <= out:
-                out.add(n)
-        return out
-
     def call(self, n: fx.Node) -> None:
         t = n.target
-        if n in self.decisions:
-            return
         if isinstance(self.val(n), torch.SymInt | torch.SymFloat | torch.SymBool):
             raise ExportUnsupported(
                 f"{n.name}: a number read from a tensor's values (`.item()`, a tensor in Python arithmetic) "
@@ -1016,14 +1024,14 @@ def capture(
 ) -> dict[str, Any]:
     """The exported graph as IR node dicts plus what it is specialised to."""
     try:
-        ep, drafted = program(model, inputs, write_out_attention, notes)
+        ep, read = program(model, inputs, write_out_attention, notes)
     except DataDependent as e:
         raise ExportUnsupported(f"torch.export failed: {e}") from None
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportUnsupported(f"torch.export failed: {type(e).__name__}: {msg[:300]}{_user_call(str(e))}") from None
     binds = bind_scalars(model, inputs, ep, float_slots(model), notes, write_out_attention)
-    b = ExportBuilder(ep, binds, model, drafted)
+    b = ExportBuilder(ep, binds, model)
     nodes = b.build()
-    specialised_to = guard(model, "export", set(binds.values()), describe_inputs(inputs))
+    specialised_to = guard(model, "export", set(binds.values()), describe_inputs(inputs), read or ())
     return {"nodes": nodes, "guard": specialised_to, "islands": b.islands, "code": ep.graph_module.code.strip()}

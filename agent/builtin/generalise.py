@@ -147,7 +147,7 @@ def atoms(input_names: list[str], guard: dict[str, Any]) -> dict[str, int]:
     for name, spec in zip(input_names, guard.get("inputs", []), strict=False):
         for d, size in enumerate(spec.get("shape") or []):
             out[f"v_{name}.shape[{d}]"] = int(size)
-    tree, attrs, state = guard.get("parts") or [[], {}, {}]
+    tree, attrs, state, *_ = guard.get("parts") or [[], {}, {}]
     for key, v in attrs.items():
         if type(v) is int:
             out[member_expr(key)] = v
@@ -601,16 +601,16 @@ def _guard_line(files: list[dict[str, str]], captures: list[dict[str, int]], gua
     digests = {parts_digest(g["parts"], bound) for g in guards}
     if len(digests) != 1:
         raise NotGeneral("the module differs between sizes in more than its sizes")
-    kind = guards[0].get("kind")
-    return f"_KW_GUARD = {(kind, tuple(sorted(bound)), digests.pop())!r}"
+    kind, read = guards[0].get("kind"), tuple(guards[0].get("read", []))
+    return f"_KW_GUARD = {(kind, tuple(sorted(bound)), digests.pop(), read)!r}"
 
 
 def _moved(guards: list[dict[str, Any]]) -> set[str]:
     """The attributes ("self.<path>") and parameter shapes ("self.<path>.shape") whose values
     differ between the captures, as guard_parts names them."""
     parts = [g["parts"] for g in guards]
-    attrs = {k for _, a, _ in parts for k in a if len({repr(p[1].get(k)) for p in parts}) > 1}
-    state = {k for _, _, st in parts for k in st if len({repr(p[2].get(k)) for p in parts}) > 1}
+    attrs = {k for q in parts for k in q[1] if len({repr(p[1].get(k)) for p in parts}) > 1}
+    state = {k for q in parts for k in q[2] if len({repr(p[2].get(k)) for p in parts}) > 1}
     return {f"self.{k}" for k in attrs} | {f"self.{k}.shape" for k in state}
 
 

@@ -17,20 +17,23 @@ import re
 from typing import Any
 
 
-def guard_digest(module: Any, kind: str, bound: Any) -> str:
-    """SHA-256 of guard_parts(module, kind, bound)."""
+def guard_digest(module: Any, kind: str, bound: Any, read: Any = ()) -> str:
+    """SHA-256 of guard_parts(module, kind, bound, read)."""
     import hashlib
     import json
 
-    return hashlib.sha256(json.dumps(guard_parts(module, kind, bound), sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(guard_parts(module, kind, bound, read), sort_keys=True).encode()).hexdigest()
 
 
-def guard_parts(module: Any, kind: str, bound: Any) -> list:
+def guard_parts(module: Any, kind: str, bound: Any, read: Any = ()) -> list:
     """The module tree, the plain attributes and (kind "export") every parameter's, buffer's and
     plain tensor attribute's shape (export bakes a table's length in as it does a weight's: GPT-J's
     sinusoidal positions). What `bound` names ("self.<path>", "self.<path>.shape") the forward
     reads at run time (a float attribute) or computes its sizes from (agent.builtin.generalise),
-    so not part of it; bool, str and None attributes always are."""
+    so not part of it; bool, str and None attributes always are. `read`: the buffers whose values
+    the capture folded in as constants (agent.builtin.read_fold: EnCodec's int64 paddings), as a
+    fourth part with their values."""
+    import hashlib
     import math
 
     import torch
@@ -64,7 +67,18 @@ def guard_parts(module: Any, kind: str, bound: Any) -> list:
             for p, s in [*((p, list(t.shape)) for p, t in named), *tables.items()]
             if f"self.{p}.shape" not in bound
         }
-    return [tree, attrs, state]
+    if not read:
+        return [tree, attrs, state]
+    values: dict = {}
+    for p in sorted(read):
+        t = module
+        for part in p.split("."):
+            t = getattr(t, part, None)
+        if isinstance(t, torch.Tensor):  # a large one (a weight read back) by its bytes' digest
+            flat = t.detach().cpu().flatten().contiguous()
+            big = flat.numel() > 4096
+            values[p] = hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest() if big else flat.tolist()
+    return [tree, attrs, state, values]
 
 
 def parts_digest(parts: list, bound: Any) -> str:
@@ -74,10 +88,10 @@ def parts_digest(parts: list, bound: Any) -> str:
     import hashlib
     import json
 
-    tree, attrs, state = parts
+    tree, attrs, state, *values = parts
     attrs = {k: v for k, v in attrs.items() if isinstance(v, bool | str) or v is None or f"self.{k}" not in bound}
     state = {p: s for p, s in state.items() if f"self.{p}.shape" not in bound}
-    return hashlib.sha256(json.dumps([tree, attrs, state], sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([tree, attrs, state, *values], sort_keys=True).encode()).hexdigest()
 
 
 class NotFlat(Exception):
@@ -104,25 +118,31 @@ def describe_inputs(inputs: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def guard(module: Any, kind: str, bound: set[str], inputs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The analysis's `guard`: the inputs' shapes (or values) and the module's digest; for an
-    export also its parts with nothing bound, which agent.builtin.generalise compares between
-    captures at other sizes."""
+def guard(module: Any, kind: str, bound: set[str], inputs: list[dict[str, Any]], read: Any = ()) -> dict[str, Any]:
+    """The analysis's `guard`: the inputs' shapes (or values) and the module's digest (with the
+    values of the buffers `read` back into constants); for an export also its parts with nothing
+    bound, which agent.builtin.generalise compares between captures at other sizes."""
     out = {
         "inputs": inputs,
         "kind": kind,
         "bound": sorted(bound),
-        "digest": guard_digest(module, kind, set(bound)),
+        "read": sorted(read),
+        "digest": guard_digest(module, kind, set(bound), sorted(read)),
     }
     if kind == "export":
-        out["parts"] = guard_parts(module, kind, set())
+        out["parts"] = guard_parts(module, kind, set(), sorted(read))
     return out
 
 
 def _plain_source(fn: Any) -> str:
     """fn's source without annotations in its signature (model_new.py does not import typing)."""
     src = inspect.getsource(fn)
-    plain = re.sub(r"\(module: Any, kind: str, bound: Any\) -> \w+:", "(module, kind, bound):", src, count=1)
+    plain = re.sub(
+        r"\(module: Any, kind: str, bound: Any, read: Any = \(\)\) -> \w+:",
+        "(module, kind, bound, read=()):",
+        src,
+        count=1,
+    )
     if plain == src:
         raise RuntimeError(f"{fn.__name__}'s signature changed: update guard._plain_source")
     return plain.replace("    attrs: dict = {}", "    attrs = {}").replace("    state: dict = {}", "    state = {}")
@@ -139,12 +159,24 @@ HELPER = (
 
 def _kw_specialised(module):
     """Whether module is the model this forward was generated for (agent.builtin.guard): checked
-    once per instance."""
+    once per instance, and again whenever a tensor whose values the capture folded in (`read`)
+    was replaced or updated in place (its version counter: load_state_dict, fill_)."""
     d = module.__dict__
-    ok = d.get("_kw_spec_ok")
-    if ok is None:
-        kind, bound, digest = _KW_GUARD
-        ok = d["_kw_spec_ok"] = guard_digest(module, kind, set(bound)) == digest
-    return ok
+    kind, bound, digest, read = _KW_GUARD
+    key = _kw_read_versions(module, read) if read else ()
+    got = d.get("_kw_spec_ok")
+    if got is None or got[0] != key:
+        got = d["_kw_spec_ok"] = (key, guard_digest(module, kind, set(bound), read) == digest)
+    return got[1]
+
+
+def _kw_read_versions(module, read):
+    out = []
+    for p in read:
+        t = module
+        for part in p.split("."):
+            t = getattr(t, part, None)
+        out.append((id(t), getattr(t, "_version", None)))
+    return tuple(out)
 '''
 )

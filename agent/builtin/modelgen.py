@@ -873,7 +873,8 @@ def generate_model(
     if guarded:
         guard = meta.get("guard") or {}
         parts.append(GUARD_HELPER)
-        parts.append(f"_KW_GUARD = {(guard.get('kind'), tuple(guard.get('bound', [])), guard.get('digest'))!r}")
+        kw_guard = (guard.get("kind"), tuple(guard.get("bound", [])), guard.get("digest"), tuple(guard.get("read", [])))
+        parts.append(f"_KW_GUARD = {kw_guard!r}")
     if specialised:
         parts += [
             "",

@@ -680,7 +680,8 @@ def test_a_forward_under_autocast_is_captured_with_its_casts():
 
 def test_a_number_read_back_from_the_data_is_named_not_blamed_on_the_task():
     """`x.abs().max().item()` scaling the output: export makes it a SymFloat, which the graph
-    builder used to crash on, so the analysis said the task itself had failed."""
+    builder used to crash on, so the analysis said the task itself had failed. A value computed
+    from the inputs cannot be folded in as a constant (agent.builtin.read_fold): refused, named."""
     src = AUTOCAST.replace(
         """        with torch.autocast("cpu", dtype=torch.bfloat16):
             y = self.fc(x)
@@ -689,7 +690,8 @@ def test_a_number_read_back_from_the_data_is_named_not_blamed_on_the_task():
     )
     an = _analysis(src)
     assert not an.ok
-    assert "a number read from a tensor's values" in an.error, an.error
+    assert "a number read back from a tensor's values" in an.error, an.error
+    assert "1 of the 1 values the forward reads back from tensors are computed from its inputs' values" in an.error
     assert "the task failed" not in an.error and not an.data.get("task_fails"), an.error
 
 
