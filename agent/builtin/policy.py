@@ -619,16 +619,17 @@ class BuiltinPolicy(Policy):
 
     def _reference_next(self) -> None:
         """Once an evaluation leaves no correct candidate faster than eager by more than 5%, the
-        reference's own computation (torch-ops=allow) is the next step rather than the plan's
-        last: a run whose turns or wall time end first (DenseNet-121 after 4 evaluations, 2026-12-07)
-        still ends with at least the reference's speed, never a slower generated kernel as its best.
-        A pure function of what was measured, so a resumed run replays it (`_resume`)."""
-        if not self.tried or self.pending is not None:
+        reference's own computation (torch-ops=allow) and its CUDA graph are the next steps rather
+        than the plan's last: a run whose turns or wall time end first (DenseNet-121 after 4
+        evaluations, 2026-12-07) still ends with at least the reference's speed, never a slower
+        generated kernel as its best, and a launch-bound reference (a recurrent layer's steps) gets
+        its graph. A pure function of what was measured, so a resumed run replays it (`_resume`)."""
+        if not self.tried or self.pending is not None or any(t.correct and t.reward >= 2 for t in self.tried):
             return
-        at = next((i for i in range(self.pos, len(self.steps)) if self.steps[i].kind == "fallback"), None)
-        if at is None or at == self.pos or any(t.correct and t.reward >= 2 for t in self.tried):
-            return
-        self.steps.insert(self.pos, self.steps.pop(at))
+        for kind in ("refgraph", "fallback"):  # each inserted at pos: the fallback ends up first
+            at = next((i for i in range(self.pos, len(self.steps)) if self.steps[i].kind == kind), None)
+            if at is not None and at != self.pos:
+                self.steps.insert(self.pos, self.steps.pop(at))
 
     # -- helpers ---------------------------------------------------------------------------
     def _call(self, name: str, **arguments: Any) -> ToolInvocation:

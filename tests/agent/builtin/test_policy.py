@@ -206,6 +206,27 @@ def test_the_reference_is_timed_right_after_a_first_candidate_that_does_not_beat
     assert (nxt.kind == "fallback") == reference_second and resumed.steps[1].title == planned[0]
 
 
+def test_the_reference_s_cuda_graph_follows_it_when_it_moves_forward():
+    """On cuda the reference's CUDA graph (a recurrent layer's winner: L3/40 GRUHidden ended at its
+    deadline with the reference alone, 2026-12-07) moves with the reference, right after it."""
+    from agent.builtin.policy import _Step, _Tried
+
+    pol = BuiltinPolicy()
+    kinds = ["analyse", "candidate", "candidate", "variant", "graph", "fallback", "refgraph", "search", "finish"]
+    pol.steps = [_Step(k, k) for k in kinds]
+    pol.pos, pol.pending = 2, None
+    pol.tried = [_Tried("first", {"model_new.py": ""}, "ok", 1, 1.0, 0.8)]
+    pol._reference_next()
+    assert [s.kind for s in pol.steps] == [
+        *["analyse", "candidate", "fallback", "refgraph", "candidate"],
+        *["variant", "graph", "search", "finish"],
+    ]
+    pol.pos = 3  # the reference evaluated: nothing moves again
+    before = [s.kind for s in pol.steps]
+    pol._reference_next()
+    assert [s.kind for s in pol.steps] == before
+
+
 def test_a_task_whose_forward_raises_says_so_in_one_line():
     """Issue 19: a module that fails at run time reads as its own error (the shape mismatch, where),
     not torch.fx's ShapeProp dump, and no advice that another policy could still try."""
