@@ -568,11 +568,17 @@ def test_a_float_whose_terms_move_in_two_probes_keeps_both_probes():
     """A probe's candidate is compared with this one's with its moving floats as run-time scalars
     (generalise.scalars_as_arguments): the pair alone cannot bind T5's `log(max_distance /
     max_exact)` (max_exact moves only in num_buckets' probe), which left max_distance's probe out
-    and the candidate fell back at the shape trial's sizes (T5's block, 2026-12-07)."""
-    res, pol = _policy_run(BUCKETS, "buckets", FORBID, max_turns=3)
-    assert res.verified, res.trajectory.finished().summary
+    and the candidate fell back at the shape trial's sizes (T5's block, 2026-12-07). Its
+    `num_buckets // 4` is an exact quotient at 16 and 8, so the guard sends a num_buckets it does
+    not divide (the sandbox's smaller trial: 17) to the reference: forbid rejects that trial."""
+    from agent.events import EvaluationEvent, FileEdit
+
+    res, pol = _policy_run(BUCKETS, "buckets", FORBID, max_turns=2)
     assert {p.probe_of[0] for p in pol.probes} == {"seq", "num_buckets", "max_distance"}
-    assert "self.max_distance" in res.best.files["model_new.py"]
+    first = [e.content for e in res.trajectory.events if isinstance(e, FileEdit) and e.path == "model_new.py"][0]
+    assert "self.max_distance" in first and "(self.num_buckets) % 4" in first
+    result = [e.result for e in res.trajectory.events if isinstance(e, EvaluationEvent)][0]
+    assert result["status"] == "rejected" and "in trial 8 (shape)" in result["reasons"][0], result["reasons"]
 
 
 def test_a_quotient_of_sizes_is_checked_to_divide_before_the_generated_forward_runs():
