@@ -111,8 +111,9 @@ def typed_call(n: Node, g: Graph, op: str, arg: Any, kwarg: Any) -> dict[str, An
 
 def ir_call(n: Node, g: Graph) -> dict[str, Any] | None:
     """An IR elementwise node that planning left to torch (a broadcast the fusion generator
-    cannot group): the same kw_elt call."""
-    if not n.attrs.get("island") or n.op not in ("add", "sub", "mul", "div", "maximum", "minimum", *_IR_UNARY):
+    cannot group: OPT's causal mask, a [t, t] `where` read by a [b, 1, t, t] group): the same
+    kw_elt call. The IR's `where` takes its condition as float32 (nonzero: true), as kw_elt does."""
+    if not n.attrs.get("island") or n.op not in ("add", "sub", "mul", "div", "maximum", "minimum", "where", *_IR_UNARY):
         return None
     return typed_call(n, g, n.op, lambda i, d=None: n.args[i] if i < len(n.args) else d, lambda i, k, d=None: d)
 

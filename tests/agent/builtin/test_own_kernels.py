@@ -274,6 +274,46 @@ def test_softmax_to_its_own_dtype_is_a_softmax_under_forbid(tmp_path):
     assert not [op for op in ops if classify(op) == "compute"], ops
 
 
+CAUSAL_MASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, m):
+        b, t = x.shape[0], x.shape[1]
+        mask = torch.full((t, t), torch.finfo(x.dtype).min)
+        cond = torch.arange(t)
+        mask.masked_fill_(cond < (cond + 1).view(t, 1), 0)
+        causal = mask[None, None, :, :].expand(b, 1, t, t)
+        inverted = 1.0 - m[:, None, None, :].expand(b, 1, t, t).to(x.dtype)
+        padding = inverted.masked_fill(inverted.to(torch.bool), torch.finfo(x.dtype).min)
+        return torch.softmax(x @ x.transpose(1, 2) / 2.0 + (padding + causal)[:, 0], dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(2, 9, 4), torch.randint(0, 2, (2, 9))]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_causal_mask_read_by_a_larger_group_is_a_kernel_of_ours_under_forbid(tmp_path):
+    """OPT's `_make_causal_mask`: a [t, t] masked_fill, made from sizes alone, added to a
+    [b, 1, t, t] padding mask. Its `where` is needed outside the group that reads it, so planning
+    leaves it to torch: forbid's only blocker on the OPT decoder layer (held-out block)."""
+    src = CAUSAL_MASK
+    an = _analysis(src, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops)
+    assert not [op for op in ops if classify(op) == "compute"], ops
+
+
 DENSE = """
 import torch
 import torch.nn as nn
