@@ -40,6 +40,16 @@ def get_init_inputs():
 """
 
 
+def _ours_under_forbid(src: str, an, tmp_path) -> None:
+    """The forbid candidate of an analysis has no blocker, matches the reference, and its forward
+    dispatches no ATen op that computes (what the sandbox's audit would reject)."""
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
+    ops: dict[str, int] = {}
+    _check_candidate(src, c.files, tmp_path, ops=ops)
+    assert not [op for op in ops if classify(op) == "compute"], ops
+
+
 def task(body: str, inputs: str, init: str = "        pass", args: str = "x") -> str:
     return TEMPLATE.format(body=body, inputs=inputs, init=init, args=args)
 
@@ -249,11 +259,7 @@ def test_sdpa_is_written_out_under_forbid(causal, tmp_path):
         )
     an = analyze_source(src, profile=False, write_out_attention=True)
     assert an.ok and an.data["capture"] == "export", an.error
-    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
-    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
-    ops: dict[str, int] = {}
-    _check_candidate(src, c.files, tmp_path, ops=ops)
-    assert not [op for op in ops if classify(op) == "compute"], ops
+    _ours_under_forbid(src, an, tmp_path)
     kept = analyze_source(src, profile=False)  # torch-ops=allow: the one SDPA call stays
     assert any(n.attrs.get("target", "").startswith("aten.scaled_dot_product") for n in kept.graph.nodes)
 
@@ -267,11 +273,7 @@ def test_softmax_to_its_own_dtype_is_a_softmax_under_forbid(tmp_path):
     )
     an = _analysis(src, profile=False)
     assert an.ok and an.data["capture"] == "export", an.error  # the shape test keeps fx out
-    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
-    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
-    ops: dict[str, int] = {}
-    _check_candidate(src, c.files, tmp_path, ops=ops)
-    assert not [op for op in ops if classify(op) == "compute"], ops
+    _ours_under_forbid(src, an, tmp_path)
 
 
 CAUSAL_MASK = """
@@ -307,11 +309,7 @@ def test_a_causal_mask_read_by_a_larger_group_is_a_kernel_of_ours_under_forbid(t
     src = CAUSAL_MASK
     an = _analysis(src, profile=False)
     assert an.ok and an.data["capture"] == "export", an.error
-    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
-    assert not _forbid_blockers(c.plan), _forbid_blockers(c.plan)
-    ops: dict[str, int] = {}
-    _check_candidate(src, c.files, tmp_path, ops=ops)
-    assert not [op for op in ops if classify(op) == "compute"], ops
+    _ours_under_forbid(src, an, tmp_path)
 
 
 DENSE = """
