@@ -63,6 +63,8 @@ _DECOMPOSE = (
     "glu",
     "_weight_norm",
     "_weight_norm_interface",
+    "outer",  # Transformer-XL's sinusoidal positions: a broadcast product
+    "concat",  # torch.concat, cat by another name (MPT's ALiBi slopes)
 )
 
 

@@ -276,6 +276,20 @@ def test_softmax_to_its_own_dtype_is_a_softmax_under_forbid(tmp_path):
     _ours_under_forbid(src, an, tmp_path)
 
 
+def test_outer_and_concat_are_decomposed_under_forbid(tmp_path):
+    """Transformer-XL's sinusoidal positions (`torch.outer(pos, inv_freq)`) and MPT's ALiBi slopes
+    (`torch.concat`): an ATen op each that forbid rejected, a broadcast product and a cat."""
+    src = task(
+        "torch.concat([torch.outer(torch.arange(x.shape[0], dtype=x.dtype), self.f).sin(), x], dim=1) * 2.0",
+        "torch.randn(6, 5)",
+        '        self.register_buffer("f", 1.0 / (100 ** (torch.arange(0.0, 8.0, 2.0) / 8)))',
+    )
+    an = _analysis(src, profile=False)
+    assert an.ok and an.data["capture"] == "export", an.error
+    assert not {"outer", "concat"} & {n.attrs.get("target", "").split(".")[-2] for n in an.graph.nodes if n.op == "aten"}
+    _ours_under_forbid(src, an, tmp_path)
+
+
 CAUSAL_MASK = """
 import torch
 import torch.nn as nn
