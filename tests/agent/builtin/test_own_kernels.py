@@ -286,7 +286,9 @@ def test_outer_and_concat_are_decomposed_under_forbid(tmp_path):
     )
     an = _analysis(src, profile=False)
     assert an.ok and an.data["capture"] == "export", an.error
-    assert not {"outer", "concat"} & {n.attrs.get("target", "").split(".")[-2] for n in an.graph.nodes if n.op == "aten"}
+    assert not {"outer", "concat"} & {
+        n.attrs.get("target", "").split(".")[-2] for n in an.graph.nodes if n.op == "aten"
+    }
     _ours_under_forbid(src, an, tmp_path)
 
 
