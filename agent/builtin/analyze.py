@@ -956,6 +956,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--write-out-attention", action="store_true", help="torch-ops=forbid: SDPA as its math in an exported graph"
     )
+    ap.add_argument("--out", help="write the result here (the sandbox keeps 1 MiB of a command's output)")
     args = ap.parse_args(argv)
     # The sandbox may run this child under a throwaway uid that has no passwd entry (as root on the
     # H200 host): torch's export and profiler then failed in getpass.getuser() ("getpwuid(): uid not
@@ -975,7 +976,12 @@ def main(argv: list[str] | None = None) -> int:
             "traceback": tb,
             "task_fails": True,
         }
-    sys.stdout.write(json.dumps(out) + "\n")
+    text = json.dumps(out)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text + "\n")
     return 0
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -301,6 +302,19 @@ def _admission(device: str) -> Any:
     return share
 
 
+def _read_result(path: str) -> bytes:
+    """The analysis child's result file: the child runs the task's code, so not through a link
+    it may have put there (a secret of ours read as its result), and a regular file only."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()  # at most the child's file-size limit (fsize_mb below)
+    finally:
+        os.close(fd)
+
+
 def analyze_source(
     source: str, device: str = "cpu", profile: bool = True, timeout: float = 300.0, write_out_attention: bool = False
 ) -> Analysis:
@@ -317,7 +331,8 @@ def analyze_source(
         path = os.path.join(d, "task.py")
         with open(path, "w") as f:
             f.write(source)
-        cmd = [sys.executable, "-m", "agent.builtin.analyze", path, "--device", device]
+        result = os.path.join(d, "analysis.json")  # a large module's graph passes the 1 MiB the log keeps
+        cmd = [sys.executable, "-m", "agent.builtin.analyze", path, "--device", device, "--out", result]
         if not profile:
             cmd.append("--no-profile")
         if write_out_attention:
@@ -337,12 +352,14 @@ def analyze_source(
             return Analysis(False, str(exc))
         finally:
             share.release()
-    if timed_out:
-        return Analysis(False, f"the analysis of the task did not finish within {timeout:.0f} s")
-    line = next((ln for ln in reversed(log.splitlines()) if ln.startswith("{")), None)
-    if line is None:
-        return Analysis(False, f"the analysis process failed (exit {rc}): {log[-800:]}")
-    data = json.loads(line)
+        if timed_out:
+            return Analysis(False, f"the analysis of the task did not finish within {timeout:.0f} s")
+        try:
+            data = json.loads(_read_result(result))
+        except (OSError, ValueError):
+            return Analysis(False, f"the analysis process failed (exit {rc}): {log[-800:]}")
+    if not isinstance(data, dict):
+        return Analysis(False, "the analysis process wrote no result")
     if not data.get("ok"):
         return Analysis(False, data.get("error", "unknown analysis failure"), data=data)
     return Analysis(True, graph=graph_from_analysis(data), data=data)

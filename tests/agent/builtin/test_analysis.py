@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from agent.builtin.graph import analyze_source
 
 from .conftest import task_source
@@ -96,3 +98,55 @@ def test_an_assert_on_sizes_is_not_called_data_dependent():
     assert an.ok and an.data["capture"] == "export", an.error
     assert "data-dependent" not in an.data["fx_error"]
     assert 'assert x.size(1) == 4, "four"' in an.data["fx_error"] and "line 8" in an.data["fx_error"]
+
+
+MANY_CONSTANTS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tables = [[(i * 4096 + j) / 7.0 for j in range(4096)] for i in range(16)]
+
+    def forward(self, x):
+        if x.shape[0] > 1:  # a branch on a size: captured by torch.export, not fx
+            for t in self.tables:  # a list of Python numbers: a constant tensor made in the forward each
+                x = x + torch.tensor(t)
+        return x * 2.0
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_analysis_larger_than_the_sandbox_s_log_is_read_whole():
+    """16 constants of 4096 values written into the graph: the analysis's result passes the 1 MiB
+    of output the sandbox keeps (a large module's graph and exported code do too), which cut its
+    JSON line and crashed the policy's planning."""
+    an = analyze_source(MANY_CONSTANTS, profile=False)
+    assert an.ok, an.error
+    constants = [n for n in an.graph.nodes if n.op == "constant"]
+    assert len(constants) == 16 and all(n.shape == [4096] for n in constants)
+    assert constants[-1].attrs["value"][-1] == torch.tensor((15 * 4096 + 4095) / 7.0).item()  # float32, whole
+
+
+def test_the_analysis_result_is_not_read_through_a_link_the_task_left(tmp_path):
+    """The task runs in the analysis child, which can replace the result file with a link to a
+    file of ours: the parent never follows it (its contents would be read as the analysis)."""
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"ok": false, "error": "the parent\'s secret"}')
+    src = task_source("row_softmax_small", rows=4, cols=8).replace(
+        "def get_inputs():",
+        "import atexit, os\n"
+        f"atexit.register(lambda: (os.remove('analysis.json'), os.symlink({str(secret)!r}, 'analysis.json')))\n\n\n"
+        "def get_inputs():",
+    )
+    an = analyze_source(src, profile=False)
+    assert not an.ok and "the parent's secret" not in an.error
