@@ -86,6 +86,8 @@ def test_a_split_candidate_is_correct_in_the_sandbox_and_a_stale_part_is_inert(a
 
 
 def test_a_file_over_the_limit_even_when_split_is_named(analysis, monkeypatch):
-    monkeypatch.setattr(pipeline, "MAX_FILE_BYTES", 8000)  # model_new.py fits, the prelude does not
+    whole = pipeline.build_candidate(analysis.graph, analysis.data, "cpu", torch_ops="allow")
+    limit = len(whole.files["model_new.py"].encode()) + 1  # model_new.py fits, the kernels' prelude does not
+    monkeypatch.setattr(pipeline, "MAX_FILE_BYTES", limit)
     with pytest.raises(pipeline.GenerationError, match=r"kernels/fused.cpp would be \d+ bytes"):
         pipeline.build_candidate(analysis.graph, analysis.data, "cpu", torch_ops="allow")
