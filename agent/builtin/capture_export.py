@@ -179,8 +179,8 @@ def _reads_not_from_inputs(model: nn.Module, inputs: list[Any], why: str) -> int
 def program(
     model: nn.Module, inputs: list[Any], write_out_attention: bool = False, notes: list[str] | None = None
 ) -> tuple[Any, list[str] | None]:
-    """(the exported program with our decompositions, None; or where draft_export made it, with
-    the values it reads back folded in (agent.builtin.read_fold), the state they were read from).
+    """(the exported program with our decompositions, None; or where it reads values back from
+    tensors (`_exported`), with them folded in (agent.builtin.read_fold), the state they came from).
     write_out_attention (torch-ops=forbid): scaled_dot_product_attention as its math
     (agent.builtin.matmul_forms.sdpa_written_out); otherwise it stays one call."""
     with torch.no_grad(), rnn_standins.standins():

@@ -1,13 +1,13 @@
-"""The numbers a draft-exported forward reads back from tensors, folded into its graph as constants.
+"""The numbers an exported forward reads back from tensors, folded into its graph as constants.
 
-Why: torch.export.draft_export (agent.builtin.capture_export._exported) captures a forward that
-branches on, or sizes tensors by, values it reads back from tensors (`.item()`, a tensor passed
-as a pad width): HF EnCodec keeps its convolutions' padding as int64 buffers. Its graph holds each
-read as an unbacked symbol, so shapes downstream read `u16 + u17 + 125` and no kernel can be
-generated for them. agent.builtin.data_reads has already shown that none of these values is
-computed from the inputs' values: each is a function of the module's buffers and the inputs'
-sizes, and the capture is specialised to both (the forward's guard checks the sizes, and the
-buffers these reads come from are named here so that the guard holds their values too).
+Why: a forward that sizes tensors by, or branches on, values it reads back from tensors (`.item()`,
+a tensor passed as a pad width: HF EnCodec keeps its convolutions' padding as int64 buffers) is
+exported with each read as an unbacked symbol (by torch.export.draft_export where it branches on
+one: agent.builtin.capture_export._exported), so shapes downstream read `u16 + u17 + 125` and no
+kernel can be generated for them. agent.builtin.data_reads has already shown that none of these
+values is computed from the inputs' values: each is a function of the module's state and the
+inputs' sizes, and the capture is specialised to both (the forward's guard checks the sizes, and
+the state these reads come from is named here so that the guard holds its values too).
 
 How: run the program once on the real inputs (torch.fx.Interpreter), put each symbolic number's
 value in place of its node, drop the runtime asserts that only checked them (each is checked to
