@@ -71,9 +71,7 @@ def guard_parts(module: Any, kind: str, bound: Any, read: Any = ()) -> list:
         return [tree, attrs, state]
     values: dict = {}
     for p in sorted(read):
-        t = module
-        for part in p.split("."):
-            t = getattr(t, part, None)
+        t = _kw_tensor_at(module, p)
         if isinstance(t, torch.Tensor):  # a large one (a weight read back) by its bytes' digest
             flat = t.detach().cpu().flatten().contiguous()
             big = flat.numel() > 4096
@@ -134,6 +132,15 @@ def guard(module: Any, kind: str, bound: set[str], inputs: list[dict[str, Any]],
     return out
 
 
+def _kw_tensor_at(module: object, path: str) -> object:
+    """What a dotted attribute path of module names (a buffer's name in the state dict), or None:
+    guard_parts and the generated forward's version check read `read` through it."""
+    t = module
+    for part in path.split("."):
+        t = getattr(t, part, None)
+    return t
+
+
 def _plain_source(fn: Any) -> str:
     """fn's source without annotations in its signature (model_new.py does not import typing)."""
     src = inspect.getsource(fn)
@@ -155,6 +162,8 @@ HELPER = (
     + _plain_source(guard_digest)
     + "\n\n"
     + _plain_source(guard_parts)
+    + "\n\n"
+    + inspect.getsource(_kw_tensor_at)
     + '''
 
 def _kw_specialised(module):
@@ -171,12 +180,6 @@ def _kw_specialised(module):
 
 
 def _kw_read_versions(module, read):
-    out = []
-    for p in read:
-        t = module
-        for part in p.split("."):
-            t = getattr(t, part, None)
-        out.append((id(t), getattr(t, "_version", None)))
-    return tuple(out)
+    return tuple((id(t), getattr(t, "_version", None)) for t in (_kw_tensor_at(module, p) for p in read))
 '''
 )
