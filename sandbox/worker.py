@@ -13,7 +13,6 @@ Roles:
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 from . import channel
 from .devlock import device_lock_name
 from .options import SIZE_BLOCKLIST
+from .wide_trial import widen
 
 WORKDIR = Path(".")
 SOCK_IN: Any = None
@@ -126,26 +126,6 @@ def _error(stage: str, exc: BaseException, roots: list[str], prefix: str = "") -
 
 
 # ---- reference -------------------------------------------------------------------------
-
-
-def _widen(inputs: list[Any], seed: int) -> list[Any]:
-    """Same shapes and dtypes, signed heavy-tailed values (Student-t, 3 dof)."""
-    import torch
-
-    gens: dict[Any, Any] = {}
-    out = []
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
-            gen = gens.get(x.device) or gens.setdefault(x.device, torch.Generator(device=x.device).manual_seed(seed))
-            z = torch.randn(x.shape, generator=gen, dtype=torch.float32, device=x.device)
-            chi = torch.randn((3, *x.shape), generator=gen, dtype=torch.float32, device=x.device).pow_(2).mean(0)
-            t = z / chi.clamp_min(1e-3).sqrt()
-            scale = float(x.float().std()) if x.numel() > 1 else 1.0
-            scale = scale if math.isfinite(scale) and scale > 0 else 1.0
-            out.append((t * 2.0 * scale).clamp(-1e4, 1e4).to(dtype=x.dtype, device=x.device))
-        else:
-            out.append(x)
-    return out
 
 
 def _finite(leaves: list[Any]) -> bool:
@@ -345,10 +325,14 @@ class _RefContext:
                 v = self.add_variant(self.base_init, self.make_model(self.base_init, seeds["reinit"]), "reinit")
                 yield "reinit", v, self.make_inputs(seeds["reinit_inputs"]), "", None
         if msg["wide"]:
-            inputs = _widen(self.make_inputs(seeds["wide"]), seeds["wide"])
+            inputs = widen(self.make_inputs(seeds["wide"]), seeds["wide"])
             outcome = self.run(self.base, inputs)
             if not _finite(outcome[1]):
-                inputs = [x.abs() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+                del outcome  # its outputs go before the second run makes new ones
+                with torch.no_grad():  # the widened inputs are this trial's own
+                    for x in inputs:
+                        if isinstance(x, torch.Tensor) and x.is_floating_point():
+                            x.abs_()
                 outcome = self.run(self.base, inputs)
             if _finite(outcome[1]):
                 yield "wide", 0, inputs, "", outcome
