@@ -135,6 +135,20 @@ class MemoryShare:
         self._waiting(on_wait, lambda: self._try_take(parts))
         self._close_admit()
 
+    def take_now(self, parts: int) -> bool:
+        """Hold `parts` parts only if they can be had at once: no evaluation is being admitted or
+        waiting for memory, and that many are free. For work that can do without the device (the
+        analysis's eager profile) rather than queue behind an evaluation's wait."""
+        if self.path is None:
+            return False
+        fd = _open(os.path.join(self.path, "admit"))
+        if fd is None:
+            return False
+        try:
+            return _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB) and self._try_take(max(1, min(PARTS, parts)))
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         self._close_admit()
         for fd in self._held:

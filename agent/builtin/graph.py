@@ -286,20 +286,27 @@ class Analysis:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def _admission(device: str) -> Any:
-    """On a GPU, the analysis runs the task there (its eager profile: the model, one input set, a
-    few forwards) with no measured footprint: it holds a set-up's share of the device's memory
-    (sandbox.devmem.SETUP_PARTS) for its run, taken through the evaluations' admission. Holding
-    the admission itself for the run would keep every evaluation out during the capture, which
-    takes seconds to a minute and needs no device memory."""
+def _admission(device: str, profile: bool) -> tuple[Any, bool]:
+    """(the memory share, whether to profile). On a GPU the analysis runs the task there only for
+    its eager profile (the model, one input set, a few forwards; nothing else reads it), with no
+    measured footprint: it holds a set-up's share of the device's memory (sandbox.devmem.SETUP_PARTS)
+    if that can be had at once, and otherwise goes without the profile. Queueing for it (behind an
+    evaluation waiting for a level-1 task's 40 GiB) held analyses for up to 200 s of a problem's
+    time on an H100 with four shards (thirty-seventh session); the capture itself needs no device."""
     from sandbox import devmem
     from sandbox.devlock import host_lock_name
 
     share = devmem.MemoryShare()
-    if device == "cuda":
-        share.open(host_lock_name("cuda")).admit()
-        share.take(devmem.SETUP_PARTS)
-    return share
+    if device != "cuda" or not profile:
+        return share, profile
+    share.open(host_lock_name("cuda"))
+    return share, not share.available or share.take_now(devmem.SETUP_PARTS)
+
+
+PROFILE_SKIPPED = (
+    "the eager profile was skipped: evaluations held the device's memory, and the analysis does not "
+    "wait for it; the plan has no per-op breakdown"
+)
 
 
 def _read_result(path: str) -> bytes:
@@ -332,13 +339,13 @@ def analyze_source(
         with open(path, "w") as f:
             f.write(source)
         result = os.path.join(d, "analysis.json")  # a large module's graph passes the 1 MiB the log keeps
+        share, profiled = _admission(device, profile)
         cmd = [sys.executable, "-m", "agent.builtin.analyze", path, "--device", device, "--out", result]
-        if not profile:
+        if not profiled:
             cmd.append("--no-profile")
         if write_out_attention:
             cmd.append("--write-out-attention")
         limits = Limits(wall_s=timeout, cpu_s=int(timeout * 4) + 60, fsize_mb=64, nproc=1024)
-        share = _admission(device)
         try:
             rc, log, timed_out = run_command(
                 cmd,
@@ -360,6 +367,8 @@ def analyze_source(
             return Analysis(False, f"the analysis process failed (exit {rc}): {log[-800:]}")
     if not isinstance(data, dict):
         return Analysis(False, "the analysis process wrote no result")
+    if profile and not profiled and isinstance(data.get("notes"), list):
+        data["notes"].append(PROFILE_SKIPPED)
     if not data.get("ok"):
         return Analysis(False, data.get("error", "unknown analysis failure"), data=data)
     return Analysis(True, graph=graph_from_analysis(data), data=data)

@@ -123,6 +123,42 @@ def test_a_waiter_keeps_later_evaluations_out(tmp_path):
         proc.join(30)
 
 
+def _admitting(folder: str, ready, go) -> None:
+    share = devmem.MemoryShare(folder).open("gpu-test")
+    share.admit()  # holds the admission file, as an evaluation waiting for its parts does
+    ready.set()
+    go.wait(60)
+    share.release()
+
+
+def test_take_now_holds_free_parts_and_never_waits(tmp_path):
+    """The analysis's profile takes a set-up's parts only if they are free at once: beside a
+    holder of 40 of 64 it gets 8, not 30 (and then holds none); behind an evaluation being
+    admitted it gets none although every part is free."""
+    proc, go = _holder(str(tmp_path), 40)
+    share = devmem.MemoryShare(str(tmp_path)).open("gpu-test")
+    try:
+        assert share.take_now(30) is False and share.parts == 0
+        assert share.take_now(devmem.SETUP_PARTS) is True and share.parts == devmem.SETUP_PARTS
+        share.release()
+    finally:
+        go.set()
+        proc.join(30)
+    ctx = mp.get_context("fork")
+    ready, go = ctx.Event(), ctx.Event()
+    waiter = ctx.Process(target=_admitting, args=(str(tmp_path), ready, go))
+    waiter.start()
+    try:
+        assert ready.wait(30)
+        assert share.free() == devmem.PARTS
+        assert share.take_now(1) is False and share.parts == 0
+    finally:
+        go.set()
+        waiter.join(30)
+    assert share.take_now(1) is True
+    share.release()
+
+
 def test_a_published_size_elementwise_task_needs_most_of_an_h200():
     """KernelBench's tanh at published sizes (6 GiB in, 6 GiB out): two cannot share an H200."""
     gib = 1 << 30

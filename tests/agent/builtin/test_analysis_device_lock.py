@@ -59,3 +59,46 @@ def test_a_large_task_is_not_profiled_on_a_shared_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(analyze, "PROFILE_MAX_BYTES", size)
     analyze._profile_into(result, model, inputs, "cuda", notes)  # at the limit it is tried (and fails here)
     assert len(notes) == 2 and "skipped" not in notes[1] and "the eager profile failed" in notes[1]
+
+
+def _admitting(ready, go) -> None:
+    from sandbox import devmem
+
+    share = devmem.MemoryShare().open(TEST_GPU)
+    share.admit()  # as an evaluation waiting for its memory holds the admission file
+    ready.set()
+    go.wait(120)
+    share.release()
+
+
+TEST_GPU = "kw-test-analysis-gpu"  # a device id of its own: the share's files are host-wide
+
+
+def test_the_profile_is_skipped_rather_than_queued_behind_an_evaluations_memory_wait(monkeypatch):
+    """On a GPU the analysis profiles only if a set-up's share of the device's memory is free at
+    once (sandbox.devmem.MemoryShare.take_now): behind an evaluation being admitted it captures
+    the graph without the profile and says why. (This machine's torch has no CUDA: a cuda
+    analysis that does profile falls back to the CPU, which is what the second run shows.)"""
+    import multiprocessing as mp
+
+    from agent.builtin.graph import PROFILE_SKIPPED, analyze_source
+    from sandbox import devlock
+
+    monkeypatch.setattr(devlock, "host_lock_name", lambda device: TEST_GPU if device == "cuda" else None)
+
+    source = task_source("row_softmax_small", rows=16, cols=32)
+    ctx = mp.get_context("fork")
+    ready, go = ctx.Event(), ctx.Event()
+    waiter = ctx.Process(target=_admitting, args=(ready, go))
+    waiter.start()
+    try:
+        assert ready.wait(30)
+        started = time.monotonic()
+        held = analyze_source(source, device="cuda", profile=True)
+        assert time.monotonic() - started < 100  # it did not wait for the waiter (released at 120 s)
+    finally:
+        go.set()
+        waiter.join(30)
+    assert held.ok and "eager_profile" not in held.data and PROFILE_SKIPPED in held.data["notes"]
+    free = analyze_source(source, device="cuda", profile=True)
+    assert free.ok and "eager_profile" in free.data and PROFILE_SKIPPED not in free.data["notes"]
