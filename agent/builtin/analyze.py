@@ -31,6 +31,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from agent.builtin import capture_export, outputs
 from agent.builtin.fallback import source_parts
 from agent.builtin.guard import NotFlat, describe_inputs
+from agent.builtin.task_inputs import TaskInputs
 from sandbox.devlock import lock_from_env
 
 
@@ -816,9 +817,12 @@ def _attributes_kept(model: nn.Module) -> Any:
                 delattr(m, attr)
 
 
-def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], notes: list[str]) -> tuple[list[dict], str]:
+def _capture_fx(
+    mod: types.ModuleType, model: nn.Module, inputs: TaskInputs, notes: list[str]
+) -> tuple[list[dict], str]:
     """torch.fx symbolic tracing + ShapeProp: a graph whose sizes stay symbolic (size/shape nodes),
-    so its candidates run at any shape. Raises Unsupported for anything outside the vocabulary."""
+    so its candidates run at any shape. Raises Unsupported for anything outside the vocabulary.
+    ShapeProp runs on fake inputs where they were drawn (task_inputs), on the real ones otherwise."""
     try:
         with _autocast_entries() as autocast, _attributes_kept(model):
             gm = fx.symbolic_trace(model)
@@ -839,7 +843,12 @@ def _capture_fx(mod: types.ModuleType, model: nn.Module, inputs: list[Any], note
     fx_notes: list[str] = []
     binds = _bind_scalars(mod, model, gm, fx_notes)
     with torch.no_grad():
-        ShapeProp(gm).propagate(*inputs)
+        try:
+            ShapeProp(gm, fake_mode=inputs.fake_mode).propagate(*inputs.shapes())
+        except Exception:
+            if not inputs.is_fake:
+                raise
+            ShapeProp(gm).propagate(*inputs.real())  # an op fake tensors cannot run: the values
     b = _Builder(gm, binds)
     idx = 0
     for n in gm.graph.nodes:
@@ -868,11 +877,11 @@ def analyze(path: str, device: str = "cpu", profile: bool = True, write_out_atte
     model.eval()  # the evaluation compares forward outputs; dropout and batch norm use eval semantics
     if training and any(isinstance(m, nn.modules.batchnorm._BatchNorm | nn.Dropout) for m in model.modules()):
         notes.append("the model has batch norm/dropout; it is analysed in eval mode (running statistics, no dropout)")
-    inputs = mod.get_inputs()
+    inputs = TaskInputs(mod)
     try:
-        described = describe_inputs(inputs)
+        described = describe_inputs(inputs.shapes())
     except NotFlat as e:
-        _check_task_runs(model, inputs, path)
+        _check_task_runs(model, inputs.real(), path)
         raise Unsupported(str(e)) from None
     fx_code = ""
     extra: dict[str, Any] = {}
@@ -883,9 +892,9 @@ def analyze(path: str, device: str = "cpu", profile: bool = True, write_out_atte
     except Exception as e:  # any fx failure: try torch.export
         fx_error = _fx_error(e)
         try:
-            ex = capture_export.capture(model, inputs, notes, write_out_attention)
+            ex = capture_export.capture(model, inputs.real(), notes, write_out_attention)
         except capture_export.ExportUnsupported as e2:
-            _check_task_runs(model, inputs, path)
+            _check_task_runs(model, inputs.real(), path)
             raise Unsupported(f"{fx_error}; and {e2}") from None
         nodes, capture = ex["nodes"], "export"
         extra = {"guard": ex["guard"], "islands": ex["islands"], "export_code": ex["code"], "fx_error": fx_error}
@@ -915,14 +924,18 @@ def analyze(path: str, device: str = "cpu", profile: bool = True, write_out_atte
 PROFILE_MAX_BYTES = 1 << 30  # inputs and parameters above this are not profiled on a GPU
 
 
-def _profile_into(result: dict[str, Any], model: nn.Module, inputs: list[Any], device: str, notes: list[str]) -> None:
+def _profile_into(
+    result: dict[str, Any], model: nn.Module, inputs: TaskInputs | list[Any], device: str, notes: list[str]
+) -> None:
     """The eager profile for the plan's per-op breakdown (nothing else reads it). On a GPU it is
     skipped for a task whose inputs and parameters pass PROFILE_MAX_BYTES: its forward would hold
     several times that on a device that evaluations share, outside their memory shares
     (sandbox.devmem; KernelBench level 1's 6 GiB tensors ran evaluations out of memory on an 80 GB
     H100, 2026-12-07), and the analysis would wait for the device lock besides."""
     dev = device if device == "cuda" and torch.cuda.is_available() else "cpu"
-    size = sum(t.numel() * t.element_size() for t in [*inputs, *model.parameters()] if torch.is_tensor(t))
+    if not isinstance(inputs, TaskInputs):
+        inputs = TaskInputs.drawn(inputs)
+    size = sum(t.numel() * t.element_size() for t in [*inputs.shapes(), *model.parameters()] if torch.is_tensor(t))
     if dev == "cuda" and size > PROFILE_MAX_BYTES:
         notes.append(
             f"the eager profile was skipped: inputs and parameters take {size / 2**30:.1f} GiB, and its forward "
@@ -933,7 +946,7 @@ def _profile_into(result: dict[str, Any], model: nn.Module, inputs: list[Any], d
     try:  # the copy to the device too: beside other evaluations it can run out of memory
         with lock_from_env(dev).shared(on_wait=lambda w: waited.append(w)):  # never beside a timed loop
             m = model.to(dev)
-            ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs]
+            ins = [t.to(dev) if torch.is_tensor(t) else t for t in inputs.real()]
             rows, ms = _eager_profile(m, ins, dev)
     except Exception as e:  # the graph is what matters; the profile only informs the plan
         notes.append(f"the eager profile failed ({type(e).__name__}: {str(e)[:200]}); the plan has no per-op breakdown")
