@@ -90,15 +90,14 @@ class SpotSample:
         slot = len(self.kept) if len(self.kept) < size else _below(self.seen)
         if slot >= size:
             return
+        if slot < len(self.kept):  # the copy it replaces goes first: a 6 GiB output is not held twice
+            del self.kept[slot]
         entry = {
             "set": k,
             "spec": spec,
             "outputs": [x.detach().clone() if type(x) is torch.Tensor else x for x in leaves],
         }
-        if slot == len(self.kept):
-            self.kept.append(entry)
-        else:
-            self.kept[slot] = entry
+        self.kept.insert(slot, entry)
 
 
 EXCHANGE_CHUNK = 1 << 24  # elements swapped at a time: a GB-sized input needs no GB-sized temporary

@@ -51,6 +51,29 @@ def test_the_spot_sample_keeps_one_output_that_alone_passes_its_budget():
     assert len(spots.kept) == 1
 
 
+def test_a_replaced_spot_copy_is_dropped_before_its_replacement_is_made(monkeypatch):
+    """One slot for a large output: each later copy is made after the last one is gone (holding
+    both ran a 6 GiB task's candidate out of device memory sooner)."""
+    import weakref
+
+    monkeypatch.setattr(timed_checks, "_below", lambda n: 0)  # every offer replaces slot 0
+    spots = SpotSample(budget_bytes=16)
+    copies: list = []
+    alive_at_clone: list[int] = []
+    original = torch.Tensor.clone
+
+    def clone(self, *args, **kwargs):
+        alive_at_clone.append(sum(ref() is not None for ref in copies))
+        out = original(self, *args, **kwargs)
+        copies.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "clone", clone)
+    for k in range(4):
+        spots.offer(0, None, [torch.full((64,), float(k))])
+    assert alive_at_clone == [0, 0, 0, 0] and float(spots.kept[0]["outputs"][0][0]) == 3.0
+
+
 def test_an_exchange_puts_another_sets_values_in_and_back_and_versions_say_nothing():
     sets = [[torch.full((3, 5), float(n)), n] for n in range(3)]
     exchange = Exchange(sets)
