@@ -1,4 +1,4 @@
-"""One elementwise kernel of our own for float32, int64 and bool tensors with broadcasting:
+"""One elementwise kernel of our own for float32, float16, bfloat16, int64 and bool tensors with broadcasting:
 `kw_elt`. The fusion generator's kernels compute float32 only, so under torch-ops=forbid the
 integer and boolean arithmetic of real modules stayed ATen calls and blocked them: the causal
 and padding masks that Hugging Face models build from `arange` and comparisons (Llama, Phi,
@@ -70,7 +70,8 @@ _UNARY = {
 }
 _IR_UNARY = ("neg", "abs", "sqrt", "exp", "log", "rsqrt")  # IR ops of kw_elt's (a 0-d value a group cannot hold)
 WHERE, CLAMP, COPY, BITNOT, TRUNC_DIV, ARANGE, TRIL, TRIU = 30, 31, 23, 33, 34, 40, 41, 42
-DTYPE_CODES = {"float32": 0, "int64": 1, "bool": 2, "int32": 4, "uint8": 5}  # 3: a number, not a tensor
+DTYPE_CODES = {"float32": 0, "int64": 1, "bool": 2, "int32": 4, "uint8": 5, "float16": 6, "bfloat16": 7}  # 3: a number
+_FLOATS = ("float32", "float16", "bfloat16")  # computed in float32, stored rounded (as ATen's opmath)
 _LOGICAL = {"logical_and", "logical_or", "logical_not"}
 
 
@@ -189,7 +190,7 @@ def _broadcasts(src: list[int], out: list[int]) -> bool:
 
 def _is_float(g: Graph, o: Any) -> bool:
     if isinstance(o, Ref):
-        return g.node(o.name).dtype == "float32"
+        return g.node(o.name).dtype in _FLOATS
     return isinstance(o, float | Scalar)
 
 
@@ -200,8 +201,8 @@ def _compute_type(n: Node, g: Graph, code: int, operands: list[Any]) -> int:
     if code in _COMPARES or code == COPY:
         return 0 if any(_is_float(g, o) for o in data) else 1
     if code == ARANGE:
-        return 0 if n.dtype == "float32" else 1
-    return 0 if n.dtype == "float32" or any(_is_float(g, o) for o in data) else 1
+        return 0 if n.dtype in _FLOATS else 1
+    return 0 if n.dtype in _FLOATS or any(_is_float(g, o) for o in data) else 1
 
 
 def emit(call: dict[str, Any], out: str, shape: list[int], val: Any) -> list[str]:
@@ -218,7 +219,8 @@ def emit(call: dict[str, Any], out: str, shape: list[int], val: Any) -> list[str
 
 HELPER = '''
 
-_KW_ELT_TYPES = {torch.float32: 0, torch.int64: 1, torch.bool: 2, torch.int32: 4, torch.uint8: 5}
+_KW_ELT_TYPES = {torch.float32: 0, torch.int64: 1, torch.bool: 2, torch.int32: 4, torch.uint8: 5, torch.float16: 6,
+                 torch.bfloat16: 7}
 
 
 def _kw_elt(lib, op, compute, out, operands, a, b, stream):
@@ -280,28 +282,81 @@ struct kw_elt_geo {
     int64_t d[6], s[3][6];
 };
 
+// float16 and bfloat16 by their bits (one source for the C++ and CUDA builds), rounded to nearest even
+union kw_fbits { float f; uint32_t u; };
+KW_HD static inline float kw_h2f(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    kw_fbits v;
+    if (e == 0) {  // zero or subnormal: m * 2^-24
+        const float f = (float)m * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    v.u = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
+    return v.f;
+}
+KW_HD static inline uint16_t kw_f2h(float f) {
+    kw_fbits v;
+    v.f = f;
+    const uint32_t x = v.u, sign = (x >> 16) & 0x8000u, fe = (x >> 23) & 0xffu;
+    uint32_t m = x & 0x7fffffu;
+    if (fe == 0xff) return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0u));  // inf, nan
+    const int32_t e = (int32_t)fe - 112;  // the half's biased exponent
+    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {  // subnormal half (or zero)
+        if (e < -10) return (uint16_t)sign;
+        m |= 0x800000u;
+        const uint32_t shift = (uint32_t)(14 - e), q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+        return (uint16_t)(sign | (q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u)));
+    }
+    const uint32_t h = sign | ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
+    return (uint16_t)(h + ((rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ? 1u : 0u));  // a carry may reach inf
+}
+KW_HD static inline float kw_bf2f(uint16_t b) {
+    kw_fbits v;
+    v.u = (uint32_t)b << 16;
+    return v.f;
+}
+KW_HD static inline uint16_t kw_f2bf(float f) {
+    kw_fbits v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);  // nan stays nan
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
 // operand k at offset off, as int64 or as float (type 3: the number passed by value); types as
-// DTYPE_CODES: 0 float32, 1 int64, 2 bool, 4 int32, 5 uint8
+// DTYPE_CODES: 0 float32, 1 int64, 2 bool, 4 int32, 5 uint8, 6 float16, 7 bfloat16
+KW_HD static inline float kw_load_f16(const void* p, int64_t t, int64_t off) {
+    const uint16_t b = ((const uint16_t*)p)[off];
+    return t == 6 ? kw_h2f(b) : kw_bf2f(b);
+}
 KW_HD static inline int64_t kw_load_i(const void* p, int64_t t, int64_t off) {
     switch (t) {
     case 0: return (int64_t)((const float*)p)[off];
     case 1: return ((const int64_t*)p)[off];
     case 2: return (int64_t)((const bool*)p)[off];
     case 4: return (int64_t)((const int32_t*)p)[off];
+    case 6: case 7: return (int64_t)kw_load_f16(p, t, off);
     default: return (int64_t)((const uint8_t*)p)[off];
     }
+}
+KW_HD static inline void kw_store_f(void* p, int64_t t, int64_t off, float v) {
+    if (t == 0) ((float*)p)[off] = v;
+    else ((uint16_t*)p)[off] = t == 6 ? kw_f2h(v) : kw_f2bf(v);
 }
 KW_HD static inline void kw_store_i(void* p, int64_t t, int64_t off, int64_t v) {
     if (t == 1) ((int64_t*)p)[off] = v;
     else if (t == 2) ((bool*)p)[off] = v != 0;
     else if (t == 4) ((int32_t*)p)[off] = (int32_t)v;
+    else if (t == 0 || t == 6 || t == 7) kw_store_f(p, t, off, (float)v);
     else ((uint8_t*)p)[off] = (uint8_t)v;
 }
 KW_HD static inline int64_t kw_ldi(const kw_elt_geo& g, int k, int64_t off) {
     return g.t[k] == 3 ? g.i[k] : kw_load_i(g.p[k], g.t[k], off);
 }
 KW_HD static inline float kw_ldf(const kw_elt_geo& g, int k, int64_t off) {
-    return g.t[k] == 0 ? ((const float*)g.p[k])[off] : g.t[k] == 3 ? g.f[k] : (float)kw_ldi(g, k, off);
+    const int64_t t = g.t[k];
+    return t == 0 ? ((const float*)g.p[k])[off] : t == 3 ? g.f[k] : (t == 6 || t == 7) ? kw_load_f16(g.p[k], t, off)
+                                                                                    : (float)kw_ldi(g, k, off);
 }
 
 KW_HD static inline float kw_elt_f(int64_t op, float a, float b, float c) {
@@ -395,7 +450,7 @@ KW_HD static inline void kw_elt_one(const kw_elt_geo& g, int64_t e) {
         const int64_t a = kw_ldi(g, 0, off[0]);
         vi = kw_elt_i(g.op, a, kw_ldi(g, 1, off[1]), kw_ldi(g, 2, off[2]));
     }
-    if (g.ty == 0) { ((float*)g.y)[e] = as_float ? vf : (float)vi; return; }
+    if (g.ty == 0 || g.ty == 6 || g.ty == 7) { kw_store_f(g.y, g.ty, e, as_float ? vf : (float)vi); return; }
     if (g.ty == 2) { ((bool*)g.y)[e] = as_float ? vf != 0.0f : vi != 0; return; }
     kw_store_i(g.y, g.ty, e, as_float ? (int64_t)vf : vi);
 }

@@ -56,6 +56,21 @@ T5_BUCKETS = task(
     "        return x + b",
 ).replace("import torch\n", "import math\nimport torch\n", 1)
 
+# MPT's causal mask drawn in float16 (`new_ones(s, s, dtype=float16).tril().to(bool)`), and
+# arithmetic stored in float16 and bfloat16 (computed in float32, rounded to nearest even)
+HALF_MASKS = task(
+    "self.f(x)",
+    "torch.randn(2, 16, 16) * 300",
+    "        pass\n\n"
+    "    def f(self, x):\n"
+    "        s = x.shape[1]\n"
+    "        m = x.new_ones(s, s, dtype=torch.float16).tril().to(torch.bool)\n"
+    "        y = x.masked_fill(~m.view(1, s, s), -1e4)\n"
+    "        h = (x * 1.37).to(torch.bfloat16) + 1\n"
+    "        q = (x * 0.1).half() * 3 + torch.tensor(1e-7, dtype=torch.float16)\n"
+    "        return (y / 300).softmax(-1), h, q, (x * 1e5).half()",  # each compared on its own
+)
+
 # Mistral's sliding window: bool triangles, not, and; then a fill of the scores
 SLIDING = task(
     "self.window(x)",
@@ -184,6 +199,7 @@ CASES = {
     "sliding": (SLIDING, "kw_elt"),
     "integers": (INTEGERS, "kw_elt"),
     "products": (PRODUCTS, "kw_elt"),
+    "half_masks": (HALF_MASKS, "kw_elt"),
     "remaps": (REMAPS, "kw_remap"),
 }
 
