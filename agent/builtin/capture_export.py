@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from agent.builtin import data_reads, outputs, read_fold, rnn_standins
+from agent.builtin import constants, data_reads, outputs, read_fold, rnn_standins
 from agent.builtin.generalise import member_expr
 from agent.builtin.guard import describe_inputs, guard
 from agent.builtin.matmul_forms import baddbmm_as_matmul, einsum_as_matmul, sdpa_written_out
@@ -332,9 +332,20 @@ class ExportBuilder:
                     # a tensor made in the forward from Python values (torch.tensor(self.c)): lifted by
                     # export, not reachable as an attribute; small ones are written into the candidate
                     c = self.ep.constants.get(target)
-                    if not isinstance(c, torch.Tensor) or c.numel() > 4096:
-                        raise ExportUnsupported(f"a constant tensor made in the forward ({target})")
-                    self.emit(n, "constant", [], {"value": c.tolist(), "dtype": _dt(c)}, shape=_shape(c), dtype=_dt(c))
+                    owner = _state_alias(self.model, c)
+                    if owner is not None:  # a parameter reached through a plain list: read as the parameter
+                        self.emit(
+                            n, "param", [], {"path": owner[0], "kind": owner[1]}, _shape(c), _dt(c), "p_" + n.name
+                        )
+                        continue
+                    carried = constants.encode(c) if isinstance(c, torch.Tensor) else None
+                    if carried is None:
+                        raise ExportUnsupported(
+                            f"a constant tensor made in the forward ({target}"
+                            + (f", {c.numel()} values" if isinstance(c, torch.Tensor) else "")
+                            + f"; at most {constants.MAX_VALUES} are carried into the candidate)"
+                        )
+                    self.emit(n, "constant", [], carried, shape=_shape(c), dtype=_dt(c))
                 elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
                     # export's placeholder names are unique (p_fc_weight, b_bn_running_mean, c_mask)
                     pname = n.name if n.name.startswith("p_") else "p_" + n.name
@@ -375,7 +386,7 @@ class ExportBuilder:
                 raise ExportUnsupported(f"a submodule call ({n.target})")
             else:
                 raise ExportUnsupported(f"node kind {n.op}")
-        return self.nodes
+        return _without_unread_constants(self.nodes)
 
     def call(self, n: fx.Node) -> None:
         t = n.target
@@ -401,12 +412,47 @@ class ExportBuilder:
             return
         first = v[0] if isinstance(v, list | tuple) and v else v
         floaty = isinstance(first, torch.Tensor) and first.dtype == torch.float32
+        if self.fold_constant(n, t, a, kw):
+            return
         try:
             if self.mapped(n, name, over, a, kw, floaty):
                 return
         except _NotMapped:
             pass
         self.island(n)
+
+    def fold_constant(self, n: fx.Node, t: Any, a: list[Any], kw: dict[str, Any]) -> bool:
+        """An op whose tensor operands are all constants made in the forward (N-BEATS's numpy
+        bases: a float64 tensor, cat, `.float()`, `.to(device)`): computed here, once, on the CPU
+        and carried as one constant (agent.builtin.constants). Random ops and ops of no constant
+        operand (a factory: full, arange) are left to the graph."""
+        v = self.val(n)
+        if not isinstance(v, torch.Tensor) or torch.Tag.nondeterministic_seeded in t.tags:
+            return False
+        leaves = [x for x in [*a, *kw.values()] for x in (x if isinstance(x, list | tuple) else [x])]
+        if not any(isinstance(x, fx.Node) for x in leaves):
+            return False
+
+        def value(x: Any) -> Any:
+            if isinstance(x, list | tuple):
+                return type(x)(value(y) for y in x)
+            if not isinstance(x, fx.Node):
+                return x
+            d = next((d for d in self.nodes if d["name"] == self.alias.get(x.name)), None)
+            if d is None or d["op"] != "constant":
+                raise _NotMapped
+            return constants.decode(d["attrs"], d["shape"] or [])
+
+        try:
+            args, kwargs = [value(x) for x in a], {k: value(x) for k, x in kw.items() if k != "device"}
+            out = t(*args, **kwargs)
+        except Exception:  # _NotMapped (an operand computed from the inputs), or the op refused
+            return False
+        carried = constants.encode(out) if isinstance(out, torch.Tensor) and out.dtype == v.dtype else None
+        if carried is None or list(out.shape) != _shape(v):
+            return False
+        self.emit(n, "constant", [], carried, shape=_shape(v), dtype=_dt(v))
+        return True
 
     def mapped(self, n: fx.Node, name: str, over: str, a: list[Any], kw: dict[str, Any], floaty: bool) -> bool:
         x: Any = a[0] if a else None
@@ -878,6 +924,36 @@ def _only_first(n: fx.Node) -> bool:
 
 class _NotMapped(Exception):
     pass
+
+
+def _without_unread_constants(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The graph less the constants nothing reads: the steps of a folded constant (a cast of a
+    cat of a clone) are each a constant, and only the last is used."""
+
+    def refs(x: Any) -> Any:
+        if isinstance(x, dict):
+            return [x["ref"]] if "ref" in x else [r for v in x.values() for r in refs(v)]
+        if isinstance(x, list | tuple):
+            return [r for v in x for r in refs(v)]
+        return []
+
+    read = {r for d in nodes for r in refs(d["args"])}
+    return [d for d in nodes if d["op"] != "constant" or d["name"] in read]
+
+
+def _state_alias(model: nn.Module | None, c: Any) -> tuple[str, str] | None:
+    """(path, "parameter" or "buffer") of the model's tensor that a lifted constant views whole:
+    export lifts a parameter as a constant where the forward reaches it through a plain Python
+    list (N-BEATS keeps its blocks in lists, their weights in a ParameterList). Read as that
+    parameter, the candidate follows the model's weights; carried as values it would not."""
+    if model is None or not isinstance(c, torch.Tensor) or c.numel() == 0:
+        return None
+    key = (c.data_ptr(), tuple(c.shape), c.stride(), c.dtype)
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for path, t in named:
+            if (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) == key:
+                return path, kind
+    return None
 
 
 def _is_attribute(model: nn.Module | None, path: str) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agent.builtin import constants
 from agent.builtin.graph import Graph, Lit, Ref, Scalar
 from agent.builtin.outputs import default as default_structure
 from agent.builtin.outputs import rebuild
@@ -143,7 +144,7 @@ def run_graph(g: Graph, model: torch.nn.Module, inputs: list[Any], scope: dict[s
         elif op == "derived":
             env[n.name] = _derived(n.attrs, [v(x) for x in a])
         elif op == "constant":
-            env[n.name] = torch.tensor(at["value"], dtype=getattr(torch, at.get("dtype") or "float32"))
+            env[n.name] = constants.decode(at, n.shape or [])
         elif op == "aten":
             env[n.name] = _aten(at, [v(x) for x in a], scope)
         else:

@@ -14,7 +14,7 @@ import re
 import textwrap
 from typing import Any
 
-from agent.builtin import outputs, remap, tf32x3, typed_elementwise
+from agent.builtin import constants, outputs, remap, tf32x3, typed_elementwise
 from agent.builtin.cudagraph import CAPTURE_HELPER
 from agent.builtin.fallback import REFERENCE_CLASS
 from agent.builtin.fusion import COLGEN, GAP, GEN, ROWGEN, Group, Plan
@@ -169,6 +169,7 @@ class _Emitter:
         self.own = 0  # ATen ops computed by kernels of our own (agent.builtin.ownkernels)
         self.strided_kernels: set[str] = set()  # of them, kw_elt and kw_remap (their helpers go in)
         self.const_out: list[str] = []  # hoisted values the forward reads (`_kw_consts`)
+        self.b64 = False  # a constant carried as base64 (agent.builtin.constants): model_new.py imports base64
         self.params: dict[str, str] = {n.name: param_expr(n.attrs["path"]) for n in self.g.nodes if n.op == "param"}
         self.used_params: dict[str, str] = {}  # forward's parameters: graph name -> local variable
         self.used_attrs: dict[str, str] = {}  # plain module attributes the forward reads: path -> local variable
@@ -195,6 +196,19 @@ class _Emitter:
 
     def emit(self, line: str) -> None:
         self.lines.append("        " + line)
+
+    def constant(self, v: str, n: Node) -> None:
+        """A constant made in the forward (agent.builtin.constants): a full, a literal, or base64."""
+        if "b64" in n.attrs:
+            self.b64 = True
+            self.emit(f"{v} = {constants.b64_expression(n.attrs, list(n.dims))}")
+            return
+        flat = _flatten(n.attrs["value"])
+        dt = f"torch.{n.attrs.get('dtype') or 'float32'}"
+        if flat and all(x == flat[0] for x in flat):
+            self.emit(f"{v} = torch.full({tuple(n.dims)!r}, {_num(flat[0])}, dtype={dt}, device=_dev)")
+        else:
+            self.emit(f"{v} = torch.tensor({n.attrs['value']!r}, dtype={dt}, device=_dev)")
 
     def node(self, n: Node) -> None:
         v = _var(n.name)
@@ -229,12 +243,7 @@ class _Emitter:
                 f"{at['step']})"
             )
         elif n.op == "constant":
-            flat = _flatten(n.attrs["value"])
-            dt = f"torch.{n.attrs.get('dtype') or 'float32'}"
-            if flat and all(x == flat[0] for x in flat):
-                self.emit(f"{v} = torch.full({tuple(n.dims)!r}, {_num(flat[0])}, dtype={dt}, device=_dev)")
-            else:
-                self.emit(f"{v} = torch.tensor({n.attrs['value']!r}, dtype={dt}, device=_dev)")
+            self.constant(v, n)
         elif n.op == "select":
             self.emit(f"{v} = {self.val(a[0])}.select({n.attrs['dim']}, {n.attrs['index']})")
         elif n.op == "getitem":
@@ -841,6 +850,7 @@ def generate_model(
         init = textwrap.indent(textwrap.dedent(init), "    ")
     parts = ['"""' + summary.strip().replace('"""', "'''") + '\n"""', ""]
     extra = ["import ctypes"] if em.gathers or em.own or em.tf32x3 else []
+    extra += ["import base64"] if em.b64 else []
     imports = list(
         dict.fromkeys(
             src.get("imports", [])
