@@ -11,7 +11,7 @@ from agent.builtin.pipeline import build_candidate
 from agent.builtin.policy import _forbid_blockers
 from tests.agent.builtin.test_export_capture import _analysis, _check_candidate
 
-BASES = '''
+BASES = """
 import numpy as np
 import torch
 import torch.nn as nn
@@ -51,7 +51,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [32, 48, 96]  # two bases of 96 x 96 float64 values each step
-'''
+"""
 
 
 def test_a_large_basis_made_in_the_forward_is_one_constant_and_the_weights_stay_parameters(tmp_path):
