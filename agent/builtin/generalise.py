@@ -27,7 +27,8 @@ import io
 import math
 import re
 import tokenize
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from agent.builtin.graph import Graph, Scalar
@@ -111,6 +112,15 @@ def probe_values(v: int) -> list[int]:
         out += [v * 3 // 4 // 8 * 8, (v * 3 // 2 + 7) // 8 * 8]
     out.append(v + 1)
     return [w for i, w in enumerate(out) if w >= 2 and w != v and w not in out[:i]]
+
+
+def odd_neighbour(v: int, used: set[int]) -> int:
+    """The first odd value above v that is not in `used`: a check capture's (generalise's
+    `checks`), where a size bound as a half of v does not divide."""
+    w = v + 1 if v % 2 == 0 else v + 2
+    while w in used:
+        w += 2
+    return w
 
 
 def same_structure(a: list, b: list) -> bool:
@@ -413,7 +423,7 @@ def bind_scalars(graphs: list[Graph], captures: list[dict[str, int]]) -> None:
     (in place), so the kernels take it as an argument instead of a literal. An expression may
     read an input's shape: forward and `_kw_consts` (keyed by the input shapes) both see them."""
     triples = _triples(captures)
-    for i, j, values in _moving_scalars(graphs):
+    for i, j, values in moving_scalars(graphs):
         try:
             expr = bind_float(values, triples, False, 0)
         except NotGeneral:
@@ -427,12 +437,12 @@ def scalars_as_arguments(graphs: list[Graph]) -> None:
     no particular expression: the graphs' candidates then compare as `bind_scalars` would leave
     them, where two captures alone cannot say what a float is made of (T5's log of a ratio of
     sizes whose other term moves only in a third capture)."""
-    for i, j, values in _moving_scalars(graphs):
+    for i, j, values in moving_scalars(graphs):
         for g, v in zip(graphs, values, strict=True):
             g.nodes[i].args[j] = Scalar(v, "0.0")
 
 
-def _moving_scalars(graphs: list[Graph]) -> list[tuple[int, int, tuple[float, ...]]]:
+def moving_scalars(graphs: list[Graph]) -> list[tuple[int, int, tuple[float, ...]]]:
     """(node index, argument index, values) of each float constant whose value differs between
     the graphs, which must otherwise be the same; raises NotGeneral where they are not."""
     first, others = graphs[0], graphs[1:]
@@ -490,11 +500,19 @@ def _scopes(tokens: list[tokenize.TokenInfo]) -> Iterator[tuple[str, bool]]:
         yield (stack[-1][1] if stack else ""), module_const
 
 
+Checks = Callable[[], list[tuple[dict[str, str], dict[str, int]]]]  # more captures' files and atoms, on demand
+
+
 def generalise(
-    files: list[dict[str, str]], captures: list[dict[str, int]], guards: list[dict[str, Any]]
+    files: list[dict[str, str]],
+    captures: list[dict[str, int]],
+    guards: list[dict[str, Any]],
+    checks: Checks | None = None,
 ) -> dict[str, str]:
     """files[0] (the candidate at the task's sizes) with each literal that moves with the sizes
-    across the files written as its expression; raises NotGeneral saying why not."""
+    across the files written as its expression; raises NotGeneral saying why not. Where a size
+    is bound as a half (`bind`'s divisions by 2), `checks` gives captures at sizes none of the
+    bindings was fitted on (`checked`)."""
     if len({kernel_code(f) for f in files}) != 1:
         raise NotGeneral("the kernel files differ between sizes")
     texts = [_model_text(f) for f in files]
@@ -504,7 +522,8 @@ def generalise(
     triples = _triples(captures)
     edits: list[tuple[tokenize.TokenInfo, str]] = []
     divisions: list[str] = []
-    for (scope, module_const), *same in zip(_scopes(toks[0]), *toks, strict=True):
+    bound: list[_Bound] = []
+    for at, ((scope, module_const), *same) in enumerate(zip(_scopes(toks[0]), *toks, strict=True)):
         kinds = {(t.type, t.string) for t in same}
         if len(kinds) == 1:
             continue
@@ -520,15 +539,89 @@ def generalise(
         if not scope:
             raise NotGeneral(f"line {first.start[0]}: a size outside any method")
         forward = scope in ("forward", "_kw_consts")  # both are given the input tensors (their shapes key the consts)
+        before = len(divisions)
         if all(t.string.isdigit() for t in same):
             expr = bind(tuple(int(t.string) for t in same), triples, forward, divisions=divisions)
         else:
             expr = bind_float(tuple(float(t.string) for t in same), triples, forward, first.start[0])
-        edits.append((first, f"({expr})"))
-    if not edits:
+        bound.append(_Bound(at, first, expr, divisions[before] if len(divisions) > before else None))
+    if not bound:
         raise NotGeneral("no literal moves with the sizes")
+    if checks is not None and any(b.division and b.division.endswith(" % 2") for b in bound):
+        divisions = checked(bound, divisions, checks())
+    edits = [(b.token, f"({b.expr})") for b in bound]
     text = _apply(texts[0], edits, _guard_line(files, captures, guards))
     return {**files[0], "model_new.py": _checked_divisions(text, divisions)}
+
+
+@dataclass
+class _Bound:
+    """A literal of model_new.py written as an expression: its token's index and token, the
+    expression, and the division `bind` left for the guard to check (or None)."""
+
+    at: int
+    token: tokenize.TokenInfo
+    expr: str
+    division: str | None
+
+
+def checked(
+    bound: list[_Bound], divisions: list[str], checks: list[tuple[dict[str, str], dict[str, int]]]
+) -> list[str]:
+    """The divisions left after captures at other sizes (`checks`: files and atoms). Every bound
+    literal must give the check's value there, or NotGeneral. A half (`(p) // 2`) whose product is
+    odd in a check is the floor where the check's literal is, the ceiling where that is (the
+    expression becomes `-(-(p) // 2)`): either way its division check goes, and an odd size runs
+    these kernels, not the reference. Only halves: a quarter's three odd residues are not all told
+    apart by one size. A check whose model_new.py has other tokens is left out."""
+    for files, atoms_at in checks:
+        toks = _tokens(_model_text(files))
+        for b in bound:
+            if b.at >= len(toks) or toks[b.at].type != b.token.type:
+                break
+        else:
+            for b in bound:
+                _check_one(b, toks[b.at].string, atoms_at, divisions)
+    return divisions
+
+
+def _check_one(b: _Bound, literal: str, atoms_at: dict[str, int], divisions: list[str]) -> None:
+    value = _evaluate(b.expr, atoms_at)
+    if value is None:
+        return  # an expression this cannot evaluate: its division (if any) stays
+    want = float(literal)
+    if math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-9):
+        half = b.division is not None and b.division.endswith(" % 2") and _evaluate(b.division, atoms_at) == 1
+        if half and b.division in divisions:
+            divisions.remove(b.division)  # odd here and the floor is right
+        return
+    prod = b.division[: -len(" % 2")] if b.division and b.division.endswith(" % 2") else None
+    ceil = b.expr.replace(f"{prod} // 2", f"-(-{prod} // 2)") if prod else None
+    if ceil and ceil != b.expr and math.isclose(_evaluate(ceil, atoms_at) or math.nan, want):
+        b.expr = ceil
+        if b.division in divisions:
+            divisions.remove(b.division)
+        return
+    raise NotGeneral(
+        f"line {b.token.start[0]}: bound as {b.expr}, which is {value:g} at another size where the literal is {literal}"
+    )
+
+
+def _evaluate(expr: str, atoms_at: dict[str, int]) -> float | None:
+    """expr's value where each atom (`v_x.shape[1]`, `self.fc.weight.shape[0]`) has atoms_at's
+    value; None where an atom is missing or it is not plain arithmetic."""
+    text = expr
+    for name in sorted(atoms_at, key=len, reverse=True):
+        text = text.replace(name, str(atoms_at[name]))
+    if set(re.findall(r"[A-Za-z_]\w*", text)) - _MATH_NAMES or re.search(r"[^0-9A-Za-z_.+\-*/%(), ]", text):
+        return None  # an atom this capture lacks, or more than arithmetic: never evaluated
+    try:
+        return float(eval(text, {"__builtins__": {}, "math": math}))
+    except Exception:
+        return None
+
+
+_MATH_NAMES = {"math"} | {n for n in dir(math) if not n.startswith("_")}
 
 
 def _checked_divisions(text: str, divisions: list[str]) -> str:

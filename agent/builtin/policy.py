@@ -39,6 +39,8 @@ from agent.builtin.generalise import (
     form,
     generalise,
     ints_as_literals,
+    moving_scalars,
+    odd_neighbour,
     probe_source,
     probe_values,
     same_structure,
@@ -311,10 +313,39 @@ class BuiltinPolicy(Policy):
             profile_reference=False,
             probe=True,
         )
-        src = probe_source(ints_as_literals(task.source), name, self.probe_values[name][attempt])
+        value = self.probe_values[name][attempt] if attempt >= 0 else self._check_value(name)
+        src = probe_source(ints_as_literals(task.source), name, value)
         sub.reset(TaskInfo(task.name, src, task.backend, dict(task.options or {})), [], [])
         sub.probe_of = (name, attempt)
         return sub
+
+    def _check_value(self, name: str) -> int:
+        """`name`'s value in a check capture: odd (a half of it does not divide), near the task's,
+        and none of its probes' values."""
+        assert self.task is not None
+        used = {self.probe_values[name][p.probe_of[1]] for p in self.probes if p.probe_of and p.probe_of[0] == name}
+        return odd_neighbour(size_constants(self.task.source)[name][0], used)
+
+    def _checks(self, step: _Step, probes: list[BuiltinPolicy], hoist: bool) -> Any:
+        """generalise's `checks`: the candidate for `step` captured once more per probed constant,
+        at a size no binding was fitted on (`check_value`, attempt -1), with its atoms; only those
+        of this module and this form. Run when generalise asks (a size bound as a half)."""
+
+        def run() -> list[tuple[dict[str, str], dict[str, int]]]:
+            assert self.analysis is not None and self.analysis.graph is not None
+            names = [n.name for n in self.analysis.graph.inputs()]
+            out = []
+            for name in dict.fromkeys(p.probe_of[0] for p in probes if p.probe_of):
+                sub = self._probe(name, -1)
+                self.analysis_s += sub.analysis_s
+                graph = _step_graph(sub, step) if self._same_module(sub) else None
+                if graph is None or sub.analysis is None or self._same_form(sub, step) is not True:
+                    continue
+                files = sub._build(graph, note=f"Step: {step.title}.", gemm=step.gemm, hoist=hoist).files
+                out.append((files, atoms(names, sub.analysis.data.get("guard") or {})))
+            return out
+
+        return run
 
     def _same_module(self, sub: BuiltinPolicy) -> bool:
         """Whether a probe's capture is an export of this module at other sizes (not where the
@@ -344,6 +375,7 @@ class BuiltinPolicy(Policy):
         guards = [p.analysis.data.get("guard") or {} for p in pols if p.analysis]
         graphs = [g for g in [step.graph, *theirs] if g is not None]
         try:
+            moving = bool(moving_scalars(graphs))  # floats bound at run time: a check capture would need them too
             bind_scalars(graphs, captures)
         except NotGeneral as e:
             return self._specialised(str(e))
@@ -353,7 +385,8 @@ class BuiltinPolicy(Policy):
                     p._build(gr, note=f"Step: {step.title}.", gemm=step.gemm, hoist=hoist).files
                     for p, gr in zip(pols, graphs, strict=True)
                 ]
-                cand.files = generalise(files, captures, guards)
+                checks = None if moving else self._checks(step, probes, hoist)
+                cand.files = generalise(files, captures, guards, checks)
                 return (
                     "Sizes follow the inputs: the literals of the exported graph that moved with the task's size "
                     "constants (captured again with each constant changed) are written as expressions of the "

@@ -601,3 +601,77 @@ def test_a_quotient_of_sizes_is_checked_to_divide_before_the_generated_forward_r
     with pytest.raises(NotGeneral):
         _checked_divisions("        return v_x\n", divisions)  # no guard to extend: stays specialised
     assert _checked_divisions("        return v_x\n", []) == "        return v_x\n"
+
+
+def test_a_half_is_told_floor_or_ceiling_at_an_odd_size_and_its_check_goes():
+    """A capture at a size no binding was fitted on (generalise.checked): where a half's product
+    is odd there, the literal says floor or ceiling, and the division check goes; a literal that
+    is neither, or any other bound literal that misses, leaves the candidate specialised."""
+    import tokenize
+
+    from agent.builtin.generalise import _Bound, _check_one, checked
+
+    floor = _Bound(
+        0, tokenize.TokenInfo(tokenize.NUMBER, "12", (3, 8), (3, 10), ""), "(v_x.shape[2]) // 2", "(v_x.shape[2]) % 2"
+    )
+    divisions = [floor.division]
+    _check_one(floor, "12", {"v_x.shape[2]": 25}, divisions)
+    assert floor.expr == "(v_x.shape[2]) // 2" and divisions == []
+    ceil = _Bound(0, floor.token, "((v_x.shape[2]) // 2 + 1)", "(v_x.shape[2]) % 2")
+    divisions = [ceil.division]
+    _check_one(ceil, "14", {"v_x.shape[2]": 25}, divisions)  # a pool of 25 with one more position
+    assert ceil.expr == "(-(-(v_x.shape[2]) // 2) + 1)" and divisions == []
+    assert checked([even := _Bound(0, floor.token, "v_x.shape[2]", None)], [], []) == [] and even.expr == "v_x.shape[2]"
+    even = _Bound(0, floor.token, "(v_x.shape[2]) // 2", "(v_x.shape[2]) % 2")
+    divisions = [even.division]
+    _check_one(even, "13", {"v_x.shape[2]": 26}, divisions)  # even there: 13 is right, nothing learned
+    assert divisions == [even.division]
+    with pytest.raises(NotGeneral, match="at another size"):
+        _check_one(_Bound(0, floor.token, "(v_x.shape[2]) // 2", "(v_x.shape[2]) % 2"), "11", {"v_x.shape[2]": 25}, [])
+    with pytest.raises(NotGeneral, match="at another size"):  # T5's float, right where fitted, wrong here
+        _check_one(_Bound(0, floor.token, "math.log(self.d * 2)", None), "3.5", {"self.d": 18}, [])
+    _check_one(_Bound(0, floor.token, "self.unknown * 2", None), "7", {}, [])  # no value: nothing said
+
+
+POOLED = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.pool = nn.AvgPool2d(3, stride=2, padding=1)  # ceil(size / 2): 6 at 12, 7 at 13
+        self.scale = nn.Parameter(torch.ones(c, 1, 1))
+
+    def forward(self, x):
+        if x.shape[0] > 1:  # a branch on a size: exported, not traced by fx
+            x = x * 2.0
+        y = self.pool(x)
+        return torch.relu(y * self.scale) + y.mean(dim=(2, 3), keepdim=True)
+
+
+batch = 2
+channels = 8
+size = 12
+
+
+def get_inputs():
+    return [torch.randn(batch, channels, size, size)]
+
+
+def get_init_inputs():
+    return [channels]
+"""
+
+
+def test_a_pooled_half_follows_odd_sizes_under_forbid():
+    """Res2Net's case: the pool's side is bound from 12 and 6 as `size // 2`; a capture at 13
+    says it rounds up, so the forward computes the ceiling and runs its kernels at odd sizes
+    too (the sandbox's smaller shape trial: 13), where its check used to send them to the
+    reference and forbid rejected that."""
+    res, pol = _policy_run(POOLED, "pooled", FORBID, max_turns=3)
+    assert res.verified, res.trajectory.finished().summary
+    text = res.best.files["model_new.py"]
+    assert "-(-(v_x.shape[2]) // 2)" in text and "% 2" not in text
+    assert any("13" in c for c in _shapes_checked(res))  # the odd trial ran these kernels
