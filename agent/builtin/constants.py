@@ -20,6 +20,7 @@ MAX_VALUES = 1 << 16  # 512 KiB of float64, about 700 KB of base64
 def encode(c: Any) -> dict[str, Any] | None:
     """The constant node's attrs for the tensor `c`, or None when it is too large to carry."""
     import torch  # here: modelgen imports this module, and the policy's process does not load torch
+
     dtype = str(c.dtype).replace("torch.", "")
     if c.numel() <= INLINE:
         return {"value": c.tolist(), "dtype": dtype}
@@ -32,6 +33,7 @@ def encode(c: Any) -> dict[str, Any] | None:
 def decode(attrs: dict[str, Any], shape: list[int]) -> Any:
     """The constant itself (the graph interpreter's), a tensor."""
     import torch
+
     dtype = getattr(torch, attrs.get("dtype") or "float32")
     if "b64" not in attrs:
         return torch.tensor(attrs["value"], dtype=dtype)
