@@ -548,7 +548,7 @@ def generalise(
     if not bound:
         raise NotGeneral("no literal moves with the sizes")
     if checks is not None and any(b.division and b.division.endswith(" % 2") for b in bound):
-        divisions = checked(bound, divisions, checks())
+        divisions = checked(bound, divisions, checks(), len(toks[0]))
     edits = [(b.token, f"({b.expr})") for b in bound]
     text = _apply(texts[0], edits, _guard_line(files, captures, guards))
     return {**files[0], "model_new.py": _checked_divisions(text, divisions)}
@@ -566,45 +566,55 @@ class _Bound:
 
 
 def checked(
-    bound: list[_Bound], divisions: list[str], checks: list[tuple[dict[str, str], dict[str, int]]]
+    bound: list[_Bound], divisions: list[str], checks: list[tuple[dict[str, str], dict[str, int]]], size: int
 ) -> list[str]:
-    """The divisions left after captures at other sizes (`checks`: files and atoms). Every bound
-    literal must give the check's value there, or NotGeneral. A half (`(p) // 2`) whose product is
-    odd in a check is the floor where the check's literal is, the ceiling where that is (the
-    expression becomes `-(-(p) // 2)`): either way its division check goes, and an odd size runs
-    these kernels, not the reference. Only halves: a quarter's three odd residues are not all told
-    apart by one size. A check whose model_new.py has other tokens is left out."""
+    """The divisions left after captures at other sizes (`checks`: files and atoms). A half
+    (`(p) // 2`) whose product is odd in a check is the floor where the check's literal is, the
+    ceiling where that is (the expression becomes `-(-(p) // 2)`), and its division check goes
+    (an odd size then runs these kernels, not the reference), but only where every other bound
+    literal gives the check's value too. Where one does not, the divisions all stay if one of
+    them already sends that size to the reference, else NotGeneral: the candidate would be wrong
+    there (Attention U-Net's upsampling scale, bound as `2 * g / x`, is 0.5 at 33 where that gives
+    0.485). Only halves: a quarter's three odd residues are not all told apart by one size. A
+    check whose model_new.py has other tokens than the `size` tokens of the fitted ones is left out."""
     for files, atoms_at in checks:
         toks = _tokens(_model_text(files))
-        for b in bound:
-            if b.at >= len(toks) or toks[b.at].type != b.token.type:
-                break
-        else:
-            for b in bound:
-                _check_one(b, toks[b.at].string, atoms_at, divisions)
+        if len(toks) != size or any(toks[b.at].type != b.token.type for b in bound):
+            continue
+        told = [_told(b, toks[b.at].string, atoms_at) for b in bound]
+        if all(t is not None for t in told):
+            for b, t in zip(bound, told, strict=True):
+                assert t is not None
+                b.expr, learned = t
+                if learned and b.division in divisions:
+                    divisions.remove(b.division)
+            continue
+        if any(_evaluate(d, atoms_at) for d in divisions):
+            continue  # the guard sends this size to the reference as it is
+        b, literal = next((b, toks[b.at].string) for b, t in zip(bound, told, strict=True) if t is None)
+        raise NotGeneral(
+            f"line {b.token.start[0]}: bound as {b.expr}, which is {_evaluate(b.expr, atoms_at)} at another "
+            f"size where the literal is {literal}"
+        )
     return divisions
 
 
-def _check_one(b: _Bound, literal: str, atoms_at: dict[str, int], divisions: list[str]) -> None:
-    value = _evaluate(b.expr, atoms_at)
+def _told(b: _Bound, literal: str, atoms_at: dict[str, int]) -> tuple[str, bool] | None:
+    """What a check capture's literal says of b: (its expression, whether its half was odd there and
+    is now known), or None where b gives another value there. An expression this cannot evaluate
+    says nothing: it stays, its division too."""
+    value, want = _evaluate(b.expr, atoms_at), float(literal)
     if value is None:
-        return  # an expression this cannot evaluate: its division (if any) stays
-    want = float(literal)
+        return b.expr, False
+    half = b.division is not None and b.division.endswith(" % 2") and _evaluate(b.division, atoms_at) == 1
     if math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-9):
-        half = b.division is not None and b.division.endswith(" % 2") and _evaluate(b.division, atoms_at) == 1
-        if half and b.division in divisions:
-            divisions.remove(b.division)  # odd here and the floor is right
-        return
-    prod = b.division[: -len(" % 2")] if b.division and b.division.endswith(" % 2") else None
-    ceil = b.expr.replace(f"{prod} // 2", f"-(-{prod} // 2)") if prod else None
-    if ceil and ceil != b.expr and math.isclose(_evaluate(ceil, atoms_at) or math.nan, want):
-        b.expr = ceil
-        if b.division in divisions:
-            divisions.remove(b.division)
-        return
-    raise NotGeneral(
-        f"line {b.token.start[0]}: bound as {b.expr}, which is {value:g} at another size where the literal is {literal}"
-    )
+        return b.expr, half
+    if half and b.division:
+        prod = b.division[: -len(" % 2")]
+        ceil = b.expr.replace(f"{prod} // 2", f"-(-{prod} // 2)")
+        if ceil != b.expr and math.isclose(_evaluate(ceil, atoms_at) or math.nan, want):
+            return ceil, True
+    return None
 
 
 def _evaluate(expr: str, atoms_at: dict[str, int]) -> float | None:

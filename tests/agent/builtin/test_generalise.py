@@ -5,6 +5,8 @@ rejected. Real modules, the real sandbox; the expressions are checked by the sha
 
 from __future__ import annotations
 
+import tokenize
+
 import pytest
 import torch
 import torch.nn as nn
@@ -603,34 +605,53 @@ def test_a_quotient_of_sizes_is_checked_to_divide_before_the_generated_forward_r
     assert _checked_divisions("        return v_x\n", []) == "        return v_x\n"
 
 
+def _bound_text(text: str, exprs: list[tuple[str, str | None]]):
+    """The NUMBER tokens of `text` in order, bound as `exprs` (expression, division)."""
+    from agent.builtin.generalise import _Bound, _tokens
+
+    toks = _tokens(text)
+    at = [i for i, t in enumerate(toks) if t.type == tokenize.NUMBER]
+    return [_Bound(i, toks[i], e, d) for i, (e, d) in zip(at, exprs, strict=True)]
+
+
+def _check(text: str, atoms_at: dict[str, int], bound, divisions: list[str], fitted: str = "") -> list[str]:
+    from agent.builtin.generalise import _tokens, checked
+
+    size = len(_tokens(fitted or text))
+    return checked(bound, list(divisions), [({"model_new.py": text}, atoms_at)], size)
+
+
 def test_a_half_is_told_floor_or_ceiling_at_an_odd_size_and_its_check_goes():
     """A capture at a size no binding was fitted on (generalise.checked): where a half's product
-    is odd there, the literal says floor or ceiling, and the division check goes; a literal that
-    is neither, or any other bound literal that misses, leaves the candidate specialised."""
-    import tokenize
+    is odd there, the literal says floor or ceiling, and the division check goes, if every other
+    bound literal gives the check's value too."""
+    half, div = "(v_x.shape[2]) // 2", "(v_x.shape[2]) % 2"
+    side = {"v_x.shape[2]": 25}
+    b = _bound_text("a = 12\n", [(half, div)])
+    assert _check("a = 12\n", side, b, [div]) == [] and b[0].expr == half  # floors
+    b = _bound_text("a = 12\n", [(f"({half} + 1)", div)])
+    assert _check("a = 14\n", side, b, [div]) == [] and b[0].expr == "(-(-(v_x.shape[2]) // 2) + 1)"  # rounds up
+    b = _bound_text("a = 12\n", [(half, div)])
+    assert _check("a = 13\n", {"v_x.shape[2]": 26}, b, [div]) == [div]  # even there: nothing learned
+    b = _bound_text("a = 7\nb = 12\n", [("self.unknown * 2", None), (half, div)])
+    assert _check("a = 7\nb = 12\n", side, b, [div]) == []  # an atom it lacks says nothing against it
+    b = _bound_text("a = 12\n", [(half, div)])
+    assert _check("a = 12\nb = 1\n", side, b, [div], fitted="a = 12\n") == [div]  # other tokens: left out
 
-    from agent.builtin.generalise import _Bound, _check_one, checked
 
-    floor = _Bound(
-        0, tokenize.TokenInfo(tokenize.NUMBER, "12", (3, 8), (3, 10), ""), "(v_x.shape[2]) // 2", "(v_x.shape[2]) % 2"
-    )
-    divisions = [floor.division]
-    _check_one(floor, "12", {"v_x.shape[2]": 25}, divisions)
-    assert floor.expr == "(v_x.shape[2]) // 2" and divisions == []
-    ceil = _Bound(0, floor.token, "((v_x.shape[2]) // 2 + 1)", "(v_x.shape[2]) % 2")
-    divisions = [ceil.division]
-    _check_one(ceil, "14", {"v_x.shape[2]": 25}, divisions)  # a pool of 25 with one more position
-    assert ceil.expr == "(-(-(v_x.shape[2]) // 2) + 1)" and divisions == []
-    assert checked([even := _Bound(0, floor.token, "v_x.shape[2]", None)], [], []) == [] and even.expr == "v_x.shape[2]"
-    even = _Bound(0, floor.token, "(v_x.shape[2]) // 2", "(v_x.shape[2]) % 2")
-    divisions = [even.division]
-    _check_one(even, "13", {"v_x.shape[2]": 26}, divisions)  # even there: 13 is right, nothing learned
-    assert divisions == [even.division]
-    with pytest.raises(NotGeneral, match="at another size"):
-        _check_one(_Bound(0, floor.token, "(v_x.shape[2]) // 2", "(v_x.shape[2]) % 2"), "11", {"v_x.shape[2]": 25}, [])
-    with pytest.raises(NotGeneral, match="at another size"):  # T5's float, right where fitted, wrong here
-        _check_one(_Bound(0, floor.token, "math.log(self.d * 2)", None), "3.5", {"self.d": 18}, [])
-    _check_one(_Bound(0, floor.token, "self.unknown * 2", None), "7", {}, [])  # no value: nothing said
+def test_a_literal_wrong_at_the_check_keeps_the_checks_or_stays_specialised():
+    """Attention U-Net's upsampling scale, bound as `2 * g / x` from sizes where x = 4g, is 0.5 at
+    x = 33 (the gate's side over the halved input's), where the expression gives 0.485: the
+    halves keep their checks, which send 33 to the reference. With no check covering that size
+    the candidate would be wrong there: it stays specialised."""
+    half, div = "(v_x.shape[2]) // 2", "(v_x.shape[2]) % 2"
+    scale = "(v_g.shape[2] * 2) / (v_x.shape[2])"
+    at33 = {"v_x.shape[2]": 33, "v_g.shape[2]": 8}
+    b = _bound_text("a = 16\ns = 0.5\n", [(half, div), (scale, None)])
+    assert _check("a = 16\ns = 0.5\n", at33, b, [div]) == [div] and b[0].expr == half
+    b = _bound_text("s = 0.5\n", [(scale, None)])
+    with pytest.raises(NotGeneral, match="at another size"):  # T5's float: right where fitted, wrong here
+        _check("s = 0.5\n", at33, b, [])
 
 
 POOLED = """
