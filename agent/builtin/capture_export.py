@@ -252,6 +252,7 @@ class ExportBuilder:
         self.scalar_exprs = scalar_exprs
         self.nodes: list[dict[str, Any]] = []
         self.alias: dict[str, str] = {}
+        self.constant_nodes: dict[str, dict[str, Any]] = {}  # the constant nodes by name (fold_constant reads them)
         self.kinds: dict[str, tuple[str, str | None]] = {}  # placeholder -> (kind, target)
         self.tuples: dict[str, dict[str, Any]] = {}  # IR name of a tuple-valued node -> how getitem reads it
         self.islands: list[str] = []
@@ -311,6 +312,8 @@ class ExportBuilder:
         if shape is None and val is not None:
             shape, dtype = _shape(val), _dt(val)
         self.nodes.append({"name": name, "op": op, "args": args, "attrs": attrs or {}, "shape": shape, "dtype": dtype})
+        if op == "constant":
+            self.constant_nodes[name] = self.nodes[-1]
         if n is not None:
             self.alias[n.name] = name
         return name
@@ -430,23 +433,22 @@ class ExportBuilder:
         if not isinstance(v, torch.Tensor) or torch.Tag.nondeterministic_seeded in t.tags:
             return False
         leaves = [x for x in [*a, *kw.values()] for x in (x if isinstance(x, list | tuple) else [x])]
-        if not any(isinstance(x, fx.Node) for x in leaves):
-            return False
+        nodes = [x for x in leaves if isinstance(x, fx.Node)]
+        if not nodes or any(self.alias.get(x.name) not in self.constant_nodes for x in nodes):
+            return False  # no operand, or one computed from the inputs
 
         def value(x: Any) -> Any:
             if isinstance(x, list | tuple):
                 return type(x)(value(y) for y in x)
             if not isinstance(x, fx.Node):
                 return x
-            d = next((d for d in self.nodes if d["name"] == self.alias.get(x.name)), None)
-            if d is None or d["op"] != "constant":
-                raise _NotMapped
+            d = self.constant_nodes[self.alias[x.name]]
             return constants.decode(d["attrs"], d["shape"] or [])
 
         try:
             args, kwargs = [value(x) for x in a], {k: value(x) for k, x in kw.items() if k != "device"}
             out = t(*args, **kwargs)
-        except Exception:  # _NotMapped (an operand computed from the inputs), or the op refused
+        except Exception:  # the op refused these values: left to the graph
             return False
         carried = constants.encode(out) if isinstance(out, torch.Tensor) and out.dtype == v.dtype else None
         if carried is None or list(out.shape) != _shape(v):
