@@ -548,7 +548,7 @@ def generalise(
     if not bound:
         raise NotGeneral("no literal moves with the sizes")
     if checks is not None and any(b.division and b.division.endswith(" % 2") for b in bound):
-        divisions = checked(bound, divisions, checks(), len(toks[0]))
+        divisions = checked(bound, divisions, checks(), form(files[0]))
     edits = [(b.token, f"({b.expr})") for b in bound]
     text = _apply(texts[0], edits, _guard_line(files, captures, guards))
     return {**files[0], "model_new.py": _checked_divisions(text, divisions)}
@@ -566,7 +566,7 @@ class _Bound:
 
 
 def checked(
-    bound: list[_Bound], divisions: list[str], checks: list[tuple[dict[str, str], dict[str, int]]], size: int
+    bound: list[_Bound], divisions: list[str], checks: list[tuple[dict[str, str], dict[str, int]]], fitted: Any
 ) -> list[str]:
     """The divisions left after captures at other sizes (`checks`: files and atoms). A half
     (`(p) // 2`) whose product is odd in a check is the floor where the check's literal is, the
@@ -576,11 +576,11 @@ def checked(
     them already sends that size to the reference, else NotGeneral: the candidate would be wrong
     there (Attention U-Net's upsampling scale, bound as `2 * g / x`, is 0.5 at 33 where that gives
     0.485). Only halves: a quarter's three odd residues are not all told apart by one size. A
-    check whose model_new.py has other tokens than the `size` tokens of the fitted ones is left out."""
+    check of another `form` than the fitted candidates' (`fitted`) is left out."""
     for files, atoms_at in checks:
-        toks = _tokens(_model_text(files))
-        if len(toks) != size or any(toks[b.at].type != b.token.type for b in bound):
+        if form(files) != fitted:
             continue
+        toks = _tokens(_model_text(files))
         told = [_told(b, toks[b.at].string, atoms_at) for b in bound]
         if all(t is not None for t in told):
             for b, t in zip(bound, told, strict=True):

@@ -181,6 +181,7 @@ class BuiltinPolicy(Policy):
         self.failures: list[str] = []  # one line per step that did not give a correct candidate, in order
         self.probes: list[BuiltinPolicy] = []  # the same plan at other sizes (agent.builtin.generalise)
         self.probe_values: dict[str, list[int]] = {}  # each size constant's probe values, in order
+        self.check_captures: dict[str, BuiltinPolicy | None] = {}  # per constant, at its check value (_checks)
         self.probe_timeout_s = self.analysis_timeout_s  # a probe's capture: 4x the task's own, 60 s at least
         self.probe_of: tuple[str, int] | None = None  # a probe's constant and the index of its value
         self.general_note = ""  # why candidates stay specialised to the captured shapes, when they do
@@ -326,22 +327,33 @@ class BuiltinPolicy(Policy):
         used = {self.probe_values[name][p.probe_of[1]] for p in self.probes if p.probe_of and p.probe_of[0] == name}
         return odd_neighbour(size_constants(self.task.source)[name][0], used)
 
+    def _check_capture(self, name: str) -> BuiltinPolicy | None:
+        """The task captured with `name` at its check value, once per constant for every step
+        (None where that is not this module)."""
+        if name not in self.check_captures:
+            sub = self._probe(name, -1)
+            self.analysis_s += sub.analysis_s
+            self.check_captures[name] = sub if self._same_module(sub) else None
+        return self.check_captures[name]
+
     def _checks(self, step: _Step, probes: list[BuiltinPolicy], hoist: bool) -> Any:
         """generalise's `checks`: the candidate for `step` captured once more per probed constant,
-        at a size no binding was fitted on (`check_value`, attempt -1), with its atoms; only those
-        of this module and this form. Run when generalise asks (a size bound as a half)."""
+        at a size no binding was fitted on (`_check_value`, attempt -1), with its atoms; only those
+        of this module. Run when generalise asks (a size bound as a half)."""
 
         def run() -> list[tuple[dict[str, str], dict[str, int]]]:
             assert self.analysis is not None and self.analysis.graph is not None
             names = [n.name for n in self.analysis.graph.inputs()]
             out = []
             for name in dict.fromkeys(p.probe_of[0] for p in probes if p.probe_of):
-                sub = self._probe(name, -1)
-                self.analysis_s += sub.analysis_s
-                graph = _step_graph(sub, step) if self._same_module(sub) else None
-                if graph is None or sub.analysis is None or self._same_form(sub, step) is not True:
+                sub = self._check_capture(name)
+                graph = _step_graph(sub, step) if sub is not None else None
+                if sub is None or sub.analysis is None or graph is None:
                     continue
-                files = sub._build(graph, note=f"Step: {step.title}.", gemm=step.gemm, hoist=hoist).files
+                try:  # generalise compares its form with the fitted candidates'
+                    files = sub._build(graph, note=f"Step: {step.title}.", gemm=step.gemm, hoist=hoist).files
+                except GenerationError:
+                    continue
                 out.append((files, atoms(names, sub.analysis.data.get("guard") or {})))
             return out
 

@@ -615,10 +615,10 @@ def _bound_text(text: str, exprs: list[tuple[str, str | None]]):
 
 
 def _check(text: str, atoms_at: dict[str, int], bound, divisions: list[str], fitted: str = "") -> list[str]:
-    from agent.builtin.generalise import _tokens, checked
+    from agent.builtin.generalise import checked, form
 
-    size = len(_tokens(fitted or text))
-    return checked(bound, list(divisions), [({"model_new.py": text}, atoms_at)], size)
+    fitted_form = form({"model_new.py": fitted or text})
+    return checked(bound, list(divisions), [({"model_new.py": text}, atoms_at)], fitted_form)
 
 
 def test_a_half_is_told_floor_or_ceiling_at_an_odd_size_and_its_check_goes():
