@@ -696,3 +696,25 @@ def test_a_pooled_half_follows_odd_sizes_under_forbid():
     text = res.best.files["model_new.py"]
     assert "-(-(v_x.shape[2]) // 2)" in text and "% 2" not in text
     assert any("13" in c for c in _shapes_checked(res))  # the odd trial ran these kernels
+
+
+def test_an_expression_from_a_forged_analysis_is_never_evaluated():
+    """The atoms and their names come from the analysis child's result, which the upload can
+    forge (docs/security.md): after the atoms' values are put in, only digits, arithmetic and
+    public math names are evaluated, in the agent's process."""
+    from agent.builtin.generalise import _evaluate
+
+    assert _evaluate("(self.a) // 2", {"self.a": 25}) == 12.0
+    assert _evaluate("math.log(self.a)", {"self.a": 1}) == 0.0
+    for hostile in (
+        "__import__('os').system('touch /tmp/kw-pwned')",
+        "math.__loader__",
+        "(lambda: 1)()",
+        "self.get_submodule('x').__class__",
+        "[1][0]",
+        "'a' * 3",
+    ):
+        assert _evaluate(hostile, {}) is None, hostile
+    # a forged atom name is replaced by its int value, or the text is refused as it is
+    assert _evaluate("self.get_submodule('a;b').c * 2", {"self.get_submodule('a;b').c": 3}) == 6.0
+    assert _evaluate("self.get_submodule('a;b').c * 2", {}) is None
