@@ -877,7 +877,7 @@ class _Evaluation:
         sets = _input_sets(self.data, options)
         if sets < options.input_sets:
             res.audit.findings.append(_fewer_sets_finding(self.data, sets, options.input_sets))
-        fingerprints, shapes = _timing_sets(ref, cand, sets)
+        fingerprints, shapes, returned = _timing_sets(ref, cand, sets)
         ref.restart_clock(options.eval_timeout_s + (options.compile_timeout_s if options.compile_baseline else 0))
         window = _window_cpu(options, backend, res.device_id)
         _send(
@@ -888,7 +888,13 @@ class _Evaluation:
         )
         _send(
             cand,
-            {"cmd": "timing_setup", "shapes": shapes, "fingerprint_seed": self.fp_seed, **window},
+            {
+                "cmd": "timing_setup",
+                "shapes": shapes,
+                "passthrough": returned,
+                "fingerprint_seed": self.fp_seed,
+                **window,
+            },
             "the candidate",
             "timing",
         )
@@ -1025,6 +1031,7 @@ def _run_trials(ref: Child, cand: Child, progress: Callable[[int], None], ahead:
                     "index": i,
                     "variant": t["variant"],
                     "variant_spec": t["variant_spec"],
+                    "passthrough": t.get("passthrough"),
                     "inputs": t.pop("inputs"),
                 },
                 "the candidate",
@@ -1077,23 +1084,24 @@ def _bound_outputs(got: dict, expected_bytes: int) -> None:
         got["outputs"] = [None] * len(got["outputs"])
 
 
-def _timing_sets(ref: Child, cand: Child | None, n: int) -> tuple[list, list]:
+def _timing_sets(ref: Child, cand: Child | None, n: int) -> tuple[list, list, list]:
     """`n` timing input sets, one at a time: the reference draws one and keeps it on its device,
     the candidate copies it to its device (cpu: keeps the read-only map). Returns the expected
-    outputs' fingerprints (value, allowed deviation) per set and the outputs' shapes."""
-    prints, shapes = [], []
+    outputs' fingerprints (value, allowed deviation) per set, the outputs' shapes and which
+    outputs are inputs returned as they are (harness.passthrough)."""
+    prints, shapes, returned = [], [], []
     for _ in range(n):
         _send(ref, {"cmd": "timing_set"}, REF, "the timing sets")
         got = _recv(ref, REF, "the timing sets")
         if not got.get("ok"):
             raise _Stop(Status.RUNTIME_ERROR, _user_error(got, "task"))
         prints.append(got["fingerprint"])
-        shapes = got["shapes"]
+        shapes, returned = got["shapes"], got.get("passthrough") or []
         if cand is not None:
             _send(cand, {"cmd": "timing_set", "inputs": got.pop("inputs")}, "the candidate", "the timing sets")
             if not _recv(cand, "the candidate", "the timing sets").get("ok"):
                 raise _Stop(Status.RUNTIME_ERROR, "candidate: the timing sets could not be set up")
-    return prints, shapes
+    return prints, shapes, returned
 
 
 def _baseline_ready(ref: Child, res: EvalResult) -> dict:

@@ -287,6 +287,7 @@ class _RefContext:
         self.drawn = 0
         self.sets: list = []
         self.shapes: list = []  # the expected outputs' shapes, from the first timing set
+        self.returned: list = []  # which of them are inputs returned as they are (harness.passthrough)
         self.weights: list = []
 
     def planned(self) -> int:
@@ -371,6 +372,8 @@ class _RefContext:
         outputs stay here until `compare` (the parent learns their size only)."""
         import torch
 
+        from .harness import passthrough
+
         got = next(self.trials, None)
         if got is None:
             return {"ok": True, "done": True, "notes": self.notes}
@@ -390,6 +393,7 @@ class _RefContext:
             "inputs": inputs,
             "variant_spec": new,
             "output_bytes": nbytes,
+            "passthrough": passthrough(inputs, leaves),
         }
 
     def compare(self, cmd: dict) -> dict:
@@ -452,18 +456,20 @@ class _RefContext:
         fingerprint of its expected outputs for the parent."""
         import torch
 
-        from .harness import fingerprint_weights
+        from .harness import fingerprint_weights, passthrough
 
         inputs = self.make_inputs(self.seeds["timing"][len(self.sets)])
         spec, leaves = self.run(self.base, inputs)
         if not self.sets:
             self.shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in leaves]
             self.weights = fingerprint_weights(self.shapes, self.msg["fingerprint_seed"], self.device)
+            self.returned = passthrough(inputs, leaves)
         self.sets.append(inputs)
         return {
             "ok": True,
             "inputs": inputs,
             "shapes": self.shapes,
+            "passthrough": self.returned,
             "fingerprint": _expected_fingerprint(leaves, self.weights, self.eval_options),
         }
 
@@ -1160,7 +1166,8 @@ class _Candidate:
             self.ended = True
             return _error("forward", exc, self.roots, f"ModelNew.forward raised in trial {i + 1}: ") | {"trial": i}
         with torch._C.DisableTorchFunction():
-            checks = _output_checks(leaves, snapshot, inputs, model, device, same_bits, storage_span)
+            returned = cmd.get("passthrough") or []
+            checks = _output_checks(leaves, snapshot, inputs, model, device, same_bits, storage_span, returned)
             for j, (a, b) in enumerate(zip(before, inputs, strict=False)):
                 if isinstance(a, torch.Tensor) and not same_bits(a, b):
                     checks.append(("incorrect", f"input {j} was modified in place by forward"))
@@ -1221,11 +1228,22 @@ class _Candidate:
 
 
 def _output_checks(
-    leaves: list, snapshot: list, inputs: list, model: Any, device: str, same_bits: Any, storage_span: Any
+    leaves: list,
+    snapshot: list,
+    inputs: list,
+    model: Any,
+    device: str,
+    same_bits: Any,
+    storage_span: Any,
+    returned: list | None = None,
 ) -> list:
     """Plain, strided, on the device, unchanged after return, sharing no memory with an input,
-    parameter or buffer. A subclass output is replaced by None (it is never sent)."""
+    parameter or buffer, except that an output may be the very input the reference returns in
+    its place (`returned`, harness.passthrough). A subclass output is replaced by None (it is
+    never sent)."""
     import torch
+
+    from .harness import same_view
 
     checks: list[tuple[str, str]] = []
     guarded = list(inputs) + list(model.parameters()) + list(model.buffers())
@@ -1253,6 +1271,9 @@ def _output_checks(
                     f"output {j} changed after forward returned: work continued on another stream or thread after the call",
                 )
             )
+        k = (returned or [])[j] if j < len(returned or []) else None
+        if k is not None and k < len(inputs) and type(inputs[k]) is torch.Tensor and same_view(leaf, inputs[k]):
+            continue
         span = storage_span(leaf)
         for k, other in spans:
             if span and other and span[0] < other[1] and other[0] < span[1]:
@@ -1290,6 +1311,27 @@ def _load_unsaved_buffers(model: Any, buffers: dict) -> None:
                 mine.copy_(value)
 
 
+def _returned_inputs(leaves: list, returned: list, sets: list, k: int) -> set[int]:
+    """The outputs that are a timing set's input returned as it is, where the reference returns
+    that input (harness.passthrough). Each is replaced by set k's input, which holds the values
+    the call ran on (a call may have run on another set's values, swapped back since:
+    timed_checks.Exchange). Returns their positions, which HeldMemory passes over: the same
+    input comes back whenever its set is timed again."""
+    import torch
+
+    from .harness import same_view
+
+    own: set[int] = set()
+    for j, m in enumerate(returned[: len(leaves)]):
+        leaf = leaves[j]
+        if m is None or type(leaf) is not torch.Tensor:
+            continue
+        if any(m < len(s) and type(s[m]) is torch.Tensor and same_view(leaf, s[m]) for s in sets):
+            leaves[j] = sets[k][m]
+            own.add(j)
+    return own
+
+
 class _CandidateTiming:
     """The candidate's side of a paired window: its timing sets on the device, the per-call
     output fingerprints (every timed call's, checked by the parent against the reference's), the
@@ -1311,14 +1353,17 @@ class _CandidateTiming:
 
         self.left: list[tuple[str, str]] = []
 
+        returned = cmd.get("passthrough") or []
+
         def hook(out: Any, k: int) -> None:
             if not self.left:  # before any torch call of the harness's on the outputs
                 self.left = integrity.left_active()
             with torch._C.DisableTorchFunction():
                 leaves: list = []
                 spec = flatten(out, leaves)
+                own = _returned_inputs(leaves, returned, sets, k)
                 self.prints.append((k, fingerprint(leaves, weights)))
-                self.held.add(leaves)
+                self.held.add([x for j, x in enumerate(leaves) if j not in own])
                 self.spots.offer(k, spec, leaves)
 
         self.model, self.device, self.custom_calls, self.integrity = model, device, custom_calls, integrity
