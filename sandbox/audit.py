@@ -796,6 +796,10 @@ def _name_rules() -> list[tuple[re.Pattern[str], str]]:
 
 
 THREADS_WHY = "changes the thread count or CPU affinity the evaluation fixed (the baselines keep theirs)"
+INTERPRETER_WHY = (
+    "calls the Python C API from the kernels' library (native code reaching the interpreter's frames reaches "
+    "the harness's live objects: the timer, the per-call checks)"
+)
 BELOW_DISPATCHER_WHY = "calls ATen below the dispatcher, where the audit's op recorder cannot see the torch ops it runs"
 
 # C/C++ sources: symbols that only matter for escaping the rules (thread spawns outside OpenMP,
@@ -888,6 +892,15 @@ _BACKENDS = frozenset(
 _THREAD_SYMBOLS = frozenset(
     {"sched_setaffinity", "pthread_setaffinity_np", "pthread_attr_setaffinity_np", "omp_set_num_threads"}
 )
+# The fast path's library holds plain C/C++/CUDA kernels on raw pointers: it has no use for the
+# Python C API, through which a kernel walked from PyEval_GetFrame to the timer's hook and replaced
+# the harness's per-call fingerprint list, and was judged correct with uninitialised outputs (red
+# team 2026-12-07, forged_fingerprints). A load_inline module imports the C API through pybind11
+# (PyFrame_GetBack and PyEval_GetBuiltins among it), and a name looked up at run time (dlsym,
+# which CUDA's static runtime imports into every nvcc-built library) is not seen: this closes the
+# fast path's plain route only (docs/hacks.md, residual risks).
+KERNELS_LIBRARY = "the kernels' library"
+_C_API = re.compile(r"_?Py[A-Z_]")
 
 
 def undefined_symbols(path: str | Path) -> list[str]:
@@ -938,15 +951,18 @@ def qualified_name(symbol: str) -> tuple[list[str], str]:
     return parts, name[i:]
 
 
-def _symbol_why(symbol: str, forbid: bool) -> str | None:
-    """Why an imported symbol matters, or None: thread count or affinity (always); ATen below the
-    dispatcher (under torch-ops=forbid): a redispatch entry, at::native, one backend's kernel
-    called directly, the dispatcher's own operator lookups (a typed handle's redispatch is inline)."""
+def _symbol_why(symbol: str, forbid: bool, python_api: bool = True) -> str | None:
+    """Why an imported symbol matters, or None: thread count or affinity (always), the Python C
+    API (where `python_api` is False: the fast path's library); ATen below the dispatcher (under
+    torch-ops=forbid): a redispatch entry, at::native, one backend's kernel called directly, the
+    dispatcher's own operator lookups (a typed handle's redispatch is inline)."""
     parts, rest = qualified_name(symbol)
     if not parts:  # std:: and other abbreviated names
         return None
     if parts[0] in _THREAD_SYMBOLS:
         return THREADS_WHY
+    if not python_api and not rest and _C_API.match(parts[0]):
+        return INTERPRETER_WHY
     if not forbid or len(parts) < 2 or parts[0] not in ("at", "c10"):
         return None
     if any(p.startswith("redispatch") for p in parts) or parts[1] == "native" or parts[1].startswith("AutoDispatch"):
@@ -961,7 +977,7 @@ def _symbol_why(symbol: str, forbid: bool) -> str | None:
 def built_libraries(artifacts: Any) -> list[tuple[str, Path]]:
     """(label, path) of each shared object the build produced (sandbox.build.Artifacts): the fast
     path's library and every load_inline module."""
-    found = [("the kernels' library", Path(artifacts.library))] if getattr(artifacts, "library", None) else []
+    found = [(KERNELS_LIBRARY, Path(artifacts.library))] if getattr(artifacts, "library", None) else []
     folder = getattr(artifacts, "inline_dir", None)
     for entry in getattr(artifacts, "inline_manifest", None) or []:
         if folder:
@@ -993,7 +1009,7 @@ def scan_libraries(artifacts: Any, torch_ops: str) -> list[str]:
             continue
         by_why: dict[str, list[str]] = {}
         for symbol in symbols:
-            why = _symbol_why(symbol, forbid)
+            why = _symbol_why(symbol, forbid, python_api=label != KERNELS_LIBRARY)
             if why:
                 by_why.setdefault(why, []).append("::".join(qualified_name(symbol)[0]))
         findings.extend(

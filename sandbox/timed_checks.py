@@ -50,6 +50,8 @@ class HeldMemory:
         self.owner: dict[int, tuple[int, weakref.ref]] = {}
         self.calls = 0
         self.repeats = 0
+        self.foreign = 0  # calls that returned memory torch's allocator does not own
+        self.attached = 0  # calls that returned an output with work attached to its release
 
     def add(self, leaves: list[Any]) -> None:
         import torch
@@ -58,6 +60,14 @@ class HeldMemory:
         repeated = False
         for x in leaves:
             if type(x) is not torch.Tensor or x.numel() == 0:
+                continue
+            if _attached(x):
+                self.attached += 1
+            if not x.untyped_storage().resizable():
+                # numpy's (from_numpy), a buffer's or a from_blob allocation: the storage object
+                # dies while its memory lives on, so the weak reference below proves nothing
+                # (red team 2026-12-07: numpy_ring_memo, 71-128x on a matmul)
+                self.foreign += 1
                 continue
             ptr = x.untyped_storage().data_ptr()
             if ptr == 0:
@@ -70,6 +80,58 @@ class HeldMemory:
             # storage is a new object that dies young (red team 2026-12-06: memo_pool)
             self.owner[ptr] = (self.calls, weakref.ref(x.untyped_storage()))
         self.repeats += repeated
+
+
+_FAULT_BITS = (1 << (11 - 1)) | (1 << (7 - 1))  # SIGSEGV, SIGBUS in /proc/<pid>/status masks
+FAULT_HANDLER_WHY = (
+    "a handler for SIGSEGV or SIGBUS was installed when the outputs were read (an output finished by a "
+    "fault handler when first read is computed outside the call)"
+)
+
+
+def caught_faults() -> int:
+    """Which of SIGSEGV and SIGBUS this process catches (the SigCgt mask of /proc/self/status:
+    the kernel's own record, which a handler installed with native sigaction is in, while
+    Python's signal.getsignal sees only Python's). An output whose pages were left inaccessible
+    and finished by such a handler when the harness first reads them (red team 2026-12-07,
+    lazy_fault, 2.3-2.8x for a 0.6x kernel) needs one installed at that read. -1 if unreadable."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigCgt:"):
+                    return int(line.split()[1], 16) & _FAULT_BITS
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+class FaultWatch:
+    """Counts the moments, just before the harness reads outputs, when the process catches a
+    fault signal it did not catch before the candidate was imported (`base`)."""
+
+    def __init__(self, base: int):
+        self.base = base
+        self.seen = 0
+
+    def check(self) -> bool:
+        now = caught_faults()
+        changed = self.base >= 0 and now >= 0 and now & ~self.base != 0
+        self.seen += changed
+        return changed
+
+
+def _attached(x: Any) -> bool:
+    """Whether an output carries something that runs or is kept when the harness lets it go: a
+    weak reference (a weakref.finalize computing the next call's output ahead, outside the timed
+    call; red team 2026-12-07: finalizer_precompute, 4.1-5.3x for a 0.6x kernel) on the tensor, its
+    base or its storage, or attributes of its own. An honest output has none: it is checked
+    before HeldMemory takes its own weak reference to the storage."""
+    import weakref
+
+    for obj in (x, x._base, x.untyped_storage()):
+        if obj is not None and weakref.getweakrefcount(obj):
+            return True
+    return bool(getattr(x, "__dict__", None))
 
 
 class SpotSample:

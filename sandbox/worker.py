@@ -720,10 +720,14 @@ def _fingerprint_hook(shapes: list, seed: int, device: str) -> Any:
     """The baselines run the same per-call hook as the candidate, so timing conditions match."""
 
     from .harness import fingerprint, fingerprint_weights, flatten
+    from .timed_checks import FaultWatch
 
     weights = fingerprint_weights(shapes, seed, device)
 
+    faults = FaultWatch(-1)  # read as the candidate's is, for the same cost; never judged
+
     def hook(out: Any, k: int) -> None:
+        faults.check()
         leaves: list = []
         flatten(out, leaves)
         fingerprint(leaves, weights)
@@ -1012,6 +1016,9 @@ class _Candidate:
         self.kwrt = kwrt
         install_inline_loader(msg.get("inline_manifest") or [], msg.get("inline_dir"))
         libraries = [x for x in (msg.get("library"), msg.get("inline_dir")) if x]
+        from .timed_checks import caught_faults
+
+        self.faults_before = caught_faults()  # before any code of the candidate's ran (timed_checks.FaultWatch)
         # from here on the runtime refusals (sandbox.audit_hook), read by every Integrity check
         self.refusals = audit_hook.install(self.roots, libraries) if msg.get("refuse", True) else None
         self.integrity = audit.Integrity(self.refusals)
@@ -1140,6 +1147,7 @@ class _Candidate:
         from . import audit
         from .harness import flatten, same_bits, storage_span, to_device
         from .shared import is_mapped_read_only
+        from .timed_checks import FAULT_HANDLER_WHY, FaultWatch
 
         i, v, device = int(cmd["index"]), int(cmd["variant"]), self.device
         try:
@@ -1155,6 +1163,7 @@ class _Candidate:
             with torch._C.DisableTorchFunction():  # no mode of the candidate's sees the checks
                 leaves: list = []
                 spec = flatten(out, leaves)
+                handler = FaultWatch(self.faults_before).check()  # before the first read of the outputs
                 snapshot = [x.clone() if type(x) is torch.Tensor else None for x in leaves]
                 sync(device)
                 if device == "cpu":
@@ -1168,6 +1177,8 @@ class _Candidate:
         with torch._C.DisableTorchFunction():
             returned = cmd.get("passthrough") or []
             checks = _output_checks(leaves, snapshot, inputs, model, device, same_bits, storage_span, returned)
+            if handler and device == "cpu":
+                checks.append(("reject", FAULT_HANDLER_WHY))  # cuda: its driver may catch faults
             for j, (a, b) in enumerate(zip(before, inputs, strict=False)):
                 if isinstance(a, torch.Tensor) and not same_bits(a, b):
                     checks.append(("incorrect", f"input {j} was modified in place by forward"))
@@ -1213,7 +1224,14 @@ class _Candidate:
     def on_timing_setup(self, cmd: dict) -> dict:
         trace("candidate: timing sets received")
         self.timing = _CandidateTiming(
-            cmd, self.timing_sets, self.model_for(0), self.device, self.custom_calls, self.integrity, self.roots
+            cmd,
+            self.timing_sets,
+            self.model_for(0),
+            self.device,
+            self.custom_calls,
+            self.integrity,
+            self.roots,
+            self.faults_before,
         )
         return {"ok": True}
 
@@ -1274,6 +1292,14 @@ def _output_checks(
         k = (returned or [])[j] if j < len(returned or []) else None
         if k is not None and k < len(inputs) and type(inputs[k]) is torch.Tensor and same_view(leaf, inputs[k]):
             continue
+        if not leaf.untyped_storage().resizable():
+            checks.append(
+                (
+                    "reject",
+                    f"output {j}'s memory is not torch's own (from_numpy, frombuffer or from_blob, or a .numpy() view): outputs must be "
+                    "fresh tensors from torch's allocator",
+                )
+            )
         span = storage_span(leaf)
         for k, other in spans:
             if span and other and span[0] < other[1] and other[0] < span[1]:
@@ -1338,12 +1364,20 @@ class _CandidateTiming:
     custom-kernel count, and after the window the kernel names and integrity findings."""
 
     def __init__(
-        self, cmd: dict, sets: list, model: Any, device: str, custom_calls: Any, integrity: Any, roots: list[str]
+        self,
+        cmd: dict,
+        sets: list,
+        model: Any,
+        device: str,
+        custom_calls: Any,
+        integrity: Any,
+        roots: list[str],
+        faults_before: int = -1,
     ):
         import torch
 
         from .harness import fingerprint, fingerprint_weights, flatten
-        from .timed_checks import HeldMemory, SpotSample
+        from .timed_checks import FaultWatch, HeldMemory, SpotSample
         from .timing import HOLD_BYTES
 
         shapes: list = [tuple(s) if s is not None else None for s in cmd["shapes"]]
@@ -1354,10 +1388,12 @@ class _CandidateTiming:
         self.left: list[tuple[str, str]] = []
 
         returned = cmd.get("passthrough") or []
+        self.faults = FaultWatch(faults_before)
 
         def hook(out: Any, k: int) -> None:
             if not self.left:  # before any torch call of the harness's on the outputs
                 self.left = integrity.left_active()
+            self.faults.check()  # before the outputs are read
             with torch._C.DisableTorchFunction():
                 leaves: list = []
                 spec = flatten(out, leaves)
@@ -1395,6 +1431,9 @@ class _CandidateTiming:
             "stats": series.stats(self.paced.timer.pinned_cpu),
             "fingerprints": self.prints,
             "held_repeats": self.held.repeats,
+            "foreign_outputs": self.held.foreign,
+            "attached_outputs": self.held.attached,
+            "fault_handler_reads": self.faults.seen if self.device == "cpu" else 0,
             "spot": self.spots.kept,
             "custom_calls": calls,
             "forwards": len(self.prints),

@@ -263,6 +263,15 @@ def test_imported_symbols(symbol, forbid, flagged):
     assert bool(audit._symbol_why(symbol, forbid)) == flagged
 
 
+@pytest.mark.parametrize("symbol", ["PyEval_GetFrame", "PyFrame_GetBack", "_PyThreadState_UncheckedGet", "Py_IncRef"])
+def test_the_kernels_library_may_not_call_the_python_c_api(symbol):
+    """Red team 2026-12-07 (forged_fingerprints): the fast path's kernels reached the timer's hook
+    through the frames. A load_inline module imports these through pybind11 and keeps them."""
+    assert audit._symbol_why(symbol, False, python_api=False) == audit.INTERPRETER_WHY
+    assert audit._symbol_why(symbol, True) is None
+    assert audit._symbol_why("Pyramid_sum", False, python_api=False) is None  # a kernel's own name
+
+
 def test_qualified_names():
     assert audit.qualified_name("_ZN2at4_ops8_softmax10redispatchEN3c1014DispatchKeySetERKNS_6TensorElb")[0] == [
         "at",

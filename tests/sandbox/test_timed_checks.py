@@ -125,3 +125,47 @@ def test_a_remembered_storage_in_a_new_tensor_object_is_counted():
     held.add([torch.empty(0).set_(ring[0], 0, (8, 8), (8, 1))])  # the tensor object dies here
     held.add([torch.empty(0).set_(ring[0], 0, (8, 8), (8, 1))])
     assert held.repeats == 1
+
+
+def test_a_fault_handler_installed_after_the_baseline_is_seen():
+    """SigCgt is the kernel's record: a handler installed natively is in it as a Python one is
+    (lazy_fault's native sigaction finishes outputs when the harness first reads them). In a
+    process of its own: pytest's faulthandler catches both signals already."""
+    import subprocess
+    import sys
+
+    code = (
+        "import signal\n"
+        "from sandbox.timed_checks import FaultWatch, caught_faults\n"
+        "base = caught_faults(); watch = FaultWatch(base)\n"
+        "first = watch.check()\n"
+        "old = signal.signal(signal.SIGBUS, lambda *a: None)\n"
+        "second = watch.check()\n"
+        "signal.signal(signal.SIGBUS, old)\n"
+        "print(base, first, second, watch.check(), watch.seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "False", "True", "False", "1"], out
+
+
+def test_outputs_with_work_attached_or_foreign_memory_are_counted():
+    import weakref
+
+    import numpy as np
+    import torch
+
+    from sandbox.timed_checks import HeldMemory
+
+    held = HeldMemory()
+    held.add([torch.randn(8), torch.relu(torch.randn(4, 4))])
+    assert (held.attached, held.foreign, held.repeats) == (0, 0, 0)
+    finalized = torch.randn(8)
+    weakref.finalize(finalized, print, "ahead")
+    held.add([finalized])
+    assert held.attached == 1
+    tagged = torch.randn(8)
+    tagged.memo = 1  # attributes of its own
+    held.add([tagged])
+    assert held.attached == 2
+    held.add([torch.from_numpy(np.zeros(8, dtype=np.float32))])
+    assert held.foreign == 1
