@@ -168,6 +168,14 @@ def plan(g: Graph) -> Plan:
                 close()
             steps.append(Step("node", node=n))
             continue
+        if n.attrs.get("alone"):  # a kernel of its own (pipeline.fuse: it did not fit a group's outputs)
+            close()
+            cur = Group(f"fused_{len(groups)}")
+            if not _try_join(g, cur, n):
+                raise FusionError(f"{n.name}: {n.op} of shape {n.shape} cannot start a fused group", n.name)
+            producer[n.name] = cur
+            close()
+            continue
         if cur is not None and not _try_join(g, cur, n):
             close()
         if cur is None:

@@ -192,7 +192,9 @@ def lower(g: Graph) -> Graph:
                     "reduces trailing dims only",
                     n.name,
                 )
-            n.attrs = {"dim": dims, "keepdim": bool(n.attrs.get("keepdim"))}
+            n.attrs = {"dim": dims, "keepdim": bool(n.attrs.get("keepdim"))} | (
+                {"alone": True} if n.attrs.get("alone") else {}
+            )
             out.append(n)
         elif n.op in ELEMENTWISE and any(isinstance(a, Ref) for a in n.args):
             out.append(n)

@@ -11,7 +11,7 @@ from typing import Any
 
 from agent.builtin import tf32x3
 from agent.builtin.fusion import GAP, ROW, ROWGEN, SCALAR, FusionError, Plan, plan
-from agent.builtin.graph import ELEMENTWISE, ISLAND_OPS, LIBRARY, Graph, Node, Ref, Scalar, makes_strided
+from agent.builtin.graph import ELEMENTWISE, ISLAND_OPS, LIBRARY, REDUCTIONS, Graph, Node, Ref, Scalar, makes_strided
 from agent.builtin.kernelgen import KernelSig, default_config, generate
 from agent.builtin.lower import LoweringError, lower
 from agent.builtin.modelgen import generate_model
@@ -46,7 +46,7 @@ def make_plan(g: Graph, islands: bool = True, gemm: str = "cublas", gaps: bool =
     g = g.copy()
     _scalar_inputs(g)
     _expand_split_broadcasts(g)
-    for _ in range(len(g.nodes) + 1):
+    for _ in range(2 * len(g.nodes) + 1):
         try:
             p = plan(lower(g))
             if gaps:
@@ -63,7 +63,13 @@ def make_plan(g: Graph, islands: bool = True, gemm: str = "cublas", gaps: bool =
                 name = (g.meta.get("origin") or {}).get(name, name)
             if not islands or name is None or not _has(g, name) or g.node(name).attrs.get("island"):
                 raise GenerationError(str(e)) from None
-            g.node(name).attrs["island"] = str(e)
+            n = g.node(name)
+            if isinstance(e, FusionError) and n.op in ELEMENTWISE | REDUCTIONS and not n.attrs.get("alone"):
+                # first a kernel of its own: YOLOX's objectness sigmoid ([2, 1, H, W]) is read by a
+                # group of the class scores' shape and returned as well, so it fits no group's outputs
+                n.attrs["alone"] = True
+                continue
+            n.attrs["island"] = str(e)
     raise GenerationError("the graph could not be planned")
 
 

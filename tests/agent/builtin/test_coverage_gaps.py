@@ -252,3 +252,40 @@ def test_variance_and_standard_deviation_are_reductions_we_write(tmp_path):
     ops: dict[str, int] = {}
     _check_candidate(REVIN, c.files, tmp_path, ops=ops)
     assert not [op for op in ops if "var" in op or "std" in op]
+
+
+OBJECTNESS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, obj, cls):
+        o = obj.sigmoid()
+        return cls.sigmoid() * o, o
+
+
+def get_inputs():
+    return [torch.randn(2, 1, 6, 5), torch.randn(2, 7, 6, 5)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_value_returned_and_broadcast_into_a_larger_group_gets_a_kernel_of_its_own(tmp_path):
+    """YOLOX's decoupled head (benchmarks/blocks_heldout/round2): the objectness sigmoid
+    ([B, 1, H, W]) is read by the class scores' group ([B, C, H, W]) and returned too. It fits
+    no group's outputs, and stayed a torch call, a blocker under forbid; now it is a kernel of its
+    own, which the class scores' group reads."""
+    an = _analysis(OBJECTNESS, profile=False)
+    assert an.ok, an.error
+    c = build_candidate(an.graph, an.data, "cpu", torch_ops="forbid")
+    assert not library_parts(c.plan), [n.name for n in library_parts(c.plan)]
+    alone = [grp for grp in c.plan.groups if [n.op for n in grp.nodes] == ["sigmoid"] and grp.nodes[0].dims[1] == 1]
+    assert len(alone) == 1, [[n.name for n in grp.nodes] for grp in c.plan.groups]
+    _check_candidate(OBJECTNESS, c.files, tmp_path)
