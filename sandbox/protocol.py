@@ -1093,7 +1093,9 @@ def _timing_sets(ref: Child, cand: Child | None, n: int) -> tuple[list, list, li
     the candidate copies it to its device (cpu: keeps the read-only map). Returns the expected
     outputs' fingerprints (value, allowed deviation) per set, the outputs' shapes and which
     outputs are inputs returned as they are (harness.passthrough)."""
-    prints, shapes, returned = [], [], []
+    prints: list = []
+    shapes: list = []
+    returned: list = []
     for _ in range(n):
         _send(ref, {"cmd": "timing_set"}, REF, "the timing sets")
         got = _recv(ref, REF, "the timing sets")
