@@ -1342,7 +1342,9 @@ def _returned_inputs(leaves: list, returned: list, sets: list, k: int) -> set[in
     that input (harness.passthrough). Each is replaced by set k's input, which holds the values
     the call ran on (a call may have run on another set's values, swapped back since:
     timed_checks.Exchange). Returns their positions, which HeldMemory passes over: the same
-    input comes back whenever its set is timed again."""
+    input comes back whenever its set is timed again. Another set's input returned there is read
+    as this call's too (the hook does not know which set's tensors the call held); it gains
+    nothing, as returning its own argument costs nothing."""
     import torch
 
     from .harness import same_view
