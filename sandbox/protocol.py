@@ -390,10 +390,9 @@ class _Paired:
         return reply, (time.perf_counter() - t0) * 1000.0
 
     def _block_time(self, name: str, reply: dict, wall_ms: float) -> float:
-        """The block's time per call: its charged sum over its calls, the mean, not the median (a
-        memo that pays for its outputs in one call of 32 leaves the median at a dictionary
-        lookup's time; red team 2026-12-07, median_skew_pool). Once its account is one a timer
-        could have kept: finite, as many
+        """The block's time per call: its charged sum over its calls, the mean, as KernelBench
+        times (a median leaves out what a forward does in a minority of its calls). Once its
+        account is one a timer could have kept: finite, as many
         calls as asked, half of them at least the median (so the sum holds half the calls times
         the median), no median below the back-to-back pass's time per call (charge_loop), that
         pass's median no more than its own sum allows (loop_floor_ms), the charged sum between

@@ -114,8 +114,10 @@ class FaultWatch:
         self.seen = 0
 
     def check(self) -> bool:
+        """Also true where the mask was readable at the start and is not now (a kernel that used
+        up the process's file descriptors would turn the check off otherwise)."""
         now = caught_faults()
-        changed = self.base >= 0 and now >= 0 and now & ~self.base != 0
+        changed = self.base >= 0 and (now < 0 or now & ~self.base != 0)
         self.seen += changed
         return changed
 

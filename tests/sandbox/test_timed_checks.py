@@ -148,6 +148,16 @@ def test_a_fault_handler_installed_after_the_baseline_is_seen():
     assert out == ["0", "False", "True", "False", "1"], out
 
 
+def test_a_fault_mask_that_can_no_longer_be_read_counts(monkeypatch):
+    """Fail closed: a kernel that used up the file descriptors must not turn the check off."""
+    from sandbox import timed_checks
+
+    watch = timed_checks.FaultWatch(0)
+    monkeypatch.setattr(timed_checks, "caught_faults", lambda: -1)
+    assert watch.check() and watch.seen == 1
+    assert not timed_checks.FaultWatch(-1).check()  # the baselines' watch: never judged
+
+
 def test_outputs_with_work_attached_or_foreign_memory_are_counted():
     import weakref
 
