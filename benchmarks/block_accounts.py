@@ -1,7 +1,7 @@
 """`python -m benchmarks.block_accounts TASK.py [TASK.py ...] --evals N`: every timing block's
 account next to the parent's wall time, for an honest copy of each task.
 
-The parent rejects a block whose account does not add up (sandbox.protocol._Paired._block_time)
+The parent rejects a block whose account does not add up (sandbox.protocol._Paired._block_median)
 as a forged reply. An honest block must never be rejected, and on a loaded GPU host it was twice
 (host-bound DenseNet, LSTM and GRU blocks, 2026-12-07). This evaluates an honest copy of each task
 (the reference renamed ModelNew) and writes one JSON line per block: the account, the parent's
@@ -27,7 +27,7 @@ ACCOUNT_KEYS = ("median_ms", "sum_ms", "raw_ms", "loop_ms", "loop_sum_ms", "call
 def logging_accounts(out: Path) -> Any:
     """Wraps the parent's check so that each block's account is written to `out` before it is
     judged; returns the original check (to restore it)."""
-    check = protocol._Paired._block_time
+    check = protocol._Paired._block_median
 
     def logged(self: Any, name: str, reply: dict, wall_ms: float) -> float:
         rec: dict[str, Any] = {k: reply.get(k) for k in ACCOUNT_KEYS} | {"name": name, "wall_ms": wall_ms}
@@ -43,7 +43,7 @@ def logging_accounts(out: Path) -> Any:
             with out.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
 
-    protocol._Paired._block_time = logged  # type: ignore[method-assign]
+    protocol._Paired._block_median = logged  # type: ignore[method-assign]
     return check
 
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 why = (res.reasons or [""])[0].splitlines()[0][:200] if res.reasons else ""
                 print(f"{path.stem} {i}: {res.status.value} ({time.time() - t0:.0f} s) {why}".rstrip(), flush=True)
     finally:
-        protocol._Paired._block_time = check  # type: ignore[method-assign]
+        protocol._Paired._block_median = check  # type: ignore[method-assign]
     rows = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     rejected = [r for r in rows if not r["ok"]]
     tightest = max((r["spent"] / r["wall_ms"] for r in rows if r["wall_ms"]), default=0.0)

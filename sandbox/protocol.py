@@ -357,17 +357,17 @@ class _Paired:
                     )
                 for r in range(o.timing_rounds):
                     order = round_order(self.names, r)
-                    means: dict[str, float] = {}
+                    medians: dict[str, float] = {}
                     unaccounted: dict[str, float] = {}
                     for name in order:
                         rewarm = 1 if self.est_ms[name] < REWARM_BELOW_MS else 0
                         msg = {"cmd": "block", "calls": self.calls[name], "rewarm": rewarm}
                         reply, wall_ms = self._ask_timed(name, msg)
                         self._check(name, reply)
-                        means[name] = self._block_time(name, reply, wall_ms)
-                        unaccounted[name] = unaccounted_ms(wall_ms, reply, float(reply["median_ms"]), rewarm)
+                        medians[name] = self._block_median(name, reply, wall_ms)
+                        unaccounted[name] = unaccounted_ms(wall_ms, reply, medians[name], rewarm)
                     self.rounds.append(
-                        Round(order=order, unaccounted_ms=unaccounted, **{f"{n}_ms": m for n, m in means.items()})
+                        Round(order=order, unaccounted_ms=unaccounted, **{f"{n}_ms": m for n, m in medians.items()})
                     )
                     if progress:
                         progress("timing", {"round": r + 1, "of": o.timing_rounds})
@@ -389,10 +389,8 @@ class _Paired:
         reply = _recv(child, WHO[name], stage)
         return reply, (time.perf_counter() - t0) * 1000.0
 
-    def _block_time(self, name: str, reply: dict, wall_ms: float) -> float:
-        """The block's time per call: its charged sum over its calls, the mean, as KernelBench
-        times (a median leaves out what a forward does in a minority of its calls). Once its
-        account is one a timer could have kept: finite, as many
+    def _block_median(self, name: str, reply: dict, wall_ms: float) -> float:
+        """The block's median, once its account is one a timer could have kept: finite, as many
         calls as asked, half of them at least the median (so the sum holds half the calls times
         the median), no median below the back-to-back pass's time per call (charge_loop), that
         pass's median no more than its own sum allows (loop_floor_ms), the charged sum between
@@ -425,7 +423,7 @@ class _Paired:
                 f"median {median:.4g} ms, sum {total:.4g} ms of {raw:.4g} ms measured, back-to-back "
                 f"{loop:.4g} ms per call and {loop_sum:.4g} ms in all, in a block of {wall_ms:.4g} ms): a forged reply",
             )
-        return total / calls
+        return median
 
     @staticmethod
     def _check(name: str, reply: dict) -> None:
@@ -489,7 +487,7 @@ def account_on_parent_clock(rounds: list[Round], findings: list[str]) -> list[st
     unclaimed = sorted(e - a for e, a in zip(per_round, allowances, strict=True))[third]
     if beyond > 0 and unclaimed > claimed:
         return [f"{said}, more than the {claimed * 1000:.1f} µs it claims per call: its timing records were altered"]
-    findings.append(f"timing: {said}; its block times are reported as measured")
+    findings.append(f"timing: {said}; its block medians are reported as measured")
     return []
 
 
@@ -1518,12 +1516,11 @@ def _record_timing(
 def _summary(res: EvalResult) -> str:
     c = res.timing.candidate
     assert c is not None, "a passing result has the candidate's timing"
-    # means, as the speedups are made of (protocol._Paired._block_time); the median beside them
-    parts = [f"correct in {len(res.trials)} trials; candidate {c.mean_ms:.4g} ms per call (median {c.median_ms:.4g})"]
+    parts = [f"correct in {len(res.trials)} trials; candidate median {c.median_ms:.4g} ms"]
     if res.timing.eager:
-        parts.append(f"eager {res.timing.eager.mean_ms:.4g} ms")
+        parts.append(f"eager {res.timing.eager.median_ms:.4g} ms")
     if res.timing.compile:
-        parts.append(f"torch.compile {res.timing.compile.mean_ms:.4g} ms")
+        parts.append(f"torch.compile {res.timing.compile.median_ms:.4g} ms")
     if res.speed is not None:
         parts.append(res.speed.verdict)
     if c.loop_ms and c.device_median_ms and c.loop_ms > c.device_median_ms:

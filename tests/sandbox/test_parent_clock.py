@@ -60,7 +60,7 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
     paired = protocol._Paired.__new__(protocol._Paired)
     paired.calls = {"candidate": 10}
     honest = {"median_ms": 0.1, "sum_ms": 1.2, "raw_ms": 1.2, "loop_ms": 0.0, "loop_sum_ms": 0.0, "calls": 10}
-    assert paired._block_time("candidate", honest, wall_ms=1.6) == pytest.approx(0.12)  # the mean
+    assert paired._block_median("candidate", honest, wall_ms=1.6) == 0.1
     # a host-bound block (cuda): 3 calls of 20 ms on the device, each charged the back-to-back
     # pass's median 34.6 ms per call, and the pass's 5 batches of 2 calls on a loaded host (20, 20,
     # 34.6, 40 and 40 ms per call: 309 ms in all, less than 10 x the median): 369 ms measured in a
@@ -68,7 +68,7 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
     # while the charged sum, then the median times the pass's calls, was held to the wall)
     paired.calls["task"] = 3
     host_bound = {"median_ms": 34.6, "sum_ms": 103.8, "raw_ms": 60.0, "loop_ms": 34.6, "loop_sum_ms": 309.2, "calls": 3}
-    assert paired._block_time("task", host_bound, wall_ms=380.0) == pytest.approx(34.6)
+    assert paired._block_median("task", host_bound, wall_ms=380.0) == 34.6
     for bad, wall in (
         ({**host_bound, "loop_sum_ms": 200.0}, 380.0),  # a median the pass's sum cannot hold (>= 3 of 5 batches)
         ({**host_bound, "loop_sum_ms": 330.0}, 380.0),  # a pass padded past the block's wall time
@@ -80,7 +80,7 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
         ({**honest, "loop_ms": 0.2}, 1.6),  # a median below the back-to-back time per call
     ):
         with pytest.raises(protocol._Stop) as stop:
-            paired._block_time("candidate", bad, wall_ms=wall)
+            paired._block_median("candidate", bad, wall_ms=wall)
         assert stop.value.status == Status.REJECTED and "does not add up" in stop.value.reason
     for bad in (
         {**honest, "median_ms": math.nan},
@@ -90,7 +90,7 @@ def test_an_account_padded_past_the_wall_or_not_finite_is_rejected():
         {**honest, "calls": math.inf},
     ):
         with pytest.raises(protocol.MALFORMED):  # a runtime_error result (protocol._evaluate_once)
-            paired._block_time("candidate", bad, wall_ms=1.6)
+            paired._block_median("candidate", bad, wall_ms=1.6)
 
 
 def test_a_back_to_back_pass_explains_its_measured_time_and_no_more_than_its_median_allows():

@@ -1,8 +1,8 @@
 """Median skew (red team 2026-12-07, median_skew_pool) with its copies made by torch: honest work,
-concentrated in a minority of the timed calls. No check rejects it. A block's time is its mean
-now, but the pools refill in a few blocks of the window, and the speedup is the median of the
-rounds' ratios: 7.29x for a kernel of 0.16x (2026-12-07, after the fixes). Open: a memo class,
-closed only by timed inputs the candidate cannot predict (docs/hacks.md, residual risks).
+concentrated in a minority of the timed calls. No check rejects it: 7.29x for a kernel of 0.16x
+(2026-12-07, after the fixes, with block means tried: the pools refill in a few blocks of the
+window, and the speedup is the median of the rounds' ratios). Open: a memo class, closed only by
+timed inputs the candidate cannot predict (docs/hacks.md, residual risks).
 
 The speedup is the median of per-round ratios of *block medians*, and each timed call is
 timed for real. A forward that, on a miss on values it has seen before (the timing sets are the same
