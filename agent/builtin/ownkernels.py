@@ -208,12 +208,13 @@ def _plan(n: Node, g: Graph, op: str) -> dict[str, Any] | None:
         shape = _shape(g, x)
         o, L, i = (1, math.prod(shape), 1) if dim is None else _around(shape, dim)
         return {"kernel": "kw_argreduce", "inputs": [x], "ints": [o, L, i, int(op == "argmin")], "dtype": "int64"}
-    if op == "flip":
+    if op == "flip":  # any dtype kw_gather copies (wav2vec2 flips an int64 mask), any number of dims
         x = _arg(n, 0)
-        if not _float(g, x):  # any number of dims: _kw_gather_raw copies past 6 a leading index at a time
+        dtype = g.node(x.name).dtype if isinstance(x, Ref) else None
+        if dtype not in GATHER_KERNELS:
             return None
         nd = len(_shape(g, x))
-        return {"kernel": "kw_flip", "inputs": [x], "dims": sorted(d % nd for d in _arg(n, 1)), "dtype": "float32"}
+        return {"kernel": "kw_flip", "inputs": [x], "dims": sorted(d % nd for d in _arg(n, 1)), "dtype": dtype}
     if op == "mul" and n.dtype == "float32":  # a float tensor times a bool mask of its shape (masked cumsum)
         x, m = _arg(n, 0), _arg(n, 1)
         if _float(g, m):
@@ -535,7 +536,7 @@ def _kw_cat(lib, xs, dim, stack, stream):
 def _kw_flip(lib, x, out, dims, stream):
     """out = x.flip(dims) by kw_gather: the flipped dims read from their last element backwards."""
     strides = [-s if d in dims else s for d, s in enumerate(x.stride())]
-    start = x.data_ptr() + 4 * sum((x.shape[d] - 1) * x.stride(d) for d in dims if x.shape[d] > 0)
+    start = x.data_ptr() + x.element_size() * sum((x.shape[d] - 1) * x.stride(d) for d in dims if x.shape[d] > 0)
     _kw_gather_raw(lib, start, x.shape, strides, out, stream)
 '''
 

@@ -84,9 +84,9 @@ CASES = {
             "(torch.cumsum(x, dim=1), torch.cumprod(torch.sigmoid(x) + 0.5, dim=-1), "
             "torch.cumsum(x.flip(1), 1).flip(1), "
             "torch.cumsum(torch.cat((torch.zeros_like(x[:, :1]), x), dim=1)[:, :-1], dim=1), "
-            "torch.cumsum(x * m, dim=2))",
-            f"{X3}, torch.rand(2, 4, 13) > 0.5",
-            args="x, m",
+            "torch.cumsum(x * m, dim=2), m.flip(2), i.flip(0, 1))",
+            f"{X3}, torch.rand(2, 4, 13) > 0.5, torch.randint(0, 9, (3, 5))",
+            args="x, m, i",
         ),
         {"kw_scan", "kw_flip", "kw_cat", "kw_mask_mul"},
     ),
