@@ -63,7 +63,7 @@ from .schema import (
     milestone_reward,
     verdict_of,
 )
-from .timed_checks import FAULT_HANDLER_WHY
+from .timed_checks import FAULT_HANDLER_WHY, FOREIGN_WHY
 from .timing import (
     REWARM_BELOW_MS,
     calls_per_block,
@@ -1294,10 +1294,7 @@ def _judge_timing(
             wrong += 1
     wrong += replayed_calls(timed["fingerprints"], bounds)
     if timed.get("foreign_outputs"):
-        problems.append(
-            f"{timed['foreign_outputs']} timed outputs were memory torch's allocator does not own (from_numpy, "
-            "frombuffer or from_blob): outputs must be fresh tensors from torch's allocator"
-        )
+        problems.append(f"{timed['foreign_outputs']} timed outputs were {FOREIGN_WHY}")
     if timed.get("fault_handler_reads"):
         problems.append(f"{timed['fault_handler_reads']} timed calls: {FAULT_HANDLER_WHY}")
     if timed.get("attached_outputs"):

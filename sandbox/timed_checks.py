@@ -63,10 +63,7 @@ class HeldMemory:
                 continue
             if _attached(x):
                 self.attached += 1
-            if not x.untyped_storage().resizable():
-                # numpy's (from_numpy), a buffer's or a from_blob allocation: the storage object
-                # dies while its memory lives on, so the weak reference below proves nothing
-                # (red team 2026-12-07: numpy_ring_memo, 71-128x on a matmul)
+            if foreign(x):
                 self.foreign += 1
                 continue
             ptr = x.untyped_storage().data_ptr()
@@ -120,6 +117,19 @@ class FaultWatch:
         changed = self.base >= 0 and (now < 0 or now & ~self.base != 0)
         self.seen += changed
         return changed
+
+
+FOREIGN_WHY = (
+    "memory torch's allocator does not own (from_numpy, frombuffer, from_blob or a .numpy() view): outputs "
+    "must be fresh tensors from torch's allocator"
+)
+
+
+def foreign(x: Any) -> bool:
+    """An output over memory torch's allocator does not own: its storage is not resizable. Such a
+    storage object dies while its memory lives on, so a weak reference to it proves nothing
+    (red team 2026-12-07: numpy_ring_memo, 71-128x on a matmul)."""
+    return not x.untyped_storage().resizable()
 
 
 def _attached(x: Any) -> bool:

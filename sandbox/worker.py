@@ -1262,6 +1262,7 @@ def _output_checks(
     import torch
 
     from .harness import same_view
+    from .timed_checks import FOREIGN_WHY, foreign
 
     checks: list[tuple[str, str]] = []
     guarded = list(inputs) + list(model.parameters()) + list(model.buffers())
@@ -1292,14 +1293,8 @@ def _output_checks(
         k = (returned or [])[j] if j < len(returned or []) else None
         if k is not None and k < len(inputs) and type(inputs[k]) is torch.Tensor and same_view(leaf, inputs[k]):
             continue
-        if not leaf.untyped_storage().resizable():
-            checks.append(
-                (
-                    "reject",
-                    f"output {j}'s memory is not torch's own (from_numpy, frombuffer or from_blob, or a .numpy() view): outputs must be "
-                    "fresh tensors from torch's allocator",
-                )
-            )
+        if foreign(leaf):
+            checks.append(("reject", f"output {j} is {FOREIGN_WHY}"))
         span = storage_span(leaf)
         for k, other in spans:
             if span and other and span[0] < other[1] and other[0] < span[1]:
